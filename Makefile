@@ -1,0 +1,46 @@
+# The two commands a newcomer needs: `make lab` and `make test`. Everything else is for authors.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+JOBS ?= 2
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# Notebooks checked by strict nbval (student copies of exercises are checked by tests instead).
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb)) $(sort $(wildcard notebooks/exercises/solutions/*.ipynb))
+LAB_FLAGS := --no-browser $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: lab test test-python test-notebooks notebooks figures bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[notebooks,test]'
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab $(LAB_FLAGS) --notebook-dir=notebooks
+
+test: test-python test-notebooks
+
+test-python: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) tests
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
+
+# Re-execute every notebook in place (outputs committed) and rewrite figures/.
+notebooks: $(STAMP)
+	cd notebooks && for nb in $(notdir $(wildcard notebooks/[0-9]*.ipynb)); do \
+	  echo "executing $$nb"; \
+	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 $$nb || exit 1; \
+	done
+
+figures: notebooks
+
+bench: $(STAMP)
+	for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

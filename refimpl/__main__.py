@@ -1,0 +1,36 @@
+"""`python -m refimpl ...`: a small command line for scripts.
+
+Each sub-command lives next to the code it drives and registers itself here through
+`add_parser(subparsers)`; the heavy imports happen only when that sub-command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`
+SUBCOMMANDS = {
+    "plan": "refimpl.hybrid.cli",
+    "grade": "refimpl.course.cli",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m refimpl", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_parser(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""BlockManager: the ledger of physical KV blocks, with nano-vllm's xxhash prefix cache.
+
+It never touches K/V numbers. It decides which physical block holds which logical block of
+which sequence, shares full blocks between sequences with the same prefix, and keeps freed
+blocks findable until they are actually reused.
+"""
+
+from __future__ import annotations
+
+from refimpl.errors import InvariantError
+from refimpl.paged.block import Block
+from refimpl.paged.free_queue import FreeBlockQueue
+from refimpl.paged.hashing import compute_hash
+from refimpl.paged.sequence import Sequence, check_block_size
+
+
+class BlockManager:
+    """Allocate, append and free KV blocks for sequences; match and register cached prefixes.
+
+    Orders match nano-vllm exactly: new blocks come from the head of a FIFO free queue, freed
+    blocks go to its tail, and a sequence frees its blocks last-to-first so that shared early
+    blocks stay cached longest.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ValueError(f"num_blocks (the pool size) must be a positive integer, got {num_blocks!r}")
+        self.block_size = check_block_size(block_size)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks: list[Block] = [Block(i) for i in range(num_blocks)]
+        self.hash_to_block_id: dict[int, int] = {}
+        self.free_block_ids = FreeBlockQueue(range(num_blocks))
+        self.used_block_ids: set[int] = set()
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @staticmethod
+    def compute_hash(token_ids: list[int], prefix: int = -1) -> int:
+        return compute_hash(token_ids, prefix)
+
+    # ----------------------------------------------------------------- internal moves
+    def _allocate_block(self) -> int:
+        """Take the head of the free queue and hand it to a new owner."""
+        block_id = self.free_block_ids.popleft()
+        block = self.blocks[block_id]
+        if block.ref_count != 0:
+            raise InvariantError(f"block {block_id} was in the free queue with ref_count {block.ref_count}")
+        # The block is about to be overwritten. Drop its cache entry, but only if the entry still
+        # points here: a later block with the same content may have taken the entry over.
+        if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
+            del self.hash_to_block_id[block.hash]
+        block.reset()
+        self.used_block_ids.add(block_id)
+        return block_id
+
+    def _deallocate_block(self, block_id: int) -> None:
+        """Return an unreferenced block to the tail; its hash and tokens stay so it can still be hit."""
+        self.used_block_ids.remove(block_id)
+        self.free_block_ids.append(block_id)
+
+    def _check_sequence(self, seq: Sequence) -> None:
+        if seq.block_size != self.block_size:
+            raise ValueError(
+                f"sequence {seq.seq_id} has block_size {seq.block_size} but this BlockManager uses {self.block_size}"
+            )
+
+    def _match_prefix(self, seq: Sequence) -> tuple[int, int]:
+        """Walk the hash chain: (number of leading cached blocks, free blocks still needed).
+
+        The last block is never looked up: the model must compute at least one token of the
+        prompt to get logits for the next token. The first miss ends the walk, because later
+        blocks depend on K/V that is not cached. A hit on a block in use costs no free block;
+        a hit on a freed block must be pulled out of the free queue, so it still costs one.
+        """
+        num_new_blocks = seq.num_blocks
+        if not self.enable_prefix_caching:
+            return 0, num_new_blocks
+        h = -1
+        num_cached_blocks = 0
+        for i in range(seq.num_blocks - 1):
+            token_ids = seq.block(i)
+            h = compute_hash(token_ids, h)
+            block_id = self.hash_to_block_id.get(h, -1)
+            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
+                break
+            num_cached_blocks += 1
+            if block_id in self.used_block_ids:
+                num_new_blocks -= 1
+        return num_cached_blocks, num_new_blocks
+
+    # ----------------------------------------------------------------- allocate
+    def can_allocate(self, seq: Sequence) -> int:
+        """-1 if the sequence does not fit now, else how many leading blocks are prefix-cache hits."""
+        self._check_sequence(seq)
+        num_cached_blocks, num_new_blocks = self._match_prefix(seq)
+        if len(self.free_block_ids) < num_new_blocks:
+            return -1
+        return num_cached_blocks
+
+    def allocate(self, seq: Sequence, num_cached_blocks: int) -> None:
+        """Give the sequence its whole block table: cached hits first, then fresh blocks.
+
+        `num_cached_blocks` is what `can_allocate` returned; it is checked against the cache
+        before anything changes.
+        """
+        self._check_sequence(seq)
+        if seq.block_table:
+            raise ValueError(f"sequence {seq.seq_id} already has blocks {seq.block_table}; deallocate it first")
+        available_hits, num_new_blocks = self._match_prefix(seq)
+        if not 0 <= num_cached_blocks <= available_hits:
+            raise ValueError(
+                f"num_cached_blocks={num_cached_blocks} but only {available_hits} leading blocks of "
+                f"sequence {seq.seq_id} are in the prefix cache (use can_allocate's result)"
+            )
+        # Recount the free blocks for exactly the hits that will be taken.
+        h = -1
+        hit_block_ids = []
+        for i in range(num_cached_blocks):
+            h = compute_hash(seq.block(i), h)
+            hit_block_ids.append(self.hash_to_block_id[h])
+        needed = seq.num_blocks - sum(b in self.used_block_ids for b in hit_block_ids)
+        if len(self.free_block_ids) < needed:
+            raise ValueError(
+                f"sequence {seq.seq_id} needs {needed} free blocks but only {len(self.free_block_ids)} are free"
+            )
+        for block_id in hit_block_ids:
+            block = self.blocks[block_id]
+            if block_id in self.used_block_ids:
+                block.ref_count += 1  # shared with a running sequence
+            else:
+                block.ref_count = 1  # freed but not yet overwritten: bring it back
+                self.free_block_ids.remove(block_id)
+                self.used_block_ids.add(block_id)
+            seq.block_table.append(block_id)
+        for _ in range(num_cached_blocks, seq.num_blocks):
+            seq.block_table.append(self._allocate_block())
+        seq.num_cached_tokens = num_cached_blocks * self.block_size
+
+    # ----------------------------------------------------------------- free
+    def deallocate(self, seq: Sequence) -> None:
+        """Drop the sequence's references, last block first; unreferenced blocks go to the queue tail."""
+        self._check_sequence(seq)
+        if not seq.block_table:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks: it was never allocated or is already freed")
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._deallocate_block(block_id)
+        seq.num_cached_tokens = 0
+        seq.block_table.clear()
+
+    # ----------------------------------------------------------------- append (decode)
+    def _needs_new_block(self, seq: Sequence) -> bool:
+        """True when the newest token is the first token of a new block.
+
+        nano-vllm writes `len(seq) % block_size == 1`; `(len - 1) % block_size == 0` is the same
+        test for block_size >= 2 and is also right for block_size 1.
+        """
+        return (len(seq) - 1) % self.block_size == 0
+
+    def can_append(self, seq: Sequence) -> bool:
+        """Is there a free block for this decode step if the sequence crosses into a new block?"""
+        self._check_sequence(seq)
+        return len(self.free_block_ids) >= self._needs_new_block(seq)
+
+    def may_append(self, seq: Sequence) -> None:
+        """Add a block to the table when the token to compute starts a new block."""
+        self._check_sequence(seq)
+        if not seq.block_table:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks; allocate it before appending")
+        if self._needs_new_block(seq):
+            if len(seq.block_table) >= seq.num_blocks:
+                raise ValueError(f"sequence {seq.seq_id} already has a block for token {len(seq)}")
+            if not self.free_block_ids:
+                raise ValueError(f"no free block to append to sequence {seq.seq_id}: the pool is full")
+            seq.block_table.append(self._allocate_block())
+
+    # ----------------------------------------------------------------- register (postprocess)
+    def hash_blocks(self, seq: Sequence) -> None:
+        """Register the blocks that this step's tokens filled, chaining from the last registered block."""
+        self._check_sequence(seq)
+        if not self.enable_prefix_caching:
+            return
+        start = seq.num_cached_tokens // self.block_size
+        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        if start == end:
+            return
+        if end > len(seq.block_table):
+            raise ValueError(
+                f"sequence {seq.seq_id} schedules tokens up to block {end - 1} but holds only {len(seq.block_table)} blocks"
+            )
+        h = self.blocks[seq.block_table[start - 1]].hash if start > 0 else -1
+        for i in range(start, end):
+            block = self.blocks[seq.block_table[i]]
+            token_ids = seq.block(i)
+            h = compute_hash(token_ids, h)
+            block.update(h, token_ids)
+            self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
+
+    # ----------------------------------------------------------------- views
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"BlockManager(num_blocks={self.num_blocks}, block_size={self.block_size}, "
+            f"free={len(self.free_block_ids)}, used={len(self.used_block_ids)}, cached={len(self.hash_to_block_id)})"
+        )

@@ -1,0 +1,172 @@
+"""Scheduler: which sequences run this step, as prefill or decode, and what happens after.
+
+Waiting sequences are prefilled first; only the first of them may be cut into a chunk when the
+token budget runs out. With nothing to prefill, every running sequence decodes one token; if a
+decode needs a block and none is free, the newest running sequence is preempted (its blocks are
+freed and it is recomputed later from the front of the waiting queue).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from refimpl.errors import InvariantError
+from refimpl.paged.block_manager import BlockManager
+from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
+
+
+def _positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The knobs nano-vllm's Config passes to its Scheduler."""
+
+    num_kvcache_blocks: int
+    kvcache_block_size: int = 256
+    max_num_seqs: int = 512
+    max_num_batched_tokens: int = 16384
+    eos: int = -1
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
+        check_block_size(self.kvcache_block_size)
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+
+
+class Scheduler:
+    """nano-vllm's scheduler over a BlockManager, with counters a learner can inspect."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.block_size = config.kvcache_block_size
+        self.eos = config.eos
+        self.block_manager = BlockManager(
+            config.num_kvcache_blocks, config.kvcache_block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
+        self.waiting: deque[Sequence] = deque()
+        self.running: deque[Sequence] = deque()
+        self.num_preemptions = 0
+        self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def max_blocks_needed(self, seq: Sequence) -> int:
+        """Blocks the sequence holds at its longest: every prompt token and every sampled token
+        except the last (whose K/V is never computed)."""
+        remaining = seq.max_tokens - seq.num_completion_tokens
+        longest = seq.num_tokens + max(remaining - 1, 0)
+        return (longest + self.block_size - 1) // self.block_size
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence; reject one that could never fit in the whole pool."""
+        if seq.block_size != self.block_size:
+            raise ValueError(f"sequence block_size {seq.block_size} != scheduler kvcache_block_size {self.block_size}")
+        if seq.status != SequenceStatus.WAITING or seq.block_table:
+            raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again")
+        if any(s is seq for s in self.waiting) or any(s is seq for s in self.running):
+            raise ValueError(f"sequence {seq.seq_id} is already scheduled")
+        need = self.max_blocks_needed(seq)
+        if need > self.block_manager.num_blocks:
+            raise ValueError(
+                f"sequence {seq.seq_id} can grow to {need} blocks ({seq.num_prompt_tokens} prompt tokens + "
+                f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has only "
+                f"{self.block_manager.num_blocks}; it could never run"
+            )
+        self.waiting.append(seq)
+
+    def schedule(self) -> tuple[list[Sequence], bool]:
+        """Pick this step's batch: (sequences, is_prefill)."""
+        scheduled: list[Sequence] = []
+        num_batched_tokens = 0
+        self.preempted_last_step = []
+
+        # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
+        while self.waiting and len(scheduled) < self.max_num_seqs:
+            seq = self.waiting[0]
+            remaining = self.max_num_batched_tokens - num_batched_tokens
+            if remaining == 0:
+                break
+            if not seq.block_table:
+                num_cached_blocks = self.block_manager.can_allocate(seq)
+                if num_cached_blocks == -1:
+                    break
+                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
+                if remaining < num_tokens and scheduled:  # only the first sequence may be chunked
+                    break
+                self.block_manager.allocate(seq, num_cached_blocks)
+            num_tokens = seq.num_tokens - seq.num_cached_tokens
+            if remaining < num_tokens and scheduled:
+                break
+            seq.num_scheduled_tokens = min(num_tokens, remaining)
+            num_batched_tokens += seq.num_scheduled_tokens
+            if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
+                seq.status = SequenceStatus.RUNNING
+                self.waiting.popleft()
+                self.running.append(seq)
+            scheduled.append(seq)
+        if scheduled:
+            return scheduled, True
+
+        # Decode: one token per running sequence, preempting from the back when blocks run out.
+        while self.running and len(scheduled) < self.max_num_seqs:
+            seq = self.running.popleft()
+            while not self.block_manager.can_append(seq):
+                if self.running:
+                    self.preempt(self.running.pop())
+                else:
+                    self.preempt(seq)
+                    break
+            else:
+                seq.num_scheduled_tokens = 1
+                seq.is_prefill = False
+                self.block_manager.may_append(seq)
+                scheduled.append(seq)
+        if not scheduled:
+            raise InvariantError("schedule() found nothing to run although sequences are queued")
+        self.running.extendleft(reversed(scheduled))
+        return scheduled, False
+
+    def preempt(self, seq: Sequence) -> None:
+        """Free the sequence's blocks and put it first in line to be prefilled again."""
+        seq.status = SequenceStatus.WAITING
+        seq.is_prefill = True
+        seq.num_scheduled_tokens = 0
+        self.block_manager.deallocate(seq)
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+        self.preempted_last_step.append(seq.seq_id)
+
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> list[bool]:
+        """Record a step's results; returns, per sequence, whether it finished.
+
+        Blocks filled this step are registered in the prefix cache, then the computed tokens
+        count as cached. A sampled token is kept only when the whole prompt has been computed
+        (a chunk in the middle of a prompt produces no usable token).
+        """
+        if len(seqs) != len(token_ids):
+            raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
+        finished = []
+        for seq, token_id in zip(seqs, token_ids):
+            self.block_manager.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
+                finished.append(False)
+                continue
+            seq.append_token(token_id)
+            done = (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens
+            if done:
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                self.running.remove(seq)
+            finished.append(done)
+        return finished
