@@ -1,0 +1,52 @@
+"""The one place where refimpl imports Triton.
+
+Triton decides at ``@triton.jit`` time whether a kernel is compiled for a GPU or run by its
+CPU interpreter, by reading the ``TRITON_INTERPRET`` environment variable. So this module
+must run before any kernel module is imported. The rule:
+
+* the user set ``TRITON_INTERPRET`` themselves: we leave it alone, whatever its value;
+* CUDA is available: we leave it unset, kernels compile for the GPU;
+* no CUDA: we set ``TRITON_INTERPRET=1`` so the same kernels run (slowly) on CPU tensors.
+
+Importing this module never fails: without Triton, ``triton`` and ``tl`` are ``None`` and
+``HAS_TRITON`` is False; calling a Triton kernel then raises a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: Did the user set TRITON_INTERPRET before refimpl looked at it? (Then we never touch it.)
+INTERPRET_SET_BY_USER: bool = "TRITON_INTERPRET" in os.environ
+#: Is a CUDA device visible to torch?
+CUDA_AVAILABLE: bool = torch.cuda.is_available()
+
+if not INTERPRET_SET_BY_USER and not CUDA_AVAILABLE:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+try:
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON: bool = True
+except ImportError:  # triton is Linux-only; the torch twins still work everywhere
+    triton = None
+    tl = None
+    HAS_TRITON = False
+
+#: True when kernels defined from now on run in Triton's CPU interpreter.
+#: Read through Triton's own parser so "1", "true", "on" all count the way Triton counts them.
+def _interpret_flag() -> bool:
+    if not HAS_TRITON:
+        return False
+    knobs = getattr(triton, "knobs", None)  # Triton >= 3.3 parses the flag in one place
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+INTERPRET: bool = _interpret_flag()
+
+__all__ = ["triton", "tl", "HAS_TRITON", "INTERPRET", "INTERPRET_SET_BY_USER", "CUDA_AVAILABLE"]
