@@ -1,0 +1,200 @@
+"""explain_prefix_match: exact seed scenario, agreement with can_allocate/allocate on random states."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
+from refimpl.paged.prefix_match import (
+    SEED_A,
+    SEED_B,
+    SEED_C,
+    MatchOutcome,
+    cached_prefix_after_reuse,
+    explain_prefix_match,
+    measure_reusable_prefix_tokens,
+    prefill,
+    reusable_prefix_tokens,
+    seed_example,
+)
+
+O = MatchOutcome
+
+
+def snapshot(bm: BlockManager):
+    return (
+        list(bm.free_block_ids),
+        sorted(bm.used_block_ids),
+        dict(bm.hash_to_block_id),
+        [(b.ref_count, b.hash, list(b.token_ids)) for b in bm.blocks],
+    )
+
+
+def test_seed_example_exact():
+    bm, holders, request = seed_example()
+    check_invariants(bm, holders.values())
+    assert list(bm.free_block_ids) == [6, 7, 4, 3]
+    assert sorted(bm.used_block_ids) == [0, 1, 2, 5]
+    before = snapshot(bm)
+    m = explain_prefix_match(bm, request)
+    assert snapshot(bm) == before
+    assert m.outcomes() == [O.HIT_IN_USE, O.HIT_FREE, O.LAST_BLOCK]
+    assert [b.block_id for b in m.blocks] == [1, 3, 6]
+    assert [(b.ref_count_before, b.ref_count_after) for b in m.blocks] == [(1, 2), (0, 1), (0, 1)]
+    assert [b.from_queue_head for b in m.blocks] == [False, False, True]
+    assert m.blocks[2].hash is None  # the last block is never hashed for lookup
+    assert m.blocks[0].hash == compute_hash(SEED_A)
+    assert m.blocks[1].hash == compute_hash(SEED_B, compute_hash(SEED_A))
+    assert m.num_cached_blocks == 2 and m.num_cached_tokens == 8
+    assert m.num_free_blocks_needed == 2 and m.num_free_blocks == 4 and m.num_fresh_blocks == 1
+    assert m.can_allocate == bm.can_allocate(request) == 2
+    bm.allocate(request, 2)
+    assert request.block_table == [1, 3, 6]
+    assert request.num_cached_tokens == 8
+    assert bm.blocks[1].ref_count == 2
+    assert list(bm.free_block_ids) == [7, 4]
+    check_invariants(bm, [*holders.values(), request])
+
+
+def test_miss_stops_walk_and_later_blocks_are_not_looked_up():
+    bm, _, _ = seed_example()
+    # Block 0 matches, block 1 differs, block 2 would match B's content but is never looked up.
+    request = Sequence(SEED_A + SEED_C + SEED_B + [9], block_size=4)
+    m = explain_prefix_match(bm, request)
+    assert m.outcomes() == [O.HIT_IN_USE, O.MISS, O.NOT_LOOKED_UP, O.LAST_BLOCK]
+    assert m.blocks[1].cached_block_id is None and "no cached block" in m.blocks[1].reason
+    assert m.blocks[2].hash is None
+    assert m.num_cached_blocks == 1
+    assert [b.block_id for b in m.blocks] == [1, 6, 7, 4]  # fresh blocks in queue order
+
+
+def test_collision_is_caught_by_token_check():
+    bm, _, _ = seed_example()
+    request = Sequence(SEED_C + [9], block_size=4)
+    fake = compute_hash(SEED_C)
+    bm.hash_to_block_id[fake] = 1  # pretend xxhash gave block #1 (tokens A) the same hash as C
+    bm.blocks[1].hash = fake
+    m = explain_prefix_match(bm, request)
+    assert m.outcomes() == [O.MISS, O.LAST_BLOCK]
+    assert m.blocks[0].cached_block_id == 1 and "tokens differ" in m.blocks[0].reason
+    assert m.can_allocate == bm.can_allocate(request) == 0
+
+
+def test_does_not_fit_predicts_no_blocks():
+    bm, _, request = seed_example()
+    longer = Sequence(SEED_A + SEED_B + SEED_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
+    m = explain_prefix_match(bm, longer)
+    assert m.num_free_blocks_needed == 5 and not m.fits
+    assert m.can_allocate == bm.can_allocate(longer) == -1
+    assert m.num_cached_tokens == 0
+    assert [b.block_id for b in m.blocks[2:]] == [None] * 4
+    assert [b.block_id for b in m.blocks[:2]] == [1, 3]  # the cached blocks are still found
+
+
+def test_prefix_caching_off():
+    bm = BlockManager(4, 2, enable_prefix_caching=False)
+    prefill(bm, Sequence([1, 2, 3], block_size=2))
+    m = explain_prefix_match(bm, Sequence([1, 2, 3], block_size=2))
+    assert m.outcomes() == [O.NOT_LOOKED_UP, O.LAST_BLOCK]
+    assert m.blocks[0].reason == "prefix caching is off"
+    assert m.can_allocate == 0
+
+
+def test_block_size_mismatch():
+    bm = BlockManager(4, 2)
+    with pytest.raises(ValueError, match="block_size"):
+        explain_prefix_match(bm, Sequence([1, 2, 3], block_size=4))
+
+
+def test_reusable_prefix_tokens_seed_numbers():
+    assert reusable_prefix_tokens(600, 700, 256) == 512
+    assert reusable_prefix_tokens(512, 512, 256) == 256  # exact match: the last block is recomputed
+    assert reusable_prefix_tokens(600, 600, 1) == 599
+    assert measure_reusable_prefix_tokens(600, 700, 256) == 512
+    assert measure_reusable_prefix_tokens(512, 512, 256) == 256
+    with pytest.raises(ValueError, match="cannot exceed"):
+        reusable_prefix_tokens(10, 5, 4)
+    with pytest.raises(ValueError, match="block_size"):
+        reusable_prefix_tokens(10, 20, 0)
+
+
+@given(st.integers(0, 40), st.integers(1, 40), st.integers(1, 12))
+def test_reusable_formula_matches_block_manager(shared, extra, block_size):
+    prompt_len = shared + extra if shared < 40 else shared  # sometimes a prompt that is all prefix
+    assert measure_reusable_prefix_tokens(shared, prompt_len, block_size) == reusable_prefix_tokens(
+        shared, prompt_len, block_size
+    )
+
+
+def test_reverse_free_keeps_prefix_longest():
+    assert cached_prefix_after_reuse(4, 2) == [4, 4, 3, 2, 1, 0]
+    assert cached_prefix_after_reuse(4, 2, reverse_free=False) == [4, 0, 0, 0, 0, 0]
+
+
+# ------------------------------------------------------------------ random states
+# A prompt is built from an earlier prompt's prefix plus a random tail, so that states are full
+# of shared prefixes, freed-but-cached blocks, and hash-table entries overwritten by twins.
+prompt_spec = st.tuples(st.integers(0, 20), st.integers(0, 14), st.lists(st.integers(1, 3), max_size=6))
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("prefill"), prompt_spec),
+        st.tuples(st.just("free"), st.integers(0, 10)),
+        st.tuples(st.just("free"), st.integers(0, 10)),  # listed twice: frees leave cached blocks to revive
+        st.tuples(st.just("decode"), st.integers(0, 10), st.integers(1, 3)),
+    ),
+    max_size=14,
+)
+
+
+def build_prompt(history: list[list[int]], spec) -> list[int]:
+    source, cut, tail = spec
+    base = history[source % len(history)][:cut] if history else []
+    return (base + tail) or [1]
+
+
+@given(st.sampled_from([1, 2, 3]), st.integers(3, 12), ops, st.lists(prompt_spec, min_size=1, max_size=4))
+def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, operations, probes):
+    bm = BlockManager(num_blocks, block_size)
+    live: list[Sequence] = []
+    history: list[list[int]] = []
+    for op in operations:
+        if op[0] == "prefill":
+            seq = Sequence(build_prompt(history, op[1]), block_size=block_size)
+            history.append(list(seq.token_ids))
+            if bm.can_allocate(seq) != -1:
+                prefill(bm, seq)
+                live.append(seq)
+        elif live and op[0] == "free":
+            bm.deallocate(live.pop(op[1] % len(live)))
+        elif live and op[0] == "decode":
+            seq = live[op[1] % len(live)]
+            seq.append_token(op[2])  # the token sampled last step; this step computes its K/V
+            history.append(list(seq.token_ids))
+            if bm.can_append(seq):
+                bm.may_append(seq)
+                seq.num_scheduled_tokens = 1
+                bm.hash_blocks(seq)
+                seq.num_cached_tokens += 1
+                seq.num_scheduled_tokens = 0
+            else:  # no room: preempt, as the scheduler would
+                bm.deallocate(seq)
+                live.remove(seq)
+        check_invariants(bm, live)
+    for spec in probes:
+        probe = Sequence(build_prompt(history, spec), block_size=block_size)
+        before = snapshot(bm)
+        m = explain_prefix_match(bm, probe)
+        assert snapshot(bm) == before, "explain_prefix_match changed the block manager"
+        assert m.can_allocate == bm.can_allocate(probe)
+        outcomes = m.outcomes()
+        assert outcomes[-1] is O.LAST_BLOCK
+        hits = [o in (O.HIT_IN_USE, O.HIT_FREE) for o in outcomes]
+        assert hits == sorted(hits, reverse=True)  # hits form a prefix
+        assert outcomes.count(O.MISS) <= 1
+        if m.fits:
+            bm.allocate(probe, m.num_cached_blocks)
+            assert probe.block_table == [b.block_id for b in m.blocks]
+            assert [bm.blocks[b].ref_count for b in probe.block_table] == [b.ref_count_after for b in m.blocks]
+            assert probe.num_cached_tokens == m.num_cached_tokens
+            live.append(probe)
+            check_invariants(bm, live)
