@@ -37,6 +37,10 @@ class SchedulerConfig:
         check_block_size(self.kvcache_block_size)
         _positive_int("max_num_seqs", self.max_num_seqs)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < -1:
+            raise ValueError(f"eos must be a token id >= 0, or -1 for no end-of-sequence token, got {self.eos!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
 
 
 class Scheduler:
@@ -85,6 +89,8 @@ class Scheduler:
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Pick this step's batch: (sequences, is_prefill)."""
+        if self.is_finished():
+            raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
         scheduled: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
@@ -95,23 +101,24 @@ class Scheduler:
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
                 break
-            if not seq.block_table:
+            if not seq.block_table:  # new, or preempted: find cached blocks and room for the rest
                 num_cached_blocks = self.block_manager.can_allocate(seq)
                 if num_cached_blocks == -1:
                     break
                 num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
-                if remaining < num_tokens and scheduled:  # only the first sequence may be chunked
-                    break
-                self.block_manager.allocate(seq, num_cached_blocks)
-            num_tokens = seq.num_tokens - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled:
+            else:  # the rest of a prompt that an earlier step cut into a chunk
+                num_tokens = seq.num_tokens - seq.num_cached_tokens
+            if remaining < num_tokens and scheduled:  # only the first sequence of a step may be chunked
                 break
+            if not seq.block_table:
+                self.block_manager.allocate(seq, num_cached_blocks)
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
             if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
                 seq.status = SequenceStatus.RUNNING
                 self.waiting.popleft()
                 self.running.append(seq)
+            # else: a partial prefill stays first in `waiting`, holding all its blocks.
             scheduled.append(seq)
         if scheduled:
             return scheduled, True
