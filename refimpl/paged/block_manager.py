@@ -108,11 +108,11 @@ class BlockManager:
         self._check_sequence(seq)
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already has blocks {seq.block_table}; deallocate it first")
-        available_hits, num_new_blocks = self._match_prefix(seq)
-        if not 0 <= num_cached_blocks <= available_hits:
+        available_hits, _ = self._match_prefix(seq)
+        if isinstance(num_cached_blocks, bool) or not isinstance(num_cached_blocks, int) or not 0 <= num_cached_blocks <= available_hits:
             raise ValueError(
-                f"num_cached_blocks={num_cached_blocks} but only {available_hits} leading blocks of "
-                f"sequence {seq.seq_id} are in the prefix cache (use can_allocate's result)"
+                f"num_cached_blocks must be an integer from 0 to {available_hits} (the leading blocks of "
+                f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
             )
         # Recount the free blocks for exactly the hits that will be taken.
         h = -1
@@ -182,6 +182,12 @@ class BlockManager:
     def hash_blocks(self, seq: Sequence) -> None:
         """Register the blocks that this step's tokens filled, chaining from the last registered block."""
         self._check_sequence(seq)
+        if seq.num_scheduled_tokens < 0 or seq.num_cached_tokens + seq.num_scheduled_tokens > seq.num_tokens:
+            raise ValueError(
+                f"sequence {seq.seq_id} has num_cached_tokens={seq.num_cached_tokens} and "
+                f"num_scheduled_tokens={seq.num_scheduled_tokens}: num_scheduled_tokens must be >= 0 and "
+                f"their sum at most its {seq.num_tokens} tokens"
+            )
         if not self.enable_prefix_caching:
             return
         start = seq.num_cached_tokens // self.block_size
