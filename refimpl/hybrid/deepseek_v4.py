@@ -1,0 +1,212 @@
+"""DeepSeek V4's per-layer KV-cache inventory, in the order vLLM registers the caches.
+
+A V4 decoder layer owns up to five caches. Which ones depends on its `compress_ratio`:
+
+- ratio 4 (CSA, "c4a"): indexer k-cache, indexer compressor state, SWA cache, main compressed
+  attention, attention compressor state;
+- ratio 128 (HCA, "c128a"): SWA cache, main compressed attention, attention compressor state;
+- ratio 0 or 1 (pure sliding window; Flash's first two layers, the MTP layer): SWA cache only.
+
+The dict order matters: it decides the grouping buckets, the MLA group's layer order and every
+byte offset in the packed slab (spec 2.1). Names look like `layers.2.indexer.k_cache` so the
+layer index and the cache kind can be read off; `short_name` gives `L2.idx`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+
+
+@dataclass(frozen=True)
+class DeepseekV4Config:
+    """The few config numbers the cache plan needs."""
+
+    name: str
+    compress_ratios: tuple[int, ...]  # one per decoder layer (the HF list's MTP entry dropped)
+    head_dim: int = 512  # main attention: 448 NoPE + 64 RoPE
+    index_head_dim: int = 128
+    sliding_window: int = 128
+    swa_block_size: int = 64  # hard-coded in vLLM so an SWA page equals a c4a page
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.compress_ratios)
+
+
+def _alternating(first: list[int], n_rest: int) -> tuple[int, ...]:
+    return tuple(first + [4 if i % 2 == 0 else 128 for i in range(n_rest)])
+
+
+# Pro: 61 layers, [128, 128] then 4, 128, 4, ... ending with 4 (30 x ratio 4, 31 x ratio 128).
+PRO = DeepseekV4Config("deepseek-v4-pro", _alternating([128, 128], 59))
+# Flash: 43 layers, [0, 0] then 4, 128, ... ending with 4 (2 pure SWA, 21 x 4, 20 x 128).
+FLASH = DeepseekV4Config("deepseek-v4-flash", _alternating([0, 0], 41))
+CONFIGS = {"pro": PRO, "flash": FLASH}
+
+CACHE_DTYPES = ("fp8_ds_mla", "bfloat16")
+INDEXER_DTYPES = ("fp8", "fp4")
+
+# Cache kinds, in registration order within a layer; the suffix of the layer name.
+KIND_SUFFIX = {
+    "idx": "indexer.k_cache",
+    "idx_state": "indexer.compressor.state_cache",
+    "swa": "swa_cache",
+    "attn": "attn",
+    "attn_state": "compressor.state_cache",
+}
+
+
+def indexer_entry_bytes(indexer: str, index_head_dim: int = 128) -> int:
+    """Bytes per compressed indexer entry.
+
+    fp8: 128 fp8 values + one 4-byte fp32 scale per 128 values = 132.
+    fp4: 64 bytes of packed nibbles + one 1-byte UE8M0 scale per 32 values = 68.
+    """
+    if indexer == "fp8":
+        return index_head_dim + index_head_dim // 128 * 4
+    if indexer == "fp4":
+        return index_head_dim // 2 + index_head_dim // 32
+    raise ValueError(f"indexer must be one of {INDEXER_DTYPES}, got {indexer!r}")
+
+
+def compressor_state_block_size(ratio: int) -> int:
+    """Tokens per compressor-state block: 4 for ratio 4, 8 for ratio 128 (hard-coded in vLLM)."""
+    return {4: 4, 128: 8}[ratio]
+
+
+def layer_name(layer: int, kind: str) -> str:
+    if kind not in KIND_SUFFIX:
+        raise ValueError(f"unknown cache kind {kind!r}; allowed: {list(KIND_SUFFIX)}")
+    return f"layers.{layer}.{KIND_SUFFIX[kind]}"
+
+
+def parse_layer_name(name: str) -> tuple[int, str]:
+    """`layers.2.indexer.k_cache` -> (2, "idx")."""
+    prefix, _, rest = name.partition(".")
+    index, _, suffix = rest.partition(".")
+    for kind, kind_suffix in KIND_SUFFIX.items():
+        if prefix == "layers" and index.isdigit() and suffix == kind_suffix:
+            return int(index), kind
+    raise ValueError(f"{name!r} is not a DeepSeek V4 cache layer name")
+
+
+def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
+    """A compact label such as `L2.idx`, `L3.c128` or `L2.c4_state`.
+
+    With a spec, the main attention and its state are labelled by compress ratio.
+    """
+    try:
+        layer, kind = parse_layer_name(name)
+    except ValueError:
+        return name
+    if kind in ("attn", "attn_state") and spec is not None:
+        ratio = getattr(spec, "compress_ratio", 1)
+        if kind == "attn_state":  # states keep ratio 1; their window says which compressor
+            ratio = 4 if getattr(spec, "sliding_window", None) == 8 else 128
+        kind = f"c{ratio}" + ("_state" if kind == "attn_state" else "")
+    return f"L{layer}.{kind}"
+
+
+def kv_cache_specs(
+    variant: str = "pro",
+    cache_dtype: str = "fp8_ds_mla",
+    indexer: str = "fp8",
+    mtp: bool = False,
+    block_size: int = 256,
+) -> dict[str, KVCacheSpec]:
+    """Every cache of a DeepSeek V4 model, {layer name: spec}, in registration order.
+
+    `cache_dtype="fp8_ds_mla"` gives V4's 584-byte rows with 576-byte page alignment;
+    "bfloat16" gives plain element-size rows aligned to 512 bytes. `mtp=True` appends the
+    multi-token-prediction layer, which has only an SWA cache and registers last.
+    """
+    if variant not in CONFIGS:
+        raise ValueError(f"variant must be one of {sorted(CONFIGS)}, got {variant!r}")
+    if cache_dtype not in CACHE_DTYPES:
+        raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
+    indexer_bytes = indexer_entry_bytes(indexer)
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0 \
+            or block_size % 128 != 0:
+        raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
+                         f"ratio), got {block_size!r}")
+    config = CONFIGS[variant]
+    fp8 = cache_dtype == "fp8_ds_mla"
+    alignment = 576 if fp8 else 512
+    row_dtype = "uint8" if fp8 else "bfloat16"
+
+    def swa() -> SlidingWindowMLASpec:
+        return SlidingWindowMLASpec(
+            block_size=config.swa_block_size, num_kv_heads=1, head_size=config.head_dim,
+            dtype=row_dtype, sliding_window=config.sliding_window, cache_dtype_str=cache_dtype,
+            alignment=alignment, model_version="deepseek_v4",
+        )
+
+    def main_attention(ratio: int) -> MLAAttentionSpec:
+        return MLAAttentionSpec(
+            block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=row_dtype,
+            compress_ratio=ratio, cache_dtype_str=cache_dtype, alignment=alignment,
+            model_version="deepseek_v4",
+        )
+
+    def indexer_cache() -> MLAAttentionSpec:
+        # No model_version and no cache_dtype_str: plain uint8 rows of `indexer_bytes`.
+        return MLAAttentionSpec(
+            block_size=block_size, num_kv_heads=1, head_size=indexer_bytes, dtype="uint8",
+            compress_ratio=4, alignment=alignment,
+        )
+
+    def compressor_state(ratio: int, head_dim: int) -> SlidingWindowMLASpec:
+        coff = 2 if ratio == 4 else 1  # ratio-4 compressors keep two overlapping windows
+        return SlidingWindowMLASpec(
+            block_size=compressor_state_block_size(ratio), num_kv_heads=1,
+            head_size=2 * coff * head_dim,  # kv state + score state, fp32
+            dtype="float32", sliding_window=coff * ratio, alignment=alignment,
+        )
+
+    specs: dict[str, KVCacheSpec] = {}
+    ratios = list(config.compress_ratios) + ([0] if mtp else [])
+    for layer, ratio in enumerate(ratios):
+        if ratio == 4:
+            specs[layer_name(layer, "idx")] = indexer_cache()
+            specs[layer_name(layer, "idx_state")] = compressor_state(4, config.index_head_dim)
+        specs[layer_name(layer, "swa")] = swa()
+        if ratio > 1:
+            specs[layer_name(layer, "attn")] = main_attention(ratio)
+            specs[layer_name(layer, "attn_state")] = compressor_state(ratio, config.head_dim)
+    return specs
+
+
+def layer_kinds(specs: dict[str, KVCacheSpec]) -> dict[str, int]:
+    """How many caches of each short kind (c4, c128, idx, swa, ...) the inventory holds."""
+    counts: dict[str, int] = {}
+    for name, spec in specs.items():
+        kind = short_name(name, spec).split(".", 1)[1]
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+# --- Layouts the seed and older vLLM versions describe, kept for comparison -----------------
+
+def seed_layer_order(names: list[str]) -> list[str]:
+    """Reorder MLA-group names the way the seed's offset example does: per layer the main
+    attention first, then the indexer (vLLM registers the indexer first)."""
+    rank = {"attn": 0, "idx": 1}
+    return sorted(names, key=lambda n: (parse_layer_name(n)[0], rank.get(parse_layer_name(n)[1], 2)))
+
+
+def seed_two_group_layout(specs: dict[str, KVCacheSpec]) -> list:
+    """The seed's hypothetical plan: one MLA group and one unsplit SWA group (states left out).
+
+    The real grouping never builds it (the gcd rule always splits the SWA bucket); it is here
+    so its stride (2,283,840 B for Pro) can be compared with the real one.
+    """
+    from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
+    from refimpl.hybrid.specs import KVCacheGroupSpec
+
+    grouped = group_and_unify_kv_cache_specs(specs)
+    if grouped is None:
+        raise ValueError("these specs do not take the DeepSeek V4 grouping path")
+    mla, swa = grouped[0], grouped[1]
+    return [KVCacheGroupSpec(list(mla.kv_cache_specs), mla), KVCacheGroupSpec(list(swa.kv_cache_specs), swa)]
