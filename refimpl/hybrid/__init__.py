@@ -17,3 +17,15 @@ from refimpl.hybrid.specs import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups
+from refimpl.hybrid.layout import get_kv_cache_config
+
+
+def __getattr__(name: str):
+    """Import torch only when a tensor helper is first used (planning needs no torch)."""
+    if name in ("allocate_kv_cache", "bind_kv_cache"):
+        from refimpl.hybrid import tensors
+
+        return getattr(tensors, name)
+    raise AttributeError(f"module 'refimpl.hybrid' has no attribute {name!r}")
