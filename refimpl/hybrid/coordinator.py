@@ -1,0 +1,162 @@
+"""Many cache groups, one pool (vLLM v1's `HybridKVCacheCoordinator`).
+
+The coordinator owns one manager per cache group and answers questions for all of them at once:
+how many blocks a step needs in total (they all come from the same free queue), and how long a
+prefix hit is *for every group together*. A hit of L tokens is usable only if every group can
+serve it: full attention needs all blocks of [0, L), a sliding window only the last W - 1 tokens
+before L. The coordinator shrinks L until all groups agree (a fixed point).
+
+Hit lengths are multiples of the scheduler block size, the least common multiple of the group
+block sizes (256 for DeepSeek V4: lcm(256, 64, 64, 8, 4)).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
+from refimpl.hybrid.managers import (
+    FullAttentionManager,
+    SingleTypeKVCacheManager,
+    is_sliding_window_spec,
+    make_manager,
+    unwrap_spec,
+)
+
+
+def group_spec(group):
+    """A `KVCacheGroupSpec` carries its spec in `.kv_cache_spec`; a bare spec is its own."""
+    return getattr(group, "kv_cache_spec", group)
+
+
+class KVCacheCoordinator:
+    """One manager per group, one shared `BlockPool`.
+
+    `kv_cache_groups`: `KVCacheGroupSpec`s (or bare specs) in group order; group i gets id i.
+    `hash_block_size`: granularity of the request's prefix hashes; defaults to the gcd of the
+    group block sizes, so every group block is a whole number of hash blocks.
+    """
+
+    def __init__(
+        self,
+        kv_cache_groups: Sequence,
+        num_blocks: int,
+        *,
+        enable_caching: bool = True,
+        hash_block_size: int | None = None,
+        max_in_flight_tokens: int | None = None,
+    ) -> None:
+        if not kv_cache_groups:
+            raise ValueError("need at least one KV-cache group")
+        specs = [unwrap_spec(group_spec(g)) for g in kv_cache_groups]
+        sizes = [s.block_size for s in specs]
+        self.scheduler_block_size = math.lcm(*sizes)
+        self.hash_block_size = hash_block_size or math.gcd(*sizes)
+        bad = [b for b in sizes if b % self.hash_block_size]
+        if bad:
+            raise ValueError(f"hash_block_size {self.hash_block_size} must divide every group block size, not {bad}")
+        self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching)
+        self.enable_caching = enable_caching
+        self.specs = specs
+        self.single_type_managers: list[SingleTypeKVCacheManager] = [
+            make_manager(
+                spec,
+                self.block_pool,
+                gid,
+                hash_block_size=self.hash_block_size,
+                alignment_tokens=self.scheduler_block_size,
+                enable_caching=enable_caching,
+                max_in_flight_tokens=max_in_flight_tokens,
+            )
+            for gid, spec in enumerate(specs)
+        ]
+        # Groups with equal specs are looked up together; full attention first (its hit is an
+        # upper bound for everybody and is cheap to trim).
+        # (Specs are compared with ==, so a list is used rather than a dict: specs may be unhashable.)
+        spec_groups: list[tuple[object, list[int]]] = []
+        for gid, spec in enumerate(specs):
+            for seen, ids in spec_groups:
+                if seen == spec:
+                    ids.append(gid)
+                    break
+            else:
+                spec_groups.append((spec, [gid]))
+        self.attention_groups = sorted(spec_groups, key=lambda item: is_sliding_window_spec(item[0]))
+
+    # ------------------------------------------------------------ lookup
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+        """Blocks per group and the hit length in tokens that every group can serve."""
+        num_groups = len(self.specs)
+        hit_length = (max_cache_hit_length // self.scheduler_block_size) * self.scheduler_block_size
+        while True:
+            candidate = hit_length
+            hits: list[list[KVCacheBlock]] = [[] for _ in range(num_groups)]
+            for spec, group_ids in self.attention_groups:
+                manager_cls = type(self.single_type_managers[group_ids[0]])
+                found = manager_cls.find_longest_cache_hit(
+                    block_hashes,
+                    candidate,
+                    group_ids,
+                    self.block_pool,
+                    spec,
+                    hash_block_size=self.hash_block_size,
+                    alignment_tokens=self.scheduler_block_size,
+                )
+                for gid, blocks in zip(group_ids, found):
+                    hits[gid] = blocks
+                candidate = len(found[0]) * spec.block_size
+            if candidate >= hit_length:
+                break
+            hit_length = candidate
+        # Every group's hit must cover exactly hit_length tokens (full attention may be longer).
+        for gid, spec in enumerate(self.specs):
+            del hits[gid][hit_length // spec.block_size :]
+        return tuple(hits), hit_length
+
+    # ------------------------------------------------------------ allocation (sums over groups)
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None,
+        total_computed_tokens: int,
+        apply_admission_cap: bool = False,
+    ) -> int:
+        total = 0
+        for gid, manager in enumerate(self.single_type_managers):
+            hits = new_computed_blocks[gid] if new_computed_blocks else ()
+            total += manager.get_num_blocks_to_allocate(
+                request_id, num_tokens, hits, total_computed_tokens, apply_admission_cap
+            )
+        return total
+
+    def allocate_new_computed_blocks(
+        self, request_id: str, new_computed_blocks: Sequence[Sequence[KVCacheBlock]], total_computed_tokens: int
+    ) -> None:
+        for manager, hits in zip(self.single_type_managers, new_computed_blocks):
+            manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
+
+    def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_computed_tokens: int) -> None:
+        """Cache full blocks, but only up to an alignment boundary: a hit can never end elsewhere."""
+        aligned = (num_computed_tokens // self.scheduler_block_size) * self.scheduler_block_size
+        for manager in self.single_type_managers:
+            manager.cache_blocks(request_id, block_hashes, aligned)
+
+    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[list[KVCacheBlock]]:
+        return [m.remove_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers]
+
+    def free(self, request_id: str) -> None:
+        for manager in self.single_type_managers:
+            manager.free(request_id)
+
+    def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
+
+
+__all__ = ["KVCacheCoordinator", "FullAttentionManager", "group_spec"]

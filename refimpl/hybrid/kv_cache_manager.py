@@ -1,0 +1,252 @@
+"""The scheduler's view of the hybrid KV cache (vLLM v1's `KVCacheManager`).
+
+The scheduler asks two things per request and step:
+- `get_computed_blocks(request)`: how much of the prompt is already cached (prefix hit), never
+  the last token, because its logits must be computed anyway;
+- `allocate_slots(request, num_new_tokens, ...)`: make room for this step's tokens in every
+  group, or return None (the scheduler then waits or preempts) without changing anything.
+
+`Request` is a minimal stand-in for vLLM's request: token ids, how many are computed, and the
+chained prefix hashes at `hash_block_size` granularity, extended as tokens arrive.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import xxhash
+
+from refimpl.hybrid.block_pool import BlockHash, KVCacheBlock
+from refimpl.hybrid.coordinator import KVCacheCoordinator
+
+NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
+"""Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
+so that notebook output is reproducible."""
+
+
+def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
+    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens (int64)."""
+    h = xxhash.xxh3_128()
+    h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
+    h.update(np.asarray(token_ids, dtype="<i8").tobytes())
+    return h.digest()
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    """Tokens of one request and the prefix hashes of every full `hash_block_size` chunk."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    hash_block_size: int
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    block_hashes: list[BlockHash] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.hash_block_size < 1:
+            raise ValueError(f"hash_block_size must be >= 1, got {self.hash_block_size}")
+        self.prompt_token_ids = list(self.prompt_token_ids)
+        self._update_block_hashes()
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
+        self.output_token_ids.extend(token_ids)
+        self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        tokens = self.all_token_ids
+        h = self.hash_block_size
+        parent = self.block_hashes[-1] if self.block_hashes else None
+        for start in range(len(self.block_hashes) * h, len(tokens) - h + 1, h):
+            parent = hash_block_tokens(parent, tokens[start : start + h])
+            self.block_hashes.append(parent)
+
+
+@dataclass
+class KVCacheBlocks:
+    """Blocks per group (group order), as returned to the scheduler."""
+
+    blocks: tuple[list[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in group] for group in self.blocks)
+
+    def num_blocks(self) -> int:
+        """Blocks that are not the null block, over all groups."""
+        return sum(1 for group in self.blocks for b in group if not b.is_null)
+
+
+class KVCacheManager:
+    """Admission and allocation for all cache groups of a model.
+
+    `kv_cache_groups` and `num_blocks` usually come from a `KVCacheConfig`
+    (see `from_config`). `watermark` is a fraction of the pool kept free when admitting new
+    requests while others are running, so running requests can still grow.
+    """
+
+    def __init__(
+        self,
+        kv_cache_groups: Sequence,
+        num_blocks: int,
+        max_model_len: int,
+        *,
+        enable_caching: bool = True,
+        hash_block_size: int | None = None,
+        watermark: float = 0.0,
+        max_num_batched_tokens: int | None = None,
+    ) -> None:
+        if max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.coordinator = KVCacheCoordinator(
+            kv_cache_groups,
+            num_blocks,
+            enable_caching=enable_caching,
+            hash_block_size=hash_block_size,
+            max_in_flight_tokens=max_num_batched_tokens,
+        )
+        self.block_pool = self.coordinator.block_pool
+        self.num_gpu_blocks = num_blocks
+        self.watermark_blocks = int(watermark * num_blocks)
+
+    @classmethod
+    def from_config(cls, kv_cache_config, max_model_len: int, **kwargs) -> "KVCacheManager":
+        """Build from a `KVCacheConfig` (its `kv_cache_groups` and `num_blocks`)."""
+        return cls(kv_cache_config.kv_cache_groups, kv_cache_config.num_blocks, max_model_len, **kwargs)
+
+    @property
+    def hash_block_size(self) -> int:
+        return self.coordinator.hash_block_size
+
+    @property
+    def scheduler_block_size(self) -> int:
+        return self.coordinator.scheduler_block_size
+
+    def make_request(self, request_id: str, prompt_token_ids: Sequence[int]) -> Request:
+        """A `Request` hashed at this manager's hash block size."""
+        return Request(request_id, list(prompt_token_ids), self.hash_block_size)
+
+    def empty_blocks(self) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
+
+    # ------------------------------------------------------------ prefix cache
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """Prefix-cache hit for a waiting request: blocks per group and the hit length in tokens.
+
+        At most `num_tokens - 1` tokens are looked up: the last token must run through the model
+        to produce the next token's logits.
+        """
+        if not self.enable_caching:
+            return self.empty_blocks(), 0
+        hits, hit_length = self.coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
+        return KVCacheBlocks(hits), hit_length
+
+    # ------------------------------------------------------------ allocation
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = False,
+    ) -> KVCacheBlocks | None:
+        """Make room for `num_new_tokens` more tokens of `request` in every group.
+
+        Returns the newly allocated blocks per group, or None if the pool cannot hold them.
+        On None, a waiting request leaves the pool exactly as it was. A running request may
+        have had blocks that already left its sliding windows freed (as in vLLM): those can
+        never be read again, so freeing them first only gives the check more room.
+        """
+        if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0 or reserved_blocks < 0:
+            raise ValueError("token and block counts passed to allocate_slots must be >= 0")
+        if num_new_tokens == 0:
+            raise ValueError("num_new_tokens must be > 0: there is nothing to allocate for")
+        hits = new_computed_blocks.blocks if new_computed_blocks is not None else None
+        if num_new_computed_tokens and hits is None:
+            raise ValueError("num_new_computed_tokens > 0 needs the new_computed_blocks from get_computed_blocks")
+        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
+        if total_computed + num_new_tokens > request.num_tokens + num_lookahead_tokens:
+            raise ValueError(
+                f"request {request.request_id} has {request.num_tokens} tokens; cannot schedule "
+                f"{num_new_tokens} new tokens after {total_computed} computed ones"
+            )
+        coordinator = self.coordinator
+        watermark = self.watermark_blocks
+        if not (has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)):
+            watermark = 0
+
+        if full_sequence_must_fit:
+            need_all = coordinator.get_num_blocks_to_allocate(
+                request.request_id,
+                min(request.num_tokens, self.max_model_len),
+                hits,
+                total_computed,
+                apply_admission_cap=True,
+            )
+            if need_all + watermark > self.block_pool.get_num_free_blocks():
+                return None
+
+        num_tokens_need_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        coordinator.remove_skipped_blocks(request.request_id, total_computed)
+        num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
+            request.request_id, num_tokens_need_slots, hits, total_computed
+        )
+        if num_blocks_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
+            return None
+
+        if hits is not None and num_new_computed_tokens > 0:
+            coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
+
+        if self.enable_caching and not delay_cache_blocks:
+            coordinator.cache_blocks(
+                request.request_id, request.block_hashes, min(total_computed + num_new_tokens, request.num_tokens)
+            )
+        return KVCacheBlocks(new_blocks)
+
+    def free(self, request: Request) -> None:
+        """Give back all blocks of a finished or preempted request (tail first, per group)."""
+        self.coordinator.free(request.request_id)
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return KVCacheBlocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def reset_prefix_cache(self) -> bool:
+        return self.block_pool.reset_prefix_cache()
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()

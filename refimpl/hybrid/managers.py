@@ -1,0 +1,345 @@
+"""Per-group block-table managers (vLLM v1's `single_type_kv_cache_manager.py`).
+
+One manager owns the block tables of one cache group. All managers draw block ids from the same
+`BlockPool`. Two kinds are enough for DeepSeek V4:
+
+- `FullAttentionManager` (full attention and MLA, including DeepSeek V4's compressed MLA and
+  indexer caches): every block is kept until the request finishes; a prefix hit is the longest
+  run of cached blocks from the start.
+- `SlidingWindowManager` (sliding-window KV and the compressor state, which vLLM registers as
+  a sliding window of `coff * ratio` tokens): blocks that fall out of the window are freed and
+  replaced by the null block; a prefix hit only needs the last `window - 1` tokens before the hit
+  point, so a hit may have nulls in front.
+
+Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
+DeepSeek V4); a manager views them at its own block size by taking the hash at the last
+sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Sequence
+
+from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def unwrap_spec(spec):
+    """The scheduler-side spec of a group: a `UniformTypeKVCacheSpecs` stands for its first member.
+
+    All members of a uniform-type collection share block size and window, which is all a manager
+    needs (vLLM's `generate_scheduler_kv_cache_config` does the same).
+    """
+    members = getattr(spec, "kv_cache_specs", None)
+    if isinstance(members, Mapping) and members:
+        return next(iter(members.values()))
+    return spec
+
+
+def is_sliding_window_spec(spec) -> bool:
+    return getattr(unwrap_spec(spec), "sliding_window", None) is not None
+
+
+class BlockHashListWithBlockSize:
+    """Read-only view of fine-grained prefix hashes at a coarser block size.
+
+    Block j of size `block_size` ends at hash index `(j + 1) * block_size // hash_block_size - 1`;
+    that hash already covers the whole prefix, so it identifies the block.
+    """
+
+    def __init__(self, block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int) -> None:
+        if block_size % hash_block_size != 0:
+            raise ValueError(f"block_size {block_size} must be a multiple of hash_block_size {hash_block_size}")
+        self.block_hashes = block_hashes
+        self.scale = block_size // hash_block_size
+
+    def __len__(self) -> int:
+        return len(self.block_hashes) // self.scale
+
+    def __getitem__(self, j: int) -> BlockHash:
+        if not 0 <= j < len(self):
+            raise IndexError(f"block {j} has no hash yet ({len(self)} full blocks)")
+        return self.block_hashes[(j + 1) * self.scale - 1]
+
+
+class SingleTypeKVCacheManager:
+    """Block tables of one cache group: allocate, cache, look up, free.
+
+    `alignment_tokens` is the hit granularity shared by all groups (the scheduler block size,
+    the least common multiple of the group block sizes). `max_in_flight_tokens`, when given,
+    caps how many blocks the full-sequence admission check asks of a sliding-window group.
+    """
+
+    def __init__(
+        self,
+        kv_cache_spec,
+        block_pool: BlockPool,
+        kv_cache_group_id: int,
+        *,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+        enable_caching: bool = True,
+        max_in_flight_tokens: int | None = None,
+    ) -> None:
+        self.kv_cache_spec = unwrap_spec(kv_cache_spec)
+        self.block_size: int = self.kv_cache_spec.block_size
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        self.block_pool = block_pool
+        self.kv_cache_group_id = kv_cache_group_id
+        self.hash_block_size = hash_block_size or self.block_size
+        self.alignment_tokens = alignment_tokens or self.block_size
+        self.enable_caching = enable_caching
+        self.max_in_flight_tokens = max_in_flight_tokens
+        self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
+        self.num_cached_block: dict[str, int] = {}
+        self.new_block_ids: list[int] = []
+        self._null_block = block_pool.null_block
+
+    # ------------------------------------------------------------ hooks per kind
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens whose KV no future token reads (0 for full attention)."""
+        return 0
+
+    def max_admission_blocks_per_request(self) -> int | None:
+        """Most blocks this group can hold for one request at once (None: no cap)."""
+        return None
+
+    def reachable_block_mask(self, num_full_blocks: int) -> list[bool] | None:
+        """Which full blocks are worth hashing (None: all of them)."""
+        return None
+
+    # ------------------------------------------------------------ counting
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        total_computed_tokens: int = 0,
+        apply_admission_cap: bool = False,
+    ) -> int:
+        """Blocks this group must take from the free queue to hold `num_tokens` tokens.
+
+        Prefix hits that sit in the free queue (ref_cnt 0) count too: touching them takes them
+        out of the queue, so they are no longer available to anyone else.
+        """
+        required = cdiv(num_tokens, self.block_size)
+        cap = self.max_admission_blocks_per_request() if apply_admission_cap else None
+        if cap is not None:
+            required = min(required, cap)
+        req_blocks = self.req_to_blocks.get(request_id, [])
+        if request_id in self.req_to_blocks:  # running: hits only count on the first allocation
+            return max(required - len(req_blocks), 0)
+        skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        local_blocks = len(new_computed_blocks) + len(req_blocks)
+        num_new = max(required - max(skipped_blocks, local_blocks), 0)
+        revived = sum(
+            1
+            for block in new_computed_blocks[max(0, skipped_blocks - len(req_blocks)) :]
+            if block.ref_cnt == 0 and not block.is_null
+        )
+        return num_new + revived
+
+    # ------------------------------------------------------------ allocation
+    def allocate_new_computed_blocks(
+        self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
+    ) -> None:
+        """Start a request's table with its prefix hits (first allocation only).
+
+        Hits already outside the window are replaced by the null block instead of touched.
+        """
+        if request_id in self.req_to_blocks or not new_computed_blocks:
+            return
+        skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(new_computed_blocks))
+        kept = list(new_computed_blocks[skipped:])
+        self.block_pool.touch(kept)
+        table = self.req_to_blocks[request_id]
+        table.extend([self._null_block] * skipped)
+        table.extend(kept)
+        self.num_cached_block[request_id] = len(table)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Append fresh blocks until the table covers `num_tokens` tokens; return the new ones."""
+        table = self.req_to_blocks[request_id]
+        num_new = cdiv(num_tokens, self.block_size) - len(table)
+        if num_new <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        table.extend(new_blocks)
+        self.new_block_ids.extend(b.block_id for b in new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_tokens: int) -> None:
+        """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix cache."""
+        num_cached = self.num_cached_block.get(request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_full <= num_cached:
+            return
+        hashes = BlockHashListWithBlockSize(block_hashes, self.hash_block_size, self.block_size)
+        self.block_pool.cache_full_blocks(
+            hashes,
+            self.req_to_blocks[request_id],
+            num_cached,
+            num_full,
+            self.kv_cache_group_id,
+            block_mask=self.reachable_block_mask(num_full),
+        )
+        self.num_cached_block[request_id] = num_full
+
+    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[KVCacheBlock]:
+        """Free the blocks that left the window and put the null block in their place.
+
+        Walks backwards from the last skipped block and stops at the first null (everything
+        before it was freed earlier); frees in that backward order. Returns the freed blocks.
+        """
+        table = self.req_to_blocks.get(request_id)
+        if not table:
+            return []
+        num_skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table))
+        removed = []
+        for i in range(num_skipped - 1, -1, -1):
+            if table[i].is_null:
+                break
+            removed.append(table[i])
+            table[i] = self._null_block
+        self.block_pool.free_blocks(removed)
+        return removed
+
+    def free(self, request_id: str) -> None:
+        """Give back every block of a finished or preempted request, tail first."""
+        table = self.req_to_blocks.pop(request_id, [])
+        self.block_pool.free_blocks(reversed(table))
+        self.num_cached_block.pop(request_id, None)
+
+    # ------------------------------------------------------------ prefix lookup
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+    ) -> tuple[list[KVCacheBlock], ...]:
+        raise NotImplementedError
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    """Full attention: every token's KV stays until the request ends."""
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+    ) -> tuple[list[KVCacheBlock], ...]:
+        """Cached blocks from the start, stopping at the first miss, trimmed to the alignment."""
+        bs = unwrap_spec(kv_cache_spec).block_size
+        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
+        alignment = alignment_tokens or bs
+        computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
+        for j in range(min(max_length // bs, len(hashes))):
+            cached = block_pool.get_cached_block(hashes[j], kv_cache_group_ids)
+            if cached is None:
+                break
+            for table, block in zip(computed, cached):
+                table.append(block)
+        while computed[0] and (len(computed[0]) * bs) % alignment != 0:
+            for table in computed:
+                table.pop()
+        return computed
+
+
+class SlidingWindowManager(SingleTypeKVCacheManager):
+    """Sliding window of `W` tokens: token p reads positions [p - W + 1, p]."""
+
+    def __init__(self, kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
+        self.sliding_window: int = self.kv_cache_spec.sliding_window
+        if self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1, got {self.sliding_window}")
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """The next token to compute sits at `num_computed_tokens`; it reads back W - 1 tokens."""
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def max_admission_blocks_per_request(self) -> int | None:
+        """Window plus the tokens in flight, one more because the window may start mid-block."""
+        if self.max_in_flight_tokens is None:
+            return None
+        return cdiv(self.sliding_window - 1 + self.max_in_flight_tokens, self.block_size) + 1
+
+    def reachable_block_mask(self, num_full_blocks: int) -> list[bool] | None:
+        """Hash only the blocks just before each alignment boundary: a hit can end only there
+        and needs only the last `cdiv(W - 1, block_size)` blocks before it."""
+        per_segment = self.alignment_tokens // self.block_size
+        need = cdiv(self.sliding_window - 1, self.block_size)
+        if per_segment <= 1 or need >= per_segment:
+            return None
+        return [i % per_segment >= per_segment - need for i in range(num_full_blocks)]
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+    ) -> tuple[list[KVCacheBlock], ...]:
+        """Scan right to left for `cdiv(W - 1, bs)` contiguous cached blocks ending on an
+        alignment boundary; everything before the run is the null block."""
+        spec = unwrap_spec(kv_cache_spec)
+        bs = spec.block_size
+        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
+        alignment = alignment_tokens or bs
+        need = cdiv(spec.sliding_window - 1, bs)
+        num_blocks = min(max_length // bs, len(hashes))
+        null = block_pool.null_block
+        computed = tuple([null] * num_blocks for _ in kv_cache_group_ids)
+        run = 0
+        found = False
+        for i in range(num_blocks - 1, -1, -1):
+            if run == 0 and ((i + 1) * bs) % alignment != 0:
+                continue  # a hit may only end on an alignment boundary
+            cached = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if cached is None:
+                run = 0
+                continue
+            for table, block in zip(computed, cached):
+                table[i] = block
+            run += 1
+            if run >= need:
+                for table in computed:
+                    del table[i + run :]
+                found = True
+                break
+        if not found:
+            # Too short a run anywhere: only a run starting at block 0 counts (nothing before it
+            # is needed), trimmed down to the alignment.
+            for table in computed:
+                del table[run:]
+            while computed[0] and (len(computed[0]) * bs) % alignment != 0:
+                for table in computed:
+                    table.pop()
+        return computed
+
+
+def make_manager(kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> SingleTypeKVCacheManager:
+    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full attention."""
+    cls = SlidingWindowManager if is_sliding_window_spec(kv_cache_spec) else FullAttentionManager
+    return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
