@@ -1,0 +1,282 @@
+"""Pictures of Part I's paged KV cache, each with a text twin that prints the same state.
+
+- `draw_block_pool` / `describe_block_pool`: physical blocks (ref count, short hash, fill),
+  the free-queue order, and every sequence's logical -> physical block table.
+- `draw_prefix_match` / `describe_prefix_match`: what prefix matching does with each logical
+  block of one request (from `refimpl.paged.prefix_match.explain_prefix_match`).
+- `draw_fragmentation` / `describe_fragmentation`: notebook 01's reserve-max vs paged memory.
+- `draw_reusable_tokens` / `describe_reusable_tokens`: cached-prefix reuse against block size.
+
+Figures are built with `matplotlib.figure.Figure` (not pyplot) so nothing leaks or shows twice.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence as Seq
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
+
+from refimpl.paged.block_manager import BlockManager
+from refimpl.paged.fragmentation import MemoryUse, RequestLengths, format_memory_table
+from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch, reusable_prefix_tokens
+from refimpl.paged.sequence import Sequence
+
+SEQ_COLORS = ["#4c72b0", "#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+FREE_CACHED = "#b7e4c7"
+FREE_EMPTY = "#eeeeee"
+OUTCOME_COLORS = {
+    MatchOutcome.HIT_IN_USE: "#4c72b0",
+    MatchOutcome.HIT_FREE: "#55a868",
+    MatchOutcome.MISS: "#c44e52",
+    MatchOutcome.NOT_LOOKED_UP: "#bbbbbb",
+    MatchOutcome.LAST_BLOCK: "#dd8452",
+}
+
+
+def short_hash(h: int | None, digits: int = 4) -> str:
+    """The first hex digits of a 64-bit block hash, or '-' for no hash."""
+    if h is None or h == -1:
+        return "-"
+    return f"{h:016x}"[:digits]
+
+
+def _named(seqs: Mapping[str, Sequence] | Iterable[Sequence]) -> list[tuple[str, Sequence]]:
+    if isinstance(seqs, Mapping):
+        return list(seqs.items())
+    return [(f"seq {s.seq_id}", s) for s in seqs]
+
+
+def _pool_rows(bm: BlockManager, named: list[tuple[str, Sequence]]):
+    """Per physical block: (holders, tokens held) derived from the block tables."""
+    holders: dict[int, list[str]] = {b.block_id: [] for b in bm.blocks}
+    filled: dict[int, int] = {}
+    for name, seq in named:
+        for i, block_id in enumerate(seq.block_table):
+            holders[block_id].append(name)
+            filled[block_id] = max(0, min(bm.block_size, len(seq) - i * bm.block_size))
+    queue_pos = {b: i for i, b in enumerate(bm.free_block_ids)}
+    return holders, filled, queue_pos
+
+
+def describe_block_pool(bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence]) -> str:
+    """Text twin of `draw_block_pool`: one line per block, the free queue, and each block table."""
+    named = _named(seqs)
+    holders, filled, queue_pos = _pool_rows(bm, named)
+    lines = [
+        f"pool: {bm.num_blocks} blocks x {bm.block_size} tokens | used {len(bm.used_block_ids)}, "
+        f"free {len(bm.free_block_ids)}, cached hashes {len(bm.hash_to_block_id)}",
+        "block  ref  hash  tokens  state",
+    ]
+    for block in bm.blocks:
+        b = block.block_id
+        if b in queue_pos:
+            state = ("free, cached" if block.hash != -1 else "free") + f" (queue position {queue_pos[b]})"
+            tokens = f"{len(block.token_ids)}/{bm.block_size}" if block.hash != -1 else "-"
+        else:
+            state = "in use by " + ", ".join(holders[b]) if holders[b] else "in use"
+            tokens = f"{filled[b]}/{bm.block_size}" if b in filled else "?"
+        lines.append(f"{'#' + str(b):>5} {block.ref_count:>4}  {short_hash(block.hash):<4}  {tokens:<6}  {state}")
+    lines.append("free queue (head -> tail): " + (" ".join(f"#{b}" for b in bm.free_block_ids) or "empty"))
+    for name, seq in named:
+        table = " ".join(f"L{i}->#{b}" for i, b in enumerate(seq.block_table)) or "no blocks"
+        lines.append(f"{name}: {table}  ({len(seq)} tokens, {seq.num_cached_tokens} cached)")
+    return "\n".join(lines)
+
+
+def draw_block_pool(
+    bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence], *, title: str | None = None
+) -> Figure:
+    """Physical blocks in a row (colour = holder, hatched = shared, green = freed but still
+    cached, grey = free and empty) with the free-queue position under each free block (q0 is
+    the head, reused first); above them every sequence's block table, one box per logical
+    block, with an arrow to the physical block it maps to."""
+    named = _named(seqs)
+    holders, _, queue_pos = _pool_rows(bm, named)
+    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, (name, _) in enumerate(named)}
+    n = bm.num_blocks
+    # logical boxes of all sequences side by side in one row, a small gap between sequences
+    starts, x = [], 0.0
+    for _, seq in named:
+        starts.append(x)
+        x += max(len(seq.block_table), 1) + 0.5
+    width = max(n, x - 0.5)
+    fig = Figure(figsize=(max(6.0, 0.95 * width + 2.2), 4.4))
+    ax = fig.add_subplot()
+    ax.set_xlim(-2.2, width + 0.1)
+    ax.set_ylim(-1.4, 3.6)
+    ax.axis("off")
+
+    ax.text(-0.15, 0.5, "physical\nblocks", ha="right", va="center", fontsize=9)
+    for block in bm.blocks:
+        b = block.block_id
+        owners = holders[b]
+        if b in queue_pos:
+            face = FREE_CACHED if block.hash != -1 else FREE_EMPTY
+        else:
+            face = colour_of[owners[0]] if owners else "#999999"
+        ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1, facecolor=face, edgecolor="black", zorder=3,
+                               hatch="//" if len(owners) > 1 else None))
+        ink = "white" if face in SEQ_COLORS else "black"
+        ax.text(b + 0.5, 0.72, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
+        ax.text(b + 0.5, 0.42, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
+        ax.text(b + 0.5, 0.16, short_hash(block.hash), ha="center", va="center", fontsize=7, family="monospace", color=ink, zorder=4)
+        if b in queue_pos:
+            ax.text(b + 0.5, -0.25, f"q{queue_pos[b]}", ha="center", va="center", fontsize=8, color="#2d6a4f")
+    if len(bm.free_block_ids):
+        ax.text(-0.15, -0.25, "free-queue\nposition", ha="right", va="center", fontsize=8, color="#2d6a4f")
+    order = " -> ".join(f"#{b}" for b in bm.free_block_ids) or "empty"
+    ax.text(-2.1, -1.0, f"free queue, head first: {order}", ha="left", va="center", fontsize=8)
+
+    y = 2.3
+    ax.text(-0.15, y + 0.3, "block\ntables", ha="right", va="center", fontsize=9)
+    for start, (name, seq) in zip(starts, named):
+        colour = colour_of[name]
+        span = max(len(seq.block_table), 1)
+        ax.text(start + span / 2, y + 0.9, f"{name} ({len(seq)} tok)", ha="center", va="center", fontsize=8, color=colour)
+        for i, b in enumerate(seq.block_table):
+            ax.add_patch(Rectangle((start + i + 0.1, y), 0.8, 0.6, facecolor="white", edgecolor=colour, linewidth=2, zorder=3))
+            ax.text(start + i + 0.5, y + 0.3, f"L{i}\u2192#{b}", ha="center", va="center", fontsize=8, zorder=4)
+            ax.add_patch(FancyArrowPatch((start + i + 0.5, y), (b + 0.5, 1.0), arrowstyle="-|>", mutation_scale=9,
+                                         color=colour, alpha=0.75, linewidth=1.2, zorder=2))
+    legend = [Patch(facecolor=colour_of[name], label=name) for name, _ in named]
+    legend += [Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept (can still hit)"),
+               Patch(facecolor=FREE_EMPTY, edgecolor="black", label="free, empty")]
+    if any(len(h) > 1 for h in holders.values()):
+        legend.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="shared (ref > 1)"))
+    ax.legend(handles=legend, loc="lower right", fontsize=7, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.1))
+    ax.set_title(title or f"{n} blocks of {bm.block_size} tokens: pool and block tables", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- prefix match
+def _tokens_text(tokens: Seq[int], limit: int = 6) -> str:
+    if len(tokens) <= limit:
+        return "[" + " ".join(map(str, tokens)) + "]"
+    return f"[{tokens[0]} {tokens[1]} .. {tokens[-1]}] ({len(tokens)} tokens)"
+
+
+def _effect(b) -> str:
+    if b.block_id is None:
+        return "does not fit"
+    if b.outcome is MatchOutcome.HIT_IN_USE:
+        return f"#{b.block_id} shared, ref {b.ref_count_before}->{b.ref_count_after}"
+    if b.outcome is MatchOutcome.HIT_FREE:
+        return f"#{b.block_id} leaves the free queue, ref 0->1"
+    return f"#{b.block_id} from the free-queue head"
+
+
+def describe_prefix_match(match: PrefixMatch) -> str:
+    """Text twin of `draw_prefix_match`: one line per logical block, then the totals."""
+    m = match
+    lines = [f"request: {m.num_tokens} tokens, block_size {m.block_size}, {len(m.blocks)} blocks"]
+    for b in m.blocks:
+        lines.append(
+            f"L{b.index} {_tokens_text(b.token_ids):<22} hash {short_hash(b.hash):<4}  {b.outcome.value:<13}  {_effect(b)}"
+        )
+        if b.outcome is MatchOutcome.MISS or b.outcome is MatchOutcome.LAST_BLOCK:
+            lines.append(f"   ({b.reason})")
+    verdict = f"fits, can_allocate = {m.can_allocate}" if m.fits else "does not fit, can_allocate = -1"
+    lines.append(
+        f"cached: {m.num_cached_blocks} blocks = {m.num_cached_blocks * m.block_size} tokens; "
+        f"free blocks needed {m.num_free_blocks_needed} of {m.num_free_blocks} free -> {verdict}"
+    )
+    return "\n".join(lines)
+
+
+def draw_prefix_match(match: PrefixMatch, *, title: str | None = None) -> Figure:
+    """One box per logical block, coloured by what matching does with it, with the chained hash
+    under each looked-up block and the physical block it ends up in."""
+    m = match
+    n = len(m.blocks)
+    fig = Figure(figsize=(max(6.0, 2.0 * n + 1.0), 3.2))
+    ax = fig.add_subplot()
+    ax.set_xlim(-0.1, 2.0 * n)
+    ax.set_ylim(-1.5, 2.1)
+    ax.axis("off")
+    for b in m.blocks:
+        x = 2.0 * b.index
+        colour = OUTCOME_COLORS[b.outcome]
+        ax.add_patch(Rectangle((x + 0.1, 0), 1.7, 1.2, facecolor=colour, edgecolor="black", alpha=0.9))
+        ax.text(x + 0.95, 0.95, f"L{b.index}", ha="center", va="center", fontsize=11, weight="bold", color="white")
+        ax.text(x + 0.95, 0.6, _tokens_text(b.token_ids, 4), ha="center", va="center", fontsize=7, color="white")
+        ax.text(x + 0.95, 0.25, b.outcome.value, ha="center", va="center", fontsize=8, color="white")
+        if b.hash is not None:
+            ax.text(x + 0.95, 1.45, f"h={short_hash(b.hash)}", ha="center", va="center", fontsize=8, family="monospace")
+            if b.index > 0:
+                ax.add_patch(FancyArrowPatch((x - 0.55, 1.45), (x + 0.45, 1.45), arrowstyle="-|>", mutation_scale=8, color="#555555"))
+        ax.text(x + 0.95, -0.35, _effect(b).replace(", ", "\n", 1), ha="center", va="top", fontsize=7.5)
+    handles = [Patch(facecolor=c, label=o.value) for o, c in OUTCOME_COLORS.items()]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=5, fontsize=7, frameon=False)
+    summary = (
+        f"{m.num_tokens} tokens, block_size {m.block_size}: {m.num_cached_blocks} cached blocks = "
+        f"{m.num_cached_blocks * m.block_size} tokens; needs {m.num_free_blocks_needed} of {m.num_free_blocks} free blocks"
+    )
+    ax.set_title(title or summary, fontsize=9, pad=14)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- notebook 01 / 04 plots
+def describe_fragmentation(rows: Seq[MemoryUse], bytes_per_token: int | None = None) -> str:
+    """Text twin of `draw_fragmentation`: the memory table."""
+    return format_memory_table(rows, bytes_per_token)
+
+
+def draw_fragmentation(lengths: RequestLengths, rows: Seq[MemoryUse]) -> Figure:
+    """Left: the request-length histogram against max_len. Right: used vs wasted memory per scheme."""
+    fig = Figure(figsize=(10, 3.8))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
+    totals = lengths.total_lens
+    ax1.hist(totals, bins=40, color="#4c72b0")
+    ax1.axvline(lengths.max_len, color="#c44e52", linestyle="--", label=f"max_len = {lengths.max_len}")
+    ax1.axvline(float(np.mean(totals)), color="black", linestyle=":", label=f"mean = {np.mean(totals):.0f}")
+    ax1.set_xlabel("tokens per request (prompt + output)")
+    ax1.set_ylabel("requests")
+    ax1.set_title(f"{len(lengths)} simulated requests", fontsize=10)
+    ax1.legend(fontsize=8)
+    labels = [r.scheme if r.block_size is None else f"paged\nbs={r.block_size}" for r in rows]
+    used = [r.used_tokens / 1e3 for r in rows]
+    wasted = [r.wasted_tokens / 1e3 for r in rows]
+    x = np.arange(len(rows))
+    ax2.bar(x, used, color="#4c72b0", label="used (holds K/V)")
+    ax2.bar(x, wasted, bottom=used, color="#c44e52", label="reserved but empty")
+    for xi, r in zip(x, rows):
+        ax2.text(xi, (r.reserved_tokens / 1e3) * 1.01, f"{100 * r.waste_fraction:.1f}%", ha="center", va="bottom", fontsize=8)
+    ax2.set_xticks(x, labels, fontsize=8)
+    ax2.set_ylabel("thousand token slots")
+    ax2.set_title("KV memory reserved, and the share wasted", fontsize=10)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def describe_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: Seq[int]) -> str:
+    """Text twin of `draw_reusable_tokens`."""
+    lines = [f"shared prefix {shared_prefix_len} tokens, prompt {prompt_len} tokens", "block_size  reused  recomputed-prefix"]
+    for bs in block_sizes:
+        reused = reusable_prefix_tokens(shared_prefix_len, prompt_len, bs)
+        lines.append(f"{bs:>10}  {reused:>6}  {shared_prefix_len - reused:>17}")
+    return "\n".join(lines)
+
+
+def draw_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: Seq[int]) -> Figure:
+    """How many tokens of a cached shared prefix a new prompt reuses, for each block size."""
+    reused = [reusable_prefix_tokens(shared_prefix_len, prompt_len, bs) for bs in block_sizes]
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    ax.plot(block_sizes, reused, marker="o", color="#4c72b0", label="reused tokens")
+    ax.axhline(shared_prefix_len, color="#c44e52", linestyle="--", label=f"shared prefix = {shared_prefix_len}")
+    for bs, r in zip(block_sizes, reused):
+        ax.annotate(str(r), (bs, r), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(block_sizes), [str(b) for b in block_sizes], fontsize=8)
+    ax.set_ylim(0, shared_prefix_len * 1.15)
+    ax.set_xlabel("block_size (tokens)")
+    ax.set_ylabel("prefix tokens reused")
+    ax.set_title(f"A {prompt_len}-token prompt sharing a cached {shared_prefix_len}-token prefix", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig

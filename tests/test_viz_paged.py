@@ -1,0 +1,101 @@
+"""Part I pictures: every figure builds; text twins are exact for the seed's fixed state."""
+
+from matplotlib.figure import Figure
+
+from refimpl.paged import BlockManager, Sequence
+from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
+from refimpl.paged.prefix_match import explain_prefix_match, seed_example
+from refimpl.viz.paged import (
+    describe_block_pool,
+    describe_fragmentation,
+    describe_prefix_match,
+    describe_reusable_tokens,
+    draw_block_pool,
+    draw_fragmentation,
+    draw_prefix_match,
+    draw_reusable_tokens,
+    short_hash,
+)
+
+SEED_POOL = """\
+pool: 8 blocks x 4 tokens | used 4, free 4, cached hashes 2
+block  ref  hash  tokens  state
+   #0    1  -     3/4     in use by other0
+   #1    1  1835  4/4     in use by holder
+   #2    1  -     1/4     in use by holder
+   #3    0  a7dc  4/4     free, cached (queue position 3)
+   #4    0  -     -       free (queue position 2)
+   #5    1  -     2/4     in use by other1
+   #6    0  -     -       free (queue position 0)
+   #7    0  -     -       free (queue position 1)
+free queue (head -> tail): #6 #7 #4 #3
+other0: L0->#0  (3 tokens, 3 cached)
+holder: L0->#1 L1->#2  (5 tokens, 5 cached)
+other1: L0->#5  (2 tokens, 2 cached)"""
+
+SEED_MATCH = """\
+request: 12 tokens, block_size 4, 3 blocks
+L0 [101 102 103 104]      hash 1835  hit, in use    #1 shared, ref 1->2
+L1 [201 202 203 204]      hash a7dc  hit, freed     #3 leaves the free queue, ref 0->1
+L2 [301 302 303 304]      hash -     last block     #6 from the free-queue head
+   (the last block is always recomputed (prefill needs logits))
+cached: 2 blocks = 8 tokens; free blocks needed 2 of 4 free -> fits, can_allocate = 2"""
+
+
+def test_block_pool_text_and_figure():
+    bm, holders, request = seed_example()
+    assert describe_block_pool(bm, holders) == SEED_POOL
+    fig = draw_block_pool(bm, holders)
+    assert isinstance(fig, Figure)
+    bm.allocate(request, 2)
+    text = describe_block_pool(bm, {**holders, "request": request})
+    assert "   #1    2  1835  4/4     in use by holder, request" in text
+    assert "free queue (head -> tail): #7 #4" in text
+    assert text.endswith("request: L0->#1 L1->#3 L2->#6  (12 tokens, 8 cached)")
+    ax = draw_block_pool(bm, {**holders, "request": request}).axes[0]
+    assert sum(p.get_hatch() == "//" for p in ax.patches) == 1  # exactly one shared block
+
+
+def test_block_pool_unnamed_sequences_and_empty_pool():
+    bm = BlockManager(3, 2)
+    seq = Sequence([1, 2, 3], block_size=2)
+    text = describe_block_pool(bm, [seq])
+    assert "free queue (head -> tail): #0 #1 #2" in text
+    assert text.endswith(f"seq {seq.seq_id}: no blocks  (3 tokens, 0 cached)")
+    assert isinstance(draw_block_pool(bm, [seq]), Figure)
+
+
+def test_prefix_match_text_and_figure():
+    bm, _, request = seed_example()
+    m = explain_prefix_match(bm, request)
+    assert describe_prefix_match(m) == SEED_MATCH
+    assert isinstance(draw_prefix_match(m), Figure)
+
+
+def test_prefix_match_does_not_fit_and_long_blocks():
+    bm = BlockManager(2, 8)
+    m = explain_prefix_match(bm, Sequence(list(range(20)), block_size=8))
+    text = describe_prefix_match(m)
+    assert "L0 [0 1 .. 7] (8 tokens)" in text
+    assert text.count("does not fit") == 4  # three blocks plus the verdict
+    assert text.endswith("free blocks needed 3 of 2 free -> does not fit, can_allocate = -1")
+    assert isinstance(draw_prefix_match(m), Figure)
+
+
+def test_short_hash():
+    assert short_hash(None) == "-" and short_hash(-1) == "-"
+    assert short_hash(0xABCDEF0123456789) == "abcd"
+
+
+def test_fragmentation_and_reuse_plots():
+    lengths = sample_request_lengths(200, seed=1)
+    rows = compare_allocation(lengths.total_lens, 2048, [16, 256])
+    assert isinstance(draw_fragmentation(lengths, rows), Figure)
+    assert describe_fragmentation(rows).splitlines()[1].startswith("reserve-max")
+    assert describe_reusable_tokens(600, 700, [16, 256]) == (
+        "shared prefix 600 tokens, prompt 700 tokens\n"
+        "block_size  reused  recomputed-prefix\n"
+        "        16     592                  8\n"
+        "       256     512                 88"
+    )
+    assert isinstance(draw_reusable_tokens(600, 700, [1, 16, 256]), Figure)
