@@ -1,0 +1,69 @@
+"""Load a Hugging Face checkpoint directory (config.json + *.safetensors) into our model.
+
+Only safetensors files are read: they hold raw tensors and metadata, nothing executable.
+PyTorch `.bin`/`.pt` files are pickles, and unpickling a downloaded file can run arbitrary
+code, so they are refused, never opened. Sharded checkpoints (model-00001-of-00004.safetensors,
+...) load the same way: every tensor is copied to the parameter of the same name.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+# Checkpoint entries that are not parameters of our model and carry nothing we need.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def safetensors_files(model_dir: str | os.PathLike) -> list[str]:
+    """The checkpoint's safetensors files, sorted; a clear error when there are none."""
+    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if files:
+        return files
+    pickles = sorted(
+        os.path.basename(p) for pattern in ("*.bin", "*.pt", "*.pth") for p in glob.glob(os.path.join(model_dir, pattern))
+    )
+    if pickles:
+        raise ValueError(
+            f"{model_dir!s} has only pickled weights ({', '.join(pickles)}); refimpl loads *.safetensors only "
+            f"and never unpickles files. Convert the checkpoint to safetensors first."
+        )
+    raise ValueError(f"{model_dir!s} has no *.safetensors weight files")
+
+
+@torch.no_grad()
+def load_model(model: nn.Module, model_dir: str | os.PathLike) -> None:
+    """Copy every checkpoint tensor into the parameter with the same name.
+
+    Raises ValueError for a tensor the model does not have, a shape mismatch, or a parameter
+    the checkpoint leaves unset. With tied embeddings the model has no separate `lm_head.weight`
+    (it is the embedding matrix); a copy stored in the checkpoint anyway is skipped.
+    """
+    params = dict(model.named_parameters())  # a tied weight appears once, under its first name
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    loaded: set[str] = set()
+    for path in safetensors_files(model_dir):
+        with safe_open(path, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if name.endswith(_IGNORED_SUFFIXES):
+                    continue
+                tensor = f.get_tensor(name)
+                if name == "lm_head.weight" and tied and name not in params:
+                    continue  # a redundant copy of the tied embedding matrix
+                if name not in params:
+                    raise ValueError(f"{os.path.basename(path)} has tensor {name!r}, which this Qwen3 model does not have")
+                param = params[name]
+                if tuple(tensor.shape) != tuple(param.shape):
+                    raise ValueError(
+                        f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(param.shape)} "
+                        f"(does config.json match the weights?)"
+                    )
+                param.copy_(tensor)
+                loaded.add(name)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise ValueError(f"the checkpoint in {model_dir!s} does not set {len(missing)} parameters: {missing[:5]}")
