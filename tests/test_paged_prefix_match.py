@@ -11,6 +11,7 @@ from refimpl.paged.prefix_match import (
     SEED_C,
     MatchOutcome,
     cached_prefix_after_reuse,
+    decode_step,
     explain_prefix_match,
     measure_reusable_prefix_tokens,
     prefill,
@@ -131,6 +132,23 @@ def test_reverse_free_keeps_prefix_longest():
     assert cached_prefix_after_reuse(4, 2, reverse_free=False) == [4, 0, 0, 0, 0, 0]
 
 
+def test_decode_step_adds_blocks_at_boundaries_and_registers_full_blocks():
+    bm = BlockManager(3, 4)
+    seq = Sequence([1, 2, 3], block_size=4)
+    prefill(bm, seq)
+    added = [decode_step(bm, seq, t) for t in (4, 5, 6, 7, 8, 9)]
+    assert added == [False, True, False, False, False, True]  # tokens 5 and 9 start blocks
+    assert seq.block_table == [0, 1, 2] and seq.num_cached_tokens == len(seq) == 9
+    assert sorted(bm.hash_to_block_id.values()) == [0, 1]  # two full blocks registered
+    assert bm.blocks[1].hash == compute_hash([5, 6, 7, 8], compute_hash([1, 2, 3, 4]))
+    for t in (10, 11, 12):
+        decode_step(bm, seq, t)
+    with pytest.raises(ValueError, match="free queue is empty"):
+        decode_step(bm, seq, 13)
+    assert len(seq) == 12 and seq.last_token == 12  # unchanged by the failed step
+    check_invariants(bm, [seq])
+
+
 # ------------------------------------------------------------------ random states
 # A prompt is built from an earlier prompt's prefix plus a random tail, so that states are full
 # of shared prefixes, freed-but-cached blocks, and hash-table entries overwritten by twins.
@@ -168,15 +186,10 @@ def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, oper
             bm.deallocate(live.pop(op[1] % len(live)))
         elif live and op[0] == "decode":
             seq = live[op[1] % len(live)]
-            seq.append_token(op[2])  # the token sampled last step; this step computes its K/V
-            history.append(list(seq.token_ids))
-            if bm.can_append(seq):
-                bm.may_append(seq)
-                seq.num_scheduled_tokens = 1
-                bm.hash_blocks(seq)
-                seq.num_cached_tokens += 1
-                seq.num_scheduled_tokens = 0
-            else:  # no room: preempt, as the scheduler would
+            try:
+                decode_step(bm, seq, op[2])
+                history.append(list(seq.token_ids))
+            except ValueError:  # no room: preempt, as the scheduler would
                 bm.deallocate(seq)
                 live.remove(seq)
         check_invariants(bm, live)

@@ -213,6 +213,31 @@ def prefill(block_manager: BlockManager, seq: Sequence) -> int:
     return num_cached_blocks
 
 
+def decode_step(block_manager: BlockManager, seq: Sequence, token_id: int) -> bool:
+    """One decode step after `prefill`: `token_id` (sampled last step) joins the sequence and its
+    K/V is computed now, in a new block if it is the first token of one.
+
+    Runs `can_append`, `may_append`, then registers a block this token filled (`hash_blocks`),
+    as schedule + postprocess do. Returns True when a new block was added. Raises ValueError
+    (before changing anything) when a new block is needed and none is free.
+    """
+    if seq.num_cached_tokens != len(seq):
+        raise ValueError(f"sequence {seq.seq_id} has uncomputed tokens; prefill it first")
+    before = len(seq.block_table)
+    seq.append_token(token_id)
+    if not block_manager.can_append(seq):
+        seq.token_ids.pop()
+        seq.num_tokens -= 1
+        seq.last_token = seq.token_ids[-1]
+        raise ValueError(f"sequence {seq.seq_id} needs a new block but the free queue is empty")
+    block_manager.may_append(seq)
+    seq.num_scheduled_tokens = 1
+    block_manager.hash_blocks(seq)
+    seq.num_cached_tokens += 1
+    seq.num_scheduled_tokens = 0
+    return len(seq.block_table) > before
+
+
 # Token ids of the seed's example: three 4-token blocks A, B, C of a 12-token request.
 SEED_A = [101, 102, 103, 104]
 SEED_B = [201, 202, 203, 204]
@@ -323,6 +348,7 @@ __all__ = [
     "MatchOutcome",
     "PrefixMatch",
     "cached_prefix_after_reuse",
+    "decode_step",
     "explain_prefix_match",
     "measure_reusable_prefix_tokens",
     "prefill",
