@@ -91,6 +91,17 @@ class FakeModelRunner:
             token = (token + 1) % self.vocab_size
         return token
 
+    def reference_completion(self, prompt: list[int], max_tokens: int, ignore_eos: bool = False) -> list[int]:
+        """What one sequence alone would generate, with no scheduler and no cache: the yardstick
+        that every batched, chunked, cached or preempted run must equal."""
+        tokens = list(prompt)
+        while True:
+            token = self.next_token(tokens, len(prompt))
+            tokens.append(token)
+            completion = tokens[len(prompt) :]
+            if (not ignore_eos and token == self.eos) or len(completion) == max_tokens:
+                return completion
+
     def _slot(self, seq: Sequence, position: int) -> tuple[int, int]:
         index = position // self.block_size
         if index >= len(seq.block_table):
