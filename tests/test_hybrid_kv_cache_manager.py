@@ -1,0 +1,186 @@
+"""KVCacheManager: prefix hits (never the last token), allocate_slots across groups, watermark,
+full-sequence admission, None without side effects, and a random-workload property test."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl.hybrid.block_pool import check_pool_invariants
+from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus, hash_block_tokens
+from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
+
+
+def full(bs=4):
+    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
+
+
+def swa(bs=4, window=8):
+    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
+
+
+def free_ids(m):
+    return [b.block_id for b in m.block_pool.free_block_queue]
+
+
+def step(m, r, n, **kw):
+    """Schedule n new tokens of r (after its hits) and mark them computed, as a scheduler would."""
+    out = m.allocate_slots(r, n, **kw)
+    if out is not None:
+        r.num_computed_tokens += n + kw.get("num_new_computed_tokens", 0)
+        r.status = RequestStatus.RUNNING
+    return out
+
+
+def test_request_hashes_chain_and_grow():
+    r = Request("r", [1, 2, 3, 4, 5, 6, 7], hash_block_size=4)
+    assert len(r.block_hashes) == 1
+    assert r.block_hashes[0] == hash_block_tokens(None, [1, 2, 3, 4])
+    r.append_output_token_ids([8])
+    assert r.block_hashes[1] == hash_block_tokens(r.block_hashes[0], [5, 6, 7, 8])
+    assert Request("s", [9, 2, 3, 4], 4).block_hashes[0] != r.block_hashes[0]
+
+
+def test_allocate_slots_across_groups_then_decode_frees_window_blocks():
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    r = m.make_request("a", range(10))
+    new = step(m, r, 10)
+    assert new.get_block_ids() == ([1, 2, 3], [4, 5, 6])
+    for t in range(10, 17):  # decode 7 tokens
+        r.append_output_token_ids([100 + t])
+        step(m, r, 1)
+    assert r.num_computed_tokens == 17
+    # block 4 left the window of 8 at 11 computed tokens, block 5 at 15; both were full and
+    # hashed, so they went to the back of the free queue (still good for a prefix hit)
+    assert m.get_block_ids("a") == ([1, 2, 3, 7, 9], [0, 0, 6, 8, 10])
+    assert free_ids(m)[-2:] == [4, 5]
+    m.free(r)
+    assert m.block_pool.get_num_free_blocks() == 19
+    check_pool_invariants(m.block_pool, [[]])
+
+
+def test_get_computed_blocks_never_returns_the_last_token():
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    a = m.make_request("a", range(8))
+    step(m, a, 8)
+    m.free(a)
+    same = m.make_request("b", range(8))
+    hits, n = m.get_computed_blocks(same)
+    assert n == 4  # 8 tokens cached, but token 7 must run again for its logits
+    assert hits.get_block_ids() == ([1], [3])
+    longer = m.make_request("c", range(9))
+    hits, n = m.get_computed_blocks(longer)
+    assert n == 8 and hits.get_block_ids() == ([1, 2], [3, 4])
+
+
+def test_second_request_reuses_the_prefix_and_allocates_the_rest():
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    a = m.make_request("a", range(16))
+    step(m, a, 16)
+    m.free(a)
+    # free queue: unhashed first, then hashed in reverse table order
+    assert free_ids(m)[:1] == [9]
+    b = m.make_request("b", [*range(12), 50, 51, 52, 53, 54])
+    hits, n = m.get_computed_blocks(b)
+    assert n == 12
+    assert hits.get_block_ids() == ([1, 2, 3], [0, 6, 7])
+    new = step(m, b, b.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits)
+    assert m.get_block_ids("b") == ([1, 2, 3, 9, 10], [0, 6, 7, 11, 12])
+    assert new.get_block_ids() == ([9, 10], [11, 12])
+    check_pool_invariants(m.block_pool, m.get_blocks("b").blocks)
+
+
+def test_none_when_it_does_not_fit_and_nothing_changes():
+    m = KVCacheManager([full(), swa()], num_blocks=8, max_model_len=64)
+    a = m.make_request("a", range(12))
+    step(m, a, 12)  # 3 + 3 blocks of the 7 usable ones
+    m.free(a)
+    b = m.make_request("b", range(13))
+    hits, n = m.get_computed_blocks(b)
+    assert n == 12
+    before = (free_ids(m), [blk.ref_cnt for blk in m.block_pool.blocks])
+    c = m.make_request("c", range(100, 130))
+    assert m.allocate_slots(c, 30) is None
+    assert (free_ids(m), [blk.ref_cnt for blk in m.block_pool.blocks]) == before
+    assert m.get_block_ids("c") == ([], [])
+    # b fits exactly: full attention revives 3 hits and takes 1 new block; the window revives
+    # 2 hits (its first hit block is the null block) and takes 1 new block: 7 blocks
+    assert m.coordinator.get_num_blocks_to_allocate("b", 13, hits.blocks, 12) == 7
+    assert step(m, b, 1, num_new_computed_tokens=n, new_computed_blocks=hits) is not None
+    check_pool_invariants(m.block_pool, m.get_blocks("b").blocks)
+
+
+def test_watermark_applies_to_waiting_requests_when_others_run():
+    m = KVCacheManager([full()], num_blocks=11, max_model_len=64, watermark=0.2)
+    assert m.watermark_blocks == 2
+    r = m.make_request("r", range(36))  # 9 blocks; 10 are free
+    assert m.allocate_slots(r, 36, has_scheduled_reqs=True) is None
+    assert step(m, r, 36) is not None  # nobody else is running: no watermark
+
+
+def test_full_sequence_must_fit():
+    m = KVCacheManager([full(), swa()], num_blocks=21, max_model_len=400, max_num_batched_tokens=8)
+    r = m.make_request("r", range(80))
+    # first chunk of 8 tokens needs 4 blocks, but the whole request needs 20 for full attention
+    # plus the window cap cdiv(7 + 8, 4) + 1 = 5 for the sliding window: 25 > 20
+    assert m.allocate_slots(r, 8, full_sequence_must_fit=True) is None
+    assert m.block_pool.get_num_free_blocks() == 20
+    assert step(m, r, 8) is not None
+    short = m.make_request("s", range(40))  # 10 + 5 = 15 <= 16 free
+    assert step(m, short, 8, full_sequence_must_fit=True) is not None
+
+
+def test_bad_arguments_raise_before_any_change():
+    m = KVCacheManager([full()], num_blocks=5, max_model_len=64)
+    r = m.make_request("r", range(8))
+    with pytest.raises(ValueError, match="num_new_tokens"):
+        m.allocate_slots(r, 0)
+    with pytest.raises(ValueError, match="cannot schedule"):
+        m.allocate_slots(r, 9)
+    with pytest.raises(ValueError, match="new_computed_blocks"):
+        m.allocate_slots(r, 1, num_new_computed_tokens=4)
+    with pytest.raises(ValueError, match="watermark"):
+        KVCacheManager([full()], num_blocks=5, max_model_len=64, watermark=1.5)
+    assert m.block_pool.get_num_free_blocks() == 4
+
+
+# ------------------------------------------------------------------ property test
+prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)  # few symbols: many shared prefixes
+action = st.one_of(
+    st.tuples(st.just("add"), prompt),
+    st.tuples(st.just("run"), st.integers(0, 9), st.integers(1, 12)),
+    st.tuples(st.just("free"), st.integers(0, 9)),
+)
+
+
+@given(actions=st.lists(action, max_size=30), num_blocks=st.integers(2, 40), caching=st.booleans())
+def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, caching):
+    m = KVCacheManager(
+        [full(4), swa(4, 8), swa(2, 5)], num_blocks=num_blocks, max_model_len=64, enable_caching=caching
+    )
+    live: list[Request] = []
+    for i, act in enumerate(actions):
+        if act[0] == "add":
+            r = m.make_request(f"r{i}", act[1])
+            hits, n = m.get_computed_blocks(r)
+            assert n % m.scheduler_block_size == 0 and n < r.num_tokens
+            free_before = m.block_pool.get_num_free_blocks()
+            if step(m, r, r.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits) is None:
+                assert m.block_pool.get_num_free_blocks() == free_before
+            else:
+                live.append(r)
+        elif act[0] == "run" and live:
+            r = live[act[1] % len(live)]
+            if r.num_tokens + act[2] > m.max_model_len:
+                continue
+            r.append_output_token_ids([7] * act[2])
+            step(m, r, act[2])
+        elif act[0] == "free" and live:
+            m.free(live.pop(act[1] % len(live)))
+        tables = [blocks for r in live for blocks in m.get_blocks(r.request_id).blocks]
+        check_pool_invariants(m.block_pool, tables + [[]])
+        for r in live:  # every group covers the computed tokens (null blocks included)
+            for mgr, blocks in zip(m.coordinator.single_type_managers, m.get_blocks(r.request_id).blocks):
+                assert len(blocks) * mgr.block_size >= r.num_computed_tokens
+    for r in live:
+        m.free(r)
+    assert m.block_pool.get_num_free_blocks() == num_blocks - 1
