@@ -1,0 +1,117 @@
+"""`python -m refimpl plan`: print the KV-cache plan of a DeepSeek V4 model.
+
+    python -m refimpl plan --model deepseek-v4-pro --memory 10GiB
+    python -m refimpl plan --model deepseek-v4-flash --indexer fp4 --json
+
+Shows the groups (kind, block size, layers, width in bytes), the block stride, how many blocks
+fit in the memory budget, and the byte offsets of the packed slab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
+from refimpl.hybrid.layout import get_kv_cache_config, parse_memory, summarize_groups
+
+MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
+LAYOUTS = ("grouped", "mla+swa")
+CACHE_DTYPE_ALIASES = {"fp8": "fp8_ds_mla", "fp8_ds_mla": "fp8_ds_mla", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("plan", help="plan a DeepSeek V4 KV cache (groups, stride, blocks, offsets)",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="deepseek-v4-pro")
+    parser.add_argument("--memory", default="10GiB", help="KV-cache budget, e.g. 10GiB, 512MiB, 4GB (default 10GiB)")
+    parser.add_argument("--cache-dtype", choices=sorted(CACHE_DTYPE_ALIASES), default="fp8_ds_mla",
+                        help="fp8 (= fp8_ds_mla, 584 B rows) or bfloat16")
+    parser.add_argument("--indexer", choices=deepseek_v4.INDEXER_DTYPES, default="fp8")
+    parser.add_argument("--mtp", action="store_true", help="add the MTP layer (speculative decoding)")
+    parser.add_argument("--block-size", type=int, default=256, help="logical block size in tokens (default 256)")
+    parser.add_argument("--num-blocks", type=int, default=None, help="override the number of blocks")
+    parser.add_argument("--layout", choices=LAYOUTS, default="grouped",
+                        help="grouped: the real grouping; mla+swa: the seed's hypothetical two-group plan")
+    parser.add_argument("--offsets", type=int, default=10, help="offset rows to print (-1 for all)")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.set_defaults(func=run_plan)
+    return parser
+
+
+def build_plan(args: argparse.Namespace) -> dict:
+    """Everything the plan prints, as plain data."""
+    specs = deepseek_v4.kv_cache_specs(MODELS[args.model], cache_dtype=CACHE_DTYPE_ALIASES[args.cache_dtype],
+                                       indexer=args.indexer, mtp=args.mtp, block_size=args.block_size)
+    memory = parse_memory(args.memory)
+    if args.layout == "grouped":
+        groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
+    else:
+        groups = deepseek_v4.seed_two_group_layout(specs)
+    config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks)
+    tuples = [b.get_num_layer_tuples() for b in group_and_unify_kv_cache_specs(specs)]
+    summary = summarize_groups(groups)
+    return {
+        "model": args.model,
+        "cache_dtype": CACHE_DTYPE_ALIASES[args.cache_dtype],
+        "indexer": args.indexer,
+        "mtp": args.mtp,
+        "block_size": args.block_size,
+        "layout": args.layout,
+        "num_cache_layers": len(specs),
+        "layer_tuples_per_bucket": tuples,
+        "approximate_gcd": approximate_gcd(tuples, lower_bound=tuples[0]),
+        "groups": [
+            {"index": row.index, "kind": row.kind, "block_size": row.block_size, "num_layers": row.num_layers,
+             "width_bytes": row.width_bytes, "unused_tail_bytes": row.unused_tail_bytes,
+             "padding_bytes": row.padding_bytes, "is_eagle_group": groups[row.index].is_eagle_group,
+             "layer_names": list(groups[row.index].layer_names)}
+            for row in summary
+        ],
+        "block_stride": config.block_stride,
+        "available_memory": memory,
+        "num_blocks": config.num_blocks,
+        "num_usable_blocks": config.num_usable_blocks,
+        "slab_bytes": config.block_stride * config.num_blocks,
+        "offsets": [{"offset": t.offset, "shared_by": list(t.shared_by)} for t in config.kv_cache_tensors],
+    }
+
+
+def format_plan(plan: dict, max_offsets: int = 10) -> str:
+    lines = [
+        f"{plan['model']}: cache {plan['cache_dtype']}, indexer {plan['indexer']}, "
+        f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, layout {plan['layout']}",
+        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket {plan['layer_tuples_per_bucket']}, "
+        f"approximate gcd d = {plan['approximate_gcd']}",
+        "",
+        f"{'group':>5}  {'kind':<17}{'block':>6}{'layers':>8}{'width B':>12}{'unused B':>11}{'padding B':>11}",
+    ]
+    for g in plan["groups"]:
+        eagle = "  (eagle)" if g["is_eagle_group"] else ""
+        lines.append(f"{g['index']:>5}  {g['kind']:<17}{g['block_size']:>6}{g['num_layers']:>8}"
+                     f"{g['width_bytes']:>12,}{g['unused_tail_bytes']:>11,}{g['padding_bytes']:>11,}{eagle}")
+    lines += [
+        "",
+        f"block stride: {plan['block_stride']:,} B (the widest group)",
+        f"memory {plan['available_memory']:,} B -> {plan['num_blocks']:,} blocks "
+        f"({plan['num_usable_blocks']:,} usable; block 0 is the null block), slab {plan['slab_bytes']:,} B",
+        f"{len(plan['offsets'])} distinct byte offsets in a block:",
+    ]
+    shown = plan["offsets"] if max_offsets < 0 else plan["offsets"][:max_offsets]
+    for row in shown:
+        lines.append(f"  {row['offset']:>10,}  {', '.join(row['shared_by'])}")
+    if len(shown) < len(plan["offsets"]):
+        lines.append(f"  ... {len(plan['offsets']) - len(shown)} more (--offsets -1 prints all)")
+    return "\n".join(lines)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    try:
+        plan = build_plan(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan, indent=2) if args.json else format_plan(plan, args.offsets))
+    return 0

@@ -1,0 +1,69 @@
+"""`python -m refimpl plan`: text and JSON output, options, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from refimpl.__main__ import main
+
+
+def test_plan_pro_text(capsys):
+    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB"]) == 0
+    out = capsys.readouterr().out
+    for text in ("approximate gcd d = 31", "1,435,968", "1,160,640", "1,123,200", "1,017,792", "1,244,160",
+                 "block stride: 1,435,968 B", "7,477 blocks (7,476 usable", "206 distinct byte offsets",
+                 "12,096  layers.2.attn", "... 196 more"):
+        assert text in out, text
+
+
+def test_plan_json_is_complete(capsys):
+    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["layer_tuples_per_bucket"] == [31, 61, 31, 30]
+    assert [g["width_bytes"] for g in plan["groups"]] == [1435968, 1160640, 1123200, 1017792, 1244160]
+    assert (plan["block_stride"], plan["num_blocks"], plan["num_usable_blocks"]) == (1435968, 7477, 7476)
+    assert len(plan["offsets"]) == 206 and plan["offsets"][1] == {"offset": 1728, "shared_by": ["layers.1.attn"]}
+    assert sum(g["num_layers"] for g in plan["groups"]) == 243
+
+
+@pytest.mark.parametrize("argv, key, value", [
+    (["--model", "deepseek-v4-flash"], "approximate_gcd", 22),
+    (["--indexer", "fp4"], "num_blocks", 8165),
+    (["--layout", "mla+swa"], "num_blocks", 4701),
+    (["--num-blocks", "12"], "num_blocks", 12),
+    (["--cache-dtype", "bfloat16"], "block_stride", 2290688),
+    (["--cache-dtype", "fp8"], "block_stride", 1435968),
+    (["--block-size", "512", "--memory", "20GiB"], "block_size", 512),
+])
+def test_plan_options(capsys, argv, key, value):
+    assert main(["plan", *argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[key] == value
+
+
+def test_plan_mtp_marks_the_eagle_group(capsys):
+    assert main(["plan", "--mtp", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, False, True, False, False]
+    assert [g["num_layers"] for g in plan["groups"]][1:3] == [31, 31]
+
+
+def test_plan_all_offsets(capsys):
+    assert main(["plan", "--offsets", "-1"]) == 0
+    out = capsys.readouterr().out
+    assert "more (--offsets" not in out and out.count("\n  ") == 206
+
+
+@pytest.mark.parametrize("argv, words", [(["--memory", "1KiB"], "smaller than one block"),
+                                         (["--memory", "lots"], "memory size"),
+                                         (["--block-size", "100"], "multiple of 128")])
+def test_plan_errors(capsys, argv, words):
+    assert main(["plan", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_module_entry_point_runs():
+    result = subprocess.run([sys.executable, "-m", "refimpl", "plan", "--json", "--offsets", "0"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(result.stdout)["num_blocks"] == 7477
