@@ -145,11 +145,24 @@ if HAS_TRITON:
         tl.store(out_ptr + out_off, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & dim_mask[None, :])
 
 
-def _tile_sizes(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_D, BLOCK_N): head_dim padded to a power of two (>= 16 for tl.dot) and a key tile size."""
+def _decode_tiles(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_D) for decode: head_dim padded to a power of two, keys read 32 or 64 at a time."""
+    block_d = next_power_of_2(head_dim)
+    return (32 if (INTERPRET or block_d > 128) else 64), block_d
+
+
+def _prefill_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D) for prefill; ``tl.dot`` wants every side >= 16.
+
+    Sizes keep shared memory under ~100 KB on sm_80+ (checked by compiling for sm_80):
+    fp32 tiles are twice as large in bytes, and head_dim 256 doubles them again.
+    """
     block_d = max(16, next_power_of_2(head_dim))
-    block_n = 32 if (INTERPRET or block_d > 128) else 64
-    return block_d, block_n
+    if INTERPRET:
+        return 16, 16, block_d  # tests use tiny shapes; small tiles waste the least work
+    if dtype == torch.float32:
+        return (32, 32, block_d) if block_d <= 128 else (16, 16, block_d)
+    return (64, 32, block_d) if block_d <= 128 else (32, 32, block_d)
 
 
 def paged_decode_attention(
@@ -168,7 +181,7 @@ def paged_decode_attention(
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    block_d, block_n = _tile_sizes(head_dim)
+    block_n, block_d = _decode_tiles(head_dim)
     _paged_decode_kernel[(batch, num_heads)](
         q, k_cache, v_cache, out, cache_seqlens.contiguous(), block_table,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *block_table.stride(),
@@ -200,8 +213,7 @@ def paged_prefill_attention(
     longest = max(q_lens, default=0)
     if longest == 0:
         return out
-    block_d, block_n = _tile_sizes(head_dim)
-    block_m = 16 if INTERPRET else (64 if block_d <= 128 else 32)
+    block_m, block_n, block_d = _prefill_tiles(head_dim, q.dtype)
     grid = (len(q_lens), num_heads, math.ceil(longest / block_m))
     _paged_prefill_kernel[grid](
         q, k_cache, v_cache, out, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), block_table,

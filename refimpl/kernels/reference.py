@@ -207,15 +207,17 @@ def store_kvcache(
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor, max_len: int) -> torch.Tensor:
     """Read each sequence's first ``seqlens[b]`` tokens out of the paged cache.
 
-    Returns ``[batch, max_len, num_kv_heads, head_dim]``; positions at or past a sequence's
-    length hold block 0's rows and must be masked by the caller.
+    Returns ``[batch, max_len, num_kv_heads, head_dim]`` with zeros at positions at or past a
+    sequence's length, so stale or uninitialised cache rows (even NaN) cannot leak into the
+    result once the caller masks those positions out of the softmax.
     """
     block_size = cache.shape[1]
     positions = torch.arange(max_len, device=cache.device)
     block_ids = block_table.to(torch.int64)[:, positions // block_size]  # [batch, max_len]
     valid = positions[None, :] < seqlens.to(torch.int64)[:, None]
     block_ids = torch.where(valid, block_ids, torch.zeros_like(block_ids))  # padding may be -1
-    return cache[block_ids, positions % block_size]
+    rows = cache[block_ids, positions % block_size]
+    return torch.where(valid[:, :, None, None], rows, torch.zeros((), dtype=cache.dtype, device=cache.device))
 
 
 def paged_decode_attention(

@@ -1,0 +1,367 @@
+"""Paged decode / prefill attention: twins against dense attention, Triton kernels against twins.
+
+The torch twins are proven against the textbook formula softmax(Q K^T * scale + causal mask) V
+on contexts read token by token; the Triton kernels (CPU interpreter here, compiled under
+the ``gpu`` marker) are then compared with the twins. Every cache slot that is not part of
+some context is filled with NaN, so a kernel that reads outside its context (a padded
+block-table entry, a row past the sequence end, an unused block) produces NaN and fails.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import refimpl.kernels as triton_kernels
+from refimpl.kernels import reference
+
+TOLERANCE = {  # (atol, rtol) between two fp32-accumulating implementations rounded to the dtype
+    torch.float32: (2e-5, 2e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+DTYPES = list(TOLERANCE)
+
+
+# ----------------------------------------------------------------------------- scenario
+
+
+def make_paged_context(
+    seq_lens: list[int],
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype = torch.float32,
+    *,
+    spare_blocks: int = 2,
+    pad: int = -1,
+    seed: int = 0,
+    device: str = "cpu",
+):
+    """A paged cache holding random contexts of the given lengths in shuffled blocks.
+
+    Returns ``(k_cache, v_cache, block_table, cache_seqlens)``. Slots outside every context
+    (spare blocks, the tail of each last block) hold NaN; block-table padding is ``pad``.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [math.ceil(n / block_size) for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + spare_blocks
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    width = max(blocks_per_seq, default=0) + 1  # one column of padding at least
+    block_table = torch.full((len(seq_lens), width), pad, dtype=torch.int32)
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"))
+    v_cache = torch.full(shape, float("nan"))
+    for b, n in enumerate(seq_lens):
+        for i in range(blocks_per_seq[b]):
+            block_table[b, i] = order.pop()
+        for t in range(n):
+            block, row = int(block_table[b, t // block_size]), t % block_size
+            k_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
+            v_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
+    seqlens = torch.tensor(seq_lens, dtype=torch.int32)
+    return (k_cache.to(dtype).to(device), v_cache.to(dtype).to(device), block_table.to(device), seqlens.to(device))
+
+
+def context_rows(cache: torch.Tensor, block_table_row: torch.Tensor, length: int) -> torch.Tensor:
+    """Token by token, the slow obvious way: ``[length, num_kv_heads, head_dim]``."""
+    block_size = cache.shape[1]
+    rows = [cache[int(block_table_row[t // block_size]), t % block_size] for t in range(length)]
+    return torch.stack(rows) if rows else cache.new_zeros((0, *cache.shape[2:]))
+
+
+def dense_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(Q K^T * scale) V in float64, causal with queries aligned to the end of the keys."""
+    group = q.shape[1] // keys.shape[1]
+    keys = keys.double().repeat_interleave(group, dim=1)
+    values = values.double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), keys) * scale
+    q_len, k_len = q.shape[0], keys.shape[0]
+    causal = torch.arange(k_len)[None, :] <= torch.arange(k_len - q_len, k_len)[:, None]
+    scores = scores.masked_fill(~causal, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), values)
+
+
+def make_prefill_case(seq_lens, q_lens, block_size, num_kv_heads, group, head_dim, dtype, seed=0, pad=-1):
+    k_cache, v_cache, block_table, _ = make_paged_context(
+        seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=seed, pad=pad
+    )
+    gen = torch.Generator().manual_seed(seed + 1)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen).to(dtype)
+    cu_q = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(torch.tensor(seq_lens).cumsum(0).tolist()), dtype=torch.int32)
+    args = (q, k_cache, v_cache, cu_q, cu_k, max(q_lens), max(seq_lens), block_table)
+    return args
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    atol, rtol = TOLERANCE[dtype]
+    assert actual.dtype == dtype
+    assert torch.isfinite(actual).all()
+    torch.testing.assert_close(actual.double(), expected.double(), atol=atol, rtol=rtol)
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def decode_cases(draw, max_len: int = 20):
+    batch = draw(st.integers(1, 3))
+    return dict(
+        seq_lens=draw(st.lists(st.integers(1, max_len), min_size=batch, max_size=batch)),
+        block_size=draw(st.integers(1, 6)),
+        num_kv_heads=draw(st.integers(1, 2)),
+        group=draw(st.sampled_from([1, 2, 4])),
+        head_dim=draw(st.sampled_from([1, 3, 8, 12, 16])),
+        dtype=draw(st.sampled_from(DTYPES)),
+        pad=draw(st.sampled_from([-1, 0])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@st.composite
+def prefill_cases(draw, max_len: int = 20):
+    case = draw(decode_cases(max_len))
+    case["q_lens"] = [draw(st.integers(1, n)) for n in case["seq_lens"]]
+    return case
+
+
+def run_decode(impl, case):
+    k_cache, v_cache, block_table, seqlens = make_paged_context(
+        case["seq_lens"], case["block_size"], case["num_kv_heads"], case["head_dim"], case["dtype"],
+        seed=case["seed"], pad=case["pad"],
+    )
+    gen = torch.Generator().manual_seed(case["seed"] + 1)
+    num_heads = case["num_kv_heads"] * case["group"]
+    q = torch.randn(len(case["seq_lens"]), num_heads, case["head_dim"], generator=gen).to(case["dtype"])
+    return q, k_cache, v_cache, block_table, seqlens, impl(q, k_cache, v_cache, seqlens, block_table)
+
+
+def run_prefill(impl, case):
+    args = make_prefill_case(
+        case["seq_lens"], case["q_lens"], case["block_size"], case["num_kv_heads"], case["group"],
+        case["head_dim"], case["dtype"], seed=case["seed"], pad=case["pad"],
+    )
+    return args, impl(*args)
+
+
+# ----------------------------------------------------------------------------- twins vs dense
+
+
+@given(decode_cases())
+def test_reference_decode_matches_dense_attention(case):
+    q, k_cache, v_cache, block_table, seqlens, out = run_decode(reference.paged_decode_attention, case)
+    scale = case["head_dim"] ** -0.5
+    for b, n in enumerate(case["seq_lens"]):
+        keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
+        expected = dense_attention(q[b : b + 1], keys, values, scale)[0]
+        assert_close(out[b], expected, case["dtype"])
+
+
+@given(prefill_cases())
+def test_reference_prefill_matches_dense_causal_attention(case):
+    args, out = run_prefill(reference.paged_prefill_attention, case)
+    q, k_cache, v_cache, block_table = args[0], args[1], args[2], args[7]
+    start = 0
+    for b, (n, m) in enumerate(zip(case["seq_lens"], case["q_lens"])):
+        keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
+        expected = dense_attention(q[start : start + m], keys, values, case["head_dim"] ** -0.5)
+        assert_close(out[start : start + m], expected, case["dtype"])
+        start += m
+
+
+def test_reference_decode_equals_last_row_of_prefill():
+    """Decode is prefill with one query: the newest token's row of a full prefill."""
+    args = make_prefill_case([9, 4], [9, 4], 4, 2, 2, 8, torch.float32, seed=3)
+    q, k_cache, v_cache, cu_q, cu_k, _, _, block_table = args
+    full = reference.paged_prefill_attention(*args)
+    last_rows = cu_q[1:].long() - 1
+    decode = reference.paged_decode_attention(q[last_rows], k_cache, v_cache, torch.tensor([9, 4]), block_table)
+    torch.testing.assert_close(decode, full[last_rows])
+
+
+def test_softmax_scale_is_used():
+    args = make_prefill_case([5], [2], 2, 1, 1, 4, torch.float32, seed=5)
+    q, k_cache, v_cache, _, _, _, _, block_table = args
+    keys, values = context_rows(k_cache, block_table[0], 5), context_rows(v_cache, block_table[0], 5)
+    for impl in (reference.paged_prefill_attention, triton_kernels.paged_prefill_attention):
+        out = impl(*args, softmax_scale=0.3)
+        assert_close(out, dense_attention(q, keys, values, 0.3), torch.float32)
+
+
+# ----------------------------------------------------------------------------- kernels vs twins
+
+
+@settings(max_examples=15)
+@given(decode_cases())
+def test_triton_decode_matches_twin(case):
+    *_, expected = run_decode(reference.paged_decode_attention, case)
+    *_, actual = run_decode(triton_kernels.paged_decode_attention, case)
+    assert_close(actual, expected, case["dtype"])
+
+
+@settings(max_examples=15)
+@given(prefill_cases(max_len=24))
+def test_triton_prefill_matches_twin(case):
+    _, expected = run_prefill(reference.paged_prefill_attention, case)
+    _, actual = run_prefill(triton_kernels.paged_prefill_attention, case)
+    assert_close(actual, expected, case["dtype"])
+
+
+BOTH = [
+    pytest.param(reference, id="torch"),
+    pytest.param(triton_kernels, id="triton"),
+]
+
+
+@pytest.mark.parametrize("impl", BOTH)
+@pytest.mark.parametrize("group", [1, 2, 4])
+@pytest.mark.parametrize(
+    "seq_lens,block_size",
+    [([1], 4), ([8, 12], 4), ([5, 1, 7], 3), ([16], 16)],
+    ids=["one-token", "multiple-of-block", "mixed", "one-full-block"],
+)
+def test_decode_edge_cases_against_dense(impl, group, seq_lens, block_size):
+    """Context of 1 token, contexts that end exactly on a block boundary, GQA ratios 1/2/4."""
+    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, block_size, 2, 8, seed=11)
+    q = torch.randn(len(seq_lens), 2 * group, 8, generator=torch.Generator().manual_seed(1))
+    out = impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
+    for b, n in enumerate(seq_lens):
+        keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
+        assert_close(out[b], dense_attention(q[b : b + 1], keys, values, 8**-0.5)[0], torch.float32)
+
+
+@pytest.mark.parametrize("impl", BOTH)
+@pytest.mark.parametrize(
+    "seq_lens,q_lens",
+    [([8], [8]), ([8], [1]), ([12, 5], [4, 5]), ([1, 9], [1, 3]), ([7, 6, 4], [0, 6, 2]), ([40], [33])],
+    ids=["full-prompt", "one-new-token", "cached-prefix", "one-token-seq", "empty-query-seq", "tiles"],
+)
+def test_prefill_edge_cases_against_dense(impl, seq_lens, q_lens):
+    """Cached prefixes (q_len < k_len), whole prompts, a sequence with no queries this step."""
+    args = make_prefill_case(seq_lens, q_lens, 4, 1, 2, 8, torch.float32, seed=21)
+    q, k_cache, v_cache, block_table = args[0], args[1], args[2], args[7]
+    args = list(args)
+    args[5] = max(q_lens)
+    out = impl.paged_prefill_attention(*args)
+    start = 0
+    for b, (n, m) in enumerate(zip(seq_lens, q_lens)):
+        keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
+        assert_close(out[start : start + m], dense_attention(q[start : start + m], keys, values, 8**-0.5), torch.float32)
+        start += m
+
+
+@pytest.mark.parametrize("impl", BOTH)
+def test_non_contiguous_query_and_cache_views(impl):
+    """q sliced out of a fused QKV tensor and caches that are views into one larger slab."""
+    seq_lens = [6, 3]
+    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, 4, 2, 8, seed=4, pad=0)
+    slab = torch.full((2, k_cache.shape[0], 4, 2, 8), float("nan"))  # [k|v, blocks, ...]
+    slab[0], slab[1] = k_cache, v_cache
+    k_view, v_view = slab[0], slab[1]
+    qkv = torch.randn(2, 3, 4, 8)
+    q = qkv[:, 0]  # [batch, heads, dim], batch stride 96
+    assert not q.is_contiguous()
+    out = impl.paged_decode_attention(q, k_view, v_view, seqlens, block_table)
+    expected = reference.paged_decode_attention(q.contiguous(), k_cache, v_cache, seqlens, block_table)
+    assert_close(out, expected, torch.float32)
+
+
+@pytest.mark.parametrize("impl", BOTH)
+def test_empty_batch(impl):
+    k_cache, v_cache, _, _ = make_paged_context([], 4, 1, 8)
+    q = torch.zeros(0, 2, 8)
+    out = impl.paged_decode_attention(q, k_cache, v_cache, torch.zeros(0, dtype=torch.int32),
+                                      torch.zeros(0, 3, dtype=torch.int32))
+    assert out.shape == (0, 2, 8)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _decode_args(**override):
+    k_cache, v_cache, block_table, seqlens = make_paged_context([5, 2], 4, 2, 8, seed=2)
+    args = dict(q=torch.randn(2, 4, 8), k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens,
+                block_table=block_table)
+    args.update(override)
+    return args
+
+
+@pytest.mark.parametrize("impl", BOTH)
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (dict(q=torch.randn(2, 3, 8)), "multiple of num_kv_heads"),
+        (dict(q=torch.randn(2, 4, 6)), "head_dim"),
+        (dict(q=torch.randn(2, 4, 8, dtype=torch.float64)), "dtype"),
+        (dict(q=torch.randn(3, 4, 8)), "cache_seqlens has 2 entries"),
+        (dict(cache_seqlens=torch.tensor([5, 0], dtype=torch.int32)), ">= 1"),
+        (dict(cache_seqlens=torch.tensor([5.0, 2.0])), "int32 or int64"),
+        (dict(cache_seqlens=torch.tensor([13, 2], dtype=torch.int32)), "does not fit"),
+        (dict(block_table=torch.tensor([[0, -1, -1], [1, -1, -1]], dtype=torch.int32)), "block_table[0, 1]"),
+        (dict(block_table=torch.tensor([[0, 99, 0], [1, 0, 0]], dtype=torch.int32)), "block_table[0, 1] = 99"),
+        (dict(k_cache=torch.zeros(5, 4, 2, 8, dtype=torch.float16)), "dtypes"),
+        (dict(v_cache=torch.zeros(5, 4, 2)), "4-D"),
+        (dict(softmax_scale="big"), "softmax_scale"),
+    ],
+)
+def test_decode_rejects_bad_input(impl, override, message):
+    args = _decode_args(**override)
+    with pytest.raises(ValueError, match=None) as info:
+        impl.paged_decode_attention(**args)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("impl", BOTH)
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda a: a.__setitem__(3, torch.tensor([0, 2, 3], dtype=torch.int32)), "cu_seqlens_q ends at 3"),
+        (lambda a: a.__setitem__(4, torch.tensor([0, 1, 6], dtype=torch.int32)), "only 1 keys"),
+        (lambda a: a.__setitem__(4, torch.tensor([1, 5, 6], dtype=torch.int32)), "start at 0"),
+        (lambda a: a.__setitem__(5, 1), "max_seqlen_q"),
+        (lambda a: a.__setitem__(6, 3.5), "max_seqlen_k"),
+        (lambda a: a.__setitem__(4, torch.tensor([0, 5], dtype=torch.int32)), "[batch + 1]"),
+    ],
+)
+def test_prefill_rejects_bad_input(impl, change, message):
+    args = list(make_prefill_case([5, 3], [2, 2], 4, 1, 1, 8, torch.float32))
+    change(args)
+    with pytest.raises(ValueError) as info:
+        impl.paged_prefill_attention(*args)
+    assert message in str(info.value)
+
+
+def test_triton_rejects_head_dim_above_256():
+    k_cache, v_cache, block_table, seqlens = make_paged_context([2], 2, 1, 264)
+    with pytest.raises(ValueError, match="up to 256"):
+        triton_kernels.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
+    # the torch twin has no such limit
+    reference.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
+
+
+# ----------------------------------------------------------------------------- compiled on CUDA
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("block_size,head_dim,group", [(16, 64, 1), (7, 96, 4), (256, 128, 2), (32, 256, 8)])
+def test_compiled_attention_matches_twin_on_cuda(dtype, block_size, head_dim, group):
+    seq_lens, q_lens = [1, 300, 77, 512], [1, 300, 13, 64]
+    args = make_prefill_case(seq_lens, q_lens, block_size, 2, group, head_dim, dtype, seed=7)
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+    atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}[dtype]
+    expected = reference.paged_prefill_attention(*args)
+    actual = triton_kernels.paged_prefill_attention(*args)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+    q, k_cache, v_cache, block_table = args[0], args[1], args[2], args[7]
+    seqlens = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
+    dq = q[: len(seq_lens)].contiguous()
+    expected = reference.paged_decode_attention(dq, k_cache, v_cache, seqlens, block_table)
+    actual = triton_kernels.paged_decode_attention(dq, k_cache, v_cache, seqlens, block_table)
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
