@@ -29,9 +29,9 @@ block  ref  hash  tokens  state
    #6    0  -     -       free (queue position 0)
    #7    0  -     -       free (queue position 1)
 free queue (head -> tail): #6 #7 #4 #3
-other0: L0->#0  (3 tokens, 3 cached)
-holder: L0->#1 L1->#2  (5 tokens, 5 cached)
-other1: L0->#5  (2 tokens, 2 cached)"""
+other0: L0->#0  (len 3, cached 3)
+holder: L0->#1 L1->#2  (len 5, cached 5)
+other1: L0->#5  (len 2, cached 2)"""
 
 SEED_MATCH = """\
 request: 12 tokens, block_size 4, 3 blocks
@@ -51,7 +51,7 @@ def test_block_pool_text_and_figure():
     text = describe_block_pool(bm, {**holders, "request": request})
     assert "   #1    2  1835  4/4     in use by holder, request" in text
     assert "free queue (head -> tail): #7 #4" in text
-    assert text.endswith("request: L0->#1 L1->#3 L2->#6  (12 tokens, 8 cached)")
+    assert text.endswith("request: L0->#1 L1->#3 L2->#6  (len 12, cached 8)")
     ax = draw_block_pool(bm, {**holders, "request": request}).axes[0]
     assert sum(p.get_hatch() == "//" for p in ax.patches) == 1  # exactly one shared block
 
@@ -61,7 +61,7 @@ def test_block_pool_unnamed_sequences_and_empty_pool():
     seq = Sequence([1, 2, 3], block_size=2)
     text = describe_block_pool(bm, [seq])
     assert "free queue (head -> tail): #0 #1 #2" in text
-    assert text.endswith(f"seq {seq.seq_id}: no blocks  (3 tokens, 0 cached)")
+    assert text.endswith(f"seq {seq.seq_id}: no blocks  (len 3, cached 0)")
     assert isinstance(draw_block_pool(bm, [seq]), Figure)
 
 

@@ -81,7 +81,7 @@ def describe_block_pool(bm: BlockManager, seqs: Mapping[str, Sequence] | Iterabl
     lines.append("free queue (head -> tail): " + (" ".join(f"#{b}" for b in bm.free_block_ids) or "empty"))
     for name, seq in named:
         table = " ".join(f"L{i}->#{b}" for i, b in enumerate(seq.block_table)) or "no blocks"
-        lines.append(f"{name}: {table}  ({len(seq)} tokens, {seq.num_cached_tokens} cached)")
+        lines.append(f"{name}: {table}  (len {len(seq)}, cached {seq.num_cached_tokens})")
     return "\n".join(lines)
 
 
