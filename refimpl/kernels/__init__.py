@@ -11,3 +11,4 @@ from refimpl.kernels.paged_attention import paged_decode_attention, paged_prefil
 from refimpl.kernels.store_kvcache import store_kvcache
 
 __all__ = ["store_kvcache", "paged_decode_attention", "paged_prefill_attention"]
+from refimpl.kernels.deepseek_v4 import compressed_slot_mapping, compute_global_topk_indices_and_lens, compute_swa_indices_and_lens  # noqa: E402,F401  (DeepSeek V4 index kernels)

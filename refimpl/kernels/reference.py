@@ -314,3 +314,4 @@ __all__ = [
     "paged_decode_attention",
     "paged_prefill_attention",
 ]
+from refimpl.kernels.reference_v4 import compressed_slot_mapping, compute_global_topk_indices_and_lens, compute_swa_indices_and_lens  # noqa: E402,F401  (DeepSeek V4 twins)
