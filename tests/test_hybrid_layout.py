@@ -157,3 +157,28 @@ def test_stride_and_offsets_do_not_depend_on_group_order(order):
     _, reference = get_packed_kv_cache_layout(PRO_GROUPS)
     assert stride == 1435968
     assert {o: sorted(n) for o, n in by_offset.items()} == {o: sorted(n) for o, n in reference.items()}
+
+
+def test_viz_figures_and_text_twins():
+    from matplotlib.figure import Figure
+
+    from refimpl.viz import hybrid_layout as viz
+
+    groups = PRO_GROUPS
+    rows = v4.page_size_rows(PRO)
+    assert isinstance(viz.draw_pages(rows), Figure)
+    assert "idx" in viz.pages_text(rows) and "8,640" in viz.pages_text(rows)
+    assert isinstance(viz.draw_grouping(PRO, groups), Figure)
+    text = viz.grouping_text(PRO, groups)
+    assert "G1 SWA w=128 (block 64, 31 caches): swa x31 at layers 0..60 step 2" in text
+    assert "G3 state bs=8 w=128 (block 8, 31 caches): c128_state x31 at layers 0,1..59 step 2" in text
+    assert isinstance(viz.draw_padding_curve([31, 61, 31, 30], 31), Figure)
+    assert "best d = 31 (padding 2)" in viz.padding_curve_text([31, 61, 31, 30], 31)
+    assert isinstance(viz.draw_slab(PRO, groups), Figure)
+    slab = viz.slab_text(PRO, groups)
+    assert "block stride 1,435,968 B" in slab and "unused tail 418,176" in slab and "L2.c4@12,096" in slab
+    budget = {"five groups": 1435968, "mla+swa": 2283840}
+    assert isinstance(viz.draw_blocks_per_budget(budget, 10 * GIB), Figure)
+    assert "4,701" in viz.blocks_per_budget_text(budget, 10 * GIB)
+    assert viz.slab_text(PRO, groups) == viz.slab_text(PRO, groups)  # deterministic
+    assert viz.format_table([]) == "(empty)"

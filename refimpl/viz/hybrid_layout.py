@@ -1,0 +1,271 @@
+"""Pictures of the hybrid KV-cache plan, each with a deterministic text twin.
+
+- `draw_pages` / `pages_text`: real bytes and alignment padding of each cache kind's page;
+- `draw_grouping` / `grouping_text`: which decoder layers' caches went into which group;
+- `draw_padding_curve` / `padding_curve_text`: the approximate gcd's padding for every d;
+- `draw_slab` / `slab_text`: one block of the packed slab, to scale, one row per group;
+- `draw_blocks_per_budget` / `blocks_per_budget_text`: blocks that fit a budget, per layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.grouping import padding_curve
+from refimpl.hybrid.layout import group_kind
+from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec
+
+KIND_COLORS = {
+    "c4": "#1f77b4", "c128": "#aec7e8", "idx": "#ff7f0e", "swa": "#2ca02c",
+    "idx_state": "#ffbb78", "c4_state": "#9467bd", "c128_state": "#c5b0d5",
+}
+KIND_LABELS = {
+    "c4": "c4a main KV (ratio 4)", "c128": "c128a main KV (ratio 128)", "idx": "indexer k-cache",
+    "swa": "sliding-window KV", "idx_state": "indexer compressor state",
+    "c4_state": "c4a compressor state", "c128_state": "c128a compressor state",
+}
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) -> str:
+    """A plain aligned text table; ints get thousands separators."""
+    if not rows:
+        return "(empty)"
+    columns = list(columns or rows[0].keys())
+
+    def cell(v: object) -> str:
+        if isinstance(v, bool) or v is None:
+            return str(v)
+        return f"{v:,}" if isinstance(v, int) else str(v)
+
+    table = [[str(c) for c in columns]] + [[cell(r[c]) for c in columns] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths)))
+             for line in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _kind(name: str, spec: KVCacheSpec) -> str:
+    short = deepseek_v4.short_name(name, spec)
+    return short.split(".", 1)[1] if short.startswith("L") and "." in short else type(spec).__name__
+
+
+def _layer_index(name: str) -> int | None:
+    try:
+        return deepseek_v4.parse_layer_name(name)[0]
+    except ValueError:
+        return None
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+def pages_text(rows: Sequence[Mapping]) -> str:
+    """The page table (rows from `deepseek_v4.page_size_rows`)."""
+    return format_table(rows, ["kind", "block_size", "storage_block_size", "entry_bytes", "real_page", "page",
+                               "padding"])
+
+
+def draw_pages(rows: Sequence[Mapping], title: str = "One page per cache kind") -> Figure:
+    """Horizontal bars: real bytes of each kind's page, with its alignment padding hatched."""
+    fig = Figure(figsize=(8, 3.2))
+    ax = fig.add_subplot()
+    for i, row in enumerate(rows):
+        color = KIND_COLORS.get(row["kind"], "#888888")
+        ax.barh(i, row["real_page"], color=color)
+        ax.barh(i, row["padding"], left=row["real_page"], color="white", edgecolor=color, hatch="////")
+        ax.text(row["page"] * 1.01 + 300, i, f"{row['real_page']:,} + {row['padding']:,} = {row['page']:,} B",
+                va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [KIND_LABELS.get(r["kind"], r["kind"]) for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(r["page"] for r in rows) * 1.45)
+    ax.set_xlabel("bytes per block (hatched: padding up to the alignment)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+# --- grouping ----------------------------------------------------------------------------------
+
+def _ranges(indices: Sequence[int]) -> str:
+    """Compact list: [0, 1, 3, 5, 7] -> '0,1..7 step 2'; [4, 5, 6] -> '4-6'."""
+    xs = sorted(indices)
+    if not xs:
+        return "-"
+    parts, i = [], 0
+    while i < len(xs):
+        j = i + 1
+        if j < len(xs):
+            step = xs[j] - xs[i]
+            while j + 1 < len(xs) and xs[j + 1] - xs[j] == step:
+                j += 1
+        if j < len(xs) and j - i >= 2:
+            parts.append(f"{xs[i]}-{xs[j]}" if step == 1 else f"{xs[i]}..{xs[j]} step {step}")
+            i = j + 1
+        else:
+            parts.append(str(xs[i]))
+            i += 1
+    return ",".join(parts)
+
+
+def grouping_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec]) -> str:
+    """Per group: kind, block size, and for each cache kind the decoder layers it covers."""
+    lines = []
+    for i, g in enumerate(groups):
+        by_kind: dict[str, list[int]] = {}
+        for name in g.layer_names:
+            by_kind.setdefault(_kind(name, specs[name]), []).append(_layer_index(name))
+        kinds = "; ".join(f"{k} x{len(v)} at layers {_ranges([x for x in v if x is not None])}"
+                          for k, v in by_kind.items())
+        eagle = " [eagle]" if g.is_eagle_group else ""
+        lines.append(f"G{i} {group_kind(g)} (block {g.block_size}, {len(g.layer_names)} caches){eagle}: {kinds}")
+    return "\n".join(lines)
+
+
+def draw_grouping(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
+                  title: str = "Which layers' caches share a block table") -> Figure:
+    """One row per group; a mark at each decoder layer whose cache is in the group."""
+    fig = Figure(figsize=(10, 0.55 * len(groups) + 1.6))
+    ax = fig.add_subplot()
+    seen = {}
+    for row, g in enumerate(groups):
+        kinds = []
+        for name in g.layer_names:
+            kind = _kind(name, specs[name])
+            if kind not in kinds:
+                kinds.append(kind)
+        for name in g.layer_names:
+            kind = _kind(name, specs[name])
+            x = _layer_index(name)
+            if x is None:
+                continue
+            dy = (kinds.index(kind) - (len(kinds) - 1) / 2) * 0.25
+            ax.add_patch(Rectangle((x - 0.4, row + dy - 0.11), 0.8, 0.22, color=KIND_COLORS.get(kind, "#888888")))
+            seen[kind] = True
+    n_layers = max((_layer_index(n) or 0) for n in specs) + 1
+    ax.set_xlim(-1, n_layers)
+    ax.set_ylim(len(groups) - 0.5, -0.5)
+    ax.set_yticks(range(len(groups)),
+                  [f"G{i} {group_kind(g)}\n{len(g.layer_names)} caches, bs {g.block_size}" for i, g in enumerate(groups)],
+                  fontsize=8)
+    ax.set_xlabel("decoder layer index")
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen],
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+# --- approximate gcd ---------------------------------------------------------------------------
+
+def padding_curve_text(values: Sequence[int], lower_bound: int | None = None, show: int = 6) -> str:
+    curve = padding_curve(values, lower_bound)
+    best = min(curve, key=lambda d: (curve[d], -d))
+    ranked = sorted(curve, key=lambda d: (curve[d], -d))[:show]
+    lines = [f"values {list(values)}, search d in [{min(curve)}, {max(curve)}]; best d = {best} (padding {curve[best]})"]
+    lines += [f"  d={d:>3}: padding {curve[d]:>3}, groups per value {[-(-x // d) for x in values]}" for d in ranked]
+    return "\n".join(lines)
+
+
+def draw_padding_curve(values: Sequence[int], lower_bound: int | None = None, title: str | None = None) -> Figure:
+    """Padding (layer slots added by rounding each value up to a multiple of d) against d."""
+    curve = padding_curve(values, lower_bound)
+    best = min(curve, key=lambda d: (curve[d], -d))
+    fig = Figure(figsize=(7, 3))
+    ax = fig.add_subplot()
+    ax.plot(list(curve), list(curve.values()), marker=".", lw=1)
+    ax.scatter([best], [curve[best]], s=80, color="red", zorder=3, label=f"chosen d = {best}, padding {curve[best]}")
+    ax.set_xlabel("d (layer tuples per group)")
+    ax.set_ylabel("total padding")
+    ax.set_title(title or f"approximate gcd of {list(values)}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --- the packed slab ---------------------------------------------------------------------------
+
+def _group_pages(specs: Mapping[str, KVCacheSpec], group: KVCacheGroupSpec) -> list[tuple[str, str, int, int, int]]:
+    """(name, kind, offset, real bytes, padded page) for each layer of the group."""
+    out, offset = [], 0
+    for name in group.layer_names:
+        spec = group.layer_spec(name)
+        out.append((name, _kind(name, specs.get(name, spec)), offset, spec.real_page_size_bytes, spec.page_size_bytes))
+        offset += spec.page_size_bytes
+    return out
+
+
+def slab_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec], first: int = 4) -> str:
+    """One block of the slab: per group its width, padding, unused tail and its first offsets."""
+    stride = max(g.width_bytes for g in groups)
+    lines = [f"block stride {stride:,} B (widest group); every group starts at byte 0 of the block"]
+    for i, g in enumerate(groups):
+        pages = _group_pages(specs, g)
+        padding = sum(p - r for *_, r, p in pages)
+        head = ", ".join(f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in pages[:first])
+        lines.append(f"G{i} {group_kind(g):<17} width {g.width_bytes:>9,}  padding {padding:>6,}  "
+                     f"unused tail {stride - g.width_bytes:>7,}  | {head}{', ...' if len(pages) > first else ''}")
+    return "\n".join(lines)
+
+
+def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
+              title: str | None = None) -> Figure:
+    """One block of the packed slab drawn to scale: a row per group, a box per layer page.
+
+    Solid: bytes a layer really uses; white: its alignment padding; grey hatch: bytes of the
+    block that this group never touches (the block stride is set by the widest group).
+    """
+    stride = max(g.width_bytes for g in groups)
+    fig = Figure(figsize=(11, 0.6 * len(groups) + 1.8))
+    ax = fig.add_subplot()
+    seen = {}
+    for row, g in enumerate(groups):
+        for _, kind, offset, real, page in _group_pages(specs, g):
+            color = KIND_COLORS.get(kind, "#888888")
+            ax.add_patch(Rectangle((offset, row - 0.35), real, 0.7, facecolor=color, edgecolor="black", lw=0.15))
+            if page > real:
+                ax.add_patch(Rectangle((offset + real, row - 0.35), page - real, 0.7, facecolor="white", lw=0))
+            seen[kind] = True
+        if g.width_bytes < stride:
+            ax.add_patch(Rectangle((g.width_bytes, row - 0.35), stride - g.width_bytes, 0.7, facecolor="#eeeeee",
+                                   edgecolor="#999999", hatch="xx", lw=0.5))
+        ax.text(stride * 1.005, row, f"{g.width_bytes:,} B", va="center", fontsize=8)
+    ax.set_xlim(0, stride * 1.12)
+    ax.set_ylim(len(groups) - 0.5, -0.5)
+    ax.set_yticks(range(len(groups)), [f"G{i} {group_kind(g)}" for i, g in enumerate(groups)], fontsize=8)
+    ax.set_xlabel("byte offset inside one block")
+    handles = [Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen]
+    handles.append(Patch(facecolor="#eeeeee", edgecolor="#999999", hatch="xx", label="unused by this group"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title or f"one block of the packed slab, stride {stride:,} B")
+    fig.tight_layout()
+    return fig
+
+
+# --- blocks per budget -------------------------------------------------------------------------
+
+def blocks_per_budget_text(bytes_per_block: Mapping[str, int], memory: int) -> str:
+    rows = [{"layout": name, "bytes per block": b, "blocks": memory // b, "usable": max(memory // b - 1, 0)}
+            for name, b in bytes_per_block.items()]
+    return f"budget {memory:,} B\n" + format_table(rows)
+
+
+def draw_blocks_per_budget(bytes_per_block: Mapping[str, int], memory: int, title: str | None = None) -> Figure:
+    """Bar chart: how many blocks each layout fits in the same memory budget."""
+    names = list(bytes_per_block)
+    blocks = [memory // bytes_per_block[n] for n in names]
+    fig = Figure(figsize=(8, 0.5 * len(names) + 1.4))
+    ax = fig.add_subplot()
+    ax.barh(range(len(names)), blocks, color="#4c72b0")
+    for i, (n, b) in enumerate(zip(names, blocks)):
+        ax.text(b, i, f" {b:,} blocks ({bytes_per_block[n]:,} B each)", va="center", fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(blocks) * 1.6)
+    ax.set_xlabel("blocks that fit")
+    ax.set_title(title or f"blocks in {memory / (1 << 30):g} GiB")
+    fig.tight_layout()
+    return fig
