@@ -185,6 +185,27 @@ def test_preemption_of_the_last_running_sequence_then_recompute():
     assert_reference_outputs(driver.runner, [a, b, c])
 
 
+def test_preemption_takes_from_the_back_and_keeps_arrival_order():
+    # Pool of 5, four 4-token sequences all crossing into a 2nd block at step 1. A takes the only
+    # free block; B preempts D (the last), not C; C then finds nothing free and nobody behind it,
+    # so it preempts itself. Both go back to the front of `waiting`, C before D.
+    s = sched(num_blocks=5)
+    a, b, c, d = (seq(range(k * 10, k * 10 + 4), max_tokens=5) for k in range(4))
+    driver = SchedulerDriver(s)
+    driver.add([a, b, c, d])
+    driver.step()
+    driver.step()
+    assert trace(driver.steps) == [
+        ("prefill", (0, 1, 2, 3), (4, 4, 4, 4), (), (), 4),
+        ("decode", (0, 1), (1, 1), (3, 2), (), 4),
+    ]
+    assert list(s.waiting) == [c, d] and list(s.running) == [a, b]
+    assert (a.block_table, b.block_table) == ([0, 4], [1, 3])
+    assert list(s.block_manager.free_block_ids) == [2]  # C's block, still cached
+    driver.run()
+    assert_reference_outputs(driver.runner, [a, b, c, d])
+
+
 def test_preempted_sequence_goes_to_the_front_of_waiting():
     s = sched(num_blocks=4)
     a, b, c = (seq(range(k * 10, k * 10 + 4), max_tokens=5) for k in range(3))
