@@ -67,11 +67,11 @@ def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     num_prefill = sum(r.is_prefill for r in steps)
     lines.append(
-        f"{len(steps)} steps ({num_prefill} prefill, {len(steps) - num_prefill} decode); "
-        f"{sum(r.num_batched_tokens for r in steps)} tokens computed, "
-        f"{sum(r.num_prefix_hit_tokens for r in steps)} served by the prefix cache; "
-        f"{sum(len(r.preempted_seq_ids) for r in steps)} preemptions; "
-        f"peak {max(r.num_blocks_in_use for r in steps)}{pool} blocks in use"
+        f"{len(steps)} steps ({num_prefill} prefill, {len(steps) - num_prefill} decode), "
+        f"tokens computed: {sum(r.num_batched_tokens for r in steps)}, "
+        f"served by the prefix cache: {sum(r.num_prefix_hit_tokens for r in steps)}, "
+        f"preemptions: {sum(len(r.preempted_seq_ids) for r in steps)}, "
+        f"peak blocks in use: {max(r.num_blocks_in_use for r in steps)}{pool}"
     )
     return "\n".join(lines)
 
