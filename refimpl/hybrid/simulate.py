@@ -1,0 +1,224 @@
+"""DeepSeek V4 requests simulated end to end through `KVCacheManager` (no model, no tensors).
+
+The scheduler side of a step is: prefix lookup (first step only), `allocate_slots` for this
+step's tokens, then "the model ran", so `num_computed_tokens` advances. Doing exactly that with
+the real Pro layout (five groups, one pool) shows where the blocks go:
+
+- `run_request`: chunked prefill then decode; records every group's live and null blocks per step;
+- `peak_blocks_chunked_prefill`: the most blocks one request holds at once, and in which step;
+- `requests_that_fit`: how many requests of one length complete side by side in a budget;
+- `prefix_hit_lengths`: what a second request sharing a prefix gets back (multiples of 256).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus
+from refimpl.hybrid.managers import cdiv, unwrap_spec
+
+GIB = 1 << 30
+
+
+def group_labels(kv_cache_groups: Sequence) -> list[str]:
+    """Short names for DeepSeek V4 groups: MLA, SWA-a, SWA-b, C128 state, C4 state."""
+    labels, swa_seen = [], 0
+    for group in kv_cache_groups:
+        spec = unwrap_spec(getattr(group, "kv_cache_spec", group))
+        window = getattr(spec, "sliding_window", None)
+        if window is None:
+            labels.append("MLA")
+        elif spec.dtype == "float32":  # compressor state: window = coff * ratio (8 or 128)
+            labels.append("C4 state" if window == 8 else "C128 state")
+        else:
+            labels.append(f"SWA-{'abcdefgh'[swa_seen]}")
+            swa_seen += 1
+    return labels
+
+
+def pro_kv_cache_config(available_memory: int = 10 * GIB, variant: str = "pro", **spec_kwargs):
+    """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab)."""
+    from refimpl.hybrid.deepseek_v4 import kv_cache_specs
+    from refimpl.hybrid.grouping import get_kv_cache_groups
+    from refimpl.hybrid.layout import get_kv_cache_config
+
+    groups = get_kv_cache_groups(kv_cache_specs(variant, **spec_kwargs))
+    return get_kv_cache_config(groups, available_memory)
+
+
+def pro_kv_cache_manager(
+    available_memory: int = 10 * GIB,
+    max_model_len: int = 1 << 20,
+    max_num_batched_tokens: int = 8192,
+    enable_caching: bool = True,
+    variant: str = "pro",
+) -> KVCacheManager:
+    """A `KVCacheManager` over DeepSeek V4's real groups and the block count of the budget."""
+    config = pro_kv_cache_config(available_memory, variant)
+    return KVCacheManager.from_config(
+        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens
+    )
+
+
+@dataclass
+class StepRecord:
+    """The state after one step of one request."""
+
+    step: int
+    phase: str  # "prefill" or "decode"
+    num_computed_tokens: int
+    live_blocks: tuple[int, ...]  # per group: blocks that are not the null block
+    null_blocks: tuple[int, ...]  # per group: table entries turned into the null block
+    free_blocks: int  # free blocks in the pool after the step
+
+    @property
+    def total_live(self) -> int:
+        return sum(self.live_blocks)
+
+
+@dataclass
+class RequestRun:
+    request: Request
+    labels: list[str]
+    records: list[StepRecord] = field(default_factory=list)
+    hit_tokens: int = 0
+    admitted: bool = True
+
+    @property
+    def peak(self) -> StepRecord:
+        return max(self.records, key=lambda r: r.total_live)
+
+
+def prompt_tokens(length: int, seed: int = 0, shared_prefix: Sequence[int] = ()) -> list[int]:
+    """Deterministic token ids: `shared_prefix` then a stream that depends on `seed`."""
+    rest = [(seed * 1_000_003 + 7919 * i) % 50_000 + 100 for i in range(length - len(shared_prefix))]
+    return list(shared_prefix)[:length] + rest
+
+
+def _snapshot(manager: KVCacheManager, request: Request, step: int, phase: str) -> StepRecord:
+    tables = manager.get_blocks(request.request_id).blocks
+    return StepRecord(
+        step=step,
+        phase=phase,
+        num_computed_tokens=request.num_computed_tokens,
+        live_blocks=tuple(sum(1 for b in t if not b.is_null) for t in tables),
+        null_blocks=tuple(sum(1 for b in t if b.is_null) for t in tables),
+        free_blocks=manager.block_pool.get_num_free_blocks(),
+    )
+
+
+def run_request(
+    manager: KVCacheManager,
+    request: Request,
+    chunk_size: int = 8192,
+    decode_tokens: int = 0,
+    free_at_end: bool = True,
+    use_prefix_cache: bool = True,
+) -> RequestRun:
+    """Chunked prefill of the whole prompt, then `decode_tokens` single-token steps.
+
+    Stops early (with `admitted=False` if nothing ran) when `allocate_slots` returns None.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    labels = group_labels([m.kv_cache_spec for m in manager.coordinator.single_type_managers])
+    run = RequestRun(request, labels)
+    hits, num_hit = (manager.get_computed_blocks(request) if use_prefix_cache else (None, 0))
+    run.hit_tokens = num_hit
+    step = 0
+    first = True
+    while request.num_computed_tokens + (num_hit if first else 0) < request.num_prompt_tokens:
+        done = request.num_computed_tokens + (num_hit if first else 0)
+        n = min(chunk_size, request.num_prompt_tokens - done)
+        out = manager.allocate_slots(
+            request,
+            n,
+            num_new_computed_tokens=num_hit if first else 0,
+            new_computed_blocks=hits if first else None,
+        )
+        if out is None:
+            run.admitted = not first
+            return run
+        request.num_computed_tokens = done + n
+        request.status = RequestStatus.RUNNING
+        first = False
+        run.records.append(_snapshot(manager, request, step, "prefill"))
+        step += 1
+    for i in range(decode_tokens):
+        request.append_output_token_ids([(request.num_tokens * 31 + i) % 50_000 + 100])
+        if manager.allocate_slots(request, 1) is None:
+            return run
+        request.num_computed_tokens += 1
+        run.records.append(_snapshot(manager, request, step, "decode"))
+        step += 1
+    if free_at_end:
+        manager.free(request)
+        request.status = RequestStatus.FINISHED
+    return run
+
+
+def transient_blocks_one_chunk(chunk: int, block_size: int = 256) -> dict[str, int]:
+    """Blocks one request needs for its first `chunk` tokens before the windows free anything
+    (DeepSeek V4 Pro: MLA bs 256, two SWA groups bs 64, C128 state bs 8, C4 state bs 4)."""
+    return {
+        "MLA": cdiv(chunk, block_size),
+        "SWA-a": cdiv(chunk, 64),
+        "SWA-b": cdiv(chunk, 64),
+        "C128 state": cdiv(chunk, 8),
+        "C4 state": cdiv(chunk, 4),
+    }
+
+
+def peak_blocks_chunked_prefill(
+    prompt_len: int, chunk_size: int = 8192, available_memory: int = 10 * GIB
+) -> tuple[StepRecord, RequestRun]:
+    """Run one prompt of `prompt_len` tokens through the Pro layout; return its peak step."""
+    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + 1, 1 << 20))
+    run = run_request(manager, manager.make_request("peak", prompt_tokens(prompt_len)), chunk_size)
+    return run.peak, run
+
+
+def requests_that_fit(
+    prompt_len: int,
+    chunk_size: int = 8192,
+    available_memory: int = 10 * GIB,
+    max_requests: int = 1000,
+) -> tuple[int, KVCacheManager]:
+    """How many requests of `prompt_len` tokens finish their prefill and stay resident together.
+
+    Requests are prefilled one after another (one chunk in flight at a time, as with a
+    single prefill slot), then decode one token, which frees what their last chunk left outside
+    the windows, and keep their blocks; the first one that cannot get its next chunk or its
+    first decode token stops the count. Prompts share no prefix.
+    """
+    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + 2, 1 << 20))
+    for i in range(max_requests):
+        request = manager.make_request(f"r{i}", prompt_tokens(prompt_len, seed=i + 1))
+        run = run_request(manager, request, chunk_size, decode_tokens=1, free_at_end=False, use_prefix_cache=False)
+        if not run.records or run.records[-1].num_computed_tokens < prompt_len + 1:
+            manager.free(request)  # the one that did not fit gives its partial blocks back
+            return i, manager
+    return max_requests, manager
+
+
+def prefix_hit_lengths(
+    shared_prefix_lens: Sequence[int],
+    prompt_len: int = 12_000,
+    chunk_size: int = 8192,
+    available_memory: int = 10 * GIB,
+) -> dict[int, int]:
+    """{shared prefix length: hit length} for a second request after a first one finished.
+
+    Each pair runs on a fresh pool: request A (prompt_len tokens) runs and is freed, then B,
+    whose first `shared` tokens equal A's, asks for its prefix hit.
+    """
+    out = {}
+    for shared in shared_prefix_lens:
+        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20)
+        a = manager.make_request("A", prompt_tokens(prompt_len, seed=1))
+        run_request(manager, a, chunk_size)
+        b = manager.make_request("B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared]))
+        _, hit = manager.get_computed_blocks(b)
+        out[shared] = hit
+    return out

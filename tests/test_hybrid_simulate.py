@@ -1,0 +1,67 @@
+"""DeepSeek V4 Pro requests through KVCacheManager on the planner's real layout (10 GiB unless
+stated): blocks per group per step, window nulling, peaks, admission and prefix hits."""
+
+from refimpl.hybrid import simulate as S
+from refimpl.hybrid.block_pool import check_pool_invariants
+
+
+def test_pro_manager_has_five_groups_in_one_pool():
+    m = S.pro_kv_cache_manager()
+    assert m.num_gpu_blocks == 7477 and m.block_pool.get_num_free_blocks() == 7476
+    specs = [mgr.kv_cache_spec for mgr in m.coordinator.single_type_managers]
+    assert S.group_labels(specs) == ["MLA", "SWA-a", "SWA-b", "C128 state", "C4 state"]
+    assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [256, 64, 64, 8, 4]
+    assert m.scheduler_block_size == 256 and m.hash_block_size == 4
+    # the two SWA groups have equal scheduler specs, so they are looked up together
+    assert [ids for _, ids in m.coordinator.attention_groups] == [[0], [1, 2], [3], [4]]
+
+
+def test_one_8192_token_chunk_needs_3360_blocks():
+    peak, run = S.peak_blocks_chunked_prefill(8192)
+    assert peak.live_blocks == (32, 128, 128, 1024, 2048)
+    assert peak.total_live == 3360 == sum(S.transient_blocks_one_chunk(8192).values())
+    assert peak.free_blocks == 7476 - 3360
+
+
+def test_chunked_prefill_timeline_and_window_nulling():
+    peak, run = S.peak_blocks_chunked_prefill(4 * 8192)
+    rows = [(r.num_computed_tokens, r.live_blocks, r.null_blocks) for r in run.records]
+    assert rows == [
+        (8192, (32, 128, 128, 1024, 2048), (0, 0, 0, 0, 0)),
+        # before chunk 2 the windows drop all but their last 127 (C4 state: 7) tokens
+        (16384, (64, 130, 130, 1040, 2050), (0, 126, 126, 1008, 2046)),
+        (24576, (96, 130, 130, 1040, 2050), (0, 254, 254, 2032, 4094)),
+        (32768, (128, 130, 130, 1040, 2050), (0, 382, 382, 3056, 6142)),
+    ]
+    assert peak.step == 3 and peak.total_live == 3478
+    # the request was freed at the end: every block is back
+    assert run.request.num_computed_tokens == 32768
+
+
+def test_decode_frees_the_last_chunk_windows():
+    m = S.pro_kv_cache_manager()
+    r = m.make_request("r", S.prompt_tokens(5000))
+    run = S.run_request(m, r, chunk_size=8192, decode_tokens=3, free_at_end=False)
+    assert [rec.phase for rec in run.records] == ["prefill", "decode", "decode", "decode"]
+    assert run.records[0].live_blocks == (20, 79, 79, 625, 1250)
+    # after the first decode step only the windows remain: 127 tokens (3 SWA blocks of 64 ...)
+    assert run.records[1].live_blocks == (20, 3, 3, 17, 3)
+    check_pool_invariants(m.block_pool, m.get_blocks("r").blocks)
+    m.free(r)
+    assert m.block_pool.get_num_free_blocks() == 7476
+
+
+def test_requests_that_fit_in_a_budget():
+    n, m = S.requests_that_fit(16384, chunk_size=2048, available_memory=2 * S.GIB)
+    assert m.num_gpu_blocks == 1495
+    assert n == 7
+    per_request = [m.get_blocks(f"r{i}").num_blocks() for i in range(n)]
+    assert per_request == [91] * 7  # 65 MLA + 3 + 3 + 17 + 3 window blocks
+    assert m.block_pool.get_num_free_blocks() == 1494 - 7 * 91
+    assert m.block_pool.get_num_free_blocks() >= sum(S.transient_blocks_one_chunk(2048).values())
+    check_pool_invariants(m.block_pool, [t for i in range(n) for t in m.get_blocks(f"r{i}").blocks])
+
+
+def test_prefix_hits_are_multiples_of_256():
+    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000)
+    assert hits == {100: 0, 256: 256, 1000: 768, 5000: 4864, 11999: 11776}
