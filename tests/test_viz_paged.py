@@ -39,7 +39,7 @@ L0 [101 102 103 104]      hash 1835  hit, in use    #1 shared, ref 1->2
 L1 [201 202 203 204]      hash a7dc  hit, freed     #3 leaves the free queue, ref 0->1
 L2 [301 302 303 304]      hash -     last block     #6 from the free-queue head
    (the last block is always recomputed (prefill needs logits))
-cached: 2 blocks = 8 tokens; free blocks needed 2 of 4 free -> fits, can_allocate = 2"""
+cached blocks: 2 (8 tokens); free blocks needed 2 of 4 free -> fits, can_allocate = 2"""
 
 
 def test_block_pool_text_and_figure():

@@ -180,7 +180,7 @@ def describe_prefix_match(match: PrefixMatch) -> str:
             lines.append(f"   ({b.reason})")
     verdict = f"fits, can_allocate = {m.can_allocate}" if m.fits else "does not fit, can_allocate = -1"
     lines.append(
-        f"cached: {m.num_cached_blocks} blocks = {m.num_cached_blocks * m.block_size} tokens; "
+        f"cached blocks: {m.num_cached_blocks} ({m.num_cached_blocks * m.block_size} tokens); "
         f"free blocks needed {m.num_free_blocks_needed} of {m.num_free_blocks} free -> {verdict}"
     )
     return "\n".join(lines)
@@ -194,7 +194,7 @@ def draw_prefix_match(match: PrefixMatch, *, title: str | None = None) -> Figure
     fig = Figure(figsize=(max(6.0, 2.0 * n + 1.0), 3.2))
     ax = fig.add_subplot()
     ax.set_xlim(-0.1, 2.0 * n)
-    ax.set_ylim(-1.5, 2.1)
+    ax.set_ylim(-1.0, 2.1)
     ax.axis("off")
     for b in m.blocks:
         x = 2.0 * b.index
