@@ -100,3 +100,18 @@ def test_slots_from_the_manager_never_collide():
     assert lens.tolist() == [6]
     assert idx[0].tolist() == [slot_for_position(ids, p, 4) for p in swa_window_positions(20, 6)]
     assert torch.all(idx >= 0)
+
+
+def test_window_and_topk_pictures_and_text_twins():
+    from matplotlib.figure import Figure
+
+    from refimpl.viz import allocator as V
+
+    text = V.swa_window_text([5, 9, 3], 4, position=10, window=6)
+    assert text.splitlines()[1] == "  pos    5 -> block_table[1] =   9, offset  1 -> slot 37"
+    assert text.splitlines()[-1].endswith("slot 14")
+    text = V.topk_text([7, 3], 16, 4, position=27, local_topk=[0, 2, 5, -1])
+    assert text.splitlines()[0] == "token at position 27, ratio 4: 7 usable entries, 4 per block"
+    assert text.splitlines()[-1].endswith("block_table[1] = 3, offset 1 -> slot 13")
+    assert isinstance(V.draw_swa_window([5, 9, 3], 4, 10, 6), Figure)
+    assert isinstance(V.draw_topk([7, 3], 16, 4, 27, [0, 2, 5, -1]), Figure)

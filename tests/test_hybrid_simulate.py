@@ -65,3 +65,30 @@ def test_requests_that_fit_in_a_budget():
 def test_prefix_hits_are_multiples_of_256():
     hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000)
     assert hits == {100: 0, 256: 256, 1000: 768, 5000: 4864, 11999: 11776}
+
+
+def test_mini_v4_life_pictures_and_text_twins():
+    from matplotlib.figure import Figure
+
+    from refimpl.hybrid.kv_cache_manager import KVCacheManager
+    from refimpl.viz import allocator as V
+
+    m = KVCacheManager(S.mini_v4_groups(), 120, 256)
+    labels = S.group_labels(S.mini_v4_groups())
+    assert labels == S.MINI_V4_LABELS and m.scheduler_block_size == 16 and m.hash_block_size == 1
+    r = m.make_request("a", S.prompt_tokens(40))
+    run = S.run_request(m, r, chunk_size=16, decode_tokens=2, free_at_end=False)
+    assert [rec.live_blocks for rec in run.records] == [
+        (1, 4, 4, 8, 16),
+        (2, 6, 6, 12, 17),
+        (3, 4, 4, 8, 9),
+        (3, 3, 3, 5, 2),
+        (3, 3, 3, 4, 2),
+    ]
+    text = V.tables_text(m, "a", labels)
+    assert text.splitlines()[0] == "MLA        | 1 32 42"
+    assert text.splitlines()[1] == "SWA-a      | . . . . . . . . 41 40 20"
+    assert V.pool_text(m, labels, ["a"]).startswith("120 blocks: MLA=3, SWA-a=3, SWA-b=3, C128 state=4, C4 state=2,")
+    assert V.blocks_over_time_text(run).splitlines()[1].split() == ["0", "prefill", "16", "1", "4", "4", "8", "16", "33", "86"]
+    for fig in (V.draw_tables(m, "a", labels), V.draw_pool(m, labels, ["a"]), V.draw_blocks_over_time(run)):
+        assert isinstance(fig, Figure) and fig.axes

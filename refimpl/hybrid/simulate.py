@@ -23,14 +23,16 @@ GIB = 1 << 30
 
 def group_labels(kv_cache_groups: Sequence) -> list[str]:
     """Short names for DeepSeek V4 groups: MLA, SWA-a, SWA-b, C128 state, C4 state."""
+    specs = [unwrap_spec(getattr(group, "kv_cache_spec", group)) for group in kv_cache_groups]
+    # compressor states are fp32; the ratio-4 state has the smaller block (4 vs 8 tokens)
+    state_sizes = [s.block_size for s in specs if getattr(s, "sliding_window", None) and s.dtype == "float32"]
     labels, swa_seen = [], 0
-    for group in kv_cache_groups:
-        spec = unwrap_spec(getattr(group, "kv_cache_spec", group))
+    for spec in specs:
         window = getattr(spec, "sliding_window", None)
         if window is None:
             labels.append("MLA")
-        elif spec.dtype == "float32":  # compressor state: window = coff * ratio (8 or 128)
-            labels.append("C4 state" if window == 8 else "C128 state")
+        elif spec.dtype == "float32":
+            labels.append("C4 state" if spec.block_size == min(state_sizes) else "C128 state")
         else:
             labels.append(f"SWA-{'abcdefgh'[swa_seen]}")
             swa_seen += 1
@@ -222,3 +224,28 @@ def prefix_hit_lengths(
         _, hit = manager.get_computed_blocks(b)
         out[shared] = hit
     return out
+
+
+MINI_V4_LABELS = ["MLA", "SWA-a", "SWA-b", "C128 state", "C4 state"]
+
+
+def mini_v4_groups() -> list:
+    """A DeepSeek-V4-shaped toy with five groups small enough to draw block by block.
+
+    Same kinds and order as Pro (full attention first, two equal sliding-window groups, two
+    compressor-state windows), scaled down: block sizes 16 / 4 / 4 / 2 / 1 (the real ones are
+    256 / 64 / 64 / 8 / 4) and windows 8 / 8 / 8 / 2 (real: 128 / 128 / 128 / 8).
+    """
+    from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+
+    def window(bs: int, w: int, dtype: str) -> SlidingWindowSpec:
+        return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype=dtype, sliding_window=w)
+
+    specs = [
+        FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype="uint8"),
+        window(4, 8, "uint8"),
+        window(4, 8, "uint8"),
+        window(2, 8, "float32"),
+        window(1, 2, "float32"),
+    ]
+    return [KVCacheGroupSpec((f"{label}.layer",), spec) for label, spec in zip(MINI_V4_LABELS, specs)]
