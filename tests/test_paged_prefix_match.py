@@ -69,6 +69,22 @@ def test_miss_stops_walk_and_later_blocks_are_not_looked_up():
     assert [b.block_id for b in m.blocks] == [1, 6, 7, 4]  # fresh blocks in queue order
 
 
+def test_revived_block_at_queue_head_is_not_also_handed_out_fresh():
+    bm = BlockManager(3, 2)
+    cached, other = Sequence([1, 2], block_size=2), Sequence([5], block_size=2)
+    prefill(bm, cached)  # #0 holds [1, 2], registered
+    prefill(bm, other)  # #1
+    bm.deallocate(cached)
+    bm.deallocate(other)
+    assert list(bm.free_block_ids) == [2, 0, 1]
+    request = Sequence([1, 2, 9, 9, 9], block_size=2)
+    m = explain_prefix_match(bm, request)
+    assert m.outcomes() == [O.HIT_FREE, O.MISS, O.LAST_BLOCK]
+    assert [b.block_id for b in m.blocks] == [0, 2, 1]  # fresh blocks skip the revived #0
+    bm.allocate(request, m.num_cached_blocks)
+    assert request.block_table == [0, 2, 1]
+
+
 def test_collision_is_caught_by_token_check():
     bm, _, _ = seed_example()
     request = Sequence(SEED_C + [9], block_size=4)
