@@ -142,3 +142,31 @@ def test_general_path_unifies_page_sizes_by_growing_blocks():
     odd = FullAttentionSpec(block_size=16, num_kv_heads=3, head_size=64, dtype="bfloat16")
     with pytest.raises(ValueError, match="cannot unify page sizes"):
         get_kv_cache_groups({"s0": _sw(), "f0": odd})
+
+
+@pytest.mark.parametrize("variant", ["pro", "flash"])
+@pytest.mark.parametrize("cache_dtype", ["fp8_ds_mla", "bfloat16"])
+@pytest.mark.parametrize("indexer", ["fp8", "fp4"])
+@pytest.mark.parametrize("mtp", [False, True])
+def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mtp):
+    from refimpl.hybrid.layout import get_packed_kv_cache_layout
+
+    specs = v4.kv_cache_specs(variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
+    groups = get_kv_cache_groups(specs, use_eagle=mtp)
+    names = [n for g in groups for n in g.layer_names]
+    assert sorted(names) == sorted(specs) and len(names) == len(set(names))  # each cache exactly once
+    assert all(g.kv_cache_spec.kv_cache_specs[n] == specs[n] for g in groups for n in g.layer_names)
+    mla = [n for n, s in specs.items() if isinstance(s, MLAAttentionSpec)]
+    assert list(groups[0].layer_names) == mla  # MLA group first, whole, in registration order
+    buckets = group_and_unify_kv_cache_specs(specs)
+    tuples = [b.get_num_layer_tuples() for b in buckets]
+    d = approximate_gcd(tuples, tuples[0])
+    for g in groups[1:]:
+        assert g.kv_cache_spec.get_num_layer_tuples() <= d
+    assert sum(g.is_eagle_group for g in groups) == (1 if mtp else 0)
+    stride, by_offset = get_packed_kv_cache_layout(groups)
+    assert stride == max(g.width_bytes for g in groups) == groups[0].width_bytes
+    for g in groups:  # pages of one group never overlap
+        spans = sorted((off, off + g.page_size_of(n)) for off, ns in by_offset.items() for n in ns if n in g.layer_names)
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+        assert spans[-1][1] <= stride
