@@ -1,0 +1,301 @@
+"""Deliberately broken implementations: each is the reference with one classic mistake.
+
+They exist to test the graders: every grader must fail every variant it is relevant to and pass
+the reference. Instructors can also hand them out ("find the bug with check_prefix_cache").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refimpl.errors import InvariantError
+from refimpl.paged import BlockManager, Scheduler, SequenceStatus
+from refimpl.paged.hashing import compute_hash
+
+
+# ====================================================================== block manager mistakes
+class FreeForwardOrder(BlockManager):
+    """Frees a sequence's blocks first to last, so shared early blocks are overwritten first."""
+
+    def deallocate(self, seq):
+        for block_id in seq.block_table:
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._deallocate_block(block_id)
+        seq.num_cached_tokens = 0
+        seq.block_table.clear()
+
+
+class AllocateFromTail(BlockManager):
+    """Takes new blocks from the tail of the free queue (LIFO), evicting the freshest cache first."""
+
+    def _allocate_block(self):
+        block_id = list(self.free_block_ids)[-1]
+        self.free_block_ids.remove(block_id)
+        block = self.blocks[block_id]
+        if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
+            del self.hash_to_block_id[block.hash]
+        block.reset()
+        self.used_block_ids.add(block_id)
+        return block_id
+
+
+class AppendOnMultiple(BlockManager):
+    """Adds a block when len(seq) % block_size == 0, one token too early."""
+
+    def _needs_new_block(self, seq):
+        return len(seq) % self.block_size == 0
+
+
+class NoStaleHashGuard(BlockManager):
+    """Deletes a reused block's hash entry even when the entry points to another block."""
+
+    def _allocate_block(self):
+        block_id = self.free_block_ids.popleft()
+        block = self.blocks[block_id]
+        if block.hash != -1:
+            self.hash_to_block_id.pop(block.hash, None)
+        block.reset()
+        self.used_block_ids.add(block_id)
+        return block_id
+
+
+def _match(manager, seq, *, last_block: bool, double_check: bool, in_use_free: bool, free_hits_free: bool):
+    """A configurable copy of prefix matching, to inject exactly one mistake at a time."""
+    num_new_blocks = seq.num_blocks
+    h = -1
+    num_cached_blocks = 0
+    for i in range(seq.num_blocks if last_block else seq.num_blocks - 1):
+        token_ids = seq.block(i)
+        h = compute_hash(token_ids, h)
+        block_id = manager.hash_to_block_id.get(h, -1)
+        if block_id == -1 or (double_check and manager.blocks[block_id].token_ids != token_ids):
+            break
+        num_cached_blocks += 1
+        if free_hits_free or (in_use_free and block_id in manager.used_block_ids):
+            num_new_blocks -= 1
+    return num_cached_blocks, num_new_blocks
+
+
+class LooksUpLastBlock(BlockManager):
+    """Also matches the last block, so a fully cached prompt would leave nothing to compute."""
+
+    def _match_prefix(self, seq):
+        return _match(self, seq, last_block=True, double_check=True, in_use_free=True, free_hits_free=False)
+
+
+class NoTokenDoubleCheck(BlockManager):
+    """Trusts a hash hit without comparing tokens: a collision reuses the wrong K/V."""
+
+    def _match_prefix(self, seq):
+        return _match(self, seq, last_block=False, double_check=False, in_use_free=True, free_hits_free=False)
+
+
+class InUseHitsNeedFreeBlocks(BlockManager):
+    """Counts a hit on a block in use as needing a free block, so can_allocate refuses too often."""
+
+    def _match_prefix(self, seq):
+        return _match(self, seq, last_block=False, double_check=True, in_use_free=False, free_hits_free=False)
+
+
+class FreeHitsCostNothing(BlockManager):
+    """Counts a hit on a freed block as costing nothing, although it leaves the free queue."""
+
+    def _match_prefix(self, seq):
+        return _match(self, seq, last_block=False, double_check=True, in_use_free=True, free_hits_free=True)
+
+
+class HashWithoutChain(BlockManager):
+    """Hashes each block on its own, so equal blocks after different prefixes collide."""
+
+    def hash_blocks(self, seq):
+        start = seq.num_cached_tokens // self.block_size
+        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        for i in range(start, end):
+            block = self.blocks[seq.block_table[i]]
+            token_ids = seq.block(i)
+            h = compute_hash(token_ids)
+            block.update(h, token_ids)
+            self.hash_to_block_id[h] = block.block_id
+
+    def _match_prefix(self, seq):
+        num_new_blocks = seq.num_blocks
+        num_cached_blocks = 0
+        for i in range(seq.num_blocks - 1):
+            token_ids = seq.block(i)
+            block_id = self.hash_to_block_id.get(compute_hash(token_ids), -1)
+            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
+                break
+            num_cached_blocks += 1
+            if block_id in self.used_block_ids:
+                num_new_blocks -= 1
+        return num_cached_blocks, num_new_blocks
+
+    def allocate(self, seq, num_cached_blocks):
+        # Same as the reference, but looks hits up with the unchained hash.
+        for i in range(num_cached_blocks):
+            block_id = self.hash_to_block_id[compute_hash(seq.block(i))]
+            block = self.blocks[block_id]
+            if block_id in self.used_block_ids:
+                block.ref_count += 1
+            else:
+                block.ref_count = 1
+                self.free_block_ids.remove(block_id)
+                self.used_block_ids.add(block_id)
+            seq.block_table.append(block_id)
+        for _ in range(num_cached_blocks, seq.num_blocks):
+            seq.block_table.append(self._allocate_block())
+        seq.num_cached_tokens = num_cached_blocks * self.block_size
+
+
+# ====================================================================== scheduler mistakes
+class _ConfigurableScheduler(Scheduler):
+    """A copy of the reference schedule/preempt/postprocess with switches for single mistakes."""
+
+    preempt_first = False
+    chunk_any = False
+    preempt_to_back = False
+    keep_decode_flag = False
+    register_after_commit = False
+
+    def schedule(self):
+        scheduled = []
+        num_batched_tokens = 0
+        while self.waiting and len(scheduled) < self.max_num_seqs:
+            seq = self.waiting[0]
+            remaining = self.max_num_batched_tokens - num_batched_tokens
+            if remaining == 0:
+                break
+            if not seq.block_table:
+                num_cached_blocks = self.block_manager.can_allocate(seq)
+                if num_cached_blocks == -1:
+                    break
+                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
+                if remaining < num_tokens and scheduled and not self.chunk_any:
+                    break
+                self.block_manager.allocate(seq, num_cached_blocks)
+            num_tokens = seq.num_tokens - seq.num_cached_tokens
+            if remaining < num_tokens and scheduled and not self.chunk_any:
+                break
+            seq.num_scheduled_tokens = min(num_tokens, remaining)
+            num_batched_tokens += seq.num_scheduled_tokens
+            if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
+                seq.status = SequenceStatus.RUNNING
+                self.waiting.popleft()
+                self.running.append(seq)
+            scheduled.append(seq)
+        if scheduled:
+            return scheduled, True
+        while self.running and len(scheduled) < self.max_num_seqs:
+            seq = self.running.popleft()
+            while not self.block_manager.can_append(seq):
+                if self.running:
+                    self.preempt(self.running.popleft() if self.preempt_first else self.running.pop())
+                else:
+                    self.preempt(seq)
+                    break
+            else:
+                seq.num_scheduled_tokens = 1
+                seq.is_prefill = False
+                self.block_manager.may_append(seq)
+                scheduled.append(seq)
+        if not scheduled:
+            raise InvariantError("schedule() found nothing to run although sequences are queued")
+        self.running.extendleft(reversed(scheduled))
+        return scheduled, False
+
+    def preempt(self, seq):
+        seq.status = SequenceStatus.WAITING
+        if not self.keep_decode_flag:
+            seq.is_prefill = True
+        seq.num_scheduled_tokens = 0
+        self.block_manager.deallocate(seq)
+        if self.preempt_to_back:
+            self.waiting.append(seq)
+        else:
+            self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def postprocess(self, seqs, token_ids, is_prefill):
+        for seq, token_id in zip(seqs, token_ids):
+            if self.register_after_commit:
+                seq.num_cached_tokens += seq.num_scheduled_tokens
+                self.block_manager.hash_blocks(seq)
+            else:
+                self.block_manager.hash_blocks(seq)
+                seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
+                continue
+            seq.append_token(token_id)
+            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.deallocate(seq)
+                self.running.remove(seq)
+
+
+class PreemptFirstRunning(_ConfigurableScheduler):
+    """Preempts the oldest running sequence instead of the newest."""
+
+    preempt_first = True
+
+
+class ChunkAnyWaiting(_ConfigurableScheduler):
+    """Cuts any waiting sequence to the leftover budget, not only the first of the batch."""
+
+    chunk_any = True
+
+
+class PreemptToBack(_ConfigurableScheduler):
+    """Puts a preempted sequence at the back of the waiting queue instead of the front."""
+
+    preempt_to_back = True
+
+
+class KeepDecodeFlagOnPreempt(_ConfigurableScheduler):
+    """Forgets to reset is_prefill when preempting, so the recompute is treated as a decode."""
+
+    keep_decode_flag = True
+
+
+class RegisterAfterCommit(_ConfigurableScheduler):
+    """Advances num_cached_tokens before hash_blocks, so filled blocks are never registered."""
+
+    register_after_commit = True
+
+
+# ====================================================================== the catalogue
+@dataclass(frozen=True)
+class BrokenVariant:
+    """A broken implementation and the graders that must catch it."""
+
+    name: str
+    implementation: object  # a class (Part I) or a function (Part II)
+    graders: tuple[str, ...]
+
+    @property
+    def mistake(self) -> str:
+        return (self.implementation.__doc__ or "").strip().splitlines()[0]
+
+
+BLOCK_MANAGER_GRADERS = ("check_block_manager", "check_prefix_cache")
+PREFIX_GRADERS = ("check_prefix_cache",)
+SCHEDULER_GRADERS = ("check_scheduler",)
+
+PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
+    BrokenVariant("free_in_forward_order", FreeForwardOrder, BLOCK_MANAGER_GRADERS),
+    BrokenVariant("allocate_from_tail", AllocateFromTail, BLOCK_MANAGER_GRADERS),
+    BrokenVariant("append_on_len_mod_0", AppendOnMultiple, BLOCK_MANAGER_GRADERS),
+    BrokenVariant("no_stale_hash_guard", NoStaleHashGuard, PREFIX_GRADERS),
+    BrokenVariant("look_up_last_block", LooksUpLastBlock, PREFIX_GRADERS),
+    BrokenVariant("skip_token_double_check", NoTokenDoubleCheck, PREFIX_GRADERS),
+    BrokenVariant("in_use_hits_need_free_blocks", InUseHitsNeedFreeBlocks, PREFIX_GRADERS),
+    BrokenVariant("free_hits_cost_nothing", FreeHitsCostNothing, PREFIX_GRADERS),
+    BrokenVariant("hash_without_chain", HashWithoutChain, PREFIX_GRADERS),
+    BrokenVariant("preempt_first_running", PreemptFirstRunning, SCHEDULER_GRADERS),
+    BrokenVariant("chunk_any_waiting", ChunkAnyWaiting, SCHEDULER_GRADERS),
+    BrokenVariant("preempt_to_back", PreemptToBack, SCHEDULER_GRADERS),
+    BrokenVariant("keep_decode_flag_on_preempt", KeepDecodeFlagOnPreempt, SCHEDULER_GRADERS),
+    BrokenVariant("register_after_commit", RegisterAfterCommit, SCHEDULER_GRADERS),
+]

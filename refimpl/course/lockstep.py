@@ -1,0 +1,156 @@
+"""Lockstep replay: run every action on the reference and on the student's code, compare after each.
+
+A grader scenario is ordinary Python that calls `Lockstep.step(label, action)`. The action runs
+on the reference world first (its result drives the scenario), then on the student's world; the
+return values and then a list of named state fields are compared, and the first difference stops
+the scenario with a `Diverged` carrying what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Generic, TypeVar
+
+from refimpl.course.report import CheckResult, Divergence
+
+World = TypeVar("World")
+StateFields = list[tuple[str, Any]]
+
+MAX_RENDER = 160  # characters; long values are cut in the middle so the table stays readable
+
+
+class Diverged(Exception):
+    """The student's world differs from the reference's (or the student's code raised)."""
+
+    def __init__(self, divergence: Divergence) -> None:
+        super().__init__(f"step {divergence.step}: {divergence.action}: {divergence.where}")
+        self.divergence = divergence
+
+
+def render(value: Any) -> str:
+    """A short deterministic text for a value (no memory addresses)."""
+    if isinstance(value, BaseException):
+        text = f"{type(value).__name__}: {value}"
+    elif isinstance(value, (set, frozenset)):
+        text = "{" + ", ".join(repr(v) for v in sorted(value)) + "}" if value else "set()"
+    else:
+        text = repr(value)
+    if len(text) > MAX_RENDER:
+        half = MAX_RENDER // 2 - 3
+        text = text[:half] + " ... " + text[-half:]
+    return text
+
+
+def describe_exception(exc: BaseException) -> str:
+    if isinstance(exc, NotImplementedError):
+        return f"NotImplementedError (not written yet): {exc}" if str(exc) else "NotImplementedError (not written yet)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def first_difference(expected: StateFields, found: StateFields) -> tuple[str, str, str] | None:
+    """(field name, expected text, found text) of the first field that differs, or None."""
+    if expected == found:
+        return None
+    found_by_name = dict(found)
+    for name, value in expected:
+        other = found_by_name.get(name, _MISSING)
+        if other is _MISSING:
+            return name, render(value), "(missing)"
+        if value != other:
+            if isinstance(value, dict) and isinstance(other, dict):
+                return name, *_dict_difference(value, other)
+            return name, render(value), render(other)
+    extra = [name for name, _ in found if name not in dict(expected)]
+    return "state", "no other fields", f"extra fields {extra}"
+
+
+def _dict_difference(expected: dict, found: dict) -> tuple[str, str]:
+    """Show only the entries that differ, so a hash map with many entries stays readable."""
+    only_expected = {k: v for k, v in sorted(expected.items()) if found.get(k, _MISSING) != v}
+    only_found = {k: v for k, v in sorted(found.items()) if expected.get(k, _MISSING) != v}
+    common = len(expected) - len(only_expected)
+    return (
+        f"{len(expected)} entries; {common} shared, then {render(only_expected)}",
+        f"{len(found)} entries; {common} shared, then {render(only_found)}",
+    )
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(missing)"
+
+
+_MISSING = _Missing()
+
+
+class Lockstep(Generic[World]):
+    """Two worlds driven by the same actions; `state(world)` lists the fields to compare."""
+
+    def __init__(self, state: Callable[[World], StateFields]) -> None:
+        self.state = state
+        self.reference: World | None = None
+        self.student: World | None = None
+        self.steps = 0
+
+    def start(self, label: str, make_reference: Callable[[], World], make_student: Callable[[], World]) -> None:
+        """Build both worlds (step 1); the student's constructor may already diverge."""
+        self.steps += 1
+        self.reference = make_reference()
+        try:
+            self.student = make_student()
+        except Exception as exc:  # the student's code may raise anything; report it as found
+            self._diverge(label, "result", "a new object", describe_exception(exc))
+        self._compare_state(label)
+
+    def step(self, label: str, action: Callable[[World], Any], *, compare_result: bool = True) -> Any:
+        """Run `action` on both worlds; return the reference's result."""
+        self.steps += 1
+        expected = action(self.reference)
+        try:
+            found = action(self.student)
+        except Exception as exc:
+            self._diverge(label, "result", f"returns {render(expected)}", describe_exception(exc))
+        if compare_result and not _same_result(expected, found):
+            self._diverge(label, "return value", render(expected), render(found))
+        self._compare_state(label)
+        return expected
+
+    def both(self, action: Callable[[World], Any]) -> None:
+        """Apply a driver-side change (what the scheduler or model would do) to both worlds, uncompared."""
+        action(self.reference)
+        action(self.student)
+
+    def _compare_state(self, label: str) -> None:
+        expected = self.state(self.reference)
+        try:
+            found = self.state(self.student)
+        except Exception as exc:
+            self._diverge(label, "state (reading your object's fields)", "readable fields", describe_exception(exc))
+        difference = first_difference(expected, found)
+        if difference is not None:
+            self._diverge(label, *difference)
+
+    def _diverge(self, label: str, where: str, expected: str, found: str) -> None:
+        raise Diverged(Divergence(self.steps, label, where, expected, found))
+
+
+def _same_result(expected: Any, found: Any) -> bool:
+    """Equal values count as the same result (`True == 1`: nano-vllm itself compares bools with ints)."""
+    try:
+        return bool(expected == found)
+    except Exception:  # e.g. an array-like whose truth value is ambiguous
+        return False
+
+
+def run_check(
+    name: str,
+    description: str,
+    state: Callable[[Any], StateFields],
+    scenario: Callable[[Lockstep], None],
+) -> CheckResult:
+    """Replay one scenario in lockstep and turn the outcome into a table row."""
+    lockstep: Lockstep = Lockstep(state)
+    try:
+        scenario(lockstep)
+    except Diverged as diverged:
+        return CheckResult(name, description, False, lockstep.steps, diverged.divergence)
+    return CheckResult(name, description, True, lockstep.steps)

@@ -1,0 +1,82 @@
+"""What a grader hands back: one row per check, the first divergence, a printable table and a score."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step where the student's state differs from the reference's.
+
+    `where` names the value that differs (a return value, `free_block_ids`, `blocks[3].ref_count`,
+    ...); `expected` and `found` are short deterministic renderings of the two sides.
+    """
+
+    step: int
+    action: str
+    where: str
+    expected: str
+    found: str
+
+    def lines(self) -> list[str]:
+        return [
+            f"first difference at step {self.step}: {self.action}",
+            f"{self.where}:",
+            f"  expected {self.expected}",
+            f"  found    {self.found}",
+        ]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of the table: a named scenario or workload, replayed in lockstep."""
+
+    name: str
+    description: str
+    passed: bool
+    steps: int
+    divergence: Divergence | None = None
+
+    def row(self, name_width: int) -> list[str]:
+        status = "PASS" if self.passed else "FAIL"
+        steps = f"{self.steps} step" if self.steps == 1 else f"{self.steps} steps"
+        head = f"  {status}  {self.name:<{name_width}}  {self.description} ({steps})"
+        if self.divergence is None:
+            return [head]
+        pad = " " * (8 + name_width)
+        return [head] + [pad + line for line in self.divergence.lines()]
+
+
+@dataclass
+class GradeReport:
+    """All rows of one grader run; `passed` only when every row passed."""
+
+    title: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def num_passed(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    @property
+    def num_checks(self) -> int:
+        return len(self.results)
+
+    @property
+    def passed(self) -> bool:
+        return self.num_checks > 0 and self.num_passed == self.num_checks
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [r.name for r in self.results if not r.passed]
+
+    def table(self) -> str:
+        width = max((len(r.name) for r in self.results), default=0)
+        lines = [f"{self.title}: {self.num_passed}/{self.num_checks} checks passed"]
+        for result in self.results:
+            lines.extend(result.row(width))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
