@@ -504,6 +504,22 @@ def test_driver_max_steps_guard():
         driver.run(max_steps=0)
 
 
+def test_driver_needs_the_runner_that_filled_the_cache():
+    s = sched()
+    first = SchedulerDriver(s)
+    first.add(seq(range(8), max_tokens=1))
+    first.run()  # two full blocks stay cached after the sequence finished
+    with pytest.raises(ValueError, match="pass that FakeModelRunner"):
+        SchedulerDriver(s)
+    stranger = SchedulerDriver(s, FakeModelRunner.for_scheduler(s))
+    stranger.add(seq(range(9), max_tokens=1))
+    with pytest.raises(InvariantError, match="never written by this runner"):
+        stranger.step()
+    again = SchedulerDriver(s, first.runner)
+    again.add(seq(range(9), max_tokens=1))
+    assert again.step().prefix_hit_tokens == (8,)
+
+
 def test_driver_rejects_a_runner_of_another_size():
     with pytest.raises(ValueError, match="does not match"):
         SchedulerDriver(sched(num_blocks=4), FakeModelRunner(5, BS))

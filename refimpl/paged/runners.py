@@ -137,6 +137,11 @@ class FakeModelRunner:
             history = [self.kv_cache[b][o] for b, o in (self._slot(seq, p) for p in range(end))]
             if history != seq.token_ids[:end]:
                 wrong = next(p for p in range(end) if history[p] != seq.token_ids[p])
+                if history[wrong] == -1:
+                    raise InvariantError(
+                        f"sequence {seq.seq_id}: the cache slot for position {wrong} was never written by this "
+                        f"runner (a block it did not compute, e.g. a prefix hit on another runner's work)"
+                    )
                 raise InvariantError(
                     f"sequence {seq.seq_id}: the cache slot for position {wrong} holds token {history[wrong]}, "
                     f"expected {seq.token_ids[wrong]} (a block was shared or reused wrongly)"
@@ -186,6 +191,12 @@ class SchedulerDriver:
     """
 
     def __init__(self, scheduler: Scheduler, runner: FakeModelRunner | None = None, *, check: bool = True) -> None:
+        bm = scheduler.block_manager
+        if runner is None and (bm.used_block_ids or bm.hash_to_block_id):
+            raise ValueError(
+                "this scheduler already holds or caches blocks computed by an earlier runner; pass that "
+                "FakeModelRunner (its fake KV cache holds their contents), or keep using the same driver"
+            )
         self.scheduler = scheduler
         self.runner = runner if runner is not None else FakeModelRunner.for_scheduler(scheduler)
         if (self.runner.num_blocks, self.runner.block_size) != (scheduler.block_manager.num_blocks, scheduler.block_size):

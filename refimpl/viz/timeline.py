@@ -105,8 +105,9 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
                 ax.add_patch(Rectangle((x + 0.05, y), 0.9, 0.14, facecolor=HIT_COLOR, edgecolor="none"))
             if labelled and r.is_prefill:
                 label = str(r.num_scheduled_tokens[i]) + (f"\n+{hit}" if hit else "")
+                box = dict(facecolor="white", edgecolor="none", pad=1.0) if chunk else None  # readable over hatching
                 ax.text(r.step, row[seq_id], label, ha="center", va="center", fontsize=7,
-                        color="black" if chunk else "white")
+                        color="black" if chunk else "white", bbox=box)
             if seq_id in r.finished_seq_ids:
                 ax.plot(r.step + 0.45, row[seq_id], marker="o", color="black", markersize=4)
         for seq_id in r.preempted_seq_ids:
