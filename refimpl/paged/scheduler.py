@@ -2,7 +2,7 @@
 
 Waiting sequences are prefilled first; only the first of them may be cut into a chunk when the
 token budget runs out. With nothing to prefill, every running sequence decodes one token; if a
-decode needs a block and none is free, the newest running sequence is preempted (its blocks are
+decode needs a block and none is free, the last running sequence is preempted (its blocks are
 freed and it is recomputed later from the front of the waiting queue).
 """
 
@@ -88,7 +88,11 @@ class Scheduler:
         self.waiting.append(seq)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
-        """Pick this step's batch: (sequences, is_prefill)."""
+        """Pick this step's batch: (sequences, is_prefill).
+
+        Sets each scheduled sequence's `num_scheduled_tokens` (the prompt tokens not served by the
+        prefix cache, or a chunk of them; 1 for a decode) for the model runner and `postprocess`.
+        """
         if self.is_finished():
             raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
         scheduled: list[Sequence] = []
