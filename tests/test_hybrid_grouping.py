@@ -170,3 +170,17 @@ def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mt
         spans = sorted((off, off + g.page_size_of(n)) for off, ns in by_offset.items() for n in ns if n in g.layer_names)
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
         assert spans[-1][1] <= stride
+
+
+def test_v4_path_is_skipped_without_window_mla_or_with_one_page_size():
+    from refimpl.hybrid.specs import SlidingWindowMLASpec
+
+    mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16")
+    swa = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=128)
+    assert group_and_unify_kv_cache_specs({"a": mla}) is None
+    assert group_and_unify_kv_cache_specs({"a": mla, "b": swa}) is None  # same page size
+    groups = get_kv_cache_groups({"a": mla, "b": swa})  # -> general path, one group per spec
+    assert [g.layer_names for g in groups] == [("a",), ("b",)]
+    with pytest.raises(ValueError, match="at least one MLAAttentionSpec"):
+        big = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=128, dtype="bfloat16", sliding_window=8)
+        group_and_unify_kv_cache_specs({"b": swa, "c": big})

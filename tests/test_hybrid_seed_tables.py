@@ -132,3 +132,9 @@ def test_blog_entries_per_block():
     assert PRO["layers.2.attn"].storage_block_size == 256 // 4 == 64
     assert PRO["layers.3.attn"].storage_block_size == 256 // 128 == 2
     assert isinstance(get_kv_cache_groups(PRO)[0], KVCacheGroupSpec)
+
+
+def test_swa2_and_swa3_share_an_offset_in_the_five_group_layout():
+    cfg = get_kv_cache_config(get_kv_cache_groups(PRO), 10 * GIB)
+    (tensor,) = [t for t in cfg.kv_cache_tensors if "layers.2.swa_cache" in t.shared_by]
+    assert tensor.offset == 37440 and tensor.shared_by == ("layers.2.swa_cache", "layers.3.swa_cache")
