@@ -265,6 +265,62 @@ class RegisterAfterCommit(_ConfigurableScheduler):
     register_after_commit = True
 
 
+# ====================================================================== Part II mistakes
+def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
+    """Keeps the first d with the least padding, so ties go to the smaller d."""
+    lo, hi = max(1, lower_bound or 1), max(values)
+    if lo > hi:
+        return lo
+    pads = {d: sum((d - x % d) % d for x in values) for d in range(lo, hi + 1)}
+    return min(pads, key=lambda d: (pads[d], d))
+
+
+def approximate_gcd_ignores_lower_bound(values, lower_bound=None):
+    """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be split."""
+    from refimpl.hybrid.grouping import approximate_gcd
+
+    return approximate_gcd(values, None)
+
+
+def approximate_gcd_exclusive_max(values, lower_bound=None):
+    """Stops the search one short of max(values)."""
+    lo, hi = max(1, lower_bound or 1), max(values)
+    if lo >= hi:
+        return lo
+    pads = {d: sum((d - x % d) % d for x in values) for d in range(lo, hi)}
+    return max(pads, key=lambda d: (-pads[d], d))
+
+
+def packed_layout_stride_is_sum(groups):
+    """Adds the group widths for the stride, as if groups did not overlay each other."""
+    from refimpl.hybrid.layout import get_packed_kv_cache_layout
+
+    _, layers_by_offset = get_packed_kv_cache_layout(groups)
+    return sum(sum(g.page_size_of(n) for n in g.layer_names) for g in groups), layers_by_offset
+
+
+def packed_layout_no_overlay(groups):
+    """Keeps counting offsets across groups instead of restarting each group at byte 0."""
+    layers_by_offset, offset = {}, 0
+    for group in groups:
+        for name in group.layer_names:
+            layers_by_offset.setdefault(offset, []).append(name)
+            offset += group.page_size_of(name)
+    return offset, layers_by_offset
+
+
+def packed_layout_real_pages(groups):
+    """Packs layers by their unpadded page size, so alignment padding is lost."""
+    layers_by_offset, stride = {}, 0
+    for group in groups:
+        offset = 0
+        for name in group.layer_names:
+            layers_by_offset.setdefault(offset, []).append(name)
+            offset += group.layer_spec(name).real_page_size_bytes
+        stride = max(stride, offset)
+    return stride, layers_by_offset
+
+
 # ====================================================================== the catalogue
 @dataclass(frozen=True)
 class BrokenVariant:
@@ -299,3 +355,14 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("keep_decode_flag_on_preempt", KeepDecodeFlagOnPreempt, SCHEDULER_GRADERS),
     BrokenVariant("register_after_commit", RegisterAfterCommit, SCHEDULER_GRADERS),
 ]
+
+HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [
+    BrokenVariant("gcd_smaller_wins_ties", approximate_gcd_smaller_wins_ties, ("check_approximate_gcd",)),
+    BrokenVariant("gcd_ignores_lower_bound", approximate_gcd_ignores_lower_bound, ("check_approximate_gcd",)),
+    BrokenVariant("gcd_exclusive_max", approximate_gcd_exclusive_max, ("check_approximate_gcd",)),
+    BrokenVariant("layout_stride_is_sum", packed_layout_stride_is_sum, ("check_packed_layout",)),
+    BrokenVariant("layout_no_overlay", packed_layout_no_overlay, ("check_packed_layout",)),
+    BrokenVariant("layout_real_pages", packed_layout_real_pages, ("check_packed_layout",)),
+]
+
+BROKEN_VARIANTS: list[BrokenVariant] = PAGED_BROKEN_VARIANTS + HYBRID_BROKEN_VARIANTS

@@ -1,0 +1,205 @@
+"""Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4 groups.
+
+Both are pure functions, so a "step" is one call: the student's answer is compared with
+`refimpl.hybrid` on the spec's examples, on every DeepSeek V4 configuration, and on seeded random
+inputs; the first call whose answer differs is reported.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+from typing import Any, Callable
+
+from refimpl.course.lockstep import describe_exception, render
+from refimpl.course.report import CheckResult, Divergence, GradeReport
+from refimpl.hybrid.grouping import approximate_gcd as reference_approximate_gcd
+from refimpl.hybrid.layout import get_packed_kv_cache_layout as reference_packed_layout
+from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+
+Case = tuple[str, tuple]  # (label shown in the table, arguments)
+Compare = Callable[[Any, Any], "tuple[str, str, str] | None"]
+
+
+def _outcome(fn: Callable, args: tuple) -> tuple[bool, Any]:
+    """(True, result) or (False, exception)."""
+    try:
+        return True, fn(*args)
+    except Exception as exc:  # a student's function may raise anything
+        return False, exc
+
+
+def _run_cases(name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare) -> CheckResult:
+    for step, (label, args) in enumerate(cases, start=1):
+        ok, expected = _outcome(reference, args)
+        student_ok, found = _outcome(student, args)
+        if not ok:  # the reference rejects this input: the student must raise ValueError too
+            if student_ok or not isinstance(found, ValueError):
+                shown = f"returns {render(found)}" if student_ok else describe_exception(found)
+                return CheckResult(name, description, False, step, Divergence(step, label, "result", f"raises ValueError ({expected})", shown))
+            continue
+        if not student_ok:
+            return CheckResult(name, description, False, step, Divergence(step, label, "result", f"returns {render(expected)}", describe_exception(found)))
+        difference = compare(expected, found)
+        if difference is not None:
+            return CheckResult(name, description, False, step, Divergence(step, label, *difference))
+    return CheckResult(name, description, True, len(cases))
+
+
+def _finish(title: str, results: list[CheckResult], verbose: bool) -> GradeReport:
+    report = GradeReport(title, results)
+    if verbose:
+        print(report.table())
+    return report
+
+
+# ====================================================================== approximate_gcd
+def _gcd_label(values: list[int], lower_bound: int | None) -> str:
+    return f"approximate_gcd({values}, lower_bound={lower_bound})"
+
+
+def _gcd_cases(pairs: list[tuple[list[int], int | None]]) -> list[Case]:
+    return [(_gcd_label(v, lb), (v, lb)) for v, lb in pairs]
+
+
+@lru_cache(maxsize=None)
+def dsv4_tuple_counts() -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(configuration, layer tuples per bucket) for every DeepSeek V4 setting the package knows."""
+    from refimpl.hybrid import deepseek_v4
+    from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
+
+    rows = []
+    for variant in ("pro", "flash"):
+        for mtp in (False, True):
+            specs = deepseek_v4.kv_cache_specs(variant=variant, mtp=mtp)
+            buckets = group_and_unify_kv_cache_specs(specs)
+            rows.append((f"{variant}{' + mtp' if mtp else ''}", tuple(b.get_num_layer_tuples() for b in buckets)))
+    return tuple(rows)
+
+
+def _compare_value(expected: Any, found: Any) -> tuple[str, str, str] | None:
+    if expected == found and type(found) is not bool:
+        return None
+    return "return value", render(expected), render(found)
+
+
+def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        values = [rng.randint(1, 70) for _ in range(rng.randint(1, 6))]
+        lower_bound = rng.choice([None, 0, values[0], rng.randint(1, 90)])
+        pairs.append((values, lower_bound))
+    return pairs
+
+
+def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True) -> GradeReport:
+    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`."""
+    checks = [
+        ("spec_examples", "the four worked examples of the spec",
+         _gcd_cases([([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)])),
+        ("deepseek_v4_buckets", "tuple counts of every DeepSeek V4 bucket list (lower bound = MLA count)",
+         _gcd_cases([(list(c), c[0]) for _, c in dsv4_tuple_counts()])),
+        ("ties_go_to_larger_d", "among equal paddings the larger d wins",
+         _gcd_cases([([12], None), ([6, 10, 14], None), ([8, 8, 4], 2), ([5, 7], 3)])),
+        ("search_range_inclusive", "d runs from max(1, lower_bound) up to max(values), both included",
+         _gcd_cases([([3], 5), ([2, 2], 9), ([9, 3], 3), ([7], 7), ([1, 1], None), ([10, 4], 0)])),
+        ("rejects_bad_input", "no values, or a value <= 0, is a ValueError",
+         _gcd_cases([([], None), ([3, 0], None), ([-4], 2)])),
+    ]
+    for seed in range(2):
+        checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
+    results = [_run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value) for name, desc, cases in checks]
+    return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
+
+
+# ====================================================================== packed layout
+def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, str] | None:
+    if not (isinstance(found, tuple) and len(found) == 2):
+        return "return value", "a tuple (block_stride, layers_by_offset)", render(found)
+    stride, offsets = expected
+    found_stride, found_offsets = found
+    if found_stride != stride:
+        return "block_stride", render(stride), render(found_stride)
+    if not isinstance(found_offsets, dict):
+        return "layers_by_offset", "a dict {offset: [layer names]}", render(found_offsets)
+    for offset in sorted(set(offsets) | set(found_offsets), key=lambda o: (not isinstance(o, int), o if isinstance(o, int) else 0)):
+        want = offsets.get(offset)
+        got = found_offsets.get(offset)
+        got = list(got) if isinstance(got, (list, tuple)) else got
+        if want != got:
+            return (
+                f"layers_by_offset[{offset}]",
+                render(want) if want is not None else "(no layer starts here)",
+                render(got) if got is not None else "(no layer starts here)",
+            )
+    return None  # the dict's key order does not matter: tensors are emitted by ascending offset
+
+
+@lru_cache(maxsize=None)
+def _dsv4_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tuple[KVCacheGroupSpec, ...]:
+    from refimpl.hybrid import deepseek_v4
+    from refimpl.hybrid.grouping import get_kv_cache_groups
+
+    specs = deepseek_v4.kv_cache_specs(variant=variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
+    return tuple(get_kv_cache_groups(specs))
+
+
+@lru_cache(maxsize=None)
+def _seed_two_groups() -> tuple[KVCacheGroupSpec, ...]:
+    from refimpl.hybrid import deepseek_v4
+
+    return tuple(deepseek_v4.seed_two_group_layout(deepseek_v4.kv_cache_specs()))
+
+
+def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:
+    return f"get_packed_kv_cache_layout({label}: {len(groups)} groups, {sum(len(g.layer_names) for g in groups)} layers)", (list(groups),)
+
+
+def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
+    """The spec's cross-layer example: (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3), one page size."""
+    full = FullAttentionSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16")
+    window = SlidingWindowSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16", sliding_window=128)
+    return [
+        KVCacheGroupSpec(["full.0", "full.1"], full),
+        KVCacheGroupSpec(["sw.0", "sw.2"], window),
+        KVCacheGroupSpec(["sw.1", "sw.3"], window),
+    ]
+
+
+def random_groups(seed: int) -> list[KVCacheGroupSpec]:
+    """Groups of uniform-type layers with mixed page sizes (head sizes), as a packed plan sees them."""
+    rng = random.Random(seed)
+    groups = []
+    layer = 0
+    for g in range(rng.randint(1, 4)):
+        members = {}
+        for _ in range(rng.randint(1, 5)):
+            members[f"model.layers.{layer}.g{g}"] = FullAttentionSpec(
+                block_size=16, num_kv_heads=1, head_size=rng.choice([16, 32, 48, 64, 128]), dtype="float16"
+            )
+            layer += 1
+        groups.append(KVCacheGroupSpec(list(members), UniformTypeKVCacheSpecs.from_specs(members)))
+    return groups
+
+
+def check_packed_layout(student_fn: Callable, *, verbose: bool = True) -> GradeReport:
+    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`."""
+    checks = [
+        ("deepseek_v4_pro", "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
+         [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))]),
+        ("deepseek_v4_variants", "Flash, fp4 indexer, bfloat16 cache, MTP layer",
+         [_layout_case("DeepSeek-V4-Flash", _dsv4_groups("flash", "fp8_ds_mla", "fp8", False)),
+          _layout_case("Pro + fp4 indexer", _dsv4_groups("pro", "fp8_ds_mla", "fp4", False)),
+          _layout_case("Pro, bfloat16 cache", _dsv4_groups("pro", "bfloat16", "fp8", False)),
+          _layout_case("Pro + MTP", _dsv4_groups("pro", "fp8_ds_mla", "fp8", True))]),
+        ("seed_two_groups", "the seed's MLA + one unsplit SWA group: stride 2,283,840 B",
+         [_layout_case("seed's two groups", _seed_two_groups())]),
+        ("cross_layer_groups", "three groups of one page size overlay: offsets 0 and one page",
+         [_layout_case("cross-layer groups", tuple(cross_layer_groups()))]),
+    ]
+    for seed in range(2):
+        cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
+        checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
+    results = [_run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout) for name, desc, cases in checks]
+    return _finish(f"check_packed_layout({getattr(student_fn, '__name__', 'fn')})", results, verbose)
