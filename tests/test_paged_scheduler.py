@@ -520,6 +520,26 @@ def test_driver_needs_the_runner_that_filled_the_cache():
     assert again.step().prefix_hit_tokens == (8,)
 
 
+def test_driver_add_is_all_or_nothing():
+    s = sched(num_blocks=2)
+    driver = SchedulerDriver(s)
+    first = seq(range(2), max_tokens=2)
+    driver.add(first)
+    with pytest.raises(ValueError, match="could never run"):
+        driver.add([seq(range(3), max_tokens=2), seq(range(9), max_tokens=2)])
+    assert list(s.waiting) == [first]
+
+
+def test_driver_checks_invariants_after_each_step():
+    s = sched()
+    driver = SchedulerDriver(s)
+    driver.add(seq(range(6), max_tokens=3))
+    driver.step()
+    s.block_manager.blocks[s.running[0].block_table[0]].ref_count += 1  # break the ledger
+    with pytest.raises(InvariantError, match="ref-count"):
+        driver.step()
+
+
 def test_driver_rejects_a_runner_of_another_size():
     with pytest.raises(ValueError, match="does not match"):
         SchedulerDriver(sched(num_blocks=4), FakeModelRunner(5, BS))

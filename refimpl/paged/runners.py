@@ -209,9 +209,16 @@ class SchedulerDriver:
         self.finished: list[Sequence] = []  # in the order they finished
 
     def add(self, seqs: Sequence | Iterable[Sequence]) -> None:
-        """Queue one sequence or several, in order."""
-        for seq in [seqs] if isinstance(seqs, Sequence) else list(seqs):
-            self.scheduler.add(seq)
+        """Queue one sequence or several, in order; if one is rejected, none of them stays queued."""
+        added: list[Sequence] = []
+        try:
+            for seq in [seqs] if isinstance(seqs, Sequence) else list(seqs):
+                self.scheduler.add(seq)
+                added.append(seq)
+        except ValueError:
+            for seq in added:  # they sit untouched at the tail of `waiting`
+                self.scheduler.waiting.remove(seq)
+            raise
 
     def step(self) -> StepRecord:
         sched = self.scheduler
