@@ -12,11 +12,12 @@ filled blocks in the prefix cache, finishing sequences, freeing their blocks).
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from time import perf_counter
 from typing import Sequence as SequenceLike
 
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning, tqdm
 
 from refimpl.engine.config import Config
 from refimpl.engine.model_runner import ModelRunner
@@ -49,9 +50,13 @@ def load_tokenizer(model_dir: str):
     """The checkpoint's Hugging Face tokenizer, or None when the directory has none."""
     if not any(os.path.exists(os.path.join(model_dir, name)) for name in _TOKENIZER_FILES):
         return None
-    from transformers import AutoTokenizer
+    # transformers imports tqdm.auto, which warns in a Jupyter kernel without ipywidgets; refimpl
+    # never shows a widget, so that warning is only noise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir)
+        return AutoTokenizer.from_pretrained(model_dir)
 
 
 class LLMEngine:
