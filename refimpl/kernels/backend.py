@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from refimpl.kernels import reference
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET
+from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH
 
 #: Backend names, best first when all are usable.
 ATTENTION_BACKENDS = ("flash-attn", "triton", "torch")
@@ -50,7 +50,7 @@ def available_attention_backends(device: torch.device | str | None = None) -> li
     names = []
     if kind == "cuda" and has_flash_attn():
         names.append("flash-attn")
-    if HAS_TRITON and (INTERPRET or kind == "cuda"):
+    if HAS_TRITON and MODE_MISMATCH is None and (INTERPRET or kind == "cuda"):
         names.append("triton")
     names.append("torch")
     return names
@@ -105,6 +105,8 @@ def check_attention_backend(name: str, device: torch.device | str | None = None,
     if name == "triton":
         if not HAS_TRITON:
             raise BackendUnavailableError("Triton is not installed; use the 'torch' attention backend")
+        if MODE_MISMATCH is not None:
+            raise BackendUnavailableError(MODE_MISMATCH)
         if kind == "cpu" and not INTERPRET:
             raise BackendUnavailableError(
                 "Triton kernels on CPU tensors need TRITON_INTERPRET=1 in the environment before refimpl is "

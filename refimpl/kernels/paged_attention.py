@@ -20,7 +20,7 @@ import math
 import torch
 
 from refimpl.kernels import reference
-from refimpl.kernels.store_kvcache import check_triton_call, next_power_of_2
+from refimpl.kernels.store_kvcache import check_head_dim, check_triton_device, next_power_of_2
 from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, tl, triton
 
 LOG2_E = 1.4426950408889634  # exp(x) == exp2(x * log2(e)); exp2 is the cheaper instruction
@@ -145,20 +145,20 @@ if HAS_TRITON:
         tl.store(out_ptr + out_off, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & dim_mask[None, :])
 
 
-def _decode_tiles(head_dim: int) -> tuple[int, int]:
+def decode_tiles(head_dim: int, interpret: bool = INTERPRET) -> tuple[int, int]:
     """(BLOCK_N, BLOCK_D) for decode: head_dim padded to a power of two, keys read 32 or 64 at a time."""
     block_d = next_power_of_2(head_dim)
-    return (32 if (INTERPRET or block_d > 128) else 64), block_d
+    return (32 if (interpret or block_d > 128) else 64), block_d
 
 
-def _prefill_tiles(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
+def prefill_tiles(head_dim: int, dtype: torch.dtype, interpret: bool = INTERPRET) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_D) for prefill; ``tl.dot`` wants every side >= 16.
 
     Sizes keep shared memory under ~100 KB on sm_80+ (checked by compiling for sm_80):
     fp32 tiles are twice as large in bytes, and head_dim 256 doubles them again.
     """
     block_d = max(16, next_power_of_2(head_dim))
-    if INTERPRET:
+    if interpret:
         return 16, 16, block_d  # tests use tiny shapes; small tiles waste the least work
     if dtype == torch.float32:
         return (32, 32, block_d) if block_d <= 128 else (16, 16, block_d)
@@ -174,14 +174,15 @@ def paged_decode_attention(
     softmax_scale: float | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per sequence over its paged context. Same contract as the torch twin."""
+    check_triton_device(q)
     reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
     batch, num_heads, head_dim = q.shape
-    check_triton_call(q, head_dim)
+    check_head_dim(head_dim)
     scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    block_n, block_d = _decode_tiles(head_dim)
+    block_n, block_d = decode_tiles(head_dim)
     _paged_decode_kernel[(batch, num_heads)](
         q, k_cache, v_cache, out, cache_seqlens.contiguous(), block_table,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *block_table.stride(),
@@ -203,17 +204,18 @@ def paged_prefill_attention(
     softmax_scale: float | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention over contexts read through the block table. Same contract as the torch twin."""
+    check_triton_device(q)
     q_lens, _ = reference.check_prefill_args(
         q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table
     )
     num_heads, head_dim = q.shape[1], q.shape[2]
-    check_triton_call(q, head_dim)
+    check_head_dim(head_dim)
     scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     longest = max(q_lens, default=0)
     if longest == 0:
         return out
-    block_m, block_n, block_d = _prefill_tiles(head_dim, q.dtype)
+    block_m, block_n, block_d = prefill_tiles(head_dim, q.dtype)
     grid = (len(q_lens), num_heads, math.ceil(longest / block_m))
     _paged_prefill_kernel[grid](
         q, k_cache, v_cache, out, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), block_table,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from refimpl.kernels import reference
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, tl, triton
+from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH, tl, triton
 
 #: The kernels hold a whole ``[num_heads, head_dim]`` row (or tile) in registers.
 MAX_HEAD_DIM = 256
@@ -24,12 +24,20 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def check_triton_call(tensor: torch.Tensor, head_dim: int) -> None:
-    """Raise a clear error when the Triton kernels cannot run on ``tensor``'s device or head dim."""
+def check_triton_device(tensor: object) -> None:
+    """Raise a clear error when the Triton kernels cannot run on ``tensor``'s device.
+
+    Checked before anything else, so that e.g. a ``meta`` tensor gets this message rather
+    than a failure inside the value checks.
+    """
     from refimpl.kernels.backend import BackendUnavailableError
 
     if not HAS_TRITON:
         raise BackendUnavailableError("Triton is not installed; use refimpl.kernels.reference (pure torch) instead")
+    if MODE_MISMATCH is not None:
+        raise BackendUnavailableError(MODE_MISMATCH)
+    if not isinstance(tensor, torch.Tensor):
+        return  # the argument checks that follow name the wrong argument
     kind = tensor.device.type
     if kind == "cpu" and not INTERPRET:
         raise ValueError(
@@ -39,6 +47,10 @@ def check_triton_call(tensor: torch.Tensor, head_dim: int) -> None:
         )
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"the Triton kernels run on CUDA (compiled) or CPU (interpreter) tensors, not {kind}")
+
+
+def check_head_dim(head_dim: int) -> None:
+    """The kernels keep a whole head row in registers: refuse head dims above ``MAX_HEAD_DIM``."""
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"the Triton kernels support head_dim up to {MAX_HEAD_DIM}, got {head_dim}")
 
@@ -85,9 +97,10 @@ def store_kvcache(
     ``key``/``value`` may be non-contiguous views (e.g. slices of a fused QKV projection):
     the kernel follows their strides, and the cache's, instead of copying.
     """
+    check_triton_device(k_cache)
     reference.check_store_kvcache_args(key, value, k_cache, v_cache, slot_mapping)
     num_tokens, num_kv_heads, head_dim = key.shape
-    check_triton_call(k_cache, head_dim)
+    check_head_dim(head_dim)
     if num_tokens == 0:
         return
     _store_kvcache_kernel[(num_tokens,)](
@@ -98,4 +111,4 @@ def store_kvcache(
     )
 
 
-__all__ = ["store_kvcache", "check_triton_call", "next_power_of_2", "MAX_HEAD_DIM"]
+__all__ = ["store_kvcache", "check_triton_device", "check_head_dim", "next_power_of_2", "MAX_HEAD_DIM"]

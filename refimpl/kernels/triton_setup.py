@@ -49,4 +49,31 @@ def _interpret_flag() -> bool:
 
 INTERPRET: bool = _interpret_flag()
 
-__all__ = ["triton", "tl", "HAS_TRITON", "INTERPRET", "INTERPRET_SET_BY_USER", "CUDA_AVAILABLE"]
+
+def _mode_mismatch() -> str | None:
+    """Why the kernels cannot run in this process, when Triton's own helpers are in the other mode.
+
+    ``tl.sum``, ``tl.max`` and ``tl.zeros`` are themselves ``@triton.jit`` functions, built
+    when ``triton`` is first imported. If that happened before ``TRITON_INTERPRET`` was set,
+    they are compiled-mode functions and an interpreted kernel cannot call them.
+    """
+    if not HAS_TRITON:
+        return None
+    helpers_interpreted = type(tl.standard.sum).__name__ == "InterpretedFunction"
+    if helpers_interpreted == INTERPRET:
+        return None
+    return (
+        f"Triton was imported with TRITON_INTERPRET={'1' if helpers_interpreted else 'unset'} before refimpl "
+        f"switched it {'off' if helpers_interpreted else 'on'}; Triton's built-in helpers and refimpl's kernels "
+        "are now in different modes. Import refimpl before triton, or set TRITON_INTERPRET yourself "
+        "(1 on a CPU-only machine) before starting Python"
+    )
+
+
+#: None when the kernels can run; otherwise the reason they cannot (reported when one is called).
+MODE_MISMATCH: str | None = _mode_mismatch()
+
+__all__ = [
+    "triton", "tl", "HAS_TRITON", "INTERPRET", "INTERPRET_SET_BY_USER", "CUDA_AVAILABLE",
+    "MODE_MISMATCH",
+]

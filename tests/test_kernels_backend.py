@@ -1,0 +1,113 @@
+"""Backend choice, the TRITON_INTERPRET rule, and flash-attn's block-size rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import refimpl.kernels  # noqa: F401  (loads the kernel modules into sys.modules)
+from refimpl.kernels import backend, reference, triton_setup
+
+PROBE = (
+    "import json, os, refimpl, refimpl.kernels as k; from refimpl.kernels import triton_setup as s; "
+    "print(json.dumps(dict(env=os.environ.get('TRITON_INTERPRET'), interpret=s.INTERPRET, "
+    "by_user=s.INTERPRET_SET_BY_USER, has_triton=s.HAS_TRITON)))"
+)
+
+
+def probe(env_value: str | None) -> dict:
+    """Import refimpl in a fresh interpreter with TRITON_INTERPRET unset or set to ``env_value``."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if env_value is not None:
+        env["TRITON_INTERPRET"] = env_value
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_users_own_setting_is_left_alone():
+    """A fresh interpreter where the user chose compiled mode: refimpl keeps that choice."""
+    assert probe("0") == dict(env="0", interpret=False, by_user=True, has_triton=True)
+
+
+def test_compiled_mode_on_cpu_tensors_is_a_clear_error(monkeypatch):
+    module = sys.modules["refimpl.kernels.store_kvcache"]
+    monkeypatch.setattr(module, "INTERPRET", False)
+    rows = torch.ones(1, 1, 8)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
+
+
+def test_missing_triton_is_reported_when_a_kernel_is_called(monkeypatch):
+    module = sys.modules["refimpl.kernels.store_kvcache"]
+    monkeypatch.setattr(module, "HAS_TRITON", False)
+    rows = torch.ones(1, 1, 8)
+    with pytest.raises(backend.BackendUnavailableError, match="reference"):
+        module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
+
+
+def test_cpu_backends_and_best_choice():
+    assert backend.available_attention_backends("cpu") == ["triton", "torch"]
+    assert backend.best_attention_backend("cpu") == "torch"  # the interpreter is never picked by itself
+    assert backend.check_attention_backend("auto", "cpu", 16) == "torch"
+    assert backend.check_attention_backend("triton", "cpu", 7) == "triton"
+
+
+def test_flash_attn_needs_cuda_and_the_package():
+    with pytest.raises(backend.BackendUnavailableError, match="only on CUDA"):
+        backend.check_attention_backend("flash-attn", "cpu", 256)
+    if torch.cuda.is_available() and not backend.has_flash_attn():
+        with pytest.raises(backend.BackendUnavailableError, match="not installed"):
+            backend.check_attention_backend("flash-attn", "cuda", 256)
+
+
+def test_best_backend_on_cuda_follows_installed_packages(monkeypatch):
+    monkeypatch.setattr(backend, "has_flash_attn", lambda: True)
+    assert backend.available_attention_backends("cuda") == ["flash-attn", "triton", "torch"]
+    assert backend.best_attention_backend("cuda", block_size=256) == "flash-attn"
+    assert backend.best_attention_backend("cuda", block_size=16) == "triton"  # flash-attn cannot page 16
+    monkeypatch.setattr(backend, "has_flash_attn", lambda: False)
+    assert backend.best_attention_backend("cuda") == "triton"
+
+
+@pytest.mark.parametrize("block_size", [256, 512, 1024])
+def test_flash_attn_block_sizes_that_work(block_size):
+    backend.check_flash_attn_block_size(block_size)
+
+
+@pytest.mark.parametrize("block_size,suggestion", [(16, 256), (128, 256), (300, 512), (0, 256), (-4, 256)])
+def test_flash_attn_block_sizes_that_do_not(block_size, suggestion):
+    with pytest.raises(ValueError) as info:
+        backend.check_flash_attn_block_size(block_size)
+    assert "multiple of 256" in str(info.value)
+    assert f"kvcache_block_size={suggestion}" in str(info.value)
+
+
+def test_unknown_backend_name():
+    with pytest.raises(ValueError, match="choose one of flash-attn, triton, torch"):
+        backend.check_attention_backend("cuda-graphs", "cpu")
+
+
+def test_attention_ops_bundle_the_three_functions():
+    ops = backend.attention_ops("torch", "cpu")
+    assert (ops.name, ops.store_kvcache, ops.paged_decode_attention) == (
+        "torch", reference.store_kvcache, reference.paged_decode_attention)
+    import refimpl.kernels as kernels
+
+    ops = backend.attention_ops("triton", "cpu", block_size=3)
+    assert ops.paged_prefill_attention is kernels.paged_prefill_attention
+
+
+def test_setup_flags_agree_with_triton():
+    import triton
+
+    assert triton_setup.HAS_TRITON
+    assert triton_setup.INTERPRET == bool(triton.knobs.runtime.interpret)
+    if not triton_setup.INTERPRET_SET_BY_USER:  # the usual case: refimpl made the choice in this process
+        assert triton_setup.INTERPRET == (not torch.cuda.is_available())
+        assert os.environ.get("TRITON_INTERPRET") == ("1" if triton_setup.INTERPRET else None)
