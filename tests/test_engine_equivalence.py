@@ -14,9 +14,9 @@ import functools
 import math
 
 import pytest
-import torch
 
 from refimpl.engine import LLM, SamplingParams, make_tiny_model
+from refimpl.engine.oracle import hf_greedy, load_hf_model
 
 CONFIGS = {
     "gqa2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -53,25 +53,20 @@ def model_dir(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def hf_model(name: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir(name), dtype=torch.float32)
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir(name))
+    return load_hf_model(model_dir(name)), AutoTokenizer.from_pretrained(model_dir(name))
 
 
 @functools.lru_cache(maxsize=None)
-def hf_greedy(name: str, prompt: str | tuple[int, ...], max_new_tokens: int) -> list[int]:
+def hf_greedy_cached(name: str, prompt: str | tuple[int, ...], max_new_tokens: int) -> list[int]:
     model, tokenizer = hf_model(name)
     ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-    input_ids = torch.tensor([ids])
-    with torch.no_grad():
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
-                             do_sample=False)
-    return out[0, len(ids):].tolist()
+    return hf_greedy(model, ids, max_new_tokens)
 
 
 def expected(name: str, prompts, max_tokens) -> list[list[int]]:
-    return [hf_greedy(name, p if isinstance(p, str) else tuple(p), n) for p, n in zip(prompts, max_tokens)]
+    return [hf_greedy_cached(name, p if isinstance(p, str) else tuple(p), n) for p, n in zip(prompts, max_tokens)]
 
 
 def run(name: str, prompts, max_tokens, **kwargs):

@@ -42,6 +42,13 @@ def test_stats_count_what_happened(llm):
     assert s.prefill_time_s > 0 and s.decode_time_s > 0
 
 
+def test_max_tokens_one_finishes_in_the_prefill_step(llm):
+    out = llm.generate([[5, 6, 7], [8]], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+    assert [len(o["token_ids"]) for o in out] == [1, 1]
+    assert (llm.stats.steps, llm.stats.decode_tokens) == (1, 0)
+    assert len(llm.scheduler.block_manager.free_block_ids) == 32  # finished sequences freed their blocks
+
+
 def test_prefix_cache_counts_served_tokens(tiny_dir):
     llm = LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=32)
     prompt = [list(range(1, 15))]  # 14 tokens: 3 full blocks, the last is never looked up
