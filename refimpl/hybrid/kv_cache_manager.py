@@ -77,11 +77,22 @@ class Request:
         self._update_block_hashes()
 
     def _update_block_hashes(self) -> None:
+        """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
+        but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
         tokens = self.all_token_ids
         h = self.hash_block_size
-        parent = self.block_hashes[-1] if self.block_hashes else None
-        for start in range(len(self.block_hashes) * h, len(tokens) - h + 1, h):
-            parent = hash_block_tokens(parent, tokens[start : start + h])
+        first = len(self.block_hashes) * h
+        num_new = (len(tokens) - first) // h
+        if num_new <= 0:
+            return
+        raw = np.asarray(tokens[first : first + num_new * h], dtype="<i8").tobytes()
+        step = 8 * h
+        parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
+        for i in range(num_new):
+            digest = xxhash.xxh3_128()
+            digest.update(parent)
+            digest.update(raw[i * step : (i + 1) * step])
+            parent = digest.digest()
             self.block_hashes.append(parent)
 
 

@@ -19,8 +19,7 @@ sub-boundary of each block, which is valid because the hashes chain over the who
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Sequence
+from collections.abc import Mapping, Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
 
@@ -65,6 +64,24 @@ class BlockHashListWithBlockSize:
         if not 0 <= j < len(self):
             raise IndexError(f"block {j} has no hash yet ({len(self)} full blocks)")
         return self.block_hashes[(j + 1) * self.scale - 1]
+
+
+class PeriodicBlockMask(Sequence):
+    """`mask[i]` is True for the last `keep` blocks of every `period` blocks (no list is built,
+    so masking a long prompt's table costs nothing)."""
+
+    def __init__(self, length: int, period: int, keep: int) -> None:
+        self.length, self.period, self.keep = length, period, keep
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.length))]
+        if not -self.length <= i < self.length:
+            raise IndexError(i)
+        return (i % self.length) % self.period >= self.period - self.keep
 
 
 class SingleTypeKVCacheManager:
@@ -288,7 +305,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         need = cdiv(self.sliding_window - 1, self.block_size)
         if per_segment <= 1 or need >= per_segment:
             return None
-        return [i % per_segment >= per_segment - need for i in range(num_full_blocks)]
+        return PeriodicBlockMask(num_full_blocks, per_segment, need)
 
     @classmethod
     def find_longest_cache_hit(
