@@ -103,6 +103,8 @@ def test_config_parsing_both_transformers_layouts_and_rejections(tiny_dir):
     v5["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
     v5["eos_token_id"] = [256, 258]
     assert Qwen3ModelConfig.from_dict(v5) == legacy
+    with pytest.raises(ValueError, match=r"lacks \['hidden_size'\]"):
+        Qwen3ModelConfig.from_dict({k: v for k, v in raw.items() if k != "hidden_size"})
     for change, message in (
         ({"model_type": "llama"}, "only Qwen3"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "default rotary"),

@@ -68,6 +68,10 @@ class Qwen3ModelConfig:
         model_type = raw.get("model_type")
         if model_type != "qwen3":
             raise ValueError(f"only Qwen3 dense checkpoints are supported (model_type 'qwen3'), got {model_type!r}")
+        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+        missing = [key for key in required if key not in raw]
+        if missing:
+            raise ValueError(f"config.json lacks {missing}, which every Qwen3 config has")
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError(f"only hidden_act 'silu' is supported, got {raw.get('hidden_act')!r}")
         if raw.get("use_sliding_window", False):
