@@ -111,3 +111,16 @@ def test_setup_flags_agree_with_triton():
     if not triton_setup.INTERPRET_SET_BY_USER:  # the usual case: refimpl made the choice in this process
         assert triton_setup.INTERPRET == (not torch.cuda.is_available())
         assert os.environ.get("TRITON_INTERPRET") == ("1" if triton_setup.INTERPRET else None)
+
+
+def test_mode_mismatch_is_detected_and_reported(monkeypatch):
+    """Triton imported in one mode, kernels defined in the other: a clear error, not a crash inside Triton."""
+    assert triton_setup.MODE_MISMATCH is None  # this process is consistent
+    monkeypatch.setattr(triton_setup, "INTERPRET", not triton_setup.INTERPRET)
+    reason = triton_setup._mode_mismatch()
+    assert reason is not None and "Import refimpl before triton" in reason
+    module = sys.modules["refimpl.kernels.store_kvcache"]
+    monkeypatch.setattr(module, "MODE_MISMATCH", reason)
+    rows = torch.ones(1, 1, 8)
+    with pytest.raises(backend.BackendUnavailableError, match="different modes"):
+        module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))

@@ -176,9 +176,14 @@ def paged_decode_attention(
     """Attention of one query token per sequence over its paged context. Same contract as the torch twin."""
     check_triton_device(q)
     reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    check_head_dim(q.shape[2])
+    scale = reference.resolve_softmax_scale(softmax_scale, q.shape[2])
+    return launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale)
+
+
+def launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale: float) -> torch.Tensor:
+    """Launch the decode kernel without any checks (benchmarks time this)."""
     batch, num_heads, head_dim = q.shape
-    check_head_dim(head_dim)
-    scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
@@ -227,4 +232,4 @@ def paged_prefill_attention(
     return out
 
 
-__all__ = ["paged_decode_attention", "paged_prefill_attention"]
+__all__ = ["paged_decode_attention", "paged_prefill_attention", "launch_paged_decode", "decode_tiles", "prefill_tiles"]
