@@ -44,3 +44,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Exercises: student copies are generated from the executed solution notebooks (never edited by hand).
+.PHONY: exercises check-exercises
+exercises: $(STAMP)
+	$(BIN)/python -m refimpl.course.exercises generate
+
+check-exercises: $(STAMP)
+	$(BIN)/python -m refimpl.course.exercises check

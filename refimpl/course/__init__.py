@@ -1,0 +1,22 @@
+"""Course exercises: graders that replay scenarios in lockstep against the reference.
+
+Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the student's class.
+Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function.
+Each prints a PASS/FAIL table naming the first step where the student's state differs from the
+reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`).
+"""
+
+from refimpl.course.hybrid_checks import check_approximate_gcd, check_packed_layout
+from refimpl.course.paged_checks import check_block_manager, check_prefix_cache, check_scheduler
+from refimpl.course.report import CheckResult, Divergence, GradeReport
+
+__all__ = [
+    "CheckResult",
+    "Divergence",
+    "GradeReport",
+    "check_approximate_gcd",
+    "check_block_manager",
+    "check_packed_layout",
+    "check_prefix_cache",
+    "check_scheduler",
+]

@@ -41,8 +41,8 @@ def render(value: Any) -> str:
 
 
 def describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, NotImplementedError):
-        return f"NotImplementedError (not written yet): {exc}" if str(exc) else "NotImplementedError (not written yet)"
+    if isinstance(exc, NotImplementedError) and not str(exc):
+        return "NotImplementedError (not written yet)"
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -1,0 +1,185 @@
+"""The exercise catalogue and the student-copy generator.
+
+Solutions are authored once, in `notebooks/exercises/solutions/NN_name.ipynb`, with the student's
+part of each code cell between `### BEGIN SOLUTION` and `### END SOLUTION` (the nbgrader
+convention). `make exercises` writes the student copies `notebooks/exercises/NN_name.ipynb`:
+outputs cleared, every solution region replaced by a stub that raises `NotImplementedError`
+naming the exercise and the check to run. `make check-exercises` fails when a copy is stale.
+
+Cells carry `metadata.refimpl_course.role`: "setup" (given code the grader needs), "solution"
+(the student's code), "demo" (uses the student's code), "check" (calls a grader). The grader
+(`python -m refimpl grade`) runs only the setup and solution cells.
+
+    python -m refimpl.course.exercises generate   # write the student copies
+    python -m refimpl.course.exercises check      # exit 1 if any copy is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+SOLUTIONS_DIR = Path("notebooks/exercises/solutions")
+STUDENT_DIR = Path("notebooks/exercises")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One notebook: its number and title, and the graders to run on the names it defines."""
+
+    name: str  # notebook stem, e.g. "01_block_manager"
+    title: str
+    checks: tuple[tuple[str, str], ...]  # (grader function in refimpl.course, name the student defines)
+
+
+EXERCISES: dict[str, Exercise] = {
+    e.name: e
+    for e in (
+        Exercise("01_block_manager", "Exercise 1: the block manager", (("check_block_manager", "BlockManager"),)),
+        Exercise("02_prefix_cache", "Exercise 2: the prefix cache", (("check_prefix_cache", "PrefixCachingBlockManager"),)),
+        Exercise("03_scheduler", "Exercise 3: the scheduler", (("check_scheduler", "Scheduler"),)),
+        Exercise(
+            "04_packed_layout",
+            "Exercise 4: approximate gcd and the packed layout",
+            (("check_approximate_gcd", "approximate_gcd"), ("check_packed_layout", "get_packed_kv_cache_layout")),
+        ),
+    )
+}
+
+
+def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
+    """The exercise a notebook belongs to: from its metadata, else from its file name."""
+    meta = notebook.metadata.get("refimpl_course", {})
+    name = meta.get("exercise")
+    if name is None and path is not None:
+        stem = Path(path).stem
+        name = next((n for n in EXERCISES if stem.startswith(n[:3]) or stem.startswith(n)), None)
+    if name not in EXERCISES:
+        known = ", ".join(EXERCISES)
+        raise ValueError(f"cannot tell which exercise {path or 'this notebook'} is (metadata says {name!r}); known: {known}")
+    return EXERCISES[name]
+
+
+def cell_role(cell) -> str | None:
+    return cell.metadata.get("refimpl_course", {}).get("role")
+
+
+# ---------------------------------------------------------------------- stubs
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
+
+
+def _enclosing_name(lines: list[str], index: int) -> str:
+    """Qualified name of the function (and class) around line `index`: 'BlockManager.allocate'."""
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    names = []
+    for line in reversed(lines[:index]):
+        match = _DEF.match(line)
+        if not match or not line.strip():
+            continue
+        own = len(match.group(1) if match.group(1) is not None else match.group(3))
+        if own < indent:
+            names.append(match.group(2) or match.group(4))
+            indent = own
+            if own == 0:
+                break
+    return ".".join(reversed(names)) or "this cell"
+
+
+def stub_message(exercise: Exercise, where: str) -> str:
+    checks = " and ".join(f"{check}({target})" for check, target in exercise.checks)
+    number = exercise.title.split(":")[0]
+    return f"{number}: {where} is not written yet. Write it between the markers, then run {checks}."
+
+
+def strip_solutions(source: str, exercise: Exercise) -> str:
+    """Replace each BEGIN/END SOLUTION region by a stub raising NotImplementedError."""
+    lines = source.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == BEGIN:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END), None)
+            if end is None:
+                raise ValueError(f"{BEGIN} without {END} in:\n{source}")
+            indent = line[: len(line) - len(line.lstrip())]
+            message = stub_message(exercise, _enclosing_name(lines, i))
+            out.append(f"{indent}# YOUR CODE HERE")
+            out.append(f"{indent}raise NotImplementedError({message!r})")
+            i = end + 1
+            continue
+        if line.strip() == END:
+            raise ValueError(f"{END} without {BEGIN} in:\n{source}")
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def make_student_copy(solution):
+    """The student notebook for a solution notebook (a new NotebookNode; the input is untouched)."""
+    exercise = exercise_for(solution)
+    student = copy.deepcopy(solution)
+    for cell in student.cells:
+        cell.metadata.pop("execution", None)  # run timestamps of the solution's last execution
+        if cell.cell_type != "code":
+            continue
+        cell.outputs = []
+        cell.execution_count = None
+        if BEGIN in cell.source:
+            cell.source = strip_solutions(cell.source, exercise)
+    return student
+
+
+def _student_text(solution_path: Path) -> str:
+    import nbformat
+
+    solution = nbformat.read(solution_path, as_version=4)
+    return nbformat.writes(make_student_copy(solution)) + "\n"
+
+
+def generate(root: Path = Path(".")) -> list[Path]:
+    """Write every student copy; return the paths written."""
+    written = []
+    for solution_path in sorted((root / SOLUTIONS_DIR).glob("[0-9]*.ipynb")):
+        target = root / STUDENT_DIR / solution_path.name
+        target.write_text(_student_text(solution_path), encoding="utf-8")
+        written.append(target)
+    return written
+
+
+def stale_copies(root: Path = Path(".")) -> list[str]:
+    """Student copies that are missing or differ from what `generate` would write."""
+    stale = []
+    for solution_path in sorted((root / SOLUTIONS_DIR).glob("[0-9]*.ipynb")):
+        target = root / STUDENT_DIR / solution_path.name
+        if not target.exists() or target.read_text(encoding="utf-8") != _student_text(solution_path):
+            stale.append(str(target.relative_to(root)))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m refimpl.course.exercises", description="Generate or check the student copies of the exercise notebooks.")
+    parser.add_argument("action", choices=["generate", "check"])
+    parser.add_argument("--root", type=Path, default=Path("."), help="repository root (default: current directory)")
+    args = parser.parse_args(argv)
+    if args.action == "generate":
+        for path in generate(args.root):
+            print(f"wrote {path}")
+        return 0
+    stale = stale_copies(args.root)
+    if stale:
+        print("stale student copies (run `make exercises`): " + ", ".join(stale))
+        return 1
+    count = len(list((args.root / SOLUTIONS_DIR).glob("[0-9]*.ipynb")))
+    print(f"{count} student copies are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

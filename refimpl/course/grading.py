@@ -1,0 +1,140 @@
+"""Grade a student's notebook: run its code in a fresh Python process, then run the graders.
+
+Only the cells the exercise needs are run (role "setup" and "solution", see
+`refimpl.course.exercises`), in notebook order, in a new interpreter with a time limit, so a
+student's exploration cells, an endless loop or a crash cannot affect the grading process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from refimpl.course.exercises import cell_role, exercise_for
+
+
+@dataclass
+class NotebookGrade:
+    """The outcome of grading one notebook."""
+
+    path: str
+    exercise: str
+    tables: list[str] = field(default_factory=list)
+    rows: list[tuple[str, str, bool]] = field(default_factory=list)  # (grader, check, passed)
+    error: str | None = None  # the notebook could not be graded at all (timeout, unreadable)
+
+    @property
+    def num_passed(self) -> int:
+        return sum(passed for _, _, passed in self.rows)
+
+    @property
+    def num_checks(self) -> int:
+        return len(self.rows)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.num_checks > 0 and self.num_passed == self.num_checks
+
+    def score_line(self) -> str:
+        if self.error is not None:
+            return f"score: 0 ({self.error})"
+        percent = 100.0 * self.num_passed / self.num_checks if self.num_checks else 0.0
+        return f"score: {self.num_passed}/{self.num_checks} checks passed ({percent:.1f}%)"
+
+
+def _strip_magics(source: str) -> str:
+    """Drop IPython-only lines (%magics, !shell) so the cell runs in plain Python."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+
+
+def notebook_program(notebook) -> list[tuple[int, str]]:
+    """(cell number, source) of the cells the grader runs: setup and solution cells."""
+    program = []
+    for index, cell in enumerate(notebook.cells, start=1):
+        if cell.cell_type == "code" and cell_role(cell) in ("setup", "solution"):
+            program.append((index, _strip_magics(cell.source)))
+    return program
+
+
+def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade:
+    """Run the notebook's setup and solution cells in a subprocess and grade what they define."""
+    import nbformat
+
+    path = Path(path)
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        exercise = exercise_for(notebook, path)
+    except Exception as exc:  # unreadable JSON, unknown exercise
+        return NotebookGrade(str(path), "?", error=f"cannot read {path}: {exc}")
+    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks]}
+    with tempfile.TemporaryDirectory(prefix="refimpl-grade-") as tmp:
+        payload_path = Path(tmp) / "payload.json"
+        result_path = Path(tmp) / "result.json"
+        payload_path.write_text(json.dumps(payload))
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", "refimpl.course.grading", str(payload_path), str(result_path)],
+                cwd=path.parent,
+                timeout=timeout,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return NotebookGrade(str(path), exercise.name, error=f"timed out after {timeout:g} s")
+        if not result_path.exists():
+            tail = (completed.stderr or "").strip().splitlines()[-1:] or ["no message"]
+            return NotebookGrade(str(path), exercise.name, error=f"the grading process died before reporting: {tail[0]}")
+        result = json.loads(result_path.read_text())
+    return NotebookGrade(
+        str(path), exercise.name, result["tables"], [tuple(row) for row in result["rows"]], result.get("error")
+    )
+
+
+# ---------------------------------------------------------------------- inside the subprocess
+def _missing(target: str, reason: str):
+    """Stands in for a name the notebook did not define: every use raises NameError with the reason."""
+
+    def fail(*args, **kwargs):
+        raise NameError(f"{target} is not defined ({reason})")
+
+    return type(target, (), {"__init__": fail}) if target[:1].isupper() else fail
+
+
+def _run_in_fresh_namespace(payload: dict) -> dict:
+    import refimpl.course as course
+
+    namespace: dict = {"__name__": "__main__"}
+    problem = "the notebook does not define it"
+    for index, source in payload["cells"]:
+        try:
+            exec(compile(source, f"<notebook cell {index}>", "exec"), namespace)
+        except Exception as exc:  # the student's code may raise anything
+            problem = f"cell {index} raised {type(exc).__name__}: {exc}"
+            break
+    tables, rows = [], []
+    for check_name, target in payload["checks"]:
+        student = namespace.get(target) or _missing(target, problem)
+        report = getattr(course, check_name)(student, verbose=False)
+        tables.append(report.table())
+        rows.extend((check_name, r.name, r.passed) for r in report.results)
+    return {"tables": tables, "rows": rows}
+
+
+def _child_main(payload_path: str, result_path: str) -> int:
+    import contextlib
+    import io
+
+    payload = json.loads(Path(payload_path).read_text())
+    with contextlib.redirect_stdout(io.StringIO()):  # the student's prints are not part of the report
+        result = _run_in_fresh_namespace(payload)
+    Path(result_path).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
