@@ -345,6 +345,11 @@ def test_stale_hash_guard_keeps_the_newer_entry():
     assert bm.hash_to_block_id == {h: 2}  # registered last wins
     assert bm.blocks[0].hash == h and bm.blocks[2].hash == h  # both blocks carry the hash
     check_invariants(bm, [a, b])
+    for token_id in (6, 7, 8):  # a decodes until its block 1 fills: only block 1 is registered
+        decode(bm, a, token_id)
+    h1 = compute_hash([5, 6, 7, 8], h)
+    assert bm.hash_to_block_id == {h: 2, h1: 1}  # block 0 was not registered again
+    check_invariants(bm, [a, b])
 
     bm.deallocate(a)
     bm.deallocate(b)
@@ -352,7 +357,7 @@ def test_stale_hash_guard_keeps_the_newer_entry():
     # Four unrelated blocks: #0 (the older copy) is overwritten; the entry for #2 must survive.
     other = admit(bm, tokens(100, 16), expect_cached=0)
     assert other.block_table == [4, 5, 1, 0]
-    assert bm.hash_to_block_id == {h: 2}
+    assert bm.hash_to_block_id == {h: 2}  # h1's entry went with #1, h's entry stayed on #2
     assert bm.blocks[0].hash == -1
 
     again = admit(bm, prompt, expect_cached=1)  # still a hit, on #2
