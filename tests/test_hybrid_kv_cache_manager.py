@@ -152,11 +152,15 @@ action = st.one_of(
 )
 
 
-@given(actions=st.lists(action, max_size=30), num_blocks=st.integers(2, 40), caching=st.booleans())
-def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, caching):
-    m = KVCacheManager(
-        [full(4), swa(4, 8), swa(2, 5)], num_blocks=num_blocks, max_model_len=64, enable_caching=caching
-    )
+@given(actions=st.lists(action, max_size=30), num_blocks=st.integers(2, 40), caching=st.booleans(), fine=st.booleans())
+def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, caching, fine):
+    if fine:  # hits may end inside 8-token blocks: partial hits and copy-on-write
+        m = KVCacheManager([full(8), swa(2, 5)], num_blocks=num_blocks, max_model_len=64, enable_caching=caching,
+                           hash_block_size=2, alignment_tokens=2)
+    else:
+        m = KVCacheManager(
+            [full(4), swa(4, 8), swa(2, 5)], num_blocks=num_blocks, max_model_len=64, enable_caching=caching
+        )
     live: list[Request] = []
     for i, act in enumerate(actions):
         if act[0] == "add":
@@ -177,10 +181,55 @@ def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, c
         elif act[0] == "free" and live:
             m.free(live.pop(act[1] % len(live)))
         tables = [blocks for r in live for blocks in m.get_blocks(r.request_id).blocks]
-        check_pool_invariants(m.block_pool, tables + [[]])
+        pending = [list(pair) for mgr in m.coordinator.single_type_managers for pair in mgr.pending_copies]
+        check_pool_invariants(m.block_pool, tables + pending + [[]])
+        if i % 3 == 2:
+            m.complete_copies()
         for r in live:  # every group covers the computed tokens (null blocks included)
             for mgr, blocks in zip(m.coordinator.single_type_managers, m.get_blocks(r.request_id).blocks):
                 assert len(blocks) * mgr.block_size >= r.num_computed_tokens
     for r in live:
         m.free(r)
+    m.complete_copies()
     assert m.block_pool.get_num_free_blocks() == num_blocks - 1
+
+
+def test_partial_hit_copy_on_write_with_fine_alignment():
+    # one full-attention group of 8-token blocks, hashes and hit alignment every 4 tokens
+    m = KVCacheManager([full(8)], num_blocks=20, max_model_len=64, hash_block_size=4, alignment_tokens=4)
+    assert m.coordinator.single_type_managers[0].is_fine_grained
+    a = m.make_request("A", range(14))
+    step(m, a, 14)
+    assert m.get_block_ids("A") == ([1, 2],)
+    # block 1 is full and hashed; block 2 holds 6 tokens and is registered for its first 4
+    assert m.block_pool.partial_block_hashes.keys() == {2}
+    b = m.make_request("B", [*range(13), 90, 91, 92, 93, 94, 95, 96])
+    hits, n = m.get_computed_blocks(b)
+    assert n == 12 and hits.get_block_ids() == ([1, 2],)
+    assert m.coordinator.get_num_blocks_to_allocate("B", 20, hits.blocks, 12) == 2  # 1 new + 1 copy
+    new = step(m, b, 8, num_new_computed_tokens=n, new_computed_blocks=hits)
+    assert new.get_block_ids() == ([3, 4],)  # the copy first, then the new block
+    assert m.get_block_ids("B") == ([1, 3, 4],)  # B writes tokens 12.. into its own copy of block 2
+    pending = [[src, dst] for src, dst in m.coordinator.single_type_managers[0].pending_copies]
+    assert [[b.block_id for b in pair] for pair in pending] == [[2, 3]]
+    assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3, 4)] == [2, 2, 2, 1]
+    check_pool_invariants(m.block_pool, [*m.get_blocks("A").blocks, *m.get_blocks("B").blocks, *pending])
+    assert m.complete_copies() == [(0, 2, 3)]
+    assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3, 4)] == [2, 1, 1, 1]
+    check_pool_invariants(m.block_pool, [*m.get_blocks("A").blocks, *m.get_blocks("B").blocks])
+    # A fills block 2: the full key replaces the partial one, so a prefix of 12 no longer hits
+    a.append_output_token_ids([50, 51])
+    step(m, a, 2)
+    assert 2 not in m.block_pool.partial_block_hashes
+    c = m.make_request("C", [*range(13), 70, 71, 72])
+    assert m.get_computed_blocks(c)[1] == 8
+    # with the default alignment (the block size) the same request B would only hit 8 tokens
+    coarse = KVCacheManager([full(8)], num_blocks=20, max_model_len=64, hash_block_size=4)
+    a2 = coarse.make_request("A", range(14))
+    step(coarse, a2, 14)
+    assert coarse.get_computed_blocks(coarse.make_request("B", b.prompt_token_ids))[1] == 8
+
+
+def test_alignment_must_be_a_multiple_of_the_hash_block_size():
+    with pytest.raises(ValueError, match="alignment_tokens"):
+        KVCacheManager([full(8)], num_blocks=5, max_model_len=64, hash_block_size=4, alignment_tokens=6)

@@ -218,6 +218,8 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # Extra keys of partially filled blocks (fine-grained prefix caching): block id -> keys.
+        self.partial_block_hashes: dict[int, list[BlockHashWithGroupId]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
@@ -261,14 +263,41 @@ class BlockPool:
             if block.block_hash is not None:  # already registered (e.g. a prefix hit)
                 continue
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
+            self._drop_partial_hashes(block)  # promotion: the full key replaces partial aliases
             block.block_hash = key
             self.cached_block_hash_to_block.insert(key, block)
 
+    def cache_partial_block(self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int) -> None:
+        """Register a not-yet-full block under the hash of a prefix that ends inside it.
+
+        Only fine-grained groups (hit alignment smaller than the block size) do this: a later
+        request may then reuse the block's first tokens by copying them (copy-on-write).
+        """
+        if block.is_null or block.block_hash is not None:
+            return
+        key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+        aliases = self.partial_block_hashes.setdefault(block.block_id, [])
+        if key not in aliases:
+            aliases.append(key)
+            self.cached_block_hash_to_block.insert(key, block)
+
+    def _drop_partial_hashes(self, block: KVCacheBlock) -> bool:
+        aliases = self.partial_block_hashes.pop(block.block_id, [])
+        for key in aliases:
+            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+                raise InvariantError(f"block {block.block_id} has a partial key missing from the hash map")
+        return bool(aliases)
+
+    def is_cached(self, block: KVCacheBlock) -> bool:
+        """Does the block answer any prefix-cache key (full or partial)?"""
+        return block.block_hash is not None or block.block_id in self.partial_block_hashes
+
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop a block's prefix-cache entry before it is reused; True if it had one."""
+        had_partial = self._drop_partial_hashes(block)
         key = block.block_hash
         if key is None:
-            return False
+            return had_partial
         if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
             raise InvariantError(f"block {block.block_id} has a hash but is missing from the hash map")
         block.reset_hash()
@@ -300,9 +329,10 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference on each block; blocks reaching 0 go back to the free queue.
 
-        `ordered_blocks` is in eviction priority, first evicted first. A block without a hash can
-        never be a prefix hit, so it goes to the *front* (reused first); a hashed block goes to
-        the *back*, so the prefix cache evicts least recently freed first.
+        `ordered_blocks` is in eviction priority, first evicted first. A block without a key can
+        never be a prefix hit, so it goes to the *front* (reused first); a block with a key (full,
+        or partial for fine-grained groups) goes to the *back*, so the prefix cache evicts least
+        recently freed first.
         """
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []
@@ -311,7 +341,7 @@ class BlockPool:
                 raise InvariantError(f"freeing block {block.block_id} whose ref_cnt is already {block.ref_cnt}")
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                if block.block_hash is None or not self.enable_caching:
+                if not self.enable_caching or not self.is_cached(block):
                     to_front.append(block)
                 else:
                     to_back.append(block)
@@ -324,6 +354,7 @@ class BlockPool:
         if num_used != 1:  # the null block is always "used"
             return False
         self.cached_block_hash_to_block.clear()
+        self.partial_block_hashes.clear()
         for block in self.blocks:
             block.reset_hash()
         return True
@@ -388,7 +419,7 @@ def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCac
     mapped: set[int] = set()
     for key, blocks in pool.cached_block_hash_to_block.items():
         for block in blocks:
-            if block.block_hash != key:
+            if block.block_hash != key and key not in pool.partial_block_hashes.get(block.block_id, ()):
                 raise InvariantError(f"hash map: block {block.block_id} is filed under a key it does not carry")
             if block.is_null:
                 raise InvariantError("hash map: the null block is registered")
@@ -396,6 +427,14 @@ def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCac
     for block in pool.blocks:
         if block.block_hash is not None and block.block_id not in mapped:
             raise InvariantError(f"hash map: block {block.block_id} carries a hash but is not in the map")
+    key_to_blocks = dict(pool.cached_block_hash_to_block.items())
+    for block_id, aliases in pool.partial_block_hashes.items():
+        block = pool.blocks[block_id]
+        if block.block_hash is not None:
+            raise InvariantError(f"hash map: full block {block_id} still has partial keys")
+        for key in aliases:
+            if all(b is not block for b in key_to_blocks.get(key, [])):
+                raise InvariantError(f"hash map: partial key of block {block_id} is not in the map")
     # 4. ref counts against the block tables
     tables = list(block_tables)
     if tables:

@@ -36,6 +36,9 @@ class KVCacheCoordinator:
     `kv_cache_groups`: `KVCacheGroupSpec`s (or bare specs) in group order; group i gets id i.
     `hash_block_size`: granularity of the request's prefix hashes; defaults to the gcd of the
     group block sizes, so every group block is a whole number of hash blocks.
+    `alignment_tokens`: where hits may end; defaults to the lcm of the block sizes. A smaller
+    value (a multiple of `hash_block_size`) lets full-attention hits end inside a block, which
+    then costs a copy-on-write block.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class KVCacheCoordinator:
         *,
         enable_caching: bool = True,
         hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
         max_in_flight_tokens: int | None = None,
     ) -> None:
         if not kv_cache_groups:
@@ -56,6 +60,12 @@ class KVCacheCoordinator:
         bad = [b for b in sizes if b % self.hash_block_size]
         if bad:
             raise ValueError(f"hash_block_size {self.hash_block_size} must divide every group block size, not {bad}")
+        if alignment_tokens is not None:
+            if alignment_tokens < 1 or alignment_tokens % self.hash_block_size:
+                raise ValueError(
+                    f"alignment_tokens must be a positive multiple of hash_block_size {self.hash_block_size}, got {alignment_tokens}"
+                )
+            self.scheduler_block_size = alignment_tokens
         self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching)
         self.enable_caching = enable_caching
         self.specs = specs
@@ -95,7 +105,8 @@ class KVCacheCoordinator:
             candidate = hit_length
             hits: list[list[KVCacheBlock]] = [[] for _ in range(num_groups)]
             for spec, group_ids in self.attention_groups:
-                manager_cls = type(self.single_type_managers[group_ids[0]])
+                manager = self.single_type_managers[group_ids[0]]
+                manager_cls = type(manager)
                 found = manager_cls.find_longest_cache_hit(
                     block_hashes,
                     candidate,
@@ -105,15 +116,26 @@ class KVCacheCoordinator:
                     hash_block_size=self.hash_block_size,
                     alignment_tokens=self.scheduler_block_size,
                 )
+                found_tokens = len(found[0]) * spec.block_size
+                if manager.is_fine_grained and isinstance(manager, FullAttentionManager) and found_tokens < candidate:
+                    partial = manager_cls.find_partial_block_hit(
+                        block_hashes, len(found[0]), candidate, group_ids, self.block_pool, spec,
+                        self.hash_block_size, self.scheduler_block_size,
+                    )
+                    if partial is not None:
+                        for blocks, block in zip(found, partial[0]):
+                            blocks.append(block)
+                        found_tokens += partial[1]
                 for gid, blocks in zip(group_ids, found):
                     hits[gid] = blocks
-                candidate = len(found[0]) * spec.block_size
+                candidate = min(candidate, found_tokens)
             if candidate >= hit_length:
                 break
             hit_length = candidate
-        # Every group's hit must cover exactly hit_length tokens (full attention may be longer).
+        # Every group's hit must cover exactly hit_length tokens (full attention may be longer);
+        # a hit ending inside a block keeps that block (the manager copies it on write).
         for gid, spec in enumerate(self.specs):
-            del hits[gid][hit_length // spec.block_size :]
+            del hits[gid][-(-hit_length // spec.block_size) :]
         return tuple(hits), hit_length
 
     # ------------------------------------------------------------ allocation (sums over groups)
@@ -154,6 +176,10 @@ class KVCacheCoordinator:
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
             manager.free(request_id)
+
+    def complete_copies(self) -> list[tuple[int, int, int]]:
+        """Release the copy-on-write pairs of every group: (group id, source id, copy id)."""
+        return [(gid, src, dst) for gid, m in enumerate(self.single_type_managers) for src, dst in m.complete_copies()]
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)

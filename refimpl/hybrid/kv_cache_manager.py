@@ -126,6 +126,7 @@ class KVCacheManager:
         *,
         enable_caching: bool = True,
         hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
         watermark: float = 0.0,
         max_num_batched_tokens: int | None = None,
     ) -> None:
@@ -140,6 +141,7 @@ class KVCacheManager:
             num_blocks,
             enable_caching=enable_caching,
             hash_block_size=hash_block_size,
+            alignment_tokens=alignment_tokens,
             max_in_flight_tokens=max_num_batched_tokens,
         )
         self.block_pool = self.coordinator.block_pool
@@ -244,6 +246,11 @@ class KVCacheManager:
                 request.request_id, request.block_hashes, min(total_computed + num_new_tokens, request.num_tokens)
             )
         return KVCacheBlocks(new_blocks)
+
+    def complete_copies(self) -> list[tuple[int, int, int]]:
+        """Tell the allocator the worker ran the pending copy-on-write copies; returns them as
+        (group id, source block id, copy block id)."""
+        return self.coordinator.complete_copies()
 
     def free(self, request: Request) -> None:
         """Give back all blocks of a finished or preempted request (tail first, per group)."""

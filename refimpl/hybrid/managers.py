@@ -116,7 +116,16 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
         self.new_block_ids: list[int] = []
+        # Copy-on-write: request -> (table index, source block) of a hit that ends inside a block,
+        # and the (source, copy) pairs the worker still has to copy.
+        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
+        self.pending_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
         self._null_block = block_pool.null_block
+
+    @property
+    def is_fine_grained(self) -> bool:
+        """Can a prefix hit end inside one of this group's blocks?"""
+        return self.alignment_tokens < self.block_size
 
     # ------------------------------------------------------------ hooks per kind
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -160,7 +169,8 @@ class SingleTypeKVCacheManager:
             for block in new_computed_blocks[max(0, skipped_blocks - len(req_blocks)) :]
             if block.ref_cnt == 0 and not block.is_null
         )
-        return num_new + revived
+        copy_on_write = 1 if new_computed_blocks and total_computed_tokens % self.block_size else 0
+        return num_new + revived + copy_on_write
 
     # ------------------------------------------------------------ allocation
     def allocate_new_computed_blocks(
@@ -168,7 +178,10 @@ class SingleTypeKVCacheManager:
     ) -> None:
         """Start a request's table with its prefix hits (first allocation only).
 
-        Hits already outside the window are replaced by the null block instead of touched.
+        Hits already outside the window are replaced by the null block instead of touched. A hit
+        that ends inside a block (fine-grained groups only) keeps that block for now; the next
+        `allocate_new_blocks` swaps in a private copy (copy-on-write), because this request will
+        write the rest of the block.
         """
         if request_id in self.req_to_blocks or not new_computed_blocks:
             return
@@ -179,32 +192,61 @@ class SingleTypeKVCacheManager:
         table.extend([self._null_block] * skipped)
         table.extend(kept)
         self.num_cached_block[request_id] = len(table)
+        if total_computed_tokens % self.block_size:
+            idx = total_computed_tokens // self.block_size
+            self._partial_hit_reqs[request_id] = (idx, table[idx])
+            self.num_cached_block[request_id] = idx
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
-        """Append fresh blocks until the table covers `num_tokens` tokens; return the new ones."""
+        """Append fresh blocks until the table covers `num_tokens` tokens; return the new ones.
+
+        A pending partial hit first gets its copy: a new block replaces the shared source in the
+        table, and both stay referenced by `pending_copies` until `complete_copies` runs.
+        """
         table = self.req_to_blocks[request_id]
+        copies: list[KVCacheBlock] = []
+        if request_id in self._partial_hit_reqs:
+            idx, source = self._partial_hit_reqs.pop(request_id)
+            (copy,) = self.block_pool.get_new_blocks(1)
+            copy.ref_cnt += 1  # held by the pending copy as well as by the table
+            table[idx] = copy
+            self.pending_copies.append((source, copy))
+            copies.append(copy)
         num_new = cdiv(num_tokens, self.block_size) - len(table)
-        if num_new <= 0:
-            return []
-        new_blocks = self.block_pool.get_new_blocks(num_new)
+        new_blocks = self.block_pool.get_new_blocks(num_new) if num_new > 0 else []
         table.extend(new_blocks)
-        self.new_block_ids.extend(b.block_id for b in new_blocks)
-        return new_blocks
+        self.new_block_ids.extend(b.block_id for b in copies + new_blocks)
+        return copies + new_blocks
+
+    def complete_copies(self) -> list[tuple[int, int]]:
+        """The worker copied every pending (source, copy) pair: drop the references they held.
+
+        Returns the pairs as block ids. The source loses this request's hit reference (the
+        request now reads its own copy).
+        """
+        done = [(src.block_id, dst.block_id) for src, dst in self.pending_copies]
+        for src, dst in self.pending_copies:
+            self.block_pool.free_blocks([dst, src])
+        self.pending_copies.clear()
+        return done
 
     def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_tokens: int) -> None:
         """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix cache."""
         num_cached = self.num_cached_block.get(request_id, 0)
         num_full = num_tokens // self.block_size
+        if self.is_fine_grained and num_tokens % self.block_size and num_tokens >= self.hash_block_size:
+            # register the block being filled under the hash of the prefix that ends inside it
+            table = self.req_to_blocks[request_id]
+            if num_full < len(table):
+                self.block_pool.cache_partial_block(
+                    block_hashes[num_tokens // self.hash_block_size - 1], table[num_full], self.kv_cache_group_id
+                )
         if num_full <= num_cached:
             return
         hashes = BlockHashListWithBlockSize(block_hashes, self.hash_block_size, self.block_size)
+        table = self.req_to_blocks[request_id]
         self.block_pool.cache_full_blocks(
-            hashes,
-            self.req_to_blocks[request_id],
-            num_cached,
-            num_full,
-            self.kv_cache_group_id,
-            block_mask=self.reachable_block_mask(num_full),
+            hashes, table, num_cached, num_full, self.kv_cache_group_id, block_mask=self.reachable_block_mask(num_full)
         )
         self.num_cached_block[request_id] = num_full
 
@@ -232,6 +274,7 @@ class SingleTypeKVCacheManager:
         table = self.req_to_blocks.pop(request_id, [])
         self.block_pool.free_blocks(reversed(table))
         self.num_cached_block.pop(request_id, None)
+        self._partial_hit_reqs.pop(request_id, None)
 
     # ------------------------------------------------------------ prefix lookup
     @classmethod
@@ -277,6 +320,34 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             for table in computed:
                 table.pop()
         return computed
+
+    @classmethod
+    def find_partial_block_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        num_full_blocks: int,
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec,
+        hash_block_size: int,
+        alignment_tokens: int,
+    ) -> tuple[tuple[KVCacheBlock, ...], int] | None:
+        """Fine-grained phase: after `num_full_blocks` whole-block hits, the longest aligned
+        prefix that ends inside the next block and is registered as a partial block.
+
+        Returns (one block per group, tokens used from it) or None.
+        """
+        bs = unwrap_spec(kv_cache_spec).block_size
+        start = num_full_blocks * bs
+        for used in range(bs - alignment_tokens, 0, -alignment_tokens):
+            end = start + used
+            if end > max_length or end // hash_block_size > len(block_hashes):
+                continue
+            cached = block_pool.get_cached_block(block_hashes[end // hash_block_size - 1], kv_cache_group_ids)
+            if cached is not None:
+                return tuple(cached), used
+        return None
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
