@@ -1,0 +1,186 @@
+"""The graders: the reference passes, every broken variant fails, and a failure says where and what."""
+
+from __future__ import annotations
+
+import pytest
+
+import refimpl.course as course
+from refimpl.course import broken
+from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
+from refimpl.course.lockstep import Lockstep, first_difference
+from refimpl.course.paged_checks import scenario_seed_example
+from refimpl.course.paged_worlds import ManagerDriver, manager_state
+from refimpl.hybrid.grouping import approximate_gcd
+from refimpl.hybrid.layout import get_packed_kv_cache_layout
+from refimpl.paged import BlockManager, Scheduler
+
+REFERENCE = {
+    "check_block_manager": BlockManager,
+    "check_prefix_cache": BlockManager,
+    "check_scheduler": Scheduler,
+    "check_approximate_gcd": approximate_gcd,
+    "check_packed_layout": get_packed_kv_cache_layout,
+}
+
+
+@pytest.mark.parametrize("grader", sorted(REFERENCE))
+def test_reference_passes_every_check(grader):
+    report = getattr(course, grader)(REFERENCE[grader], verbose=False)
+    assert report.passed, report.table()
+    assert report.num_checks >= 6
+
+
+def test_scheduler_variant_base_without_mistakes_passes():
+    """The copy the scheduler variants are built from must itself be exact."""
+    assert course.check_scheduler(broken._ConfigurableScheduler, verbose=False).passed
+
+
+def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
+    return [(v, g) for v in BROKEN_VARIANTS for g in v.graders]
+
+
+@pytest.mark.parametrize("variant,grader", _relevant_pairs(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_every_grader_fails_every_relevant_broken_variant(variant, grader):
+    report = getattr(course, grader)(variant.implementation, verbose=False)
+    assert not report.passed, f"{grader} did not notice: {variant.mistake}"
+    for result in report.results:
+        if not result.passed:
+            assert result.divergence is not None and result.divergence.step >= 1
+
+
+def test_required_mistakes_are_in_the_catalogue():
+    names = {v.name for v in BROKEN_VARIANTS}
+    required = {
+        "free_in_forward_order",
+        "no_stale_hash_guard",
+        "look_up_last_block",
+        "skip_token_double_check",
+        "append_on_len_mod_0",
+        "preempt_first_running",
+        "in_use_hits_need_free_blocks",
+    }
+    assert required <= names
+    assert any("check_approximate_gcd" in v.graders for v in BROKEN_VARIANTS)
+    assert any("check_packed_layout" in v.graders for v in BROKEN_VARIANTS)
+
+
+def test_each_listed_mistake_is_caught_by_its_own_scenario():
+    """The named scenario for each rule fails for the mistake that breaks that rule."""
+    expected_failures = {
+        (broken.FreeForwardOrder, "check_block_manager"): "free_last_block_first",
+        (broken.AppendOnMultiple, "check_block_manager"): "append_at_block_boundary",
+        (broken.NoStaleHashGuard, "check_prefix_cache"): "stale_hash_guard",
+        (broken.LooksUpLastBlock, "check_prefix_cache"): "last_block_never_looked_up",
+        (broken.NoTokenDoubleCheck, "check_prefix_cache"): "token_double_check",
+        (broken.InUseHitsNeedFreeBlocks, "check_prefix_cache"): "in_use_hits_need_no_free_block",
+        (broken.FreeHitsCostNothing, "check_prefix_cache"): "free_hits_still_cost",
+        (broken.PreemptFirstRunning, "check_scheduler"): "preempt_last_running",
+        (broken.ChunkAnyWaiting, "check_scheduler"): "chunked_prefill_first_only",
+    }
+    for (cls, grader), check_name in expected_failures.items():
+        report = getattr(course, grader)(cls, verbose=False)
+        assert check_name in report.failed_checks, (cls.__name__, report.table())
+
+
+def test_failure_names_first_step_expected_and_found():
+    report = course.check_block_manager(broken.FreeForwardOrder, verbose=False)
+    row = next(r for r in report.results if r.name == "free_last_block_first")
+    d = row.divergence
+    assert (d.step, d.action, d.where) == (6, "deallocate(A: 12 tokens)", "free_block_ids (head first)")
+    assert (d.expected, d.found) == ("[5, 6, 7, 2, 1, 0]", "[5, 6, 7, 0, 1, 2]")
+    table = report.table()
+    assert "FAIL  free_last_block_first" in table
+    assert "first difference at step 6: deallocate(A: 12 tokens)" in table
+    assert table.splitlines()[0] == "check_block_manager(FreeForwardOrder): 3/8 checks passed"
+
+
+def test_return_value_difference_is_reported():
+    report = course.check_prefix_cache(broken.LooksUpLastBlock, verbose=False)
+    d = next(r for r in report.results if r.name == "last_block_never_looked_up").divergence
+    assert d.action == "can_allocate(B: 8 tokens)" and d.where == "return value"
+    assert (d.expected, d.found) == ("1", "2")
+
+
+def test_tables_are_deterministic(capsys):
+    course.check_scheduler(broken.PreemptFirstRunning)
+    first = capsys.readouterr().out
+    course.check_scheduler(broken.PreemptFirstRunning)
+    assert capsys.readouterr().out == first
+    assert "0x" not in first
+
+
+def test_seed_example_reaches_the_seed_picture():
+    """block_size=4, 12 tokens: L0 -> in-use #1 (ref 2), L1 -> free #3, L2 -> #6, 8 cached tokens."""
+    lockstep = Lockstep(lambda w: manager_state(w, prefix_cache=True))
+    scenario_seed_example(BlockManager, lockstep)
+    world = lockstep.reference
+    q = world.seqs["Q"]
+    assert q.block_table == [1, 3, 6]
+    assert q.num_cached_tokens == 8
+    assert world.bm.blocks[1].ref_count == 2
+    assert 3 not in world.bm.free_block_ids
+    assert list(world.bm.free_block_ids) == [7, 8, 9, 4]
+
+
+def test_stub_reports_not_implemented_cleanly():
+    class BlockManagerStub:
+        def __init__(self, num_blocks, block_size):
+            self.blocks = []
+
+        def can_allocate(self, seq):
+            raise NotImplementedError("Exercise 1: BlockManager.can_allocate is not written yet")
+
+    report = course.check_block_manager(BlockManagerStub, verbose=False)
+    assert report.num_passed == 0
+    row = report.results[0]
+    assert row.divergence.where.startswith("state")  # free_block_ids is missing
+    scheduler_report = course.check_scheduler(type("Empty", (), {"__init__": lambda self, c: None}), verbose=False)
+    assert scheduler_report.num_passed == 0
+
+
+def test_not_implemented_message_reaches_the_table():
+    class Half(BlockManager):
+        def allocate(self, seq, num_cached_blocks):
+            raise NotImplementedError("Exercise 1: BlockManager.allocate is not written yet")
+
+    report = course.check_block_manager(Half, verbose=False)
+    d = report.results[0].divergence
+    assert d.found == "NotImplementedError: Exercise 1: BlockManager.allocate is not written yet"
+    assert d.action.startswith("allocate(")
+
+
+def test_first_difference_shows_only_differing_hash_entries():
+    expected = [("hash_to_block_id", {1: 10, 2: 20, 3: 30})]
+    found = [("hash_to_block_id", {1: 10, 2: 20})]
+    where, want, got = first_difference(expected, found)
+    assert where == "hash_to_block_id"
+    assert want == "3 entries; 2 shared, then {3: 30}"
+    assert got == "2 entries; 2 shared, then {}"
+
+
+def test_student_state_fields_are_read_through_the_public_names():
+    """A student's manager is compared field by field; a missing attribute is a clear failure."""
+    lockstep = Lockstep(lambda w: manager_state(w, prefix_cache=False))
+
+    class NoUsedSet(BlockManager):
+        def __init__(self, num_blocks, block_size):
+            super().__init__(num_blocks, block_size)
+            del self.used_block_ids
+
+    from refimpl.course.lockstep import Diverged
+
+    with pytest.raises(Diverged) as info:
+        ManagerDriver(lockstep, NoUsedSet, 4, 4, prefix_cache=False)
+    assert "AttributeError" in info.value.divergence.found
+
+
+def test_gcd_grader_expects_value_error_for_bad_input():
+    def lenient(values, lower_bound=None):  # right on good input, returns 1 instead of raising
+        values = list(values)
+        return approximate_gcd(values, lower_bound) if values and min(values) > 0 else 1
+
+    report = course.check_approximate_gcd(lenient, verbose=False)
+    assert report.failed_checks == ["rejects_bad_input"]
+    d = report.results[4].divergence
+    assert d.action == "approximate_gcd([], lower_bound=None)"
+    assert d.expected.startswith("raises ValueError") and d.found == "returns 1"

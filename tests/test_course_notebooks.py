@@ -1,0 +1,184 @@
+"""Exercise notebooks: student copies in sync, stopping cleanly at the first exercise, and graded."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from refimpl.__main__ import main as refimpl_main
+from refimpl.course.exercises import (
+    BEGIN,
+    END,
+    EXERCISES,
+    SOLUTIONS_DIR,
+    STUDENT_DIR,
+    cell_role,
+    make_student_copy,
+    stale_copies,
+    strip_solutions,
+)
+from refimpl.course.grading import grade_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = sorted((ROOT / SOLUTIONS_DIR).glob("[0-9]*.ipynb"))
+STUDENTS = [ROOT / STUDENT_DIR / p.name for p in SOLUTIONS]
+
+
+def test_every_exercise_has_a_solution_and_a_student_copy():
+    assert [p.stem for p in SOLUTIONS] == sorted(EXERCISES)
+    assert all(p.exists() for p in STUDENTS)
+
+
+def test_student_copies_are_in_sync():
+    assert stale_copies(ROOT) == [], "student copies are stale: run `make exercises`"
+
+
+def test_sync_check_notices_a_stale_copy(tmp_path):
+    shutil.copytree(ROOT / SOLUTIONS_DIR, tmp_path / SOLUTIONS_DIR)
+    for student in STUDENTS:
+        shutil.copy(student, tmp_path / STUDENT_DIR / student.name)
+    assert stale_copies(tmp_path) == []
+    solution = tmp_path / SOLUTIONS_DIR / "01_block_manager.ipynb"
+    nb = nbformat.read(solution, as_version=4)
+    nb.cells[0].source += "\n\nOne more sentence."
+    nbformat.write(nb, solution)
+    (tmp_path / STUDENT_DIR / "03_scheduler.ipynb").unlink()
+    assert stale_copies(tmp_path) == ["notebooks/exercises/01_block_manager.ipynb", "notebooks/exercises/03_scheduler.ipynb"]
+
+
+def test_strip_solutions_keeps_the_frame_and_names_exercise_and_check():
+    source = "class A:\n    def f(self):\n        ### BEGIN SOLUTION\n        return 1\n        ### END SOLUTION\n\n    def g(self):\n        pass"
+    stripped = strip_solutions(source, EXERCISES["01_block_manager"])
+    assert "return 1" not in stripped and BEGIN not in stripped and END not in stripped
+    assert "def g(self):" in stripped
+    assert (
+        "        raise NotImplementedError('Exercise 1: A.f is not written yet. Write it between the markers, "
+        "then run check_block_manager(BlockManager).')" in stripped
+    )
+    with pytest.raises(ValueError, match="without"):
+        strip_solutions("### BEGIN SOLUTION\nx = 1\n", EXERCISES["01_block_manager"])
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_student_copy_has_no_solution_code_and_no_outputs(solution):
+    nb = nbformat.read(solution, as_version=4)
+    student = make_student_copy(nb)
+    solution_lines = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        inside = False
+        for line in cell.source.split("\n"):
+            if line.strip() == BEGIN:
+                inside = True
+            elif line.strip() == END:
+                inside = False
+            elif inside and line.strip():
+                solution_lines.add(line)
+    assert solution_lines
+    for cell in student.cells:
+        if cell.cell_type == "code":
+            assert BEGIN not in cell.source and END not in cell.source
+            assert cell.outputs == [] and cell.execution_count is None
+            leaked = [line for line in cell.source.split("\n") if line in solution_lines]
+            assert leaked == [], leaked
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_notebooks_carry_valid_nbgrader_metadata(solution):
+    nb = nbformat.read(solution, as_version=4)
+    grade_ids = []
+    roles = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata["nbgrader"]
+        role = cell_role(cell)
+        roles.append(role)
+        grade_ids.append(meta["grade_id"])
+        assert meta["schema_version"] == 3
+        assert meta["solution"] == (role == "solution") == (BEGIN in cell.source)
+        assert meta["grade"] == (role == "check")
+        if role == "check":
+            assert meta["points"] >= 1 and meta["locked"]
+    assert len(grade_ids) == len(set(grade_ids))
+    assert roles[0] == "setup" and "solution" in roles and "check" in roles
+
+
+def _first_demo_index(nb) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and cell_role(c) == "demo")
+
+
+@pytest.mark.parametrize("student", STUDENTS, ids=lambda p: p.stem)
+def test_student_notebook_runs_to_its_first_exercise_then_reports_it(student):
+    nb = nbformat.read(student, as_version=4)
+    exercise = EXERCISES[student.stem]
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(student.parent)}})
+    with pytest.raises(CellExecutionError) as info:
+        client.execute()
+    error = info.value
+    assert error.ename == "NotImplementedError"
+    number = exercise.title.split(":")[0]
+    assert number in error.evalue and "is not written yet" in error.evalue
+    assert f"{exercise.checks[0][0]}({exercise.checks[0][1]})" in error.evalue
+    # Every cell before the first demo ran cleanly; the demo is where the missing code surfaces.
+    failing = _first_demo_index(nb)
+    for cell in nb.cells[:failing]:
+        if cell.cell_type == "code":
+            assert all(o.get("output_type") != "error" for o in cell.outputs)
+            assert cell.execution_count is not None
+    assert any(o.get("output_type") == "error" for o in nb.cells[failing].outputs)
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_solution_notebook_code_passes_its_graders(solution):
+    grade = grade_notebook(solution, timeout=60)
+    assert grade.error is None
+    assert grade.passed, "\n".join(grade.tables)
+    assert grade.num_checks >= 6
+
+
+def _with_solution_edit(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / name, as_version=4)
+    cell = next(c for c in nb.cells if cell_role(c) == "solution" and old in c.source)
+    cell.source = cell.source.replace(old, new)
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
+    path = _with_solution_edit(tmp_path, "01_block_manager.ipynb", "reversed(seq.block_table)", "seq.block_table")
+    csv_path = tmp_path / "grades.csv"
+    assert refimpl_main(["grade", str(path), "--csv", str(csv_path)]) == 1
+    out = capsys.readouterr().out
+    assert "check_block_manager(BlockManager): 3/8 checks passed" in out
+    assert "FAIL  free_last_block_first" in out
+    assert "first difference at step 6: deallocate(A: 12 tokens)" in out
+    assert out.rstrip().endswith("score: 3/8 checks passed (37.5%)")
+    rows = csv_path.read_text().splitlines()
+    assert rows[0] == "notebook,exercise,passed,checks,failed_checks,error"
+    assert rows[1].startswith(f"{path},01_block_manager,3,8,check_block_manager:free_last_block_first;")
+
+
+def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
+    assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
+    out = capsys.readouterr().out
+    assert "score: 0/8 checks passed (0.0%)" in out
+    assert "== total: 0/41 checks passed over 4 notebooks" in out
+
+
+def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
+    syntax = _with_solution_edit(tmp_path, "04_packed_layout.ipynb", "def approximate_gcd(values, lower_bound=None):", "def approximate_gcd(values, lower_bound=None)")
+    assert refimpl_main(["grade", str(syntax)]) == 1
+    out = capsys.readouterr().out
+    assert "NameError: approximate_gcd is not defined (cell 4 raised SyntaxError" in out
+    assert "check_packed_layout(get_packed_kv_cache_layout): 6/6 checks passed" not in out  # the cell after never ran
+    loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
+    assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
+    assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
