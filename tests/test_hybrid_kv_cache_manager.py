@@ -177,7 +177,9 @@ def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, c
             if r.num_tokens + act[2] > m.max_model_len:
                 continue
             r.append_output_token_ids([7] * act[2])
-            step(m, r, act[2])
+            before = (m.get_block_ids(r.request_id), [b.block_id for b in m.block_pool.free_block_queue])
+            if step(m, r, act[2]) is None:  # nothing changed, not even the windows
+                assert (m.get_block_ids(r.request_id), [b.block_id for b in m.block_pool.free_block_queue]) == before
         elif act[0] == "free" and live:
             m.free(live.pop(act[1] % len(live)))
         tables = [blocks for r in live for blocks in m.get_blocks(r.request_id).blocks]
@@ -233,3 +235,19 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
 def test_alignment_must_be_a_multiple_of_the_hash_block_size():
     with pytest.raises(ValueError, match="alignment_tokens"):
         KVCacheManager([full(8)], num_blocks=5, max_model_len=64, hash_block_size=4, alignment_tokens=6)
+
+
+def test_running_request_that_does_not_fit_changes_nothing():
+    m = KVCacheManager([full(), swa()], num_blocks=10, max_model_len=64)
+    r = m.make_request("r", range(16))
+    step(m, r, 16)  # 4 + 4 blocks, 1 free
+    r.append_output_token_ids(list(range(100, 108)))
+    before = (m.get_block_ids("r"), [b.block_id for b in m.block_pool.free_block_queue])
+    # 8 more tokens need 2 + 2 blocks; the 2 window blocks that left the window would make 3
+    assert m.coordinator.num_freeable_skipped_blocks("r", 16) == 2
+    assert m.allocate_slots(r, 8) is None
+    assert (m.get_block_ids("r"), [b.block_id for b in m.block_pool.free_block_queue]) == before
+    # 4 tokens need 1 + 1: fits only thanks to the freed window blocks
+    assert step(m, r, 4) is not None
+    assert m.get_block_ids("r")[1][:2] == [0, 0]
+    check_pool_invariants(m.block_pool, m.get_blocks("r").blocks)

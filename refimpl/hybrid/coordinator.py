@@ -170,6 +170,9 @@ class KVCacheCoordinator:
         for manager in self.single_type_managers:
             manager.cache_blocks(request_id, block_hashes, aligned)
 
+    def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
+        return sum(m.num_freeable_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers)
+
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[list[KVCacheBlock]]:
         return [m.remove_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers]
 

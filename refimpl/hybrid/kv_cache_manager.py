@@ -195,10 +195,10 @@ class KVCacheManager:
     ) -> KVCacheBlocks | None:
         """Make room for `num_new_tokens` more tokens of `request` in every group.
 
-        Returns the newly allocated blocks per group, or None if the pool cannot hold them.
-        On None, a waiting request leaves the pool exactly as it was. A running request may
-        have had blocks that already left its sliding windows freed (as in vLLM): those can
-        never be read again, so freeing them first only gives the check more room.
+        Returns the newly allocated blocks per group, or None if the pool cannot hold them; on
+        None nothing has changed. Blocks that already left a sliding window count as free for
+        the check (vLLM frees them before checking, even when the check then fails; here they
+        are freed only once the allocation is sure to succeed, with the same decision).
         """
         if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0 or reserved_blocks < 0:
             raise ValueError("token and block counts passed to allocate_slots must be >= 0")
@@ -230,12 +230,15 @@ class KVCacheManager:
                 return None
 
         num_tokens_need_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        coordinator.remove_skipped_blocks(request.request_id, total_computed)
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slots, hits, total_computed
         )
-        if num_blocks_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
+        num_free = self.block_pool.get_num_free_blocks() + coordinator.num_freeable_skipped_blocks(
+            request.request_id, total_computed
+        )
+        if num_blocks_to_allocate + watermark > num_free - reserved_blocks:
             return None
+        coordinator.remove_skipped_blocks(request.request_id, total_computed)
 
         if hits is not None and num_new_computed_tokens > 0:
             coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)

@@ -250,6 +250,23 @@ class SingleTypeKVCacheManager:
         )
         self.num_cached_block[request_id] = num_full
 
+    def _skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[int]:
+        """Table indices that left the window and are not yet null, last first."""
+        table = self.req_to_blocks.get(request_id) or []
+        num_skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table))
+        indices = []
+        for i in range(num_skipped - 1, -1, -1):
+            if table[i].is_null:
+                break
+            indices.append(i)
+        return indices
+
+    def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
+        """How many blocks `remove_skipped_blocks` would return to the free queue (shared
+        blocks only lose a reference)."""
+        table = self.req_to_blocks.get(request_id) or []
+        return sum(1 for i in self._skipped_blocks(request_id, total_computed_tokens) if table[i].ref_cnt == 1)
+
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[KVCacheBlock]:
         """Free the blocks that left the window and put the null block in their place.
 
@@ -259,11 +276,8 @@ class SingleTypeKVCacheManager:
         table = self.req_to_blocks.get(request_id)
         if not table:
             return []
-        num_skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table))
         removed = []
-        for i in range(num_skipped - 1, -1, -1):
-            if table[i].is_null:
-                break
+        for i in self._skipped_blocks(request_id, total_computed_tokens):
             removed.append(table[i])
             table[i] = self._null_block
         self.block_pool.free_blocks(removed)
