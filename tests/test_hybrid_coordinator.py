@@ -113,3 +113,13 @@ def test_bad_hash_block_size_is_rejected():
         KVCacheCoordinator([full(8), swa(12)], 10, hash_block_size=8)
     with pytest.raises(ValueError, match="at least one"):
         KVCacheCoordinator([], 10)
+
+
+def test_allocation_that_does_not_fit_allocates_nothing():
+    coord = KVCacheCoordinator([full(), swa()], 8)  # 7 usable blocks
+    with pytest.raises(ValueError, match="needs 8 new blocks"):
+        coord.allocate_new_blocks("a", 16)  # 4 + 4
+    assert coord.block_pool.get_num_free_blocks() == 7 and coord.get_blocks("a") == ([], [])
+    with pytest.raises(ValueError, match="nothing was allocated"):
+        coord.single_type_managers[1].allocate_new_blocks("b", 40)
+    assert coord.block_pool.get_num_free_blocks() == 7

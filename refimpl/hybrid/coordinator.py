@@ -162,6 +162,13 @@ class KVCacheCoordinator:
             manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
+        """New blocks for every group, or a ValueError (and nothing allocated) if they do not fit."""
+        needed = sum(m.num_new_blocks_needed(request_id, num_tokens) for m in self.single_type_managers)
+        if needed > self.block_pool.get_num_free_blocks():
+            raise ValueError(
+                f"request {request_id} needs {needed} new blocks over all groups but only "
+                f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
+            )
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
 
     def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_computed_tokens: int) -> None:

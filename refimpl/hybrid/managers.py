@@ -203,6 +203,12 @@ class SingleTypeKVCacheManager:
         A pending partial hit first gets its copy: a new block replaces the shared source in the
         table, and both stay referenced by `pending_copies` until `complete_copies` runs.
         """
+        needed = self.num_new_blocks_needed(request_id, num_tokens)
+        if needed > self.block_pool.get_num_free_blocks():
+            raise ValueError(
+                f"request {request_id} needs {needed} new blocks in group {self.kv_cache_group_id} "
+                f"but only {self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
+            )
         table = self.req_to_blocks[request_id]
         copies: list[KVCacheBlock] = []
         if request_id in self._partial_hit_reqs:
@@ -217,6 +223,12 @@ class SingleTypeKVCacheManager:
         table.extend(new_blocks)
         self.new_block_ids.extend(b.block_id for b in copies + new_blocks)
         return copies + new_blocks
+
+    def num_new_blocks_needed(self, request_id: str, num_tokens: int) -> int:
+        """Blocks `allocate_new_blocks(request_id, num_tokens)` would take from the pool."""
+        table_len = len(self.req_to_blocks.get(request_id, ()))
+        copy = 1 if request_id in self._partial_hit_reqs else 0
+        return copy + max(cdiv(num_tokens, self.block_size) - table_len, 0)
 
     def complete_copies(self) -> list[tuple[int, int]]:
         """The worker copied every pending (source, copy) pair: drop the references they held.

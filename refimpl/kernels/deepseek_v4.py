@@ -28,7 +28,9 @@ def _next_power_of_2(n: int) -> int:
 
 def _check_backend(t: torch.Tensor) -> None:
     if not HAS_TRITON:
-        raise RuntimeError("Triton is not installed; use refimpl.kernels.reference_v4 (pure torch) instead")
+        from refimpl.kernels.backend import BackendUnavailableError
+
+        raise BackendUnavailableError("Triton is not installed; use refimpl.kernels.reference_v4 (pure torch) instead")
     if t.device.type == "cpu" and not INTERPRET:
         raise ValueError(
             "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before importing refimpl, "
