@@ -191,6 +191,7 @@ op = st.one_of(
     st.tuples(st.just("cache"), st.integers(0, 20), st.integers(0, 5), st.integers(0, 1)),
     st.tuples(st.just("hit"), st.integers(0, 5), st.integers(0, 1)),
     st.tuples(st.just("reset"),),
+    st.tuples(st.just("partial"), st.integers(0, 20), st.integers(0, 5), st.integers(0, 1)),
 )
 
 
@@ -221,8 +222,36 @@ def test_pool_invariants_hold_under_random_operations(num_blocks, ops, caching):
                 assert hit[0].block_hash == make_block_hash_with_group_id(H[o[1]], o[2])
                 pool.touch(hit)
                 tables.append(hit)
+        elif kind == "partial" and tables and caching and tables[o[1] % len(tables)]:
+            table = tables[o[1] % len(tables)]
+            pool.cache_partial_block(H[o[2]], table[-1], kv_cache_group_id=o[3])
         elif kind == "reset":
             assert pool.reset_prefix_cache() == (not any(tables))
         check_pool_invariants(pool, tables + [[]])
         in_use = {b.block_id for t in tables for b in t}
         assert pool.get_num_free_blocks() == num_blocks - 1 - len(in_use)
+
+
+def test_partial_keys_are_replaced_when_the_block_becomes_full():
+    pool = BlockPool(4)
+    (b,) = pool.get_new_blocks(1)
+    pool.cache_partial_block(H[1], b, kv_cache_group_id=0)
+    pool.cache_partial_block(H[2], b, kv_cache_group_id=0)
+    assert ids(pool.get_cached_block(H[1], [0])) == [1] and ids(pool.get_cached_block(H[2], [0])) == [1]
+    check_pool_invariants(pool, [[b]])
+    pool.cache_full_blocks([H[3]], [b], 0, 1, kv_cache_group_id=0)
+    assert pool.get_cached_block(H[1], [0]) is None and ids(pool.get_cached_block(H[3], [0])) == [1]
+    pool.cache_partial_block(H[4], b, kv_cache_group_id=0)  # a full block takes no partial key
+    assert pool.get_cached_block(H[4], [0]) is None
+    check_pool_invariants(pool, [[b]])
+
+
+def test_partially_cached_block_is_freed_to_the_back_and_evicted_on_reuse():
+    pool = BlockPool(4)
+    a, b = pool.get_new_blocks(2)
+    pool.cache_partial_block(H[5], a, kv_cache_group_id=0)
+    pool.free_blocks([a, b])
+    assert free_ids(pool) == [2, 3, 1]  # b (no key) in front, a (partial key) at the back
+    pool.get_new_blocks(3)
+    assert pool.get_cached_block(H[5], [0]) is None and pool.partial_block_hashes == {}
+    check_pool_invariants(pool)
