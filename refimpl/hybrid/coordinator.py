@@ -195,4 +195,4 @@ class KVCacheCoordinator:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
 
 
-__all__ = ["KVCacheCoordinator", "FullAttentionManager", "group_spec"]
+__all__ = ["KVCacheCoordinator", "group_spec"]

@@ -136,7 +136,7 @@ class SingleTypeKVCacheManager:
         """Most blocks this group can hold for one request at once (None: no cap)."""
         return None
 
-    def reachable_block_mask(self, num_full_blocks: int) -> list[bool] | None:
+    def reachable_block_mask(self, num_full_blocks: int) -> Sequence[bool] | None:
         """Which full blocks are worth hashing (None: all of them)."""
         return None
 
@@ -395,7 +395,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             return None
         return cdiv(self.sliding_window - 1 + self.max_in_flight_tokens, self.block_size) + 1
 
-    def reachable_block_mask(self, num_full_blocks: int) -> list[bool] | None:
+    def reachable_block_mask(self, num_full_blocks: int) -> Sequence[bool] | None:
         """Hash only the blocks just before each alignment boundary: a hit can end only there
         and needs only the last `cdiv(W - 1, block_size)` blocks before it."""
         per_segment = self.alignment_tokens // self.block_size
