@@ -64,7 +64,7 @@ def paged_case(seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=0):
     return k_cache, v_cache, block_table.to(DEVICE), torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
 
 
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 6e-3, torch.bfloat16: 4e-2}  # max |difference|, outputs of size ~1
 
 
 def check_correctness() -> bool:

@@ -355,7 +355,7 @@ def test_compiled_attention_matches_twin_on_cuda(dtype, block_size, head_dim, gr
     seq_lens, q_lens = [1, 300, 77, 512], [1, 300, 13, 64]
     args = make_prefill_case(seq_lens, q_lens, block_size, 2, group, head_dim, dtype, seed=7)
     args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
-    atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 4e-3), torch.bfloat16: (3e-2, 3e-2)}[dtype]
+    atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (6e-3, 6e-3), torch.bfloat16: (4e-2, 4e-2)}[dtype]
     expected = reference.paged_prefill_attention(*args)
     actual = triton_kernels.paged_prefill_attention(*args)
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)

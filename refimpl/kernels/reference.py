@@ -17,6 +17,7 @@ before anything is written, so a bad call never leaves a half-updated cache.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -176,11 +177,24 @@ def check_prefill_args(
                 f"sequence {i} has {nq} queries but only {nk} keys; the context (cu_seqlens_k) includes the queries"
             )
     for name, given, actual in (("max_seqlen_q", max_seqlen_q, q_lens), ("max_seqlen_k", max_seqlen_k, k_lens)):
-        if not isinstance(given, int) or isinstance(given, bool) or given < max(actual, default=0):
+        try:
+            value = None if isinstance(given, bool) else operator.index(given)  # int, numpy int, 0-d int tensor
+        except TypeError:
+            value = None
+        if value is None or value < max(actual, default=0):
             raise ValueError(f"{name} must be an int >= the longest sequence ({max(actual, default=0)}), got {given!r}")
     seqlens = torch.tensor(k_lens, dtype=torch.int64, device=k_cache.device)
     _check_block_table(block_table, len(k_lens), seqlens, num_blocks, block_size, k_cache.device)
     return q_lens, k_lens
+
+
+def resolve_softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
+    """``softmax_scale`` checked, or ``1 / sqrt(head_dim)`` (flash-attn's default) when it is None."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be a finite number or None, got {softmax_scale!r}")
+    return float(softmax_scale)
 
 
 # ----------------------------------------------------------------------------- twins
@@ -290,15 +304,6 @@ def paged_prefill_attention(
         out[start : start + q_len] = seq_out.reshape(q_len, num_heads, head_dim).to(q.dtype)
         start += q_len
     return out
-
-
-def resolve_softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
-    """``softmax_scale`` checked, or ``1 / sqrt(head_dim)`` (flash-attn's default) when it is None."""
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be a finite number or None, got {softmax_scale!r}")
-    return float(softmax_scale)
 
 
 __all__ = [
