@@ -74,6 +74,7 @@ def test_each_listed_mistake_is_caught_by_its_own_scenario():
         (broken.NoTokenDoubleCheck, "check_prefix_cache"): "token_double_check",
         (broken.InUseHitsNeedFreeBlocks, "check_prefix_cache"): "in_use_hits_need_no_free_block",
         (broken.FreeHitsCostNothing, "check_prefix_cache"): "free_hits_still_cost",
+        (broken.KeepMatchingAfterMiss, "check_prefix_cache"): "first_miss_stops_matching",
         (broken.PreemptFirstRunning, "check_scheduler"): "preempt_last_running",
         (broken.ChunkAnyWaiting, "check_scheduler"): "chunked_prefill_first_only",
     }

@@ -170,7 +170,7 @@ def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
     assert "score: 0/8 checks passed (0.0%)" in out
-    assert "== total: 0/41 checks passed over 4 notebooks" in out
+    assert "== total: 0/42 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
@@ -182,3 +182,16 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
     assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
+
+
+def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
+    """nbgrader may drop our metadata: solution and set-up cells are then found through nbgrader's."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)
+    for cell in nb.cells:
+        cell.metadata.pop("refimpl_course", None)
+    nb.metadata.pop("refimpl_course", None)
+    path = tmp_path / "04_packed_layout.ipynb"
+    nbformat.write(nb, path)
+    grade = grade_notebook(path, timeout=60)
+    assert grade.exercise == "04_packed_layout"
+    assert grade.passed and grade.num_checks == 13

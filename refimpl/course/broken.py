@@ -61,7 +61,7 @@ class NoStaleHashGuard(BlockManager):
         return block_id
 
 
-def _match(manager, seq, *, last_block: bool, double_check: bool, in_use_free: bool, free_hits_free: bool):
+def _match(manager, seq, *, last_block: bool, double_check: bool, in_use_free: bool, free_hits_free: bool, stop_at_miss: bool = True):
     """A configurable copy of prefix matching, to inject exactly one mistake at a time."""
     num_new_blocks = seq.num_blocks
     h = -1
@@ -71,7 +71,9 @@ def _match(manager, seq, *, last_block: bool, double_check: bool, in_use_free: b
         h = compute_hash(token_ids, h)
         block_id = manager.hash_to_block_id.get(h, -1)
         if block_id == -1 or (double_check and manager.blocks[block_id].token_ids != token_ids):
-            break
+            if stop_at_miss:
+                break
+            continue
         num_cached_blocks += 1
         if free_hits_free or (in_use_free and block_id in manager.used_block_ids):
             num_new_blocks -= 1
@@ -104,6 +106,13 @@ class FreeHitsCostNothing(BlockManager):
 
     def _match_prefix(self, seq):
         return _match(self, seq, last_block=False, double_check=True, in_use_free=True, free_hits_free=True)
+
+
+class KeepMatchingAfterMiss(BlockManager):
+    """Skips a missing block and keeps matching, counting later cached blocks as hits."""
+
+    def _match_prefix(self, seq):
+        return _match(self, seq, last_block=False, double_check=True, in_use_free=True, free_hits_free=False, stop_at_miss=False)
 
 
 class HashWithoutChain(BlockManager):
@@ -348,6 +357,7 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("skip_token_double_check", NoTokenDoubleCheck, PREFIX_GRADERS),
     BrokenVariant("in_use_hits_need_free_blocks", InUseHitsNeedFreeBlocks, PREFIX_GRADERS),
     BrokenVariant("free_hits_cost_nothing", FreeHitsCostNothing, PREFIX_GRADERS),
+    BrokenVariant("keep_matching_after_miss", KeepMatchingAfterMiss, PREFIX_GRADERS),
     BrokenVariant("hash_without_chain", HashWithoutChain, PREFIX_GRADERS),
     BrokenVariant("preempt_first_running", PreemptFirstRunning, SCHEDULER_GRADERS),
     BrokenVariant("chunk_any_waiting", ChunkAnyWaiting, SCHEDULER_GRADERS),

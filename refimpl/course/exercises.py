@@ -67,7 +67,18 @@ def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
 
 
 def cell_role(cell) -> str | None:
-    return cell.metadata.get("refimpl_course", {}).get("role")
+    """The cell's role; without our metadata (a tool dropped it), nbgrader's flags decide."""
+    role = cell.metadata.get("refimpl_course", {}).get("role")
+    if role is not None:
+        return role
+    nbgrader = cell.metadata.get("nbgrader", {})
+    if nbgrader.get("solution"):
+        return "solution"
+    if nbgrader.get("grade"):
+        return "check"
+    if nbgrader.get("grade_id") == "setup":
+        return "setup"
+    return None
 
 
 # ---------------------------------------------------------------------- stubs

@@ -68,9 +68,13 @@ def _dict_difference(expected: dict, found: dict) -> tuple[str, str]:
     only_expected = {k: v for k, v in sorted(expected.items()) if found.get(k, _MISSING) != v}
     only_found = {k: v for k, v in sorted(found.items()) if expected.get(k, _MISSING) != v}
     common = len(expected) - len(only_expected)
+
+    def count(n: int) -> str:
+        return f"{n} entry" if n == 1 else f"{n} entries"
+
     return (
-        f"{len(expected)} entries; {common} shared, then {render(only_expected)}",
-        f"{len(found)} entries; {common} shared, then {render(only_found)}",
+        f"{count(len(expected))}; {common} shared, then {render(only_expected)}",
+        f"{count(len(found))}; {common} shared, then {render(only_found)}",
     )
 
 

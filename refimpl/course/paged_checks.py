@@ -266,6 +266,23 @@ def scenario_token_double_check(cls: type, ls: Lockstep) -> None:
     d.admit("C")
 
 
+def scenario_first_miss_stops_matching(cls: type, ls: Lockstep) -> None:
+    d = _bm(ls, cls, 12, 4, True)
+    b0, b1, b2 = toks(10, 4), toks(20, 4), toks(30, 4)
+    d.new("S", b0 + b1 + b2 + [40])
+    d.admit("S")
+    d.new("U", b0 + [50])  # misses too: S is not registered yet
+    d.admit("U")
+    d.prefill("S", 41)  # registers b0, b1, b2 in S's blocks
+    d.prefill("U", 51)  # takes over the entry for b0
+    d.deallocate("U")
+    d.new("F", toks(500, 32))  # takes every free block, U's last: the only entry for b0 disappears
+    d.admit("F")
+    d.deallocate("F")
+    d.new("Q", b0 + b1 + b2 + [60])  # b1 and b2 are still cached, but after a miss they are useless
+    d.admit("Q")
+
+
 def scenario_preempted_rehits_own_blocks(cls: type, ls: Lockstep) -> None:
     d = _bm(ls, cls, 8, 4, True)
     d.new("A", toks(10, 10))
@@ -290,6 +307,7 @@ def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
         ("free_hits_still_cost", "a hit on a freed block still needs a free slot", partial(scenario_free_hits_still_cost, cls)),
         ("stale_hash_guard", "reusing a block drops its hash entry only if the entry points to it", partial(scenario_stale_hash_guard, cls)),
         ("token_double_check", "a hash hit whose tokens differ (a collision) is a miss", partial(scenario_token_double_check, cls)),
+        ("first_miss_stops_matching", "matching stops at the first miss, even if later blocks are cached", partial(scenario_first_miss_stops_matching, cls)),
         ("preempted_rehits_own_blocks", "a preempted request finds its freed blocks again", partial(scenario_preempted_rehits_own_blocks, cls)),
     ]
     for seed in range(3):
