@@ -401,6 +401,11 @@ def _hash_breaks_the_chain(bm, a, b):
     bm.blocks[2].hash = compute_hash([4, 5])  # right tokens, but not chained to block 0
 
 
+def _registered_after_a_gap(bm, a, b):
+    bm.blocks[2].hash = -1  # b's logical block 1 loses its registration ...
+    bm.blocks[3].hash = 555  # ... while its logical block 2 claims one
+
+
 def _ref_count_too_high(bm, a, b):
     bm.blocks[1].ref_count = 2
 
@@ -444,6 +449,7 @@ CORRUPTIONS = [
     ("table-length", _table_too_short),
     ("block-content", _block_content_differs),
     ("hash-chain", _hash_breaks_the_chain),
+    ("hash-prefix", _registered_after_a_gap),
     ("ref-count", _ref_count_too_high),
     ("free-ref-zero", _free_block_held_by_a_sequence),
     ("used-ref-positive", _used_block_without_owner),

@@ -60,7 +60,13 @@ def check_invariants(block_manager: BlockManager, seqs: Iterable[Sequence]) -> N
         for i, block_id in enumerate(table):
             block = bm.blocks[block_id]
             if block.hash == -1:
-                break
+                h = None  # registration stops here: no later block of this table may be registered
+                continue
+            if h is None:
+                _fail(
+                    "hash-prefix",
+                    f"block {block_id} (logical {i} of sequence {seq.seq_id}) is registered after an unregistered block",
+                )
             if block.token_ids != seq.block(i):
                 _fail("block-content", f"block {block_id} (logical {i} of sequence {seq.seq_id}) holds other tokens")
             h = compute_hash(block.token_ids, h)
