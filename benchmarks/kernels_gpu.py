@@ -72,7 +72,10 @@ def check_correctness() -> bool:
     from refimpl.kernels import reference
 
     ok = True
-    print("== correctness: Triton (compiled) against the torch twin, max |difference|")
+    from refimpl.kernels.triton_setup import INTERPRET
+
+    mode = "interpreted" if INTERPRET else "compiled"
+    print(f"== correctness: Triton ({mode}) against the torch twin, max |difference|")
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         configs = ((16, 128, 4), (7, 64, 1), (256, 128, 8), (32, 96, 2)) if not SMALL else ((3, 12, 2),)
         for block_size, head_dim, group in configs:
