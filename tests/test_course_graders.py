@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import refimpl.course as course
 from refimpl.course import broken
 from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
-from refimpl.course.lockstep import Lockstep, first_difference
-from refimpl.course.paged_checks import scenario_seed_example
+from refimpl.course.lockstep import Lockstep, first_difference, run_check
+from refimpl.course.paged_checks import random_manager_workload, scenario_seed_example
 from refimpl.course.paged_worlds import ManagerDriver, manager_state
 from refimpl.hybrid.grouping import approximate_gcd
 from refimpl.hybrid.layout import get_packed_kv_cache_layout
-from refimpl.paged import BlockManager, Scheduler
+from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
     "check_block_manager": BlockManager,
@@ -185,3 +189,42 @@ def test_gcd_grader_expects_value_error_for_bad_input():
     d = report.results[4].divergence
     assert d.action == "approximate_gcd([], lower_bound=None)"
     assert d.expected.startswith("raises ValueError") and d.found == "returns 1"
+
+
+# ---------------------------------------------------------------------- the lockstep machinery itself
+
+
+def _corrupt(manager, seq, kind: str) -> bool:
+    """Change one observable thing; False when this kind cannot apply to the current state."""
+    if kind == "ref_count":
+        manager.blocks[seq.block_table[0]].ref_count += 1
+    elif kind == "free_order":
+        ids = list(manager.free_block_ids)
+        if len(ids) < 2:
+            return False
+        manager.free_block_ids = FreeBlockQueue([ids[1], ids[0], *ids[2:]])
+    elif kind == "hash_entry":
+        manager.hash_to_block_id[12345] = seq.block_table[0]
+    elif kind == "block_table":
+        seq.block_table.reverse()
+        if len(seq.block_table) < 2:
+            return False
+    return True
+
+
+@given(seed=st.integers(0, 2), k=st.integers(1, 6), kind=st.sampled_from(["ref_count", "free_order", "hash_entry", "block_table"]))
+def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
+    """Lockstep property: a single wrong field after the k-th allocate is caught at exactly that call."""
+    calls = {"allocate": 0, "corrupted_at": None}
+
+    class Corrupting(BlockManager):
+        def allocate(self, seq, num_cached_blocks):
+            super().allocate(seq, num_cached_blocks)
+            calls["allocate"] += 1
+            if calls["allocate"] == k:
+                calls["corrupted_at"] = _corrupt(self, seq, kind)
+
+    result = run_check("probe", "", partial(manager_state, prefix_cache=True), partial(random_manager_workload, Corrupting, True, seed))
+    assume(calls["corrupted_at"] is True)
+    assert not result.passed
+    assert result.divergence.action.startswith("allocate("), result.divergence
