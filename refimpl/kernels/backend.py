@@ -7,7 +7,8 @@ Three backends compute the same attention over the paged KV cache:
   CPU interpreter elsewhere (correct but about a thousand times slower than torch).
 * ``"flash-attn"``: ``flash_attn_with_kvcache`` / ``flash_attn_varlen_func``; CUDA only, only
   when the ``flash_attn`` package is installed, and only for block sizes that are a
-  multiple of 256 (its paged-KV code reads whole 256-token tiles from each page).
+  multiple of 256 (FlashAttention-2 checks this: its key tiles, up to 256 rows, must not
+  cross a page boundary).
 
 Nothing here imports flash-attn or launches a kernel: asking what is available is free.
 """
