@@ -5,8 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import ipykernel.kernelspec
 import nbformat
 import pytest
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -110,6 +113,13 @@ def test_notebooks_carry_valid_nbgrader_metadata(solution):
     assert roles[0] == "setup" and "solution" in roles and "check" in roles
 
 
+class _CurrentEnvKernelSpecs(KernelSpecManager):
+    """Run notebooks with this interpreter (as nbval's --nbval-current-env), whatever kernels are installed."""
+
+    def get_kernel_spec(self, kernel_name):
+        return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict())
+
+
 def _first_demo_index(nb) -> int:
     return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and cell_role(c) == "demo")
 
@@ -118,7 +128,8 @@ def _first_demo_index(nb) -> int:
 def test_student_notebook_runs_to_its_first_exercise_then_reports_it(student):
     nb = nbformat.read(student, as_version=4)
     exercise = EXERCISES[student.stem]
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(student.parent)}})
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=_CurrentEnvKernelSpecs())
+    client = NotebookClient(nb, km=km, timeout=60, resources={"metadata": {"path": str(student.parent)}})
     with pytest.raises(CellExecutionError) as info:
         client.execute()
     error = info.value

@@ -103,7 +103,9 @@ def _enclosing_name(lines: list[str], index: int) -> str:
 
 
 def stub_message(exercise: Exercise, where: str) -> str:
-    checks = " and ".join(f"{check}({target})" for check, target in exercise.checks)
+    """'Exercise N: <where> is not written yet ... then run <the check for that name>.'"""
+    own = [(c, t) for c, t in exercise.checks if where.split(".")[0] == t] or list(exercise.checks)
+    checks = " and ".join(f"{check}({target})" for check, target in own)
     number = exercise.title.split(":")[0]
     return f"{number}: {where} is not written yet. Write it between the markers, then run {checks}."
 
