@@ -1,0 +1,32 @@
+"""Pictures of refimpl's data structures. Every drawing function returns a matplotlib Figure
+(built without pyplot, so nothing is shown twice or kept alive) and has a text twin that
+returns a deterministic string describing the same state.
+
+Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
+`hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time).
+"""
+
+from __future__ import annotations
+
+
+def _show_figures_inline() -> None:
+    """Make a Figure returned by a notebook cell render as a picture.
+
+    IPython registers its PNG formatter for Figures only when pyplot activates the inline
+    backend; refimpl's drawing functions never touch pyplot, so register it here, once.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return
+    try:
+        from matplotlib_inline.backend_inline import configure_inline_support
+    except ImportError:
+        return
+    configure_inline_support(shell, "inline")
+
+
+_show_figures_inline()
