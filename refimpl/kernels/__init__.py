@@ -10,5 +10,18 @@ from refimpl.kernels import triton_setup  # noqa: F401  (must run before any ker
 from refimpl.kernels.paged_attention import paged_decode_attention, paged_prefill_attention
 from refimpl.kernels.store_kvcache import store_kvcache
 
-__all__ = ["store_kvcache", "paged_decode_attention", "paged_prefill_attention"]
-from refimpl.kernels.deepseek_v4 import compressed_slot_mapping, compute_global_topk_indices_and_lens, compute_swa_indices_and_lens  # noqa: E402,F401  (DeepSeek V4 index kernels)
+# DeepSeek V4 index kernels (Part II addressing).
+from refimpl.kernels.deepseek_v4 import (
+    compressed_slot_mapping,
+    compute_global_topk_indices_and_lens,
+    compute_swa_indices_and_lens,
+)
+
+__all__ = [
+    "store_kvcache",
+    "paged_decode_attention",
+    "paged_prefill_attention",
+    "compressed_slot_mapping",
+    "compute_swa_indices_and_lens",
+    "compute_global_topk_indices_and_lens",
+]

@@ -318,5 +318,14 @@ __all__ = [
     "store_kvcache",
     "paged_decode_attention",
     "paged_prefill_attention",
+    "compressed_slot_mapping",
+    "compute_swa_indices_and_lens",
+    "compute_global_topk_indices_and_lens",
 ]
-from refimpl.kernels.reference_v4 import compressed_slot_mapping, compute_global_topk_indices_and_lens, compute_swa_indices_and_lens  # noqa: E402,F401  (DeepSeek V4 twins)
+
+# The DeepSeek V4 twins live in their own module; re-exported so every twin is found here.
+from refimpl.kernels.reference_v4 import (  # noqa: E402
+    compressed_slot_mapping,
+    compute_global_topk_indices_and_lens,
+    compute_swa_indices_and_lens,
+)
