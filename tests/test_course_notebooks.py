@@ -60,7 +60,7 @@ def test_strip_solutions_keeps_the_frame_and_names_exercise_and_check():
     assert "return 1" not in stripped and BEGIN not in stripped and END not in stripped
     assert "def g(self):" in stripped
     assert (
-        "        raise NotImplementedError('Exercise 1: A.f is not written yet. Write it between the markers, "
+        "        raise NotImplementedError('Exercise 1: A.f is not written yet. Write it in place of this raise, "
         "then run check_block_manager(BlockManager).')" in stripped
     )
     with pytest.raises(ValueError, match="without"):

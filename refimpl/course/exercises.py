@@ -107,7 +107,7 @@ def stub_message(exercise: Exercise, where: str) -> str:
     own = [(c, t) for c, t in exercise.checks if where.split(".")[0] == t] or list(exercise.checks)
     checks = " and ".join(f"{check}({target})" for check, target in own)
     number = exercise.title.split(":")[0]
-    return f"{number}: {where} is not written yet. Write it between the markers, then run {checks}."
+    return f"{number}: {where} is not written yet. Write it in place of this raise, then run {checks}."
 
 
 def strip_solutions(source: str, exercise: Exercise) -> str:

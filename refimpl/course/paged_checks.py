@@ -261,7 +261,7 @@ def scenario_token_double_check(cls: type, ls: Lockstep) -> None:
     colliding = compute_hash(other)
     first_block = 0  # A held blocks 0, 1, 2; block 0 still holds A's first four tokens
     # Pretend `other` hashes to the value stored for block 0: the table says "block 0" for it.
-    d.inject("collision", lambda w: w.bm.hash_to_block_id.__setitem__(colliding, first_block))
+    d.inject(lambda w: w.bm.hash_to_block_id.__setitem__(colliding, first_block))
     d.new("C", other + toks(80, 5))
     d.admit("C")
 
@@ -367,6 +367,8 @@ def scenario_eos_and_max_tokens(cls: type, ls: Lockstep) -> None:
     d.add("A", toks(10, 3), max_tokens=12, ignore_eos=False)  # stops at the first sampled 5
     d.add("B", toks(20, 3), max_tokens=6, ignore_eos=True)  # samples 5 too, but runs to max_tokens
     d.run()
+    if d.ref.seqs["A"].num_completion_tokens == 12 or 5 not in d.ref.seqs["B"].completion_token_ids:
+        raise RuntimeError("scenario eos_and_max_tokens no longer samples eos; fix the grader")
 
 
 def scenario_prefix_hit_shortens_prefill(cls: type, ls: Lockstep) -> None:

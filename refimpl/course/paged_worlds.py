@@ -83,8 +83,8 @@ class ManagerDriver:
 
         self.ls.both(apply)
 
-    def inject(self, label: str, action: Callable[[ManagerWorld], None]) -> None:
-        """Tamper with both worlds the same way (used to simulate a hash collision)."""
+    def inject(self, action: Callable[[ManagerWorld], None]) -> None:
+        """Tamper with both worlds the same way (used to simulate a hash collision); not a step."""
         self.ls.both(action)
 
     # ------------------------------------------------------------------ compared steps
@@ -189,7 +189,7 @@ def scheduler_state(world: SchedulerWorld) -> StateFields:
 class SchedulerDriver:
     """Scenario vocabulary for scheduler graders: add, step (schedule + postprocess), run to the end."""
 
-    def __init__(self, lockstep: Lockstep, student_class: type, config: Any, *, token_seed: int = 0, eos: int = -1) -> None:
+    def __init__(self, lockstep: Lockstep, student_class: type, config: Any, *, token_seed: int = 0) -> None:
         self.ls = lockstep
         self.config = config
         self.token_seed = token_seed
