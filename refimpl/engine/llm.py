@@ -32,7 +32,8 @@ class EngineStats:
     """What one `generate` call did (reset at the start of each call)."""
 
     prefill_tokens: int = 0  # prompt tokens computed by the model (recomputation after preemption included)
-    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache instead
+    cached_tokens: int = 0  # tokens whose K/V came from the prefix cache instead (at a sequence's first
+    #                         prefill, and again when it is recomputed after a preemption)
     decode_tokens: int = 0  # tokens computed in decode steps (one per running sequence per step)
     steps: int = 0
     prefill_steps: int = 0
