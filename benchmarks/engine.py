@@ -95,9 +95,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps runs comparable)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model_dir = args.model_dir or make_tiny_model(tempfile.mkdtemp(prefix="refimpl-bench-"), seed=0,
-                                                  hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                                                  num_attention_heads=8, num_key_value_heads=2, head_dim=32)
+    workdir = tempfile.TemporaryDirectory(prefix="refimpl-bench-")  # removed when the script ends
+    model_dir = args.model_dir or make_tiny_model(workdir.name, seed=0, hidden_size=128, intermediate_size=384,
+                                                  num_hidden_layers=4, num_attention_heads=8,
+                                                  num_key_value_heads=2, head_dim=32)
     prompts = make_prompts(args.num_prompts)
     generated = args.num_prompts * args.max_tokens
     print(f"model: {model_dir}")

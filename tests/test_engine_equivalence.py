@@ -44,9 +44,12 @@ SHARED_MAX_TOKENS = [8, 6, 10]
 
 @functools.lru_cache(maxsize=None)
 def model_dir(name: str) -> str:
+    import atexit
+    import shutil
     import tempfile
 
     path = tempfile.mkdtemp(prefix=f"refimpl-tiny-{name}-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     make_tiny_model(path, seed=1, **CONFIGS[name])
     return path
 
