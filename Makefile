@@ -34,7 +34,7 @@ test-notebooks: $(STAMP)
 notebooks: $(STAMP)
 	cd notebooks && for nb in $(notdir $(wildcard notebooks/[0-9]*.ipynb)); do \
 	  echo "executing $$nb"; \
-	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 $$nb || exit 1; \
+	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False $$nb || exit 1; \
 	done
 
 figures: notebooks
