@@ -29,14 +29,14 @@ REFERENCE = {
 
 @pytest.mark.parametrize("grader", sorted(REFERENCE))
 def test_reference_passes_every_check(grader):
-    report = getattr(course, grader)(REFERENCE[grader], verbose=False)
+    report = getattr(course, grader)(REFERENCE[grader], verbose=False, allow_reference=True)
     assert report.passed, report.table()
     assert report.num_checks >= 6
 
 
 def test_scheduler_variant_base_without_mistakes_passes():
     """The copy the scheduler variants are built from must itself be exact."""
-    assert course.check_scheduler(broken._ConfigurableScheduler, verbose=False).passed
+    assert course.check_scheduler(broken._ConfigurableScheduler, verbose=False, allow_reference=True).passed
 
 
 def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
@@ -45,7 +45,9 @@ def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
 
 @pytest.mark.parametrize("variant,grader", _relevant_pairs(), ids=lambda x: x if isinstance(x, str) else x.name)
 def test_every_grader_fails_every_relevant_broken_variant(variant, grader):
-    report = getattr(course, grader)(variant.implementation, verbose=False)
+    # allow_reference: the variants reuse the reference for everything but their one mistake,
+    # so the mistake itself (not the reuse) must be what fails.
+    report = getattr(course, grader)(variant.implementation, verbose=False, allow_reference=True)
     assert not report.passed, f"{grader} did not notice: {variant.mistake}"
     for result in report.results:
         if not result.passed:
@@ -83,12 +85,12 @@ def test_each_listed_mistake_is_caught_by_its_own_scenario():
         (broken.ChunkAnyWaiting, "check_scheduler"): "chunked_prefill_first_only",
     }
     for (cls, grader), check_name in expected_failures.items():
-        report = getattr(course, grader)(cls, verbose=False)
+        report = getattr(course, grader)(cls, verbose=False, allow_reference=True)
         assert check_name in report.failed_checks, (cls.__name__, report.table())
 
 
 def test_failure_names_first_step_expected_and_found():
-    report = course.check_block_manager(broken.FreeForwardOrder, verbose=False)
+    report = course.check_block_manager(broken.FreeForwardOrder, verbose=False, allow_reference=True)
     row = next(r for r in report.results if r.name == "free_last_block_first")
     d = row.divergence
     assert (d.step, d.action, d.where) == (6, "deallocate(A: 12 tokens)", "free_block_ids (head first)")
@@ -100,16 +102,16 @@ def test_failure_names_first_step_expected_and_found():
 
 
 def test_return_value_difference_is_reported():
-    report = course.check_prefix_cache(broken.LooksUpLastBlock, verbose=False)
+    report = course.check_prefix_cache(broken.LooksUpLastBlock, verbose=False, allow_reference=True)
     d = next(r for r in report.results if r.name == "last_block_never_looked_up").divergence
     assert d.action == "can_allocate(B: 8 tokens)" and d.where == "return value"
     assert (d.expected, d.found) == ("1", "2")
 
 
 def test_tables_are_deterministic(capsys):
-    course.check_scheduler(broken.PreemptFirstRunning)
+    course.check_scheduler(broken.PreemptFirstRunning, allow_reference=True)
     first = capsys.readouterr().out
-    course.check_scheduler(broken.PreemptFirstRunning)
+    course.check_scheduler(broken.PreemptFirstRunning, allow_reference=True)
     assert capsys.readouterr().out == first
     assert "0x" not in first
 
@@ -148,10 +150,67 @@ def test_not_implemented_message_reaches_the_table():
         def allocate(self, seq, num_cached_blocks):
             raise NotImplementedError("Exercise 1: BlockManager.allocate is not written yet")
 
-    report = course.check_block_manager(Half, verbose=False)
+    report = course.check_block_manager(Half, verbose=False, allow_reference=True)
     d = report.results[0].divergence
     assert d.found == "NotImplementedError: Exercise 1: BlockManager.allocate is not written yet"
     assert d.action.startswith("allocate(")
+
+
+# ---------------------------------------------------------------------- reusing the reference is not passing
+def test_a_subclass_of_the_reference_fails_every_check():
+    class BlockManagerCopy(BlockManager):  # "my" block manager: everything inherited
+        pass
+
+    report = course.check_block_manager(BlockManagerCopy, verbose=False)
+    assert report.num_passed == 0
+    d = report.results[0].divergence
+    assert (d.step, d.where, d.expected) == (1, "the code that ran", "your own implementation")
+    assert "refimpl.paged.block_manager.BlockManager.__init__" in d.found
+    # The same class passes when the reference is allowed: the failure is the reuse, nothing else.
+    assert course.check_block_manager(BlockManagerCopy, verbose=False, allow_reference=True).passed
+
+
+def test_calling_the_reference_through_super_fails_the_step_that_does_it():
+    """Exercise 2 inherits allocate/append/free from the reference, but matching must be the student's."""
+
+    class Delegating(BlockManager):
+        def can_allocate(self, seq):
+            return super().can_allocate(seq)
+
+    report = course.check_prefix_cache(Delegating, verbose=False)
+    assert report.num_passed == 0
+    d = report.results[0].divergence
+    assert d.action == "can_allocate(F0: 4 tokens)" and d.step == 2
+    assert "BlockManager.can_allocate" in d.found
+
+
+def test_wrapping_a_reference_object_fails():
+    class Wrapper:  # holds a reference Scheduler and forwards every attribute to it
+        def __init__(self, config):
+            self._inner = Scheduler(config)
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    report = course.check_scheduler(Wrapper, verbose=False)
+    assert report.num_passed == 0
+    assert report.results[0].divergence.action == "schedule()"
+    assert "Scheduler.schedule" in report.results[0].divergence.found
+
+
+def test_handing_in_the_reference_function_fails():
+    from refimpl.hybrid.layout import get_kv_cache_config
+
+    gcd_report = course.check_approximate_gcd(approximate_gcd, verbose=False)
+    assert gcd_report.num_passed == 0 and "grouping.approximate_gcd" in gcd_report.results[0].divergence.found
+
+    def through_the_config(groups):  # the reference's answer, reached through a public entry point
+        config = get_kv_cache_config(groups, 2**30)
+        return config.kv_cache_tensors[0].block_stride, {t.offset: list(t.shared_by) for t in config.kv_cache_tensors}
+
+    layout_report = course.check_packed_layout(through_the_config, verbose=False)
+    assert layout_report.num_passed == 0
+    assert "layout.get_packed_kv_cache_layout" in layout_report.results[0].divergence.found
 
 
 def test_first_difference_shows_only_differing_hash_entries():
@@ -184,7 +243,7 @@ def test_gcd_grader_expects_value_error_for_bad_input():
         values = list(values)
         return approximate_gcd(values, lower_bound) if values and min(values) > 0 else 1
 
-    report = course.check_approximate_gcd(lenient, verbose=False)
+    report = course.check_approximate_gcd(lenient, verbose=False, allow_reference=True)
     assert report.failed_checks == ["rejects_bad_input"]
     d = report.results[4].divergence
     assert d.action == "approximate_gcd([], lower_bound=None)"

@@ -11,7 +11,7 @@ import random
 from functools import lru_cache
 from typing import Any, Callable
 
-from refimpl.course.lockstep import describe_exception, render
+from refimpl.course.lockstep import ReferenceGuard, describe_exception, render
 from refimpl.course.report import CheckResult, Divergence, GradeReport
 from refimpl.hybrid.grouping import approximate_gcd as reference_approximate_gcd
 from refimpl.hybrid.layout import get_packed_kv_cache_layout as reference_packed_layout
@@ -29,10 +29,19 @@ def _outcome(fn: Callable, args: tuple) -> tuple[bool, Any]:
         return False, exc
 
 
-def _run_cases(name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare) -> CheckResult:
+def _run_cases(
+    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, allow_reference: bool
+) -> CheckResult:
+    guard = None if allow_reference else ReferenceGuard([reference])
     for step, (label, args) in enumerate(cases, start=1):
         ok, expected = _outcome(reference, args)
-        student_ok, found = _outcome(student, args)
+        if guard is None:
+            student_ok, found = _outcome(student, args)
+        else:
+            with guard.watch():
+                student_ok, found = _outcome(student, args)
+            if guard.complaint() is not None:
+                return CheckResult(name, description, False, step, Divergence(step, label, *guard.complaint()))
         if not ok:  # the reference rejects this input: the student must raise ValueError too
             if student_ok or not isinstance(found, ValueError):
                 shown = f"returns {render(found)}" if student_ok else describe_exception(found)
@@ -93,8 +102,11 @@ def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
     return pairs
 
 
-def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True) -> GradeReport:
-    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`."""
+def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`.
+
+    A call that runs the reference function fails unless `allow_reference`.
+    """
     checks = [
         ("spec_examples", "the four worked examples of the spec",
          _gcd_cases([([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)])),
@@ -109,7 +121,10 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True) -> Grad
     ]
     for seed in range(2):
         checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
-    results = [_run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value) for name, desc, cases in checks]
+    results = [
+        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, allow_reference)
+        for name, desc, cases in checks
+    ]
     return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
 
 
@@ -183,8 +198,12 @@ def random_groups(seed: int) -> list[KVCacheGroupSpec]:
     return groups
 
 
-def check_packed_layout(student_fn: Callable, *, verbose: bool = True) -> GradeReport:
-    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`."""
+def check_packed_layout(student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
+
+    A call that runs the reference function (directly or through `get_kv_cache_config`) fails
+    unless `allow_reference`.
+    """
     checks = [
         ("deepseek_v4_pro", "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
          [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))]),
@@ -201,5 +220,8 @@ def check_packed_layout(student_fn: Callable, *, verbose: bool = True) -> GradeR
     for seed in range(2):
         cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
         checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
-    results = [_run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout) for name, desc, cases in checks]
+    results = [
+        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, allow_reference)
+        for name, desc, cases in checks
+    ]
     return _finish(f"check_packed_layout({getattr(student_fn, '__name__', 'fn')})", results, verbose)

@@ -8,7 +8,9 @@ the scenario with a `Diverged` carrying what was expected and what was found.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar
+import sys
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from refimpl.course.report import CheckResult, Divergence
 
@@ -78,6 +80,51 @@ def _dict_difference(expected: dict, found: dict) -> tuple[str, str]:
     )
 
 
+class ReferenceGuard:
+    """Notices the student's code running the reference's own code for a part it should write.
+
+    Without it, `class BlockManager(refimpl.paged.BlockManager): pass` (or a method that calls
+    the reference's) would pass every check. The guard lists the reference functions the exercise
+    asks for and watches, with `sys.setprofile`, only while the student's side of a step runs.
+    """
+
+    def __init__(self, functions: Iterable[Callable]) -> None:
+        self.names = {}
+        for function in functions:
+            function = getattr(function, "fget", None) or getattr(function, "__func__", function)
+            self.names[function.__code__] = f"{function.__module__}.{function.__qualname__}"
+        self.called: str | None = None
+
+    @classmethod
+    def for_methods(cls, owner: type, method_names: Iterable[str]) -> "ReferenceGuard":
+        return cls(vars(owner)[name] for name in method_names)
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        """Record (in `called`) the first guarded function that starts inside the block."""
+        self.called = None
+        previous = sys.getprofile()
+        sys.setprofile(self._on_event)
+        try:
+            yield
+        finally:
+            sys.setprofile(previous)
+
+    def _on_event(self, frame, event: str, arg: Any) -> None:
+        if event == "call" and self.called is None:
+            self.called = self.names.get(frame.f_code)
+
+    def complaint(self) -> tuple[str, str, str] | None:
+        """(where, expected, found) for a divergence when the last watched call used the reference."""
+        if self.called is None:
+            return None
+        return (
+            "the code that ran",
+            "your own implementation",
+            f"the reference's {self.called} (subclassing or calling refimpl's version does not count)",
+        )
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "(missing)"
@@ -89,8 +136,9 @@ _MISSING = _Missing()
 class Lockstep(Generic[World]):
     """Two worlds driven by the same actions; `state(world)` lists the fields to compare."""
 
-    def __init__(self, state: Callable[[World], StateFields]) -> None:
+    def __init__(self, state: Callable[[World], StateFields], guard: ReferenceGuard | None = None) -> None:
         self.state = state
+        self.guard = guard
         self.reference: World | None = None
         self.student: World | None = None
         self.steps = 0
@@ -99,20 +147,14 @@ class Lockstep(Generic[World]):
         """Build both worlds (step 1); the student's constructor may already diverge."""
         self.steps += 1
         self.reference = make_reference()
-        try:
-            self.student = make_student()
-        except Exception as exc:  # the student's code may raise anything; report it as found
-            self._diverge(label, "result", "a new object", describe_exception(exc))
+        self.student = self._run_student(label, make_student, "a new object")
         self._compare_state(label)
 
     def step(self, label: str, action: Callable[[World], Any], *, compare_result: bool = True) -> Any:
         """Run `action` on both worlds; return the reference's result."""
         self.steps += 1
         expected = action(self.reference)
-        try:
-            found = action(self.student)
-        except Exception as exc:
-            self._diverge(label, "result", f"returns {render(expected)}", describe_exception(exc))
+        found = self._run_student(label, lambda: action(self.student), f"returns {render(expected)}")
         if compare_result and not _same_result(expected, found):
             self._diverge(label, "return value", render(expected), render(found))
         self._compare_state(label)
@@ -122,6 +164,22 @@ class Lockstep(Generic[World]):
         """Apply a driver-side change (what the scheduler or model would do) to both worlds, uncompared."""
         action(self.reference)
         action(self.student)
+
+    def _run_student(self, label: str, run: Callable[[], Any], expected: str) -> Any:
+        """Run the student's side under the guard; an exception or a use of the reference diverges."""
+        try:
+            with self.guard.watch() if self.guard else nullcontext():
+                found = run()
+        except Exception as exc:  # the student's code may raise anything; report it as found
+            self._check_guard(label)
+            self._diverge(label, "result", expected, describe_exception(exc))
+        self._check_guard(label)
+        return found
+
+    def _check_guard(self, label: str) -> None:
+        complaint = self.guard.complaint() if self.guard else None
+        if complaint is not None:
+            self._diverge(label, *complaint)
 
     def _compare_state(self, label: str) -> None:
         expected = self.state(self.reference)
@@ -150,9 +208,10 @@ def run_check(
     description: str,
     state: Callable[[Any], StateFields],
     scenario: Callable[[Lockstep], None],
+    guard: ReferenceGuard | None = None,
 ) -> CheckResult:
     """Replay one scenario in lockstep and turn the outcome into a table row."""
-    lockstep: Lockstep = Lockstep(state)
+    lockstep: Lockstep = Lockstep(state, guard)
     try:
         scenario(lockstep)
     except Diverged as diverged:

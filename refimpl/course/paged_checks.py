@@ -11,10 +11,10 @@ import random
 from functools import partial
 from typing import Callable
 
-from refimpl.course.lockstep import Lockstep, run_check
+from refimpl.course.lockstep import Lockstep, ReferenceGuard, run_check
 from refimpl.course.paged_worlds import ManagerDriver, SchedulerDriver, manager_state, scheduler_state
 from refimpl.course.report import GradeReport
-from refimpl.paged import SchedulerConfig
+from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
 from refimpl.paged.hashing import compute_hash
 
 
@@ -26,8 +26,18 @@ def toks(start: int, n: int) -> list[int]:
 Scenario = Callable[[Lockstep], None]
 
 
-def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose: bool) -> GradeReport:
-    report = GradeReport(title, [run_check(name, description, state, scenario) for name, description, scenario in checks])
+# The reference methods each exercise asks students to write: running one of them from the
+# student's side of a step (inherited, called through super() or on a reference object) fails.
+BLOCK_MANAGER_METHODS = (
+    "__init__", "_allocate_block", "_deallocate_block", "can_allocate", "allocate", "deallocate",
+    "_needs_new_block", "can_append", "may_append", "_match_prefix",
+)
+PREFIX_CACHE_METHODS = ("_allocate_block", "_match_prefix", "can_allocate", "allocate", "hash_blocks")
+SCHEDULER_METHODS = ("schedule", "preempt", "postprocess")
+
+
+def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose: bool, guard: ReferenceGuard | None) -> GradeReport:
+    report = GradeReport(title, [run_check(name, description, state, scenario, guard) for name, description, scenario in checks])
     if verbose:
         print(report.table())
     return report
@@ -157,15 +167,18 @@ def block_manager_checks(cls: type, prefix_cache: bool = False) -> list[tuple[st
     return checks
 
 
-def check_block_manager(student_class: type, *, verbose: bool = True) -> GradeReport:
+def check_block_manager(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
     """Grade a BlockManager without prefix caching: allocate, append and free in nano-vllm's order.
 
     `student_class(num_blocks, block_size)` must build a manager with `blocks`, `free_block_ids`,
     `used_block_ids`, `can_allocate`, `allocate`, `deallocate`, `can_append` and `may_append`.
     A manager that also has a prefix cache passes too: these scenarios never register a hash.
+    A step that runs `refimpl.paged.BlockManager`'s own methods fails unless `allow_reference`
+    (for grading the reference itself or the variants in `refimpl.course.broken`).
     """
     state = partial(manager_state, prefix_cache=False)
-    return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose)
+    guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, BLOCK_MANAGER_METHODS)
+    return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard)
 
 
 # ====================================================================== prefix cache
@@ -315,14 +328,18 @@ def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
     return checks
 
 
-def check_prefix_cache(student_class: type, *, verbose: bool = True) -> GradeReport:
+def check_prefix_cache(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
     """Grade a BlockManager with nano-vllm's prefix cache (hash chain, matching, registration).
 
     Besides what `check_block_manager` needs, `student_class(num_blocks, block_size)` must keep
     `hash_to_block_id` and implement `hash_blocks`; block hashes must be `compute_hash` chains.
+    It may inherit allocate/append/free from `refimpl.paged.BlockManager` (exercise 2 does), but
+    a step that runs the reference's matching, allocation or registration fails unless
+    `allow_reference`.
     """
     state = partial(manager_state, prefix_cache=True)
-    return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose)
+    guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, PREFIX_CACHE_METHODS)
+    return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard)
 
 
 # ====================================================================== scheduler
@@ -431,10 +448,13 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
     return checks
 
 
-def check_scheduler(student_class: type, *, verbose: bool = True) -> GradeReport:
+def check_scheduler(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
     """Grade a Scheduler: batches, chunked prefill, preemption, postprocess, in nano-vllm's order.
 
     `student_class(config)` gets a `SchedulerConfig` and must keep `waiting`, `running` and
     `block_manager` and implement `add`, `schedule`, `postprocess`, `preempt` and `is_finished`.
+    Its block manager may be the reference's; a step that runs `refimpl.paged.Scheduler`'s own
+    `schedule`, `preempt` or `postprocess` fails unless `allow_reference`.
     """
-    return _report(f"check_scheduler({student_class.__name__})", scheduler_checks(student_class), scheduler_state, verbose)
+    guard = None if allow_reference else ReferenceGuard.for_methods(Scheduler, SCHEDULER_METHODS)
+    return _report(f"check_scheduler({student_class.__name__})", scheduler_checks(student_class), scheduler_state, verbose, guard)
