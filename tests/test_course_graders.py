@@ -14,7 +14,7 @@ from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
 from refimpl.course.lockstep import Lockstep, first_difference, run_check
 from refimpl.course.paged_checks import random_manager_workload, scenario_seed_example
 from refimpl.course.paged_worlds import ManagerDriver, manager_state
-from refimpl.hybrid.grouping import approximate_gcd
+from refimpl.hybrid.grouping import approximate_gcd, padding_curve
 from refimpl.hybrid.layout import get_packed_kv_cache_layout
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
@@ -203,6 +203,13 @@ def test_handing_in_the_reference_function_fails():
 
     gcd_report = course.check_approximate_gcd(approximate_gcd, verbose=False)
     assert gcd_report.num_passed == 0 and "grouping.approximate_gcd" in gcd_report.results[0].divergence.found
+
+    def from_the_padding_curve(values, lower_bound=None):  # the reference's table, only the pick is "own"
+        curve = padding_curve(values, lower_bound)
+        return min(curve, key=lambda d: (curve[d], -d))
+
+    curve_report = course.check_approximate_gcd(from_the_padding_curve, verbose=False)
+    assert curve_report.num_passed == 0 and "grouping.padding_curve" in curve_report.results[0].divergence.found
 
     def through_the_config(groups):  # the reference's answer, reached through a public entry point
         config = get_kv_cache_config(groups, 2**30)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from refimpl.course.lockstep import ReferenceGuard, describe_exception, render
 from refimpl.course.report import CheckResult, Divergence, GradeReport
 from refimpl.hybrid.grouping import approximate_gcd as reference_approximate_gcd
+from refimpl.hybrid.grouping import padding_curve
 from refimpl.hybrid.layout import get_packed_kv_cache_layout as reference_packed_layout
 from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
 
@@ -30,9 +31,8 @@ def _outcome(fn: Callable, args: tuple) -> tuple[bool, Any]:
 
 
 def _run_cases(
-    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, allow_reference: bool
+    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, guard: ReferenceGuard | None
 ) -> CheckResult:
-    guard = None if allow_reference else ReferenceGuard([reference])
     for step, (label, args) in enumerate(cases, start=1):
         ok, expected = _outcome(reference, args)
         if guard is None:
@@ -105,7 +105,7 @@ def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
 def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
     """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`.
 
-    A call that runs the reference function fails unless `allow_reference`.
+    A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
     """
     checks = [
         ("spec_examples", "the four worked examples of the spec",
@@ -121,8 +121,9 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_r
     ]
     for seed in range(2):
         checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
+    guard = None if allow_reference else ReferenceGuard([reference_approximate_gcd, padding_curve])
     results = [
-        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, allow_reference)
+        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, guard)
         for name, desc, cases in checks
     ]
     return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
@@ -220,8 +221,9 @@ def check_packed_layout(student_fn: Callable, *, verbose: bool = True, allow_ref
     for seed in range(2):
         cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
         checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
+    guard = None if allow_reference else ReferenceGuard([reference_packed_layout])
     results = [
-        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, allow_reference)
+        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, guard)
         for name, desc, cases in checks
     ]
     return _finish(f"check_packed_layout({getattr(student_fn, '__name__', 'fn')})", results, verbose)
