@@ -103,6 +103,9 @@ def test_attention_backend_choice(tiny_dir):
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="flash-attn"):
             LLM(tiny_dir, kvcache_block_size=256, num_kvcache_blocks=4, attention_backend="flash-attn")
+    # flash-attn pages only multiples of 256 tokens: a smaller block size is refused on any machine.
+    with pytest.raises(ValueError, match="multiple of 256"):
+        LLM(tiny_dir, kvcache_block_size=16, num_kvcache_blocks=4, attention_backend="flash-attn")
 
 
 def test_prefill_and_decode_logits_match_transformers(tiny_dir):

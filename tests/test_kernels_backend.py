@@ -30,6 +30,12 @@ def probe(env_value: str | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only rule")
+def test_without_cuda_refimpl_turns_the_interpreter_on():
+    """A fresh interpreter where the user set nothing: refimpl sets TRITON_INTERPRET=1 itself."""
+    assert probe(None) == dict(env="1", interpret=True, by_user=False, has_triton=True)
+
+
 def test_a_users_own_setting_is_left_alone():
     """A fresh interpreter where the user chose compiled mode: refimpl keeps that choice."""
     assert probe("0") == dict(env="0", interpret=False, by_user=True, has_triton=True)
@@ -64,6 +70,13 @@ def test_flash_attn_needs_cuda_and_the_package():
     if torch.cuda.is_available() and not backend.has_flash_attn():
         with pytest.raises(backend.BackendUnavailableError, match="not installed"):
             backend.check_attention_backend("flash-attn", "cuda", 256)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_flash_attn_block_size_rule_is_reported_on_any_machine(device):
+    """A block size flash-attn cannot page is a ValueError, whether or not flash-attn could run here."""
+    with pytest.raises(ValueError, match="multiple of 256"):
+        backend.check_attention_backend("flash-attn", device, 16)
 
 
 def test_best_backend_on_cuda_follows_installed_packages(monkeypatch):

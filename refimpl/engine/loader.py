@@ -3,12 +3,14 @@
 Only safetensors files are read: they hold raw tensors and metadata, nothing executable.
 PyTorch `.bin`/`.pt` files are pickles, and unpickling a downloaded file can run arbitrary
 code, so they are refused, never opened. Sharded checkpoints (model-00001-of-00004.safetensors,
-...) load the same way: every tensor is copied to the parameter of the same name.
+... listed in model.safetensors.index.json) load the same way: every tensor is copied to the
+parameter of the same name.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import torch
@@ -17,10 +19,25 @@ from torch import nn
 
 # Checkpoint entries that are not parameters of our model and carry nothing we need.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+SHARD_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's map: tensor name -> shard file
 
 
 def safetensors_files(model_dir: str | os.PathLike) -> list[str]:
-    """The checkpoint's safetensors files, sorted; a clear error when there are none."""
+    """The checkpoint's safetensors files, sorted; a clear error when there are none.
+
+    A sharded checkpoint names its shards in `model.safetensors.index.json`; then only those
+    files are read (as transformers does), so a stray extra .safetensors file is ignored.
+    """
+    index_path = os.path.join(model_dir, SHARD_INDEX)
+    if os.path.isfile(index_path):
+        with open(index_path, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+        missing = [name for name in shards if not os.path.isfile(os.path.join(model_dir, name))]
+        if not shards:
+            raise ValueError(f"{SHARD_INDEX} in {model_dir!s} lists no shard files in its weight_map")
+        if missing:
+            raise ValueError(f"{SHARD_INDEX} in {model_dir!s} names shard files that are not there: {missing}")
+        return [os.path.join(model_dir, name) for name in shards]
     files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if files:
         return files

@@ -97,12 +97,13 @@ def check_attention_backend(name: str, device: torch.device | str | None = None,
         raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)} or 'auto'")
     kind = _device_type(device)
     if name == "flash-attn":
+        # The block-size rule first: it is a setting to fix on every machine, not a missing part.
+        if block_size is not None:
+            check_flash_attn_block_size(block_size)
         if kind != "cuda":
             raise BackendUnavailableError(f"flash-attn runs only on CUDA devices, not on {kind}")
         if not has_flash_attn():
             raise BackendUnavailableError("flash-attn is not installed; `pip install flash-attn` needs CUDA to build")
-        if block_size is not None:
-            check_flash_attn_block_size(block_size)
     if name == "triton":
         if not HAS_TRITON:
             raise BackendUnavailableError("Triton is not installed; use the 'torch' attention backend")
