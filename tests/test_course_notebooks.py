@@ -195,6 +195,34 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
 
 
+def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
+    """Handing in the reference, or rebinding the grader from a solution cell, scores 0."""
+    reuse = _with_solution_edit(
+        tmp_path, "03_scheduler.ipynb", "class Scheduler:", "import refimpl.paged\n\nclass Scheduler(refimpl.paged.Scheduler):"
+    )
+    nb = nbformat.read(reuse, as_version=4)
+    cell = next(c for c in nb.cells if cell_role(c) == "solution")
+    cell.source = cell.source.split("    def schedule(")[0]  # keep the given part, inherit the rest
+    nbformat.write(nb, reuse)
+    assert refimpl_main(["grade", str(reuse)]) == 1
+    out = capsys.readouterr().out
+    assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
+    assert out.rstrip().endswith("score: 0/9 checks passed (0.0%)")
+
+    swap = _with_solution_edit(
+        tmp_path,
+        "01_block_manager.ipynb",
+        "class BlockManager:",
+        "import refimpl.course\nrefimpl.course.check_block_manager = lambda *a, **k: None\n\nclass BlockManager:",
+    )
+    broken_nb = nbformat.read(swap, as_version=4)
+    cell = next(c for c in broken_nb.cells if cell_role(c) == "solution")
+    cell.source = cell.source.replace("reversed(seq.block_table)", "seq.block_table")
+    nbformat.write(broken_nb, swap)
+    assert refimpl_main(["grade", "--quiet", str(swap)]) == 1
+    assert "score: 3/8 checks passed (37.5%)" in capsys.readouterr().out
+
+
 def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
     """nbgrader may drop our metadata: solution and set-up cells are then found through nbgrader's."""
     nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)

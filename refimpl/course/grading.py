@@ -108,6 +108,9 @@ def _missing(target: str, reason: str):
 def _run_in_fresh_namespace(payload: dict) -> dict:
     import refimpl.course as course
 
+    # Look the graders up before any student code runs, so a cell that rebinds
+    # `refimpl.course.check_*` cannot swap in a lenient one.
+    graders = {check_name: getattr(course, check_name) for check_name, _ in payload["checks"]}
     namespace: dict = {"__name__": "__main__"}
     problem = "the notebook does not define it"
     for index, source in payload["cells"]:
@@ -119,7 +122,7 @@ def _run_in_fresh_namespace(payload: dict) -> dict:
     tables, rows = [], []
     for check_name, target in payload["checks"]:
         student = namespace.get(target) or _missing(target, problem)
-        report = getattr(course, check_name)(student, verbose=False)
+        report = graders[check_name](student, verbose=False)
         tables.append(report.table())
         rows.extend((check_name, r.name, r.passed) for r in report.results)
     return {"tables": tables, "rows": rows}
