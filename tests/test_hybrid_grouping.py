@@ -140,8 +140,12 @@ def test_general_path_unifies_page_sizes_by_growing_blocks():
     assert {g.kv_cache_spec.page_size_bytes for g in groups} == {full.page_size_bytes}
     assert sorted(g.block_size for g in groups) == [32, 32]
     odd = FullAttentionSpec(block_size=16, num_kv_heads=3, head_size=64, dtype="bfloat16")
-    with pytest.raises(ValueError, match="cannot unify page sizes"):
+    with pytest.raises(ValueError, match="cannot unify page sizes.*does not divide"):
         get_kv_cache_groups({"s0": _sw(), "f0": odd})
+    padded = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=128,
+                               page_size_padded=_sw().page_size_bytes)
+    with pytest.raises(ValueError, match="cannot unify page sizes.*padded"):
+        get_kv_cache_groups({"s0": padded, "f0": full})
 
 
 @pytest.mark.parametrize("variant", ["pro", "flash"])

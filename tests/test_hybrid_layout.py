@@ -134,7 +134,7 @@ def test_parse_memory(text, value):
     assert parse_memory(text) == value
 
 
-@pytest.mark.parametrize("text", ["ten", "5XB", "-1GiB", ""])
+@pytest.mark.parametrize("text", ["ten", "5XB", "-1GiB", "", "inf", "nanGiB"])
 def test_parse_memory_errors(text):
     with pytest.raises(ValueError, match="memory size"):
         parse_memory(text)
@@ -175,6 +175,15 @@ def test_viz_figures_and_text_twins():
     assert isinstance(viz.draw_padding_curve([31, 61, 31, 30], 31), Figure)
     assert "best d = 31 (padding 2)" in viz.padding_curve_text([31, 61, 31, 30], 31)
     assert isinstance(viz.draw_slab(PRO, groups), Figure)
+    assert isinstance(viz.draw_slab(PRO, groups, upto=100_000), Figure)
+    zoom = viz.slab_text(PRO, groups, upto=100_000)
+    assert "L1.c128@1,728 (1,168 + 560 pad)" in zoom and "L5.c128_state@98,496" in zoom
+    assert "L7.swa" not in zoom  # starts at 112,320, beyond the window
+    flash = v4.kv_cache_specs("flash")
+    models = {"Pro": (PRO, groups), "Flash": (flash, get_kv_cache_groups(flash))}
+    assert isinstance(viz.draw_groupings(models), Figure)
+    both = viz.groupings_text(models)
+    assert both.startswith("Pro:\nG0 MLA") and "\n\nFlash:\nG0 MLA (block 256, 62 caches)" in both
     slab = viz.slab_text(PRO, groups)
     assert "block stride 1,435,968 B" in slab and "unused tail 418,176" in slab and "L2.c4@12,096" in slab
     budget = {"five groups": 1435968, "mla+swa": 2283840}

@@ -7,10 +7,10 @@ that follow registration order, the null block), both numbers are asserted.
 import torch
 
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import approximate_gcd, group_and_unify_kv_cache_specs, padding_curve
+from refimpl.hybrid.grouping import approximate_gcd, group_and_unify_kv_cache_specs, padding_curve, split_bucket
 from refimpl.hybrid.grouping import get_kv_cache_groups
 from refimpl.hybrid.layout import GIB, get_kv_cache_config, get_packed_kv_cache_layout
-from refimpl.hybrid.specs import KVCacheGroupSpec
+from refimpl.hybrid.specs import KVCacheGroupSpec, cdiv, round_up
 from refimpl.hybrid.tensors import allocate_kv_cache
 
 SEED = v4.SEED_FIGURES
@@ -20,6 +20,7 @@ ROWS = {r["kind"]: r for r in v4.page_size_rows(PRO)}
 
 def test_layer_counts_and_ratios():
     ratios = v4.PRO.compress_ratios
+    assert ratios == SEED["compress_ratios"]  # the seed's list, entry by entry
     assert len(ratios) == SEED["num_layers"]
     assert {r: ratios.count(r) for r in (4, 128)} == SEED["ratio_counts"]
 
@@ -73,6 +74,16 @@ def test_approximate_gcd_and_split():
     assert [len(groups[1].layer_names), len(groups[2].layer_names)] == SEED["swa_split"]
 
 
+def test_gcd_walkthrough_per_value_and_round_up():
+    seed_order = SEED["layer_tuples"]
+    for d, per_value in SEED["gcd_padding_per_value"].items():
+        assert [round_up(x, d) - x for x in seed_order] == per_value
+        assert sum(per_value) == padding_curve(seed_order, seed_order[0])[d] == SEED["gcd_padding"][d]
+    assert [round_up(x, SEED["gcd"]) for x in seed_order] == [31, 62, 31, 31]  # computed, never used
+    swa = group_and_unify_kv_cache_specs(PRO)[1]
+    assert cdiv(len(swa.kv_cache_specs), SEED["gcd"]) == len(split_bucket(swa, SEED["gcd"])) == 2
+
+
 def test_group_widths_same_set_different_order():
     groups = get_kv_cache_groups(PRO)
     widths = [g.width_bytes for g in groups]
@@ -97,6 +108,10 @@ def test_hypothetical_two_group_layout():
     _, by_offset = get_packed_kv_cache_layout(groups)
     at = {n: o for o, names in by_offset.items() for n in names}
     assert at["layers.60.swa_cache"] == SEED["two_group_last_swa_offset"]
+    for label, offset in SEED["two_group_swa_offsets"]:
+        assert at[v4.seed_label_to_name(label)] == offset, label
+    assert [g.width_bytes for g in groups] == [SEED["two_group_widths"]["MLA"], SEED["two_group_widths"]["SWA"]]
+    assert cfg.block_stride == max(SEED["two_group_widths"].values())  # the SWA group sets the stride
 
 
 def test_seed_offsets_need_the_seed_layer_order():

@@ -12,7 +12,6 @@ from refimpl.hybrid.specs import (
     KVCacheTensor,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
-    SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     round_up,
 )
@@ -43,6 +42,10 @@ def test_v32_layout_and_plain_rows():
     v32 = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="uint8",
                            cache_dtype_str="fp8_ds_mla")
     assert v32.real_page_size_bytes == 64 * 656
+    # V3.2's 656-byte rows count every token of the logical block, even with a compress ratio set
+    v32_ratio = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="uint8",
+                                 cache_dtype_str="fp8_ds_mla", compress_ratio=4)
+    assert v32_ratio.real_page_size_bytes == 64 * 656
     full = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
     assert full.dtype == "bfloat16"
     assert full.real_page_size_bytes == 2 * 16 * 8 * 128 * 2  # key and value
@@ -136,4 +139,3 @@ def test_page_size_is_aligned_and_at_least_real(ratio, head, alignment):
     else:
         assert spec.page_size_bytes == spec.real_page_size_bytes
     assert spec.storage_block_size == 16
-    assert isinstance(SlidingWindowSpec, type)

@@ -126,6 +126,19 @@ def test_contiguous_views_for_ordinary_attention():
         byte_address(CONFIG, "layers.0.attn", 0, 0, kv=1)
 
 
+def test_general_layout_shares_tensor_i_between_groups():
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, dtype="float32")
+    groups = [KVCacheGroupSpec(["f.0", "f.1"], full), KVCacheGroupSpec(["g.0", "g.1"], full)]
+    cfg = get_kv_cache_config(groups, 2 * full.page_size_bytes * 3)
+    views = allocate_kv_cache(cfg)
+    storage = {n: v.untyped_storage().data_ptr() for n, v in views.items()}
+    assert storage["f.0"] == storage["g.0"] != storage["f.1"] == storage["g.1"]
+    views["f.0"][1].fill_(1.0)   # group 0 owns block 1, group 1 owns block 2
+    views["g.0"][2].fill_(2.0)
+    assert (views["f.0"][1] == 1).all() and (views["g.0"][2] == 2).all() and not views["f.1"].any()
+    assert byte_address(cfg, "g.0", 2, 3, kv=1) == view_byte_address(views["g.0"], 2, 3, kv=1)
+
+
 def test_bind_views_to_layer_objects():
     views = allocate_kv_cache(CONFIG)
     layers = make_layers(CONFIG)

@@ -221,6 +221,9 @@ def seed_two_group_layout(specs: dict[str, KVCacheSpec], seed_order: bool = Fals
 # Figures as printed in seed 001 (Pro, fp8_ds_mla, block size 256). Tests and notebooks compare
 # each with what the code computes; where they differ the spec's Decisions say why.
 SEED_FIGURES = {
+    "compress_ratios": (128, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
+                        128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
+                        4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4),
     "num_layers": 61,
     "ratio_counts": {4: 30, 128: 31},
     "token_bytes": 584,
@@ -236,12 +239,16 @@ SEED_FIGURES = {
     "layer_tuples": [31, 61, 30, 31],  # order MLA, SWA, C4 state, C128 state
     "gcd": 31,
     "gcd_padding": {31: 2, 32: 7},
+    "gcd_padding_per_value": {31: [0, 1, 1, 0], 32: [1, 3, 2, 1]},  # for the seed's order [31, 61, 30, 31]
     "swa_split": [31, 30],
     "group_widths": [("MLA", 1435968), ("SWA KV 1", 1160640), ("SWA KV 2", 1123200),
                      ("SWA state 1 (C4)", 1244160), ("SWA state 2 (C128)", 1017792)],
     "two_group_stride": 2283840,
     "two_group_blocks_10gib": 4701,
     "two_group_last_swa_offset": 2246400,
+    "two_group_widths": {"MLA": 1435968, "SWA": 2283840},
+    "two_group_swa_offsets": [("swa_0", 0), ("swa_1", 37440), ("swa_2", 74880), ("swa_3", 112320),
+                              ("swa_60", 2246400)],
     # the seed's MLA-group walk: main attention before the indexer in each ratio-4 layer
     "two_group_mla_offsets": [("HCA0", 0), ("HCA1", 1728), ("CSA2", 3456), ("Indexer2", 40896),
                               ("HCA3", 49536), ("CSA4", 51264), ("Indexer4", 88704)],

@@ -160,9 +160,15 @@ def unify_kv_cache_spec_page_size(specs: Mapping[str, KVCacheSpec]) -> dict[str,
         if page == largest:
             unified[name] = spec
             continue
-        if largest % page != 0 or not isinstance(spec, AttentionSpec) or spec.page_size_padded:
+        if largest % page != 0:
             raise ValueError(
-                f"cannot unify page sizes {sorted(pages)}: {name}'s page {page} does not divide {largest}"
+                f"cannot unify page sizes {sorted(pages)}: {name}'s page {page} B does not divide "
+                f"the largest page {largest} B"
+            )
+        if not isinstance(spec, AttentionSpec) or spec.page_size_padded is not None:
+            raise ValueError(
+                f"cannot unify page sizes {sorted(pages)}: {name} has a fixed (padded) page, so a "
+                f"bigger block would not give exactly {largest} B"
             )
         unified[name] = _with_block_size(spec, spec.block_size * (largest // page))
     return unified

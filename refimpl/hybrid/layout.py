@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isfinite
 
 from refimpl.hybrid.specs import (
     KVCacheConfig,
@@ -200,7 +201,7 @@ def parse_memory(text: str | int) -> int:
         value = float(number)
     except ValueError:
         value = None
-    if value is None or unit not in units or value < 0:
+    if value is None or not isfinite(value) or unit not in units or value < 0:
         raise ValueError(f"cannot read memory size {text!r}; use e.g. 10GiB, 512MiB, 4GB or 123456")
     return int(value * units[unit])
 

@@ -2,8 +2,10 @@
 
 - `draw_pages` / `pages_text`: real bytes and alignment padding of each cache kind's page;
 - `draw_grouping` / `grouping_text`: which decoder layers' caches went into which group;
+- `draw_groupings` / `groupings_text`: the same for several models on one layer axis;
 - `draw_padding_curve` / `padding_curve_text`: the approximate gcd's padding for every d;
-- `draw_slab` / `slab_text`: one block of the packed slab, to scale, one row per group;
+- `draw_slab` / `slab_text`: one block of the packed slab, to scale, one row per group
+  (`upto=` zooms in on the first bytes, where offsets and padding are visible);
 - `draw_blocks_per_budget` / `blocks_per_budget_text`: blocks that fit a budget, per layout.
 """
 
@@ -23,6 +25,7 @@ KIND_COLORS = {
     "c4": "#1f77b4", "c128": "#aec7e8", "idx": "#ff7f0e", "swa": "#2ca02c",
     "idx_state": "#ffbb78", "c4_state": "#9467bd", "c128_state": "#c5b0d5",
 }
+PADDING_COLOR = "#d62728"
 KIND_LABELS = {
     "c4": "c4a main KV (ratio 4)", "c128": "c128a main KV (ratio 128)", "idx": "indexer k-cache",
     "swa": "sliding-window KV", "idx_state": "indexer compressor state",
@@ -125,18 +128,11 @@ def grouping_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGrou
     return "\n".join(lines)
 
 
-def draw_grouping(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
-                  title: str = "Which layers' caches share a block table") -> Figure:
-    """One row per group; a mark at each decoder layer whose cache is in the group."""
-    fig = Figure(figsize=(10, 0.55 * len(groups) + 1.6))
-    ax = fig.add_subplot()
-    seen = {}
+def _plot_grouping(ax, specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec]) -> set[str]:
+    """Draw one row per group on `ax`; return the cache kinds that were drawn (for the legend)."""
+    seen: set[str] = set()
     for row, g in enumerate(groups):
-        kinds = []
-        for name in g.layer_names:
-            kind = _kind(name, specs[name])
-            if kind not in kinds:
-                kinds.append(kind)
+        kinds = list(dict.fromkeys(_kind(name, specs[name]) for name in g.layer_names))
         for name in g.layer_names:
             kind = _kind(name, specs[name])
             x = _layer_index(name)
@@ -144,17 +140,56 @@ def draw_grouping(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGrou
                 continue
             dy = (kinds.index(kind) - (len(kinds) - 1) / 2) * 0.25
             ax.add_patch(Rectangle((x - 0.4, row + dy - 0.11), 0.8, 0.22, color=KIND_COLORS.get(kind, "#888888")))
-            seen[kind] = True
-    n_layers = max((_layer_index(n) or 0) for n in specs) + 1
-    ax.set_xlim(-1, n_layers)
+            seen.add(kind)
     ax.set_ylim(len(groups) - 0.5, -0.5)
     ax.set_yticks(range(len(groups)),
                   [f"G{i} {group_kind(g)}\n{len(g.layer_names)} caches, bs {g.block_size}" for i, g in enumerate(groups)],
                   fontsize=8)
-    ax.set_xlabel("decoder layer index")
+    return seen
+
+
+def _num_layers(specs: Mapping[str, KVCacheSpec]) -> int:
+    return max((_layer_index(n) or 0) for n in specs) + 1
+
+
+def _kind_legend(ax, seen: set[str]) -> None:
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen],
               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def draw_grouping(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
+                  title: str = "Which layers' caches share a block table") -> Figure:
+    """One row per group; a mark at each decoder layer whose cache is in the group."""
+    fig = Figure(figsize=(10, 0.55 * len(groups) + 1.6))
+    ax = fig.add_subplot()
+    seen = _plot_grouping(ax, specs, groups)
+    ax.set_xlim(-1, _num_layers(specs))
+    ax.set_xlabel("decoder layer index")
+    _kind_legend(ax, seen)
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def groupings_text(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequence[KVCacheGroupSpec]]]) -> str:
+    """`grouping_text` for several models, one titled block each (twin of `draw_groupings`)."""
+    return "\n\n".join(f"{label}:\n{grouping_text(specs, groups)}" for label, (specs, groups) in models.items())
+
+
+def draw_groupings(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequence[KVCacheGroupSpec]]],
+                   title: str = "Groups of each model, on one layer axis") -> Figure:
+    """Several models' groupings stacked on a shared layer axis, so their groups can be compared."""
+    fig = Figure(figsize=(10, sum(0.55 * len(groups) + 0.8 for _, groups in models.values()) + 1.0))
+    axes = fig.subplots(len(models), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": [len(groups) for _, groups in models.values()]})[:, 0]
+    seen: set[str] = set()
+    for ax, (label, (specs, groups)) in zip(axes, models.items()):
+        seen |= _plot_grouping(ax, specs, groups)
+        ax.set_title(f"{label} ({_num_layers(specs)} layers, {len(specs)} caches)", fontsize=10)
+    axes[0].set_xlim(-1, max(_num_layers(specs) for specs, _ in models.values()))
+    axes[-1].set_xlabel("decoder layer index")
+    _kind_legend(axes[0], seen)
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 
@@ -198,46 +233,68 @@ def _group_pages(specs: Mapping[str, KVCacheSpec], group: KVCacheGroupSpec) -> l
     return out
 
 
-def slab_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec], first: int = 4) -> str:
-    """One block of the slab: per group its width, padding, unused tail and its first offsets."""
+def slab_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec], first: int = 4,
+              upto: int | None = None) -> str:
+    """One block of the slab: per group its width, padding, unused tail and its first offsets.
+
+    With `upto`, every page that starts below byte `upto` is listed instead, with its padding
+    (the text twin of `draw_slab(..., upto=...)`).
+    """
     stride = max(g.width_bytes for g in groups)
     lines = [f"block stride {stride:,} B (widest group); every group starts at byte 0 of the block"]
+    if upto is not None:
+        lines[0] += f"; pages starting below byte {upto:,}:"
     for i, g in enumerate(groups):
         pages = _group_pages(specs, g)
+        if upto is None:
+            shown = pages[:first]
+            head = ", ".join(f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown)
+        else:
+            shown = [p for p in pages if p[2] < upto]
+            head = ", ".join(f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,} ({r:,} + {p - r} pad)"
+                             for n, _, o, r, p in shown)
         padding = sum(p - r for *_, r, p in pages)
-        head = ", ".join(f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in pages[:first])
         lines.append(f"G{i} {group_kind(g):<17} width {g.width_bytes:>9,}  padding {padding:>6,}  "
-                     f"unused tail {stride - g.width_bytes:>7,}  | {head}{', ...' if len(pages) > first else ''}")
+                     f"unused tail {stride - g.width_bytes:>7,}  | {head}{', ...' if len(pages) > len(shown) else ''}")
     return "\n".join(lines)
 
 
 def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
-              title: str | None = None) -> Figure:
+              title: str | None = None, upto: int | None = None) -> Figure:
     """One block of the packed slab drawn to scale: a row per group, a box per layer page.
 
-    Solid: bytes a layer really uses; white: its alignment padding; grey hatch: bytes of the
+    Solid: bytes a layer really uses; red: its alignment padding; grey hatch: bytes of the
     block that this group never touches (the block stride is set by the widest group).
+    At full scale the padding (at most 560 B of 1.4 MB) is thinner than a pixel; `upto`
+    zooms in on bytes [0, upto) and labels each page with its start offset.
     """
     stride = max(g.width_bytes for g in groups)
+    end = stride if upto is None else min(upto, stride)
     fig = Figure(figsize=(11, 0.6 * len(groups) + 1.8))
     ax = fig.add_subplot()
-    seen = {}
+    seen = set()
     for row, g in enumerate(groups):
-        for _, kind, offset, real, page in _group_pages(specs, g):
+        for name, kind, offset, real, page in _group_pages(specs, g):
+            if offset >= end:
+                break
             color = KIND_COLORS.get(kind, "#888888")
             ax.add_patch(Rectangle((offset, row - 0.35), real, 0.7, facecolor=color, edgecolor="black", lw=0.15))
             if page > real:
-                ax.add_patch(Rectangle((offset + real, row - 0.35), page - real, 0.7, facecolor="white", lw=0))
-            seen[kind] = True
-        if g.width_bytes < stride:
+                ax.add_patch(Rectangle((offset + real, row - 0.35), page - real, 0.7, facecolor=PADDING_COLOR, lw=0))
+            if upto is not None and real > 0.03 * end:
+                ax.text(offset + 0.01 * end, row + 0.5, f"{offset:,}", fontsize=6, va="top")
+            seen.add(kind)
+        if g.width_bytes < end:
             ax.add_patch(Rectangle((g.width_bytes, row - 0.35), stride - g.width_bytes, 0.7, facecolor="#eeeeee",
                                    edgecolor="#999999", hatch="xx", lw=0.5))
-        ax.text(stride * 1.005, row, f"{g.width_bytes:,} B", va="center", fontsize=8)
-    ax.set_xlim(0, stride * 1.12)
+        if upto is None:
+            ax.text(stride * 1.005, row, f"{g.width_bytes:,} B", va="center", fontsize=8)
+    ax.set_xlim(0, end * (1.12 if upto is None else 1.0))
     ax.set_ylim(len(groups) - 0.5, -0.5)
     ax.set_yticks(range(len(groups)), [f"G{i} {group_kind(g)}" for i, g in enumerate(groups)], fontsize=8)
-    ax.set_xlabel("byte offset inside one block")
+    ax.set_xlabel("byte offset inside one block" + ("" if upto is None else f" (first {end:,} B only)"))
     handles = [Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen]
+    handles.append(Patch(color=PADDING_COLOR, label="alignment padding"))
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#999999", hatch="xx", label="unused by this group"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title or f"one block of the packed slab, stride {stride:,} B")
