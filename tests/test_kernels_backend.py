@@ -137,3 +137,35 @@ def test_mode_mismatch_is_detected_and_reported(monkeypatch):
     rows = torch.ones(1, 1, 8)
     with pytest.raises(backend.BackendUnavailableError, match="different modes"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
+
+
+NO_TRITON = r'''
+import json, sys
+sys.modules["triton"] = None  # what a machine without Triton looks like: `import triton` fails
+import torch
+import refimpl, refimpl.engine, refimpl.kernels as k
+from refimpl.kernels import backend, reference, triton_setup
+cache = torch.zeros(2, 4, 1, 8)
+rows = torch.ones(1, 1, 8)
+reference.store_kvcache(rows, rows, cache, cache.clone(), torch.tensor([5]))
+try:
+    k.store_kvcache(rows, rows, cache, cache.clone(), torch.tensor([5]))
+    error = None
+except backend.BackendUnavailableError as e:
+    error = str(e)
+try:
+    backend.check_attention_backend("triton", "cpu", 4)
+    choice_error = None
+except backend.BackendUnavailableError as e:
+    choice_error = str(e)
+print(json.dumps(dict(has_triton=triton_setup.HAS_TRITON, backends=backend.available_attention_backends("cpu"),
+                      twin_wrote=bool(cache[1, 1].eq(1).all()), error=error, choice_error=choice_error)))
+'''
+
+
+def test_importing_refimpl_without_triton_works_and_kernels_say_what_is_missing():
+    done = subprocess.run([sys.executable, "-c", NO_TRITON], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["has_triton"] is False and report["backends"] == ["torch"] and report["twin_wrote"]
+    assert "Triton is not installed" in report["error"] and "Triton is not installed" in report["choice_error"]
