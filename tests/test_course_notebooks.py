@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -108,7 +109,12 @@ def test_notebooks_carry_valid_nbgrader_metadata(solution):
         assert meta["solution"] == (role == "solution") == (BEGIN in cell.source)
         assert meta["grade"] == (role == "check")
         if role == "check":
-            assert meta["points"] >= 1 and meta["locked"]
+            assert meta["locked"]
+            # One point per check: the executed solution's table says how many checks there are.
+            text = "".join(o.get("text", "") for o in cell.outputs)
+            match = re.search(r"^check_\w+\(\w+\): (\d+)/(\d+) checks passed$", text, re.MULTILINE)
+            assert match is not None and match.group(1) == match.group(2), text
+            assert meta["points"] == int(match.group(2)), (meta["grade_id"], meta["points"], text)
     assert len(grade_ids) == len(set(grade_ids))
     assert roles[0] == "setup" and "solution" in roles and "check" in roles
 
