@@ -38,9 +38,17 @@ def test_swa_twin_short_prefix_pads_with_minus_one():
 
 
 def test_swa_twin_token_offset_skips_leading_rows():
+    # as in vLLM, is_valid_token and token_to_req_indices cover the whole batch and are read at
+    # token t = row + token_offset (the prefill rows start after the decode tokens)
     full_idx, full_lens = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6)
-    idx, lens = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID[3:], BT, 4, 6, token_offset=3)
-    assert torch.equal(idx[0], full_idx[3]) and lens[0] == full_lens[3]
+    idx, lens = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, token_offset=3)
+    assert torch.equal(idx, full_idx[3:]) and torch.equal(lens, full_lens[3:])
+    assert lens.tolist() == [6, 0] and idx[1].tolist() == [-1] * 6  # token 4 is padding
+    # num_rows is the grid size: only the decode rows
+    idx, lens = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, num_rows=2)
+    assert torch.equal(idx, full_idx[:2]) and lens.tolist() == [6, 6]
+    with pytest.raises(ValueError, match="num_rows"):
+        ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, token_offset=3, num_rows=3)
 
 
 def test_topk_twin_exact():
@@ -109,6 +117,9 @@ def test_swa_kernel_matches_twin(seed):
     b = ref.compute_swa_indices_and_lens(qsl, seq, t2r, valid, bt, 4, window)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert a[0].dtype == torch.int32 and a[1].dtype == torch.int32
+    offset = 1 + seed % 2  # the prefill variant: rows start after the first tokens
+    c = tri.compute_swa_indices_and_lens(qsl, seq, t2r, valid, bt, 4, window, token_offset=offset)
+    assert torch.equal(c[0], b[0][offset:]) and torch.equal(c[1], b[1][offset:])
 
 
 @needs_triton
@@ -116,9 +127,12 @@ def test_swa_kernel_token_offset_and_exact_case():
     idx, lens = tri.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6)
     assert idx[0].tolist() == [22, 23, 24, 25, 26, 27] and lens.tolist() == [6, 6, 6, 6, 0]
     assert idx[4].tolist() == [-1] * 6
-    a = tri.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID[3:], BT, 4, 6, token_offset=3)
-    b = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID[3:], BT, 4, 6, token_offset=3)
+    a = tri.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, token_offset=3)
+    b = ref.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, token_offset=3)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert a[1].tolist() == [6, 0]  # validity is read at the absolute token (token 4 is padding)
+    a = tri.compute_swa_indices_and_lens(QSL, SEQ, T2R, VALID, BT, 4, 6, token_offset=1, num_rows=2)
+    assert torch.equal(a[0], idx[1:3]) and a[1].tolist() == [6, 6]
 
 
 @needs_triton

@@ -51,7 +51,7 @@ if HAS_TRITON:
         t = row + token_offset
         k = tl.arange(0, TRITON_BLOCK_SIZE)
         in_row = k < window_size
-        valid = tl.load(is_valid_token_ptr + row) != 0
+        valid = tl.load(is_valid_token_ptr + t) != 0
         req = tl.load(token_to_req_indices_ptr + t).to(tl.int64)
         q_start = tl.load(query_start_loc_ptr + req).to(tl.int64)
         q_end = tl.load(query_start_loc_ptr + req + 1).to(tl.int64)
@@ -95,13 +95,13 @@ def compute_swa_indices_and_lens(
     block_size: int,
     window_size: int,
     token_offset: int = 0,
+    num_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of `reference_v4.compute_swa_indices_and_lens` (same arguments, same result)."""
-    reference_v4.check_swa_inputs(
-        query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset
+    num_rows = reference_v4.check_swa_inputs(
+        query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
     _check_backend(block_table)
-    num_rows = is_valid_token.numel()
     device = block_table.device
     indices = torch.empty((num_rows, window_size), dtype=torch.int32, device=device)
     lens = torch.empty((num_rows,), dtype=torch.int32, device=device)

@@ -34,7 +34,10 @@ def _check_positive(name: str, value: object) -> int:
     return value
 
 
-def check_swa_inputs(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset):
+def check_swa_inputs(
+    query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
+) -> int:
+    """Validate the SWA kernel's inputs; return the number of output rows."""
     _check_index("query_start_loc", query_start_loc, 1)
     _check_index("seq_lens", seq_lens, 1)
     _check_index("token_to_req_indices", token_to_req_indices, 1)
@@ -48,8 +51,15 @@ def check_swa_inputs(query_start_loc, seq_lens, token_to_req_indices, is_valid_t
         raise ValueError(f"block_table has {block_table.shape[0]} rows for {seq_lens.numel()} requests")
     if isinstance(token_offset, bool) or not isinstance(token_offset, int) or token_offset < 0:
         raise ValueError(f"token_offset must be an int >= 0, got {token_offset!r}")
-    if is_valid_token.numel() + token_offset > token_to_req_indices.numel():
-        raise ValueError("is_valid_token (plus token_offset) is longer than token_to_req_indices")
+    num_tokens = min(is_valid_token.numel(), token_to_req_indices.numel())
+    if num_rows is None:
+        num_rows = num_tokens - token_offset
+    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 0 or token_offset + num_rows > num_tokens:
+        raise ValueError(
+            f"rows token_offset .. token_offset + num_rows ({token_offset} .. {token_offset}+{num_rows!r}) must lie "
+            f"within the {num_tokens} tokens of is_valid_token and token_to_req_indices"
+        )
+    return num_rows
 
 
 def check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token):
@@ -79,21 +89,26 @@ def compute_swa_indices_and_lens(
     block_size: int,
     window_size: int,
     token_offset: int = 0,
+    num_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots of the sliding window each token attends to.
 
     Row i describes packed token `t = i + token_offset` at position `pos`: its window is positions
     `max(pos - W + 1, 0) .. pos`, oldest first; `lens[i]` is the window's length (<= W) and the
-    rest of the row is -1. An invalid token (padding) gets an all -1 row and length 0.
+    rest of the row is -1. An invalid token (`is_valid_token[t]` false: padding) gets an all -1
+    row and length 0. `token_to_req_indices` and `is_valid_token` cover the whole batch and are
+    read at `t`, so vLLM computes the prefill rows with `token_offset = num_decode_tokens`;
+    `num_rows` (the kernel's grid size) defaults to every token from `token_offset` on.
     Returns `(indices [num_rows, window_size] int32, lens [num_rows] int32)`.
     """
-    check_swa_inputs(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset)
-    num_rows = is_valid_token.numel()
+    num_rows = check_swa_inputs(
+        query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
+    )
     tokens = torch.arange(num_rows, device=block_table.device) + token_offset
     reqs = token_to_req_indices.long()[tokens]
     pos = _token_rows(query_start_loc, seq_lens, tokens, reqs)
     start = (pos - window_size + 1).clamp(min=0)
-    lens = torch.where(is_valid_token.bool(), pos + 1 - start, torch.zeros_like(pos))
+    lens = torch.where(is_valid_token.bool()[tokens], pos + 1 - start, torch.zeros_like(pos))
     k = torch.arange(window_size, device=block_table.device)
     p = start[:, None] + k[None, :]
     inside = k[None, :] < lens[:, None]
