@@ -59,7 +59,7 @@ def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
     name = meta.get("exercise")
     if name is None and path is not None:
         stem = Path(path).stem
-        name = next((n for n in EXERCISES if stem.startswith(n[:3]) or stem.startswith(n)), None)
+        name = next((n for n in EXERCISES if stem.startswith(n[:3])), None)  # the "NN_" prefix
     if name not in EXERCISES:
         known = ", ".join(EXERCISES)
         raise ValueError(f"cannot tell which exercise {path or 'this notebook'} is (metadata says {name!r}); known: {known}")
@@ -91,7 +91,7 @@ def _enclosing_name(lines: list[str], index: int) -> str:
     names = []
     for line in reversed(lines[:index]):
         match = _DEF.match(line)
-        if not match or not line.strip():
+        if not match:
             continue
         own = len(match.group(1) if match.group(1) is not None else match.group(3))
         if own < indent:
