@@ -123,3 +123,17 @@ def test_allocation_that_does_not_fit_allocates_nothing():
     with pytest.raises(ValueError, match="nothing was allocated"):
         coord.single_type_managers[1].allocate_new_blocks("b", 40)
     assert coord.block_pool.get_num_free_blocks() == 7
+
+
+def test_blocks_are_cached_only_up_to_an_alignment_boundary():
+    # block sizes 8 and 12: a hit can only end on multiples of 24, so nothing past the last
+    # multiple of 24 is registered, even a full 8-token block
+    coord = KVCacheCoordinator([full(8), swa(12, window=8)], 40)
+    a = Request("a", list(range(48)), hash_block_size=4)
+    coord.allocate_new_blocks("a", 48)
+    coord.cache_blocks("a", a.block_hashes, 16)
+    assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [False] * 6
+    coord.cache_blocks("a", a.block_hashes, 40)
+    assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [True] * 3 + [False] * 3
+    # the window needs 1 block before a boundary: only block 1 of every 2 is hashed
+    assert [b.block_hash is not None for b in coord.get_blocks("a")[1]] == [False, True, False, False]

@@ -251,3 +251,11 @@ def test_running_request_that_does_not_fit_changes_nothing():
     assert step(m, r, 4) is not None
     assert m.get_block_ids("r")[1][:2] == [0, 0]
     check_pool_invariants(m.block_pool, m.get_blocks("r").blocks)
+
+
+def test_reserved_blocks_are_kept_out_of_reach():
+    m = KVCacheManager([full()], num_blocks=11, max_model_len=64)
+    r = m.make_request("r", range(36))  # 9 blocks of the 10 free
+    assert m.allocate_slots(r, 36, reserved_blocks=2) is None
+    assert m.block_pool.get_num_free_blocks() == 10
+    assert step(m, r, 36, reserved_blocks=1) is not None

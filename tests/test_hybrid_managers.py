@@ -216,3 +216,28 @@ def test_free_order_of_a_sliding_window_request_with_hashes():
     m.free("a")
     # reversed table 8..1: unhashed 6, 5, 2, 1 to the front in that order; hashed 8, 7, 4, 3 back
     assert free_ids(pool) == [6, 5, 2, 1, 9, 10, 11, 8, 7, 4, 3]
+
+
+def test_sliding_window_hit_ends_only_on_an_alignment_boundary():
+    # every block hashed (the window needs 2 blocks = a whole 8-token segment, so no mask)
+    pool = BlockPool(12)
+    m = SlidingWindowManager(swa(bs=4, window=8), pool, 0, alignment_tokens=8)
+    assert m.reachable_block_mask(5) is None
+    a = req("a", range(24))
+    run_to(m, a, 24)
+    assert all(b.block_hash is not None for b in m.req_to_blocks["a"])
+    m.free("a")
+    # blocks 3 and 4 are a cached run ending at token 20, but 20 is not a multiple of 8
+    (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 20, [0], pool, swa(), alignment_tokens=8)
+    assert ids(hit) == [0, 0, 3, 4]  # ends at token 16
+    (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 20, [0], pool, swa())
+    assert ids(hit) == [0, 0, 0, 4, 5]  # block-size alignment: ends at token 20
+
+
+def test_tokens_computed_elsewhere_that_left_the_window_need_no_blocks():
+    # 40 tokens already computed without local hits (e.g. loaded by a KV connector): the window of
+    # 8 only needs tokens 33.. of the 48, so the first (40 - 7) // 4 = 8 blocks are never allocated
+    pool = BlockPool(20)
+    m = SlidingWindowManager(swa(bs=4, window=8), pool, 0)
+    assert m.get_num_blocks_to_allocate("a", 48, (), total_computed_tokens=40) == 12 - 8
+    assert FullAttentionManager(full(), pool, 1).get_num_blocks_to_allocate("a", 48, (), 40) == 12
