@@ -99,6 +99,9 @@ class ModelRunner:
     def _int32(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int32, device=self.device)
 
+    def _int64(self, values) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.device)
+
     def prepare_block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
         """`[batch, longest block table]` int32, padded with -1 (never read: beyond the context)."""
         width = max(len(seq.block_table) for seq in seqs)
@@ -149,9 +152,6 @@ class ModelRunner:
             block_tables=self.prepare_block_tables(seqs),
         ))
         return self._int64(input_ids), self._int64(positions)
-
-    def _int64(self, values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=self.device)
 
     def prepare_sample(self, seqs: list[Sequence]) -> torch.Tensor:
         return torch.tensor([seq.temperature for seq in seqs], dtype=torch.float32, device=self.device)
