@@ -287,6 +287,31 @@ def test_first_miss_stops_matching():
     check_invariants(bm, [a, b])
 
 
+def test_first_miss_stops_matching_even_when_a_later_block_is_still_cached():
+    """L1's only cache entry is overwritten and then evicted while L2's entry survives: a later hit
+    after a miss must not count (its K/V follows a prefix that is no longer cached)."""
+    bm = BlockManager(10, 4)
+    L0, L1, L2 = [1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]
+    a = admit(bm, L0 + L1 + L2 + [4])  # blocks 0-3
+    e = admit(bm, L0 + L1 + [5])  # admitted before a is registered: blocks 4-6, no hits
+    prefill(bm, a)
+    prefill(bm, e)  # the newest registration wins: L0 -> 4, L1 -> 5
+    h0, h1, h2 = chain_hashes([L0, L1, L2])
+    assert bm.hash_to_block_id == {h0: 4, h1: 5, h2: 2}
+    bm.deallocate(e)
+    assert free_order(bm) == [7, 8, 9, 6, 5, 4]
+    f = admit(bm, tokens(100, 20))  # five fresh blocks: 7, 8, 9, 6 and 5, which drops L1's entry
+    assert f.block_table == [7, 8, 9, 6, 5]
+    assert bm.hash_to_block_id == {h0: 4, h2: 2}
+    bm.deallocate(f)
+    g = Sequence(L0 + L1 + L2 + [6], block_size=4)
+    assert bm.can_allocate(g) == 1  # L0 hits block 4; L1 misses; L2 (block 2, in use) is not counted
+    bm.allocate(g, 1)
+    assert free_order(bm) == [8, 7]  # f freed last-to-first behind block 4: 4, 5, 6, 9, 8, 7
+    assert g.block_table == [4, 5, 6, 9] and g.num_cached_tokens == 4
+    check_invariants(bm, [a, g])
+
+
 def test_preempted_sequence_hits_its_own_freed_blocks():
     bm = BlockManager(6, 4)
     seq = admit(bm, tokens(0, 7))

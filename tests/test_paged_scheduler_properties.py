@@ -40,8 +40,8 @@ class Workload:
 
 
 @st.composite
-def workloads(draw) -> Workload:
-    block_size = draw(st.sampled_from([1, 2, 3, 4, 8]))
+def workloads(draw, block_sizes=(1, 2, 3, 4, 8)) -> Workload:
+    block_size = draw(st.sampled_from(block_sizes))
     tokens = st.integers(0, 12)  # a small alphabet: equal blocks, shared prefixes, hash-map overwrites
     prefixes = draw(st.lists(st.lists(tokens, max_size=12), min_size=1, max_size=3))
     requests = []

@@ -304,13 +304,8 @@ class _ForwardFreeBlockManager(BlockManager):
     """A counterfactual BlockManager that frees a sequence's blocks first-to-last (not nano-vllm)."""
 
     def deallocate(self, seq: Sequence) -> None:
-        for block_id in seq.block_table:
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self._deallocate_block(block_id)
-        seq.num_cached_tokens = 0
-        seq.block_table.clear()
+        seq.block_table.reverse()  # the real deallocate walks the table backwards: now first to last
+        super().deallocate(seq)
 
 
 def cached_prefix_after_reuse(num_prompt_blocks: int, block_size: int, *, reverse_free: bool = True) -> list[int]:
@@ -319,8 +314,9 @@ def cached_prefix_after_reuse(num_prompt_blocks: int, block_size: int, *, revers
     A prompt of `num_prompt_blocks` full blocks plus one token is prefilled and freed into an
     otherwise empty free queue; then unrelated one-block requests take blocks from the queue
     head one at a time. Entry k is the number of leading prompt blocks still in the cache (what
-    a repeat of the prompt would hit, given room) after k such requests. nano-vllm frees last-to-first (`reverse_free=True`), so the tail of the
-    prompt is overwritten first and the shared prefix survives longest.
+    a repeat of the prompt would hit, given room) after k such requests. nano-vllm frees
+    last-to-first (`reverse_free=True`), so the tail of the prompt is overwritten first and the
+    shared prefix survives longest.
     """
     if num_prompt_blocks < 1:
         raise ValueError(f"num_prompt_blocks must be >= 1, got {num_prompt_blocks}")
@@ -332,14 +328,11 @@ def cached_prefix_after_reuse(num_prompt_blocks: int, block_size: int, *, revers
     prefill(bm, first)
     bm.deallocate(first)
     hits = []
-    others = []
     for k in range(num_seq_blocks + 1):
         repeat = Sequence(prompt, block_size=block_size)
         hits.append(explain_prefix_match(bm, repeat).num_cached_blocks)
-        if k < num_seq_blocks:
-            other = Sequence([10**6 + k], block_size=block_size)
-            bm.allocate(other, 0)
-            others.append(other)
+        if k < num_seq_blocks:  # one more unrelated request takes the block at the queue head
+            bm.allocate(Sequence([10**6 + k], block_size=block_size), 0)
     return hits
 
 

@@ -1,0 +1,214 @@
+"""The Scheduler in lockstep with a literal model of nano-vllm's scheduler, step by step.
+
+`ReferenceScheduler` restates the upstream loop as plainly as possible (deque queues, the seed's
+`len % block_size == 1` boundary test, a deque free queue through `ReferenceBlockManager`) and
+never looks at a `Scheduler`. Both get the same requests at the same steps and the same sampled
+tokens; after every schedule() and every postprocess() the batch, each sequence's chunk size, the
+queue orders, the block tables, the free-queue order, the prefix-cache map and every block's
+ref count and hash must be equal. A different order anywhere (which sequence is preempted, which
+block comes from the head, which cache entry survives) fails at the step that made it.
+
+Block size 1 is left out: upstream's `len % 1 == 1` is never true, so upstream cannot run it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from hypothesis import event, given
+from hypothesis import strategies as st
+from test_paged_scheduler_properties import VOCAB, Request, Workload, configs, workloads
+from test_paged_stateful import ReferenceBlockManager
+
+from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
+from refimpl.paged.runners import FakeModelRunner
+
+
+class SeedBoundaryBlockManager(ReferenceBlockManager):
+    """The reference block manager with the seed's literal boundary test."""
+
+    def _starts_block(self, num_tokens) -> bool:
+        return num_tokens % self.block_size == 1
+
+
+@dataclass
+class RefSeq:
+    seq_id: int
+    token_ids: list[int]
+    max_tokens: int
+    ignore_eos: bool
+    num_prompt_tokens: int = field(init=False)
+    num_cached_tokens: int = 0
+    num_scheduled_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.num_prompt_tokens = len(self.token_ids)
+
+
+class ReferenceScheduler:
+    """nano-vllm's schedule / preempt / postprocess, line for line, over the reference block manager."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.bs = config.kvcache_block_size
+        self.bm = SeedBoundaryBlockManager(config.num_kvcache_blocks, self.bs, config.enable_prefix_caching)
+        self.waiting: deque[RefSeq] = deque()
+        self.running: deque[RefSeq] = deque()
+
+    def has_table(self, seq: RefSeq) -> bool:
+        return seq.seq_id in self.bm.tables
+
+    def schedule(self) -> tuple[list[RefSeq], bool]:
+        scheduled: list[RefSeq] = []
+        num_batched_tokens = 0
+        while self.waiting and len(scheduled) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            remaining = self.config.max_num_batched_tokens - num_batched_tokens
+            if remaining == 0:
+                break
+            if not self.has_table(seq):
+                num_cached_blocks = self.bm.can_allocate(seq.token_ids)
+                if num_cached_blocks == -1:
+                    break
+                num_tokens = len(seq.token_ids) - num_cached_blocks * self.bs
+            else:
+                num_tokens = len(seq.token_ids) - seq.num_cached_tokens
+            if remaining < num_tokens and scheduled:
+                break
+            if not self.has_table(seq):
+                assert self.bm.allocate(seq.seq_id, seq.token_ids, num_cached_blocks)
+                seq.num_cached_tokens = num_cached_blocks * self.bs
+            seq.num_scheduled_tokens = min(num_tokens, remaining)
+            num_batched_tokens += seq.num_scheduled_tokens
+            if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq.token_ids):
+                self.waiting.popleft()
+                self.running.append(seq)
+            scheduled.append(seq)
+        if scheduled:
+            return scheduled, True
+        while self.running and len(scheduled) < self.config.max_num_seqs:
+            seq = self.running.popleft()
+            while not self.bm.can_append(len(seq.token_ids)):
+                if self.running:
+                    self.preempt(self.running.pop())
+                else:
+                    self.preempt(seq)
+                    break
+            else:
+                seq.num_scheduled_tokens = 1
+                self.bm.may_append(seq.seq_id, len(seq.token_ids))
+                scheduled.append(seq)
+        assert scheduled
+        self.running.extendleft(reversed(scheduled))
+        return scheduled, False
+
+    def preempt(self, seq: RefSeq) -> None:
+        self.bm.deallocate(seq.seq_id)
+        seq.num_cached_tokens = 0
+        self.waiting.appendleft(seq)
+
+    def postprocess(self, seqs: list[RefSeq], token_ids: list[int], is_prefill: bool) -> None:
+        for seq, token_id in zip(seqs, token_ids):
+            self.bm.hash_blocks(seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            if is_prefill and seq.num_cached_tokens < len(seq.token_ids):
+                continue
+            seq.token_ids.append(token_id)
+            completion = len(seq.token_ids) - seq.num_prompt_tokens
+            if (not seq.ignore_eos and token_id == self.config.eos) or completion == seq.max_tokens:
+                self.bm.deallocate(seq.seq_id)
+                seq.num_cached_tokens = 0
+                self.running.remove(seq)
+
+
+def assert_same_state(sched: Scheduler, ref: ReferenceScheduler, seqs: dict[int, Sequence], where: str) -> None:
+    bm, rbm = sched.block_manager, ref.bm
+    assert [s.seq_id for s in sched.waiting] == [s.seq_id for s in ref.waiting], where
+    assert [s.seq_id for s in sched.running] == [s.seq_id for s in ref.running], where
+    assert list(bm.free_block_ids) == list(rbm.free), where
+    assert bm.used_block_ids == rbm.used, where
+    assert bm.hash_to_block_id == rbm.cache, where
+    assert [b.ref_count for b in bm.blocks] == rbm.ref_count, where
+    assert [b.hash for b in bm.blocks] == rbm.hash, where
+    for r in list(ref.waiting) + list(ref.running):
+        seq = seqs[r.seq_id]
+        assert seq.block_table == rbm.tables.get(r.seq_id, []), where
+        assert (seq.token_ids, seq.num_cached_tokens) == (r.token_ids, r.num_cached_tokens), where
+
+
+def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler, Counter[str]]:
+    """Run both schedulers to the end; returns ours and counts of what happened on the way."""
+    sched, ref = Scheduler(config), ReferenceScheduler(config)
+    seen: Counter[str] = Counter()
+    runner = FakeModelRunner.for_scheduler(sched, vocab_size=VOCAB, eos_period=workload.eos_period)
+    seqs: dict[int, Sequence] = {}
+    pending = sorted(workload.requests, key=lambda r: r.arrival)
+    step = 0
+    while pending or not sched.is_finished():
+        while pending and (pending[0].arrival <= step or sched.is_finished()):
+            r = pending.pop(0)
+            seq = Sequence(r.prompt, SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos),
+                           block_size=workload.block_size)
+            sched.add(seq)
+            ref.waiting.append(RefSeq(seq.seq_id, list(r.prompt), r.max_tokens, r.ignore_eos))
+            seqs[seq.seq_id] = seq
+        fresh = {seq.seq_id for seq in sched.waiting if not seq.block_table}
+        batch, is_prefill = sched.schedule()
+        seen["steps"] += 1
+        seen["preempted"] += len(sched.preempted_last_step)
+        seen["chunked"] += is_prefill and batch[0].num_cached_tokens + batch[0].num_scheduled_tokens < len(batch[0])
+        seen["hit tokens"] += sum(s.num_cached_tokens for s in batch if is_prefill and s.seq_id in fresh)
+        ref_batch, ref_is_prefill = ref.schedule()
+        where = f"step {step}"
+        assert (is_prefill, [s.seq_id for s in batch]) == (ref_is_prefill, [r.seq_id for r in ref_batch]), where
+        assert [s.num_scheduled_tokens for s in batch] == [r.num_scheduled_tokens for r in ref_batch], where
+        assert_same_state(sched, ref, seqs, where + " after schedule")
+        token_ids = runner.run(batch, is_prefill)
+        sched.postprocess(batch, token_ids, is_prefill)
+        ref.postprocess(ref_batch, token_ids, is_prefill)
+        assert_same_state(sched, ref, seqs, where + " after postprocess")
+        step += 1
+        assert step < 2000, "the scheduler made no progress"
+    return sched, seen
+
+
+@given(st.data())
+def test_scheduler_matches_the_literal_upstream_loop_step_by_step(data):
+    workload = data.draw(workloads(block_sizes=[2, 3, 4, 8]))
+    config = data.draw(configs(workload))
+    sched, seen = run_lockstep(workload, config)
+    assert not sched.block_manager.used_block_ids
+    for what in ("preempted", "chunked", "hit tokens"):
+        event(f"{what}: {seen[what] > 0}")
+
+
+def test_long_seeded_workloads_match_the_literal_upstream_loop():
+    """Longer runs than hypothesis builds: many requests on shared prefixes, a tight pool, a small budget."""
+    total: Counter[str] = Counter()
+    for seed in range(3):
+        rng = random.Random(seed)
+        block_size = [2, 4, 3][seed]
+        prefixes = [[rng.randrange(6) for _ in range(rng.randrange(4, 13))] for _ in range(3)]
+        requests = tuple(
+            Request(
+                prompt=tuple(rng.choice(prefixes) + [rng.randrange(6) for _ in range(rng.randrange(0, 6))]),
+                max_tokens=rng.randint(1, 12),
+                ignore_eos=rng.random() < 0.5,
+                arrival=rng.randrange(40),
+            )
+            for _ in range(30)
+        )
+        workload = Workload(block_size, requests, eos_period=[None, 5, 3][seed])
+        need = max(workload.blocks_needed(r) for r in requests)
+        config = SchedulerConfig(
+            num_kvcache_blocks=need + 4, kvcache_block_size=block_size, max_num_seqs=4,
+            max_num_batched_tokens=12, eos=VOCAB if workload.eos_period else -1,
+        )
+        sched, seen = run_lockstep(workload, config)
+        assert not sched.block_manager.used_block_ids
+        total += seen
+    for what in ("preempted", "chunked", "hit tokens"):
+        assert total[what] > 0, f"the workloads never reached: {what} ({dict(total)})"
