@@ -145,24 +145,28 @@ def bench_decode(dtype=torch.float16, batch=32, context=2048, num_heads=32, num_
     q = torch.randn(batch, num_heads, head_dim, dtype=dtype, device=DEVICE)
     scale = head_dim**-0.5
     group = num_heads // num_kv_heads
-    # SDPA on the same data, already gathered and laid out [batch, heads, context, head_dim].
-    keys = reference.gather_kv(k_cache, block_table, seqlens, context).transpose(1, 2)
-    values = reference.gather_kv(v_cache, block_table, seqlens, context).transpose(1, 2)
-    keys = keys.repeat_interleave(group, dim=1).contiguous()
-    values = values.repeat_interleave(group, dim=1).contiguous()
+    # SDPA on the same data, already gathered and laid out [batch, kv_heads, context, head_dim].
+    keys = reference.gather_kv(k_cache, block_table, seqlens, context).transpose(1, 2).contiguous()
+    values = reference.gather_kv(v_cache, block_table, seqlens, context).transpose(1, 2).contiguous()
     q4 = q.unsqueeze(2)  # [batch, heads, 1, head_dim]
+    # SDPA reads the K/V heads as they are (enable_gqa), and, for comparison, copies repeated to
+    # every query head (what older code does; it reads `group` times more bytes).
+    keys_rep = keys.repeat_interleave(group, dim=1)
+    values_rep = values.repeat_interleave(group, dim=1)
 
-    sdpa_ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q4, keys, values, scale=scale))
+    sdpa_ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q4, keys, values, scale=scale, enable_gqa=True))
+    sdpa_rep_ms = cuda_time_ms(lambda: F.scaled_dot_product_attention(q4, keys_rep, values_rep, scale=scale))
     triton_ms = cuda_time_ms(lambda: attention_module.launch_paged_decode(q, k_cache, v_cache, seqlens,
                                                                           block_table, scale))
     twin_ms = cuda_time_ms(lambda: reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table),
                            repeats=10)
     got = attention_module.launch_paged_decode(q, k_cache, v_cache, seqlens, block_table, scale)
-    want = F.scaled_dot_product_attention(q4, keys, values, scale=scale).squeeze(2)
+    want = F.scaled_dot_product_attention(q4, keys_rep, values_rep, scale=scale).squeeze(2)
     kv_bytes = 2 * batch * context * num_kv_heads * head_dim * q.element_size()
     print(f"== paged decode: batch {batch}, context {context}, heads {num_heads}/{num_kv_heads}, "
           f"head_dim {head_dim}, {dtype}, block {block_size}")
-    print(f"  torch SDPA on gathered K/V  {sdpa_ms:8.3f} ms")
+    print(f"  torch SDPA on gathered K/V  {sdpa_ms:8.3f} ms  (enable_gqa=True)")
+    print(f"  ... K/V repeated per head   {sdpa_rep_ms:8.3f} ms  = {sdpa_rep_ms / sdpa_ms:.2f}x SDPA time")
     print(f"  Triton paged decode         {triton_ms:8.3f} ms  = {triton_ms / sdpa_ms:.2f}x SDPA time,"
           f"  {kv_bytes / triton_ms / 1e6:.0f} GB/s of K/V read")
     print(f"  torch twin (gather + attn)  {twin_ms:8.3f} ms  = {twin_ms / sdpa_ms:.2f}x SDPA time")
