@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
+from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
 
 
 @dataclass(frozen=True)
@@ -196,16 +197,13 @@ def seed_layer_order(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: (parse_layer_name(n)[0], rank.get(parse_layer_name(n)[1], 2)))
 
 
-def seed_two_group_layout(specs: dict[str, KVCacheSpec], seed_order: bool = False) -> list:
+def seed_two_group_layout(specs: dict[str, KVCacheSpec], seed_order: bool = False) -> list[KVCacheGroupSpec]:
     """The seed's hypothetical plan: one MLA group and one unsplit SWA group (states left out).
 
     The real grouping never builds it (the gcd rule always splits the SWA bucket); it is here
     so its stride (2,283,840 B for Pro) can be compared with the real one. `seed_order=True`
     lists each ratio-4 layer's main attention before its indexer, as the seed's offsets assume.
     """
-    from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
-    from refimpl.hybrid.specs import KVCacheGroupSpec
-
     grouped = group_and_unify_kv_cache_specs(specs)
     if grouped is None:
         raise ValueError("these specs do not take the DeepSeek V4 grouping path")

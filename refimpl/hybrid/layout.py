@@ -13,6 +13,7 @@ Four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B of the spec):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import isfinite
@@ -208,23 +209,22 @@ def parse_memory(text: str | int) -> int:
 
 # --- Older vLLM packings, for comparison only (spec section 2.6) ---------------------------
 
+def _page_counts(group: KVCacheGroupSpec) -> Counter:
+    """{page size: number of the group's layers with that page}."""
+    return Counter(group.page_size_of(n) for n in group.layer_names)
+
+
 def bytes_per_block_v0(groups: Sequence[KVCacheGroupSpec]) -> int:
     """V0 (the blog's "three page sizes"): every layer tuple reserves one page of each distinct
     size of the first (MLA) group: tuples x sum(distinct MLA pages). Pro: 31 x 47,808."""
-    mla = groups[0]
-    pages = {mla.page_size_of(n) for n in mla.layer_names}
-    tuples = max(len(g.layer_names) // len({g.page_size_of(n) for n in g.layer_names}) for g in groups)
-    return tuples * sum(pages)
+    tuples = max(max(_page_counts(g).values()) for g in groups)
+    return tuples * sum(_page_counts(groups[0]))
 
 
 def bytes_per_block_slots(groups: Sequence[KVCacheGroupSpec]) -> int:
     """Version A: one slot per (page size, ordinal within its group), shared across groups:
     sum over page sizes of page x (most layers of that size in any one group)."""
-    slots: dict[int, int] = {}
+    slots: Counter = Counter()
     for g in groups:
-        counts: dict[int, int] = {}
-        for n in g.layer_names:
-            counts[g.page_size_of(n)] = counts.get(g.page_size_of(n), 0) + 1
-        for page, count in counts.items():
-            slots[page] = max(slots.get(page, 0), count)
+        slots |= _page_counts(g)  # Counter union keeps the larger count
     return sum(page * count for page, count in slots.items())
