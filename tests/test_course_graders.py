@@ -83,6 +83,7 @@ def test_each_listed_mistake_is_caught_by_its_own_scenario():
         (broken.KeepMatchingAfterMiss, "check_prefix_cache"): "first_miss_stops_matching",
         (broken.PreemptFirstRunning, "check_scheduler"): "preempt_last_running",
         (broken.ChunkAnyWaiting, "check_scheduler"): "chunked_prefill_first_only",
+        (broken.DropInsteadOfSelfPreempt, "check_scheduler"): "preempt_self_when_alone",
     }
     for (cls, grader), check_name in expected_failures.items():
         report = getattr(course, grader)(cls, verbose=False, allow_reference=True)

@@ -187,7 +187,7 @@ def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
     assert "score: 0/8 checks passed (0.0%)" in out
-    assert "== total: 0/42 checks passed over 4 notebooks" in out
+    assert "== total: 0/43 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
@@ -213,7 +213,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     assert refimpl_main(["grade", str(reuse)]) == 1
     out = capsys.readouterr().out
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
-    assert out.rstrip().endswith("score: 0/9 checks passed (0.0%)")
+    assert out.rstrip().endswith("score: 0/10 checks passed (0.0%)")
 
     swap = _with_solution_edit(
         tmp_path,

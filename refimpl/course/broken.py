@@ -167,6 +167,7 @@ class _ConfigurableScheduler(Scheduler):
     preempt_to_back = False
     keep_decode_flag = False
     register_after_commit = False
+    drop_instead_of_self_preempt = False
 
     def schedule(self):
         scheduled = []
@@ -202,7 +203,8 @@ class _ConfigurableScheduler(Scheduler):
                 if self.running:
                     self.preempt(self.running.popleft() if self.preempt_first else self.running.pop())
                 else:
-                    self.preempt(seq)
+                    if not self.drop_instead_of_self_preempt:
+                        self.preempt(seq)
                     break
             else:
                 seq.num_scheduled_tokens = 1
@@ -266,6 +268,12 @@ class KeepDecodeFlagOnPreempt(_ConfigurableScheduler):
     """Forgets to reset is_prefill when preempting, so the recompute is treated as a decode."""
 
     keep_decode_flag = True
+
+
+class DropInsteadOfSelfPreempt(_ConfigurableScheduler):
+    """When no other request is left to preempt, skips the request instead of preempting it (it is lost)."""
+
+    drop_instead_of_self_preempt = True
 
 
 class RegisterAfterCommit(_ConfigurableScheduler):
@@ -364,6 +372,7 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("preempt_to_back", PreemptToBack, SCHEDULER_GRADERS),
     BrokenVariant("keep_decode_flag_on_preempt", KeepDecodeFlagOnPreempt, SCHEDULER_GRADERS),
     BrokenVariant("register_after_commit", RegisterAfterCommit, SCHEDULER_GRADERS),
+    BrokenVariant("drop_instead_of_self_preempt", DropInsteadOfSelfPreempt, SCHEDULER_GRADERS),
 ]
 
 HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [

@@ -115,7 +115,7 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_r
         ("ties_go_to_larger_d", "among equal paddings the larger d wins",
          _gcd_cases([([12], None), ([6, 10, 14], None), ([8, 8, 4], 2), ([5, 7], 3)])),
         ("search_range_inclusive", "d runs from max(1, lower_bound) up to max(values), both included",
-         _gcd_cases([([3], 5), ([2, 2], 9), ([9, 3], 3), ([7], 7), ([1, 1], None), ([10, 4], 0)])),
+         _gcd_cases([([3], 5), ([2, 2], 9), ([9, 3], 3), ([7], 7), ([1, 1], None), ([10, 4], 0), ([6, 4], -2)])),
         ("rejects_bad_input", "no values, or a value <= 0, is a ValueError",
          _gcd_cases([([], None), ([3, 0], None), ([-4], 2)])),
     ]

@@ -371,6 +371,18 @@ def scenario_preempt_last_running(cls: type, ls: Lockstep) -> None:
         raise RuntimeError("scenario preempt_last_running no longer preempts; fix the grader")
 
 
+def scenario_preempt_self(cls: type, ls: Lockstep) -> None:
+    d = _sched(ls, cls, num_kvcache_blocks=5, kvcache_block_size=2)
+    d.add("A", toks(10, 3), max_tokens=4)
+    d.add("B", toks(20, 3), max_tokens=4)
+    d.step()  # prefill A and B: 2 blocks each, 1 block left
+    d.step()  # decode at length 4: both still have room
+    keys, _ = d.step()  # length 5: both need a block; A takes the last one, B is alone and preempts itself
+    if keys != ["A"] or [d.ref.key_of(s) for s in d.ref.sched.waiting] != ["B"]:
+        raise RuntimeError("scenario preempt_self no longer preempts B by itself; fix the grader")
+    d.run()
+
+
 def scenario_max_num_seqs(cls: type, ls: Lockstep) -> None:
     d = _sched(ls, cls, num_kvcache_blocks=16, kvcache_block_size=4, max_num_seqs=2)
     for key, start in (("A", 10), ("B", 20), ("C", 30)):
@@ -439,6 +451,7 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
         ("prefill_then_decode", "waiting requests prefill together, then decode one token each", partial(scenario_prefill_then_decode, cls)),
         ("chunked_prefill_first_only", "only the first waiting request may be cut to the token budget", partial(scenario_chunked_prefill, cls)),
         ("preempt_last_running", "no free block for a decode: preempt the newest running request", partial(scenario_preempt_last_running, cls)),
+        ("preempt_self_when_alone", "no block and no other running request: the request preempts itself", partial(scenario_preempt_self, cls)),
         ("max_num_seqs", "at most max_num_seqs requests per step", partial(scenario_max_num_seqs, cls)),
         ("eos_and_max_tokens", "a request finishes on eos (unless ignore_eos) or at max_tokens", partial(scenario_eos_and_max_tokens, cls)),
         ("prefix_hit_shortens_prefill", "cached blocks are not scheduled again", partial(scenario_prefix_hit_shortens_prefill, cls)),
