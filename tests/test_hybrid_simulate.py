@@ -38,6 +38,15 @@ def test_chunked_prefill_timeline_and_window_nulling():
     assert run.request.num_computed_tokens == 32768
 
 
+def test_long_prompt_then_decode_drops_to_the_windows():
+    peak, run = S.peak_blocks_chunked_prefill(65536, decode_tokens=2)
+    assert [r.phase for r in run.records] == ["prefill"] * 8 + ["decode"] * 2
+    assert peak.step == 7 and peak.total_live == 3606
+    # the first decode token opens MLA block 257; each window keeps what its last 127 (7) tokens need
+    assert run.records[8].live_blocks == (257, 3, 3, 17, 3) and run.records[8].total_live == 283
+    assert run.records[8].null_blocks == (0, 1022, 1022, 8176, 16382)
+
+
 def test_decode_frees_the_last_chunk_windows():
     m = S.pro_kv_cache_manager()
     r = m.make_request("r", S.prompt_tokens(5000))

@@ -175,11 +175,12 @@ def transient_blocks_one_chunk(chunk: int, block_size: int = 256) -> dict[str, i
 
 
 def peak_blocks_chunked_prefill(
-    prompt_len: int, chunk_size: int = 8192, available_memory: int = 10 * GIB
+    prompt_len: int, chunk_size: int = 8192, available_memory: int = 10 * GIB, decode_tokens: int = 0
 ) -> tuple[StepRecord, RequestRun]:
-    """Run one prompt of `prompt_len` tokens through the Pro layout; return its peak step."""
-    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + 1, 1 << 20))
-    run = run_request(manager, manager.make_request("peak", prompt_tokens(prompt_len)), chunk_size)
+    """Run one prompt of `prompt_len` tokens (then `decode_tokens` decode steps) through the Pro
+    layout; return its peak step and the whole run."""
+    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + decode_tokens + 1, 1 << 20))
+    run = run_request(manager, manager.make_request("peak", prompt_tokens(prompt_len)), chunk_size, decode_tokens)
     return run.peak, run
 
 
