@@ -83,3 +83,54 @@ def test_kernels_compile_for_sm80_within_shared_memory():
     shared = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(shared) == {"store bf16", "decode bf16 d128", "prefill bf16 d128", "prefill fp32 d256"}
     assert all(0 <= size <= SHARED_MEMORY_LIMIT for size in shared.values()), shared
+
+
+OFFSET_TYPES = r'''
+import json, sys
+import refimpl.kernels
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+store = sys.modules["refimpl.kernels.store_kvcache"]
+attention = sys.modules["refimpl.kernels.paged_attention"]
+DATA = ("key_ptr", "value_ptr", "q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr")
+kernels = {
+    "store": (store._store_kvcache_kernel, {"BLOCK_H": 8, "BLOCK_D": 128}),
+    "decode": (attention._paged_decode_kernel, {"BLOCK_N": 64, "BLOCK_D": 128}),
+    "prefill": (attention._paged_prefill_kernel, {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_D": 128, "DOT_IN_FP32": False}),
+}
+report = {}
+for name, (kernel, constexprs) in kernels.items():
+    # Every index tensor and every stride is int32: any widening to int64 is the kernel's own doing.
+    signature = {arg: ("*bf16" if arg in DATA else "*i32") if arg.endswith("_ptr") else
+                 "constexpr" if arg in constexprs else "fp32" if arg == "scale_log2" else "i32"
+                 for arg in kernel.arg_names}
+    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", 80, 32))
+    report[name] = [line.split(" loc(")[0].strip() for line in compiled.asm["ttir"].splitlines() if "tt.addptr" in line]
+print(json.dumps(report))
+'''
+
+
+def test_cache_addresses_are_computed_in_int64():
+    """``block_id * block_stride`` (and the token offset in store) must not overflow int32.
+
+    A cache of more than 2**31 elements is common on a GPU and impossible in a CPU test, so
+    this reads the compiled Triton IR instead: with int32 slot mappings, block tables and
+    strides, the pointer offsets into the caches (and into key/value per token) are int64.
+    """
+    import re
+
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
+    done = subprocess.run([sys.executable, "-c", OFFSET_TYPES], env=env, capture_output=True, text=True, timeout=300)
+    if "ptxas" in done.stderr and "not found" in done.stderr:  # pragma: no cover
+        pytest.skip("this Triton install has no ptxas to compile for NVIDIA GPUs")
+    assert done.returncode == 0, done.stderr[-3000:]
+    addptr = json.loads(done.stdout.strip().splitlines()[-1])
+    for base in ("k_cache_ptr", "v_cache_ptr", "key_ptr", "value_ptr"):
+        assert any(re.search(rf"tt\.addptr %{base}, %\S+ : !tt\.ptr<bf16>, i64$", line) for line in addptr["store"]), base
+    for kernel in ("decode", "prefill"):
+        for offset in ("k_off", "v_off"):
+            assert any(re.search(rf"%{offset}\S* : tensor<\d+x1x!tt\.ptr<bf16>>, tensor<\d+x1xi64>$", line)
+                       for line in addptr[kernel]), (kernel, offset, addptr[kernel])
