@@ -168,6 +168,7 @@ class _ConfigurableScheduler(Scheduler):
     keep_decode_flag = False
     register_after_commit = False
     drop_instead_of_self_preempt = False
+    budget_counts_cached = False
 
     def schedule(self):
         scheduled = []
@@ -181,7 +182,7 @@ class _ConfigurableScheduler(Scheduler):
                 num_cached_blocks = self.block_manager.can_allocate(seq)
                 if num_cached_blocks == -1:
                     break
-                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
+                num_tokens = seq.num_tokens - (0 if self.budget_counts_cached else num_cached_blocks * self.block_size)
                 if remaining < num_tokens and scheduled and not self.chunk_any:
                     break
                 self.block_manager.allocate(seq, num_cached_blocks)
@@ -274,6 +275,12 @@ class DropInsteadOfSelfPreempt(_ConfigurableScheduler):
     """When no other request is left to preempt, skips the request instead of preempting it (it is lost)."""
 
     drop_instead_of_self_preempt = True
+
+
+class BudgetCountsCachedTokens(_ConfigurableScheduler):
+    """Checks a new request's whole prompt against the token budget, cached blocks included."""
+
+    budget_counts_cached = True
 
 
 class RegisterAfterCommit(_ConfigurableScheduler):
@@ -373,6 +380,7 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("keep_decode_flag_on_preempt", KeepDecodeFlagOnPreempt, SCHEDULER_GRADERS),
     BrokenVariant("register_after_commit", RegisterAfterCommit, SCHEDULER_GRADERS),
     BrokenVariant("drop_instead_of_self_preempt", DropInsteadOfSelfPreempt, SCHEDULER_GRADERS),
+    BrokenVariant("budget_counts_cached_tokens", BudgetCountsCachedTokens, SCHEDULER_GRADERS),
 ]
 
 HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [

@@ -401,10 +401,14 @@ def scenario_eos_and_max_tokens(cls: type, ls: Lockstep) -> None:
 
 
 def scenario_prefix_hit_shortens_prefill(cls: type, ls: Lockstep) -> None:
-    d = _sched(ls, cls, num_kvcache_blocks=16, kvcache_block_size=4)
+    d = _sched(ls, cls, num_kvcache_blocks=16, kvcache_block_size=4, max_num_batched_tokens=10)
     d.add("A", toks(10, 9), max_tokens=3)
-    d.step()
+    d.step()  # A's prefill registers its two full blocks
+    d.add("C", toks(50, 4), max_tokens=2)
     d.add("B", toks(10, 8) + [99, 98], max_tokens=2)  # 2 cached blocks: only 2 tokens to prefill
+    keys, _ = d.step()  # C takes 4 of the 10-token budget; B's 2 uncached tokens fit beside it
+    if keys != ["C", "B"]:
+        raise RuntimeError("scenario prefix_hit_shortens_prefill no longer batches B with C; fix the grader")
     d.run()
 
 
@@ -454,7 +458,7 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
         ("preempt_self_when_alone", "no block and no other running request: the request preempts itself", partial(scenario_preempt_self, cls)),
         ("max_num_seqs", "at most max_num_seqs requests per step", partial(scenario_max_num_seqs, cls)),
         ("eos_and_max_tokens", "a request finishes on eos (unless ignore_eos) or at max_tokens", partial(scenario_eos_and_max_tokens, cls)),
-        ("prefix_hit_shortens_prefill", "cached blocks are not scheduled again", partial(scenario_prefix_hit_shortens_prefill, cls)),
+        ("prefix_hit_shortens_prefill", "cached blocks are neither scheduled again nor counted in the token budget", partial(scenario_prefix_hit_shortens_prefill, cls)),
     ]
     for seed in range(3):
         checks.append((f"random_workload_{seed}", f"seeded random arrivals on a tight pool (seed {seed})", partial(random_scheduler_workload, cls, seed)))
