@@ -169,3 +169,54 @@ def test_importing_refimpl_without_triton_works_and_kernels_say_what_is_missing(
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["has_triton"] is False and report["backends"] == ["torch"] and report["twin_wrote"]
     assert "Triton is not installed" in report["error"] and "Triton is not installed" in report["choice_error"]
+
+
+def _fake_flash_attn_module(calls: list):
+    """A stand-in for the CUDA-only ``flash_attn`` package with its real signatures, computing with
+    the torch twins, so the wrapper's plumbing (shapes, index dtypes, keywords) runs on a CPU."""
+    import types
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+        assert q.dim() == 4 and q.shape[1] == 1, "q is [batch, seqlen_q, heads, head_dim]"
+        assert k is None and v is None, "the new K/V is already stored; nothing to append"
+        assert cache_seqlens.dtype == block_table.dtype == torch.int32 and causal
+        calls.append("decode")
+        return reference.paged_decode_attention(q[:, 0], k_cache, v_cache, cache_seqlens, block_table,
+                                                softmax_scale).unsqueeze(1)
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                               alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None):
+        assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == block_table.dtype == torch.int32 and causal
+        assert dropout_p == 0.0
+        calls.append("prefill")
+        return reference.paged_prefill_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                 block_table, softmax_scale)
+
+    return types.SimpleNamespace(flash_attn_with_kvcache=flash_attn_with_kvcache,
+                                 flash_attn_varlen_func=flash_attn_varlen_func)
+
+
+def test_flash_attn_wrapper_passes_paged_arguments_the_way_flash_attn_takes_them(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setitem(sys.modules, "flash_attn", _fake_flash_attn_module(calls))
+    ops = backend._flash_attn_ops()
+    gen = torch.Generator().manual_seed(3)
+    k_cache, v_cache = torch.randn(2, 4, 256, 2, 8, generator=gen)  # 4 blocks of 256 tokens
+    block_table = torch.tensor([[2, 0], [1, -1]], dtype=torch.int64)  # int64: the wrapper converts
+    seqlens = torch.tensor([300, 5], dtype=torch.int64)
+    q = torch.randn(2, 4, 8, generator=gen)
+    got = ops.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, softmax_scale=0.3)
+    torch.testing.assert_close(got, reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, 0.3))
+    cu_q, cu_k = torch.tensor([0, 3, 5]), torch.tensor([0, 300, 305])
+    qp = torch.randn(5, 4, 8, generator=gen)
+    got = ops.paged_prefill_attention(qp, k_cache, v_cache, cu_q, cu_k, 3, 300, block_table)
+    want = reference.paged_prefill_attention(qp, k_cache, v_cache, cu_q, cu_k, 3, 300, block_table)
+    torch.testing.assert_close(got, want)
+    assert calls == ["decode", "prefill"]
+    small = torch.zeros(4, 16, 2, 8)  # pages of 16: flash-attn would refuse them, so the wrapper does first
+    with pytest.raises(ValueError, match="multiple of 256"):
+        ops.paged_decode_attention(q, small, small, torch.tensor([3, 3]), block_table)
