@@ -42,6 +42,14 @@ def test_plan_options(capsys, argv, key, value):
     assert json.loads(capsys.readouterr().out)[key] == value
 
 
+def test_plan_seed_layout_says_what_it_leaves_out(capsys):
+    assert main(["plan", "--layout", "mla+swa"]) == 0
+    out = capsys.readouterr().out
+    assert "plans 152 of them; 91 caches (the compressor states) are left out" in out
+    assert "2,283,840 B (the widest group)" in out and "4,701 blocks" in out
+    assert main(["plan"]) == 0 and "left out" not in capsys.readouterr().out
+
+
 def test_plan_mtp_marks_the_eagle_group(capsys):
     assert main(["plan", "--mtp", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -68,3 +76,10 @@ def test_module_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "refimpl", "plan", "--json", "--offsets", "0"],
                             capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(result.stdout)["num_blocks"] == 7477
+
+
+def test_plan_piped_into_a_reader_that_stops_early():
+    # `true` exits at once, long before the plan is ready, so every write hits a closed pipe
+    cmd = f"{sys.executable} -m refimpl plan --json --offsets -1 | true"
+    result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr

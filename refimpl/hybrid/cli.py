@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from refimpl.hybrid import deepseek_v4
@@ -85,6 +86,12 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
         f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, layout {plan['layout']}",
         f"{plan['num_cache_layers']} cache layers; layer tuples per bucket {plan['layer_tuples_per_bucket']}, "
         f"approximate gcd d = {plan['approximate_gcd']}",
+    ]
+    planned = sum(g["num_layers"] for g in plan["groups"])
+    if planned != plan["num_cache_layers"]:
+        lines.append(f"this layout plans {planned} of them; {plan['num_cache_layers'] - planned} caches "
+                     f"(the compressor states) are left out, as in the seed's example")
+    lines += [
         "",
         f"{'group':>5}  {'kind':<17}{'block':>6}{'layers':>8}{'width B':>12}{'unused B':>11}{'padding B':>11}",
     ]
@@ -113,5 +120,9 @@ def run_plan(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(plan, indent=2) if args.json else format_plan(plan, args.offsets))
+    try:
+        print(json.dumps(plan, indent=2) if args.json else format_plan(plan, args.offsets), flush=True)
+    except BrokenPipeError:  # the reader stopped early (`| head`): quietly drop the rest
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
