@@ -68,6 +68,12 @@ def test_non_positive_or_non_integer_pool_size(num_blocks):
         BlockManager(num_blocks, 4)
 
 
+@pytest.mark.parametrize("flag", [None, 1, "no"])
+def test_prefix_caching_flag_must_be_a_bool(flag):
+    with pytest.raises(ValueError, match="enable_prefix_caching must be True or False"):
+        BlockManager(4, 4, enable_prefix_caching=flag)
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"max_tokens": 0}, "max_tokens must be an integer >= 1"),
     ({"max_tokens": -1}, "max_tokens must be an integer >= 1"),
