@@ -247,6 +247,25 @@ def test_student_state_fields_are_read_through_the_public_names():
     assert "AttributeError" in info.value.divergence.found
 
 
+def test_state_that_cannot_be_compared_is_a_clear_failure():
+    class Ambiguous:  # like a numpy array: `==` gives something with no single truth value
+        def __eq__(self, other):
+            return self
+
+        def __bool__(self):
+            raise ValueError("the truth value of an array is ambiguous")
+
+    class ArrayRefCount(BlockManager):
+        def __init__(self, num_blocks, block_size):
+            super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+            self.blocks[0].ref_count = Ambiguous()
+
+    report = course.check_block_manager(ArrayRefCount, verbose=False, allow_reference=True)
+    d = report.results[0].divergence
+    assert d.step == 1 and d.where == "state (comparing your object's fields)"
+    assert d.found == "ValueError: the truth value of an array is ambiguous"
+
+
 def test_gcd_grader_expects_value_error_for_bad_input():
     def lenient(values, lower_bound=None):  # right on good input, returns 1 instead of raising
         values = list(values)

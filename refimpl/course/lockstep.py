@@ -187,7 +187,10 @@ class Lockstep(Generic[World]):
             found = self.state(self.student)
         except Exception as exc:
             self._diverge(label, "state (reading your object's fields)", "readable fields", describe_exception(exc))
-        difference = first_difference(expected, found)
+        try:
+            difference = first_difference(expected, found)
+        except Exception as exc:  # e.g. a numpy array where a list is expected: its == has no single truth value
+            self._diverge(label, "state (comparing your object's fields)", "plain Python values", describe_exception(exc))
         if difference is not None:
             self._diverge(label, *difference)
 
