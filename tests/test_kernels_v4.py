@@ -150,6 +150,17 @@ def test_topk_kernel_matches_twin(seed):
     assert all(row.tolist() == [-1] * k for row, v in zip(a[0], valid) if not v)
 
 
+@pytest.mark.parametrize("impl", [ref, pytest.param(tri, marks=needs_triton)], ids=["twin", "triton"])
+def test_padding_rows_with_stale_request_ids_read_nothing(impl):
+    # CUDA-graph padding rows may keep a request id from an earlier step, here one out of range
+    t2r = i32([0, 0, 0, 1, 7])
+    idx, lens = impl.compute_swa_indices_and_lens(QSL, SEQ, t2r, VALID, BT, 4, 6)
+    assert idx[4].tolist() == [-1] * 6 and lens.tolist() == [6, 6, 6, 6, 0]
+    topk = i32([[0, 1], [0, 1], [0, 1], [0, 1], [0, 1]])
+    idx, lens = impl.compute_global_topk_indices_and_lens(topk, t2r, BT, 4, VALID)
+    assert idx[4].tolist() == [-1, -1] and lens.tolist() == [2, 2, 2, 2, 0]
+
+
 @needs_triton
 def test_kernels_check_inputs_like_twins():
     with pytest.raises(ValueError, match="block_size"):

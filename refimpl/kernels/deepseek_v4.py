@@ -52,7 +52,7 @@ if HAS_TRITON:
         k = tl.arange(0, TRITON_BLOCK_SIZE)
         in_row = k < window_size
         valid = tl.load(is_valid_token_ptr + t) != 0
-        req = tl.load(token_to_req_indices_ptr + t).to(tl.int64)
+        req = tl.where(valid, tl.load(token_to_req_indices_ptr + t).to(tl.int64), 0)  # padding: stale request ids
         q_start = tl.load(query_start_loc_ptr + req).to(tl.int64)
         q_end = tl.load(query_start_loc_ptr + req + 1).to(tl.int64)
         seq_len = tl.load(seq_lens_ptr + req).to(tl.int64)
@@ -77,7 +77,7 @@ if HAS_TRITON:
         k = tl.arange(0, TRITON_BLOCK_SIZE)
         in_row = k < topk
         valid = tl.load(is_valid_token_ptr + row).to(tl.int32)
-        req = tl.load(token_to_req_indices_ptr + row).to(tl.int64)
+        req = tl.where(valid != 0, tl.load(token_to_req_indices_ptr + row).to(tl.int64), 0)  # padding: stale request ids
         x = tl.load(topk_indices_ptr + row * topk_indices_stride + k, mask=in_row, other=-1).to(tl.int64)
         ok = in_row & (x >= 0) & ((k * 0 + valid) != 0)  # broadcast the token's flag over the row
         block = tl.load(block_table_ptr + req * block_table_stride + x // block_size, mask=ok, other=0).to(tl.int64)

@@ -105,10 +105,11 @@ def compute_swa_indices_and_lens(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
     tokens = torch.arange(num_rows, device=block_table.device) + token_offset
-    reqs = token_to_req_indices.long()[tokens]
+    valid = is_valid_token.bool()[tokens]
+    reqs = torch.where(valid, token_to_req_indices.long()[tokens], 0)  # padding rows may hold stale requests
     pos = _token_rows(query_start_loc, seq_lens, tokens, reqs)
     start = (pos - window_size + 1).clamp(min=0)
-    lens = torch.where(is_valid_token.bool()[tokens], pos + 1 - start, torch.zeros_like(pos))
+    lens = torch.where(valid, pos + 1 - start, torch.zeros_like(pos))
     k = torch.arange(window_size, device=block_table.device)
     p = start[:, None] + k[None, :]
     inside = k[None, :] < lens[:, None]
@@ -136,8 +137,9 @@ def compute_global_topk_indices_and_lens(
     check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token)
     n = topk_indices.shape[0]
     x = topk_indices.long()
-    reqs = token_to_req_indices.long()[:n]
-    ok = (x >= 0) & is_valid_token.bool()[:n, None]
+    valid = is_valid_token.bool()[:n]
+    reqs = torch.where(valid, token_to_req_indices.long()[:n], 0)  # padding rows may hold stale requests
+    ok = (x >= 0) & valid[:, None]
     col = torch.where(ok, x // block_size, torch.zeros_like(x))
     blocks = block_table.long()[reqs[:, None], col]
     slots = torch.where(ok, blocks * block_size + x % block_size, torch.full_like(x, -1))
