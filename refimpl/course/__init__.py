@@ -4,6 +4,9 @@ Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the 
 Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function.
 Each prints a PASS/FAIL table naming the first step where the student's state differs from the
 reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`).
+A student's code that runs the reference's own version of what it should write fails (subclass,
+`super()`, a wrapped reference object); `allow_reference=True` switches that off for grading the
+reference itself and the deliberately broken variants in `refimpl.course.broken`.
 """
 
 from refimpl.course.hybrid_checks import check_approximate_gcd, check_packed_layout
