@@ -101,3 +101,18 @@ def test_mini_v4_life_pictures_and_text_twins():
     assert V.blocks_over_time_text(run).splitlines()[1].split() == ["0", "prefill", "16", "1", "4", "4", "8", "16", "33", "86"]
     for fig in (V.draw_tables(m, "a", labels), V.draw_pool(m, labels, ["a"]), V.draw_blocks_over_time(run)):
         assert isinstance(fig, Figure) and fig.axes
+
+
+def test_second_request_runs_from_its_prefix_hit():
+    m = S.pro_kv_cache_manager()
+    a = m.make_request("A", S.prompt_tokens(3000, seed=1))
+    S.run_request(m, a, chunk_size=8192)
+    b = m.make_request("B", S.prompt_tokens(3000, seed=2, shared_prefix=a.prompt_token_ids[:1000]))
+    run = S.run_request(m, b, chunk_size=2048, free_at_end=False)
+    assert run.hit_tokens == 768
+    assert [r.num_computed_tokens for r in run.records] == [2816, 3000]  # 768 + 2048, then the rest
+    mla = m.get_block_ids("B")[0]
+    assert mla[:3] == [1, 2, 3] and len(mla) == 12  # A's first three MLA blocks, reused
+    # the hit put null blocks in front of what each window needs before token 768
+    assert run.records[0].null_blocks[1:] == (10, 10, 80, 190)
+    check_pool_invariants(m.block_pool, m.get_blocks("B").blocks)

@@ -128,13 +128,13 @@ def run_request(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     labels = group_labels([m.kv_cache_spec for m in manager.coordinator.single_type_managers])
     run = RequestRun(request, labels)
-    hits, num_hit = (manager.get_computed_blocks(request) if use_prefix_cache else (None, 0))
+    hits, num_hit = manager.get_computed_blocks(request) if use_prefix_cache else (None, 0)
     run.hit_tokens = num_hit
+    done = request.num_computed_tokens + num_hit  # the hit never covers the last prompt token
     step = 0
-    first = True
-    while request.num_computed_tokens + (num_hit if first else 0) < request.num_prompt_tokens:
-        done = request.num_computed_tokens + (num_hit if first else 0)
+    while done < request.num_prompt_tokens:
         n = min(chunk_size, request.num_prompt_tokens - done)
+        first = step == 0  # the hit is handed over with the first allocation only
         out = manager.allocate_slots(
             request,
             n,
@@ -144,9 +144,9 @@ def run_request(
         if out is None:
             run.admitted = not first
             return run
-        request.num_computed_tokens = done + n
+        done += n
+        request.num_computed_tokens = done
         request.status = RequestStatus.RUNNING
-        first = False
         run.records.append(_snapshot(manager, request, step, "prefill"))
         step += 1
     for i in range(decode_tokens):
