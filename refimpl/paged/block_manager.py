@@ -11,7 +11,7 @@ from refimpl.errors import InvariantError
 from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
 from refimpl.paged.hashing import compute_hash
-from refimpl.paged.sequence import Sequence, check_block_size
+from refimpl.paged.sequence import Sequence, check_block_size, check_positive_int
 
 
 class BlockManager:
@@ -23,8 +23,7 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks (the pool size) must be a positive integer, got {num_blocks!r}")
+        check_positive_int("num_blocks (the pool size)", num_blocks)
         self.block_size = check_block_size(block_size)
         if not isinstance(enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")

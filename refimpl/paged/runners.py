@@ -23,13 +23,7 @@ import xxhash
 from refimpl.errors import InvariantError
 from refimpl.paged.invariants import check_invariants
 from refimpl.paged.scheduler import Scheduler
-from refimpl.paged.sequence import Sequence
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+from refimpl.paged.sequence import Sequence, check_positive_int
 
 
 class FakeModelRunner:
@@ -54,8 +48,8 @@ class FakeModelRunner:
         eos_after: int | None = None,
         eos_period: int | None = None,
     ) -> None:
-        self.num_blocks = _positive_int("num_blocks", num_blocks)
-        self.block_size = _positive_int("block_size", block_size)
+        self.num_blocks = check_positive_int("num_blocks", num_blocks)
+        self.block_size = check_positive_int("block_size", block_size)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
         if (eos_after is not None or eos_period is not None) and eos < 0:
@@ -63,7 +57,7 @@ class FakeModelRunner:
         if eos_after is not None and (isinstance(eos_after, bool) or not isinstance(eos_after, int) or eos_after < 0):
             raise ValueError(f"eos_after must be an integer >= 0 (a completion-token index), got {eos_after!r}")
         if eos_period is not None:
-            _positive_int("eos_period", eos_period)
+            check_positive_int("eos_period", eos_period)
         self.vocab_size = vocab_size
         self.eos = eos
         self.eos_after = eos_after
@@ -260,7 +254,7 @@ class SchedulerDriver:
 
         Raises `MaxStepsExceeded` after `max_steps` steps instead of looping forever.
         """
-        _positive_int("max_steps", max_steps)
+        check_positive_int("max_steps", max_steps)
         first = len(self.steps)
         while not self.scheduler.is_finished():
             if len(self.steps) - first >= max_steps:

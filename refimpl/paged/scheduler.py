@@ -13,12 +13,7 @@ from dataclasses import dataclass
 
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
-
-
-def _positive_int(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -33,10 +28,10 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
-        _positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
+        check_positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
         check_block_size(self.kvcache_block_size)
-        _positive_int("max_num_seqs", self.max_num_seqs)
-        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_positive_int("max_num_seqs", self.max_num_seqs)
+        check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
         if isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < -1:
             raise ValueError(f"eos must be a token id >= 0, or -1 for no end-of-sequence token, got {self.eos!r}")
         if not isinstance(self.enable_prefix_caching, bool):

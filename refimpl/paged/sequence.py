@@ -32,11 +32,16 @@ class SequenceStatus(Enum):
     FINISHED = auto()
 
 
+def check_positive_int(name: str, value: object) -> int:
+    """Return `value` if it is a positive integer (True and 2.0 are not), else raise a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def check_block_size(block_size: int) -> int:
     """Return `block_size` if it is a positive integer, else raise a clear ValueError."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    return block_size
+    return check_positive_int("block_size", block_size)
 
 
 class Sequence:
