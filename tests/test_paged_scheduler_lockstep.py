@@ -4,8 +4,8 @@
 `len % block_size == 1` boundary test, a deque free queue through `ReferenceBlockManager`) and
 never looks at a `Scheduler`. Both get the same requests at the same steps and the same sampled
 tokens; after every schedule() and every postprocess() the batch, each sequence's chunk size, the
-queue orders, the block tables, the free-queue order, the prefix-cache map and every block's
-ref count and hash must be equal. A different order anywhere (which sequence is preempted, which
+queue orders, every sequence's tokens, cached count, status, is_prefill and block table, the
+free-queue order, the prefix-cache map and every block's ref count and hash must be equal. A different order anywhere (which sequence is preempted, which
 block comes from the head, which cache entry survives) fails at the step that made it.
 
 Block size 1 is left out: upstream's `len % 1 == 1` is never true, so upstream cannot run it.
@@ -42,6 +42,8 @@ class RefSeq:
     num_prompt_tokens: int = field(init=False)
     num_cached_tokens: int = 0
     num_scheduled_tokens: int = 0
+    status: str = "WAITING"
+    is_prefill: bool = True
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
@@ -83,6 +85,7 @@ class ReferenceScheduler:
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
             if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq.token_ids):
+                seq.status = "RUNNING"
                 self.waiting.popleft()
                 self.running.append(seq)
             scheduled.append(seq)
@@ -98,6 +101,7 @@ class ReferenceScheduler:
                     break
             else:
                 seq.num_scheduled_tokens = 1
+                seq.is_prefill = False
                 self.bm.may_append(seq.seq_id, len(seq.token_ids))
                 scheduled.append(seq)
         assert scheduled
@@ -105,6 +109,8 @@ class ReferenceScheduler:
         return scheduled, False
 
     def preempt(self, seq: RefSeq) -> None:
+        seq.status = "WAITING"
+        seq.is_prefill = True
         self.bm.deallocate(seq.seq_id)
         seq.num_cached_tokens = 0
         self.waiting.appendleft(seq)
@@ -119,12 +125,15 @@ class ReferenceScheduler:
             seq.token_ids.append(token_id)
             completion = len(seq.token_ids) - seq.num_prompt_tokens
             if (not seq.ignore_eos and token_id == self.config.eos) or completion == seq.max_tokens:
+                seq.status = "FINISHED"
                 self.bm.deallocate(seq.seq_id)
                 seq.num_cached_tokens = 0
                 self.running.remove(seq)
 
 
-def assert_same_state(sched: Scheduler, ref: ReferenceScheduler, seqs: dict[int, Sequence], where: str) -> None:
+def assert_same_state(
+    sched: Scheduler, ref: ReferenceScheduler, seqs: dict[int, Sequence], ref_seqs: dict[int, RefSeq], where: str
+) -> None:
     bm, rbm = sched.block_manager, ref.bm
     assert [s.seq_id for s in sched.waiting] == [s.seq_id for s in ref.waiting], where
     assert [s.seq_id for s in sched.running] == [s.seq_id for s in ref.running], where
@@ -133,10 +142,11 @@ def assert_same_state(sched: Scheduler, ref: ReferenceScheduler, seqs: dict[int,
     assert bm.hash_to_block_id == rbm.cache, where
     assert [b.ref_count for b in bm.blocks] == rbm.ref_count, where
     assert [b.hash for b in bm.blocks] == rbm.hash, where
-    for r in list(ref.waiting) + list(ref.running):
-        seq = seqs[r.seq_id]
-        assert seq.block_table == rbm.tables.get(r.seq_id, []), where
+    for seq_id, r in ref_seqs.items():
+        seq = seqs[seq_id]
+        assert seq.block_table == rbm.tables.get(seq_id, []), where
         assert (seq.token_ids, seq.num_cached_tokens) == (r.token_ids, r.num_cached_tokens), where
+        assert (seq.status.name, seq.is_prefill) == (r.status, r.is_prefill), where
 
 
 def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler, Counter[str]]:
@@ -145,6 +155,7 @@ def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler
     seen: Counter[str] = Counter()
     runner = FakeModelRunner.for_scheduler(sched, vocab_size=VOCAB, eos_period=workload.eos_period)
     seqs: dict[int, Sequence] = {}
+    ref_seqs: dict[int, RefSeq] = {}
     pending = sorted(workload.requests, key=lambda r: r.arrival)
     step = 0
     while pending or not sched.is_finished():
@@ -153,7 +164,8 @@ def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler
             seq = Sequence(r.prompt, SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos),
                            block_size=workload.block_size)
             sched.add(seq)
-            ref.waiting.append(RefSeq(seq.seq_id, list(r.prompt), r.max_tokens, r.ignore_eos))
+            ref_seqs[seq.seq_id] = RefSeq(seq.seq_id, list(r.prompt), r.max_tokens, r.ignore_eos)
+            ref.waiting.append(ref_seqs[seq.seq_id])
             seqs[seq.seq_id] = seq
         fresh = {seq.seq_id for seq in sched.waiting if not seq.block_table}
         batch, is_prefill = sched.schedule()
@@ -165,11 +177,11 @@ def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler
         where = f"step {step}"
         assert (is_prefill, [s.seq_id for s in batch]) == (ref_is_prefill, [r.seq_id for r in ref_batch]), where
         assert [s.num_scheduled_tokens for s in batch] == [r.num_scheduled_tokens for r in ref_batch], where
-        assert_same_state(sched, ref, seqs, where + " after schedule")
+        assert_same_state(sched, ref, seqs, ref_seqs, where + " after schedule")
         token_ids = runner.run(batch, is_prefill)
         sched.postprocess(batch, token_ids, is_prefill)
         ref.postprocess(ref_batch, token_ids, is_prefill)
-        assert_same_state(sched, ref, seqs, where + " after postprocess")
+        assert_same_state(sched, ref, seqs, ref_seqs, where + " after postprocess")
         step += 1
         assert step < 2000, "the scheduler made no progress"
     return sched, seen
