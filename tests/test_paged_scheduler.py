@@ -453,6 +453,17 @@ def test_postprocess_rejects_wrong_token_count_before_changing_anything():
     assert (a.num_cached_tokens, a.num_scheduled_tokens, len(a)) == (0, 3, 3)
 
 
+def test_preempt_without_blocks_is_an_error_before_any_change():
+    s = sched()
+    a = seq(range(5), max_tokens=3)
+    run_to_completion(s, [a])  # finished: decoded (is_prefill False), blocks freed
+    before = (a.status, a.is_prefill, list(s.waiting), s.num_preemptions)
+    assert before == (SequenceStatus.FINISHED, False, [], 0)
+    with pytest.raises(ValueError, match="holds no blocks"):
+        s.preempt(a)
+    assert (a.status, a.is_prefill, list(s.waiting), s.num_preemptions) == before
+
+
 def test_schedule_with_nothing_queued_is_an_error():
     with pytest.raises(ValueError, match="nothing to schedule"):
         sched().schedule()

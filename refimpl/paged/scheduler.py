@@ -142,7 +142,12 @@ class Scheduler:
         return scheduled, False
 
     def preempt(self, seq: Sequence) -> None:
-        """Free the sequence's blocks and put it first in line to be prefilled again."""
+        """Free the sequence's blocks and put it first in line to be prefilled again.
+
+        `schedule` calls it on a running sequence it has already taken out of `running`.
+        """
+        if not seq.block_table:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks, so there is nothing to preempt")
         seq.status = SequenceStatus.WAITING
         seq.is_prefill = True
         seq.num_scheduled_tokens = 0
