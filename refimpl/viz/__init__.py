@@ -3,6 +3,7 @@
 returns a deterministic string describing the same state.
 
 Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
+`engine` (one engine step's slots and block tables), `kernels` (pages, prefill mask, reuse),
 `hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time).
 """
 
