@@ -15,13 +15,7 @@ from refimpl.hybrid.block_pool import (
     make_block_hash_with_group_id,
 )
 
-
-def ids(blocks):
-    return [b.block_id for b in blocks]
-
-
-def free_ids(pool):
-    return ids(pool.free_block_queue.get_all_free_blocks())
+from hybrid_helpers import free_ids, ids
 
 
 H = [bytes([i]) * 8 for i in range(10)]  # stand-in block hashes

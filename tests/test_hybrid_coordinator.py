@@ -6,19 +6,9 @@ from refimpl.hybrid.block_pool import check_pool_invariants
 from refimpl.hybrid.coordinator import KVCacheCoordinator
 from refimpl.hybrid.kv_cache_manager import Request
 from refimpl.hybrid.managers import BlockHashListWithBlockSize, FullAttentionManager, SlidingWindowManager
-from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+from refimpl.hybrid.specs import KVCacheGroupSpec
 
-
-def full(bs=4):
-    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
-
-
-def swa(bs=4, window=8):
-    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
-
-
-def ids(blocks):
-    return [b.block_id for b in blocks]
+from hybrid_helpers import full, ids, swa
 
 
 def plant(coord, request, group_id, indices):

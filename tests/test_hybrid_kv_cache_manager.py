@@ -7,15 +7,8 @@ from hypothesis import strategies as st
 
 from refimpl.hybrid.block_pool import check_pool_invariants
 from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus, hash_block_tokens
-from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
 
-
-def full(bs=4):
-    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
-
-
-def swa(bs=4, window=8):
-    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
+from hybrid_helpers import full, swa
 
 
 def free_ids(m):

@@ -12,23 +12,9 @@ from refimpl.hybrid.managers import (
     make_manager,
     unwrap_spec,
 )
-from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+from refimpl.hybrid.specs import UniformTypeKVCacheSpecs
 
-
-def full(bs=4):
-    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
-
-
-def swa(bs=4, window=8):
-    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
-
-
-def ids(blocks):
-    return [b.block_id for b in blocks]
-
-
-def free_ids(pool):
-    return ids(pool.free_block_queue.get_all_free_blocks())
+from hybrid_helpers import free_ids, full, ids, swa
 
 
 def req(rid, tokens, h=4):

@@ -1,0 +1,22 @@
+"""Small specs and block-id helpers shared by the hybrid allocator tests."""
+
+from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
+
+
+def full(bs=4):
+    """A tiny full-attention spec with `bs` tokens per block."""
+    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
+
+
+def swa(bs=4, window=8):
+    """A tiny sliding-window spec with `bs` tokens per block and a `window`-token window."""
+    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def free_ids(pool):
+    """The pool's free queue, head first, as block ids."""
+    return ids(pool.free_block_queue.get_all_free_blocks())
