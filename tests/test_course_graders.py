@@ -13,7 +13,7 @@ from refimpl.course import broken
 from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
 from refimpl.course.lockstep import Lockstep, first_difference, run_check
 from refimpl.course.paged_checks import random_manager_workload, scenario_seed_example
-from refimpl.course.paged_worlds import ManagerDriver, manager_state
+from refimpl.course.paged_worlds import LockstepManagerDriver, manager_state
 from refimpl.hybrid.grouping import approximate_gcd, padding_curve
 from refimpl.hybrid.layout import get_packed_kv_cache_layout
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
@@ -243,7 +243,7 @@ def test_student_state_fields_are_read_through_the_public_names():
     from refimpl.course.lockstep import Diverged
 
     with pytest.raises(Diverged) as info:
-        ManagerDriver(lockstep, NoUsedSet, 4, 4, prefix_cache=False)
+        LockstepManagerDriver(lockstep, NoUsedSet, 4, 4, prefix_cache=False)
     assert "AttributeError" in info.value.divergence.found
 
 

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Callable
 
 from refimpl.course.lockstep import Lockstep, ReferenceGuard, run_check
-from refimpl.course.paged_worlds import ManagerDriver, SchedulerDriver, manager_state, scheduler_state
+from refimpl.course.paged_worlds import LockstepManagerDriver, LockstepSchedulerDriver, manager_state, scheduler_state
 from refimpl.course.report import GradeReport
 from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
 from refimpl.paged.hashing import compute_hash
@@ -44,8 +44,8 @@ def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose:
 
 
 # ====================================================================== block manager (no prefix cache)
-def _bm(ls: Lockstep, cls: type, num_blocks: int, block_size: int, prefix_cache: bool) -> ManagerDriver:
-    return ManagerDriver(ls, cls, num_blocks, block_size, prefix_cache=prefix_cache)
+def _bm(ls: Lockstep, cls: type, num_blocks: int, block_size: int, prefix_cache: bool) -> LockstepManagerDriver:
+    return LockstepManagerDriver(ls, cls, num_blocks, block_size, prefix_cache=prefix_cache)
 
 
 def scenario_allocate_from_head(cls: type, prefix_cache: bool, ls: Lockstep) -> None:
@@ -343,8 +343,8 @@ def check_prefix_cache(student_class: type, *, verbose: bool = True, allow_refer
 
 
 # ====================================================================== scheduler
-def _sched(ls: Lockstep, cls: type, **config) -> SchedulerDriver:
-    return SchedulerDriver(ls, cls, SchedulerConfig(**config))
+def _sched(ls: Lockstep, cls: type, **config) -> LockstepSchedulerDriver:
+    return LockstepSchedulerDriver(ls, cls, SchedulerConfig(**config))
 
 
 def scenario_prefill_then_decode(cls: type, ls: Lockstep) -> None:
@@ -391,7 +391,7 @@ def scenario_max_num_seqs(cls: type, ls: Lockstep) -> None:
 
 
 def scenario_eos_and_max_tokens(cls: type, ls: Lockstep) -> None:
-    d = SchedulerDriver(ls, cls, SchedulerConfig(num_kvcache_blocks=16, kvcache_block_size=4, eos=5), token_seed=3)
+    d = LockstepSchedulerDriver(ls, cls, SchedulerConfig(num_kvcache_blocks=16, kvcache_block_size=4, eos=5), token_seed=3)
     d.vocab = 8
     d.add("A", toks(10, 3), max_tokens=12, ignore_eos=False)  # stops at the first sampled 5
     d.add("B", toks(20, 3), max_tokens=6, ignore_eos=True)  # samples 5 too, but runs to max_tokens
@@ -416,7 +416,7 @@ def random_scheduler_workload(cls: type, seed: int, ls: Lockstep) -> None:
     rng = random.Random(1000 + seed)
     block_size = (4, 2, 3)[seed % 3]
     num_blocks = 12
-    d = SchedulerDriver(
+    d = LockstepSchedulerDriver(
         ls,
         cls,
         SchedulerConfig(

@@ -40,7 +40,7 @@ def manager_state(world: ManagerWorld, *, prefix_cache: bool) -> StateFields:
     return fields
 
 
-class ManagerDriver:
+class LockstepManagerDriver:
     """Scenario vocabulary for block-manager graders; every manager call is one compared step.
 
     The driver plays the scheduler's and the model's part (setting `num_scheduled_tokens`,
@@ -186,7 +186,7 @@ def scheduler_state(world: SchedulerWorld) -> StateFields:
     return fields
 
 
-class SchedulerDriver:
+class LockstepSchedulerDriver:
     """Scenario vocabulary for scheduler graders: add, step (schedule + postprocess), run to the end."""
 
     def __init__(self, lockstep: Lockstep, student_class: type, config: Any, *, token_seed: int = 0) -> None:
