@@ -16,14 +16,9 @@ import torch
 
 from refimpl.kernels.backend import ATTENTION_BACKENDS
 from refimpl.paged.sequence import check_block_size
+from refimpl.validation import check_positive_int
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -48,7 +43,7 @@ class Qwen3ModelConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
-            _positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -159,14 +154,14 @@ class Config:
     def __post_init__(self) -> None:
         if not os.path.isdir(self.model):
             raise ValueError(f"model must be a local checkpoint directory, got {self.model!r}")
-        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
-        _positive_int("max_num_seqs", self.max_num_seqs)
-        _positive_int("max_model_len", self.max_model_len)
+        check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        check_positive_int("max_num_seqs", self.max_num_seqs)
+        check_positive_int("max_model_len", self.max_model_len)
         check_block_size(self.kvcache_block_size)
         if self.num_kvcache_blocks is not None:
-            _positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
+            check_positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
         if self.kv_cache_memory_bytes is not None:
-            _positive_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+            check_positive_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
         if self.attention_backend not in (None, "auto", *ATTENTION_BACKENDS):

@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from refimpl.validation import check_positive_int
+
 # Bytes per element for the dtypes a cache may use.
 DTYPE_SIZES: dict[str, int] = {
     "uint8": 1,
@@ -51,11 +53,6 @@ def _dtype_name(dtype: object) -> str:
     return name
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 @dataclass(frozen=True, kw_only=True)
 class KVCacheSpec:
     """Base of all specs: every block of a group covers `block_size` token positions."""
@@ -63,7 +60,7 @@ class KVCacheSpec:
     block_size: int
 
     def __post_init__(self) -> None:
-        _positive_int("block_size", self.block_size)
+        check_positive_int("block_size", self.block_size)
 
     @property
     def page_size_bytes(self) -> int:  # pragma: no cover - abstract
@@ -87,9 +84,9 @@ class AttentionSpec(KVCacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive_int("num_kv_heads", self.num_kv_heads)
-        _positive_int("head_size", self.head_size)
-        _positive_int("compress_ratio", self.compress_ratio)
+        check_positive_int("num_kv_heads", self.num_kv_heads)
+        check_positive_int("head_size", self.head_size)
+        check_positive_int("compress_ratio", self.compress_ratio)
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         if self.block_size % self.compress_ratio != 0:
             raise ValueError(
@@ -147,20 +144,20 @@ class SlidingWindowSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive_int("sliding_window", self.sliding_window)
+        check_positive_int("sliding_window", self.sliding_window)
         _check_padded(self)
 
 
 def _check_padded(spec: AttentionSpec) -> None:
     if spec.page_size_padded is not None:
-        _positive_int("page_size_padded", spec.page_size_padded)
+        check_positive_int("page_size_padded", spec.page_size_padded)
         spec.page_size_bytes  # raises ValueError when smaller than the real page
 
 
 def _mla_fields_post_init(spec: MLAAttentionSpec | SlidingWindowMLASpec) -> None:
     """Validate the MLA-only fields, then pad the page up to `alignment` if one is given."""
     if spec.alignment is not None:
-        _positive_int("alignment", spec.alignment)
+        check_positive_int("alignment", spec.alignment)
         if spec.page_size_padded is not None:
             raise ValueError("give either alignment or page_size_padded, not both")
         real = spec.real_page_size_bytes
@@ -214,7 +211,7 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
 
     def __post_init__(self) -> None:
         AttentionSpec.__post_init__(self)
-        _positive_int("sliding_window", self.sliding_window)
+        check_positive_int("sliding_window", self.sliding_window)
         if self.model_version not in (None, "deepseek_v4"):
             raise ValueError(
                 f"unsupported model_version {self.model_version!r}; allowed: None, 'deepseek_v4'"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from refimpl.validation import check_positive_int
+
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -28,12 +30,6 @@ def _check_index(name: str, x: object, ndim: int) -> torch.Tensor:
     return x
 
 
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def check_swa_inputs(
     query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
 ) -> int:
@@ -43,8 +39,8 @@ def check_swa_inputs(
     _check_index("token_to_req_indices", token_to_req_indices, 1)
     _check_index("is_valid_token", is_valid_token, 1)
     _check_index("block_table", block_table, 2)
-    _check_positive("block_size", block_size)
-    _check_positive("window_size", window_size)
+    check_positive_int("block_size", block_size)
+    check_positive_int("window_size", window_size)
     if query_start_loc.numel() != seq_lens.numel() + 1:
         raise ValueError(f"query_start_loc needs num_reqs + 1 = {seq_lens.numel() + 1} entries, got {query_start_loc.numel()}")
     if block_table.shape[0] < seq_lens.numel():
@@ -67,7 +63,7 @@ def check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_siz
     _check_index("token_to_req_indices", token_to_req_indices, 1)
     _check_index("block_table", block_table, 2)
     _check_index("is_valid_token", is_valid_token, 1)
-    _check_positive("block_size", block_size)
+    check_positive_int("block_size", block_size)
     n = topk_indices.shape[0]
     if token_to_req_indices.numel() < n or is_valid_token.numel() < n:
         raise ValueError(f"token_to_req_indices and is_valid_token need >= {n} entries (one per row of topk_indices)")
@@ -166,8 +162,8 @@ def compressed_slot_mapping(
     _check_index("query_start_loc", query_start_loc, 1)
     _check_index("seq_lens", seq_lens, 1)
     _check_index("block_table", block_table, 2)
-    _check_positive("block_size", block_size)
-    _check_positive("compress_ratio", compress_ratio)
+    check_positive_int("block_size", block_size)
+    check_positive_int("compress_ratio", compress_ratio)
     total = int(query_start_loc[-1]) if query_start_loc.numel() else 0
     num_tokens = total if num_tokens is None else num_tokens
     if num_tokens < total:

@@ -11,7 +11,8 @@ from refimpl.errors import InvariantError
 from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
 from refimpl.paged.hashing import compute_hash
-from refimpl.paged.sequence import Sequence, check_block_size, check_positive_int
+from refimpl.paged.sequence import Sequence, check_block_size
+from refimpl.validation import check_positive_int
 
 
 class BlockManager:

@@ -16,11 +16,7 @@ from typing import Iterable, Sequence as Seq
 
 import numpy as np
 
-
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+from refimpl.validation import check_positive_int
 
 
 @dataclass(frozen=True)
@@ -55,8 +51,8 @@ def sample_request_lengths(
     least one token; a request longer than `max_len` is drawn again, so the distribution is
     truncated at `max_len` rather than piled up at it.
     """
-    num_requests = _positive_int("num_requests", num_requests)
-    max_len = _positive_int("max_len", max_len)
+    num_requests = check_positive_int("num_requests", num_requests)
+    max_len = check_positive_int("max_len", max_len)
     if max_len < 2:
         raise ValueError(f"max_len must be at least 2 (one prompt and one output token), got {max_len}")
     if not (prompt_median > 0 and output_median > 0 and sigma >= 0):
@@ -109,7 +105,7 @@ def _lengths(total_lens: Iterable[int]) -> np.ndarray:
 def reserve_max_usage(total_lens: Iterable[int], max_len: int) -> MemoryUse:
     """Every request reserves `max_len` contiguous token slots, whatever it ends up using."""
     lens = _lengths(total_lens)
-    max_len = _positive_int("max_len", max_len)
+    max_len = check_positive_int("max_len", max_len)
     if (lens > max_len).any():
         raise ValueError(f"a request of {int(lens.max())} tokens does not fit max_len={max_len}")
     return MemoryUse("reserve-max", None, len(lens) * max_len, int(lens.sum()))
@@ -118,7 +114,7 @@ def reserve_max_usage(total_lens: Iterable[int], max_len: int) -> MemoryUse:
 def blocks_needed(total_lens: Iterable[int], block_size: int) -> np.ndarray:
     """Blocks per request: ceil(len / block_size), as `Sequence.num_blocks` computes it."""
     lens = _lengths(total_lens)
-    block_size = _positive_int("block_size", block_size)
+    block_size = check_positive_int("block_size", block_size)
     return (lens + block_size - 1) // block_size
 
 
@@ -142,11 +138,11 @@ def requests_that_fit(total_lens: Iterable[int], budget_tokens: int, *, block_si
     (paged: each request costs its blocks).
     """
     lens = _lengths(total_lens)
-    budget_tokens = _positive_int("budget_tokens", budget_tokens)
+    budget_tokens = check_positive_int("budget_tokens", budget_tokens)
     if (block_size is None) == (max_len is None):
         raise ValueError("give exactly one of block_size (paged) or max_len (reserve-max)")
     if max_len is not None:
-        cost = np.full(len(lens), _positive_int("max_len", max_len), dtype=np.int64)
+        cost = np.full(len(lens), check_positive_int("max_len", max_len), dtype=np.int64)
     else:
         cost = blocks_needed(lens, block_size) * block_size
     return int(np.searchsorted(np.cumsum(cost), budget_tokens, side="right"))
@@ -155,7 +151,7 @@ def requests_that_fit(total_lens: Iterable[int], budget_tokens: int, *, block_si
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
     """Bytes of K plus V that one token occupies across all layers."""
     for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)):
-        _positive_int(name, v)
+        check_positive_int(name, v)
     return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
 
 

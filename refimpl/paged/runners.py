@@ -23,7 +23,8 @@ import xxhash
 from refimpl.errors import InvariantError
 from refimpl.paged.invariants import check_invariants
 from refimpl.paged.scheduler import Scheduler
-from refimpl.paged.sequence import Sequence, check_positive_int
+from refimpl.paged.sequence import Sequence
+from refimpl.validation import check_positive_int
 
 
 class FakeModelRunner:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size, check_positive_int
+from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
+from refimpl.validation import check_positive_int
 
 
 @dataclass(frozen=True)

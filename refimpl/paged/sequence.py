@@ -8,6 +8,8 @@ from enum import Enum, auto
 from itertools import count
 from typing import Iterable
 
+from refimpl.validation import check_positive_int
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -30,13 +32,6 @@ class SequenceStatus(Enum):
     WAITING = auto()
     RUNNING = auto()
     FINISHED = auto()
-
-
-def check_positive_int(name: str, value: object) -> int:
-    """Return `value` if it is a positive integer (True and 2.0 are not), else raise a ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def check_block_size(block_size: int) -> int:
