@@ -22,10 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from refimpl.hybrid.specs import cdiv
 
 
 def unwrap_spec(spec):

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus
-from refimpl.hybrid.managers import cdiv, unwrap_spec
+from refimpl.hybrid.managers import unwrap_spec
+from refimpl.hybrid.specs import cdiv
 
 GIB = 1 << 30
 
