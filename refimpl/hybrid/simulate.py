@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus
+from refimpl.hybrid.layout import GIB
 from refimpl.hybrid.managers import unwrap_spec
 from refimpl.hybrid.specs import cdiv
-
-GIB = 1 << 30
 
 
 def group_labels(kv_cache_groups: Sequence) -> list[str]:
