@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus
-from refimpl.hybrid.layout import GIB
+from refimpl.hybrid.deepseek_v4 import kv_cache_specs
+from refimpl.hybrid.grouping import get_kv_cache_groups
+from refimpl.hybrid.layout import GIB, get_kv_cache_config
 from refimpl.hybrid.managers import unwrap_spec
 from refimpl.hybrid.specs import cdiv
 
@@ -41,10 +43,6 @@ def group_labels(kv_cache_groups: Sequence) -> list[str]:
 
 def pro_kv_cache_config(available_memory: int = 10 * GIB, variant: str = "pro", **spec_kwargs):
     """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab)."""
-    from refimpl.hybrid.deepseek_v4 import kv_cache_specs
-    from refimpl.hybrid.grouping import get_kv_cache_groups
-    from refimpl.hybrid.layout import get_kv_cache_config
-
     groups = get_kv_cache_groups(kv_cache_specs(variant, **spec_kwargs))
     return get_kv_cache_config(groups, available_memory)
 
