@@ -1,4 +1,4 @@
-"""`python -m refimpl ...`: a small command line for scripts.
+"""python -m refimpl: a small command line for scripts (plan a KV cache, grade exercises).
 
 Each sub-command lives next to the code it drives and registers itself here through
 `add_parser(subparsers)`; the heavy imports happen only when that sub-command runs.
@@ -6,9 +6,10 @@ Each sub-command lives next to the code it drives and registers itself here thro
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+
+from refimpl.cli import OneLineErrorParser
 
 # sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`
 SUBCOMMANDS = {
@@ -18,7 +19,7 @@ SUBCOMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refimpl", description=__doc__.splitlines()[0])
+    parser = OneLineErrorParser(prog="python -m refimpl", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name, module_name in SUBCOMMANDS.items():
         try:
@@ -28,8 +29,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             continue
         module.add_parser(subparsers)
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except SystemExit as exc:  # argparse's errors and --help: hand the status back to the caller
+        return exc.code if isinstance(exc.code, int) else 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 from pathlib import Path
@@ -179,22 +180,64 @@ def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
     assert "first difference at step 6: deallocate(A: 12 tokens)" in out
     assert out.rstrip().endswith("score: 3/8 checks passed (37.5%)")
     rows = csv_path.read_text().splitlines()
-    assert rows[0] == "notebook,exercise,passed,checks,failed_checks,error"
+    assert rows[0] == "notebook,exercise,passed,checks,failed_checks,reason"
     assert rows[1].startswith(f"{path},01_block_manager,3,8,check_block_manager:free_last_block_first;")
 
 
 def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
-    assert "score: 0/8 checks passed (0.0%)" in out
+    assert "score: 0/8 checks passed (0.0%): not implemented (BlockManager.__init__ raises NotImplementedError)" in out
     assert "== total: 0/43 checks passed over 4 notebooks" in out
+
+
+def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_path, capsys):
+    csv_path = tmp_path / "grades.csv"
+    missing = tmp_path / "bob" / "01_block_manager.ipynb"
+    assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(STUDENTS[0].parent), str(missing)]) == 1
+    out = capsys.readouterr().out
+    assert [line.split(" ")[1] for line in out.splitlines() if line.startswith("== ")][:4] == [str(p) for p in STUDENTS]
+    assert f"== {missing} (01_block_manager)\nscore: 0/8 checks passed (0.0%): no such file" in out
+    assert "== total: 0/51 checks passed over 5 notebooks" in out  # the missing notebook's 8 checks count
+    rows = list(csv.reader(csv_path.open()))
+    assert rows[-1][:4] == [str(missing), "01_block_manager", "0", "8"] and rows[-1][5] == "no such file"
+    assert rows[1][5] == "not implemented (BlockManager.__init__ raises NotImplementedError)"
+
+
+def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
+    chapter = ROOT / "notebooks" / "03_block_manager.ipynb"  # same number as exercise 03_scheduler
+    assert refimpl_main(["grade", "--quiet", str(chapter)]) == 1
+    out = capsys.readouterr().out
+    assert f"== {chapter} (?)\nscore: 0 (not an exercise notebook (no refimpl_course.exercise in its metadata)" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--csv", "{tmp}/no/such/folder/grades.csv"], "argument --csv: folder {tmp}/no/such/folder does not exist"),
+    (["--csv", "{tmp}"], "argument --csv: {tmp} is a folder; give a file name such as {tmp}/grades.csv"),
+    (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, got 0"),
+    (["--timeout", "-5"], "argument --timeout: must be a positive number of seconds, got -5"),
+    (["--timeout", "nan"], "argument --timeout: must be a positive number of seconds, got nan"),
+    (["--timeout", "soon"], "argument --timeout: expected a number of seconds, got 'soon'"),
+    (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
+])
+def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(tmp_path, capsys, monkeypatch, argv, words):
+    (tmp_path / "empty").mkdir()
+    graded = []
+    monkeypatch.setattr("refimpl.course.grading.grade_notebook", lambda *a, **k: graded.append(a))
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    notebooks = [] if any(a.endswith("empty") for a in argv) else [str(STUDENTS[0])]
+    assert refimpl_main(["grade", *notebooks, *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and graded == []
+    assert captured.err.count("\n") == 1 and words.format(tmp=tmp_path) in captured.err, captured.err
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     syntax = _with_solution_edit(tmp_path, "04_packed_layout.ipynb", "def approximate_gcd(values, lower_bound=None):", "def approximate_gcd(values, lower_bound=None)")
     assert refimpl_main(["grade", str(syntax)]) == 1
     out = capsys.readouterr().out
-    assert "NameError: approximate_gcd is not defined (cell 4 raised SyntaxError" in out
+    assert "NameError: approximate_gcd is not defined (syntax error in cell 4 (line 1: expected ':'))" in out
+    assert out.rstrip().endswith("score: 0/13 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')")
     assert "check_packed_layout(get_packed_kv_cache_layout): 6/6 checks passed" not in out  # the cell after never ran
     loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
@@ -213,7 +256,8 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     assert refimpl_main(["grade", str(reuse)]) == 1
     out = capsys.readouterr().out
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
-    assert out.rstrip().endswith("score: 0/10 checks passed (0.0%)")
+    assert out.rstrip().endswith(
+        "score: 0/10 checks passed (0.0%): uses the reference (refimpl.paged.scheduler.Scheduler.schedule)")
 
     swap = _with_solution_edit(
         tmp_path,

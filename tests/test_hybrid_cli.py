@@ -64,12 +64,41 @@ def test_plan_all_offsets(capsys):
     assert len(out.split("distinct byte offsets in a block:\n")[1].strip().splitlines()) == 206
 
 
-@pytest.mark.parametrize("argv, words", [(["--memory", "1KiB"], "smaller than one block"),
-                                         (["--memory", "lots"], "memory size"),
-                                         (["--block-size", "100"], "multiple of 128")])
-def test_plan_errors(capsys, argv, words):
+@pytest.mark.parametrize("argv, words", [
+    (["--memory", "1KiB"], "--memory 1,024 B leaves no usable block: one block takes 1,435,968 B"),
+    (["--memory", "2871935"], "so give at least 2,871,936 B"),  # one block fits, but it is the null block
+    (["--memory", "lots"], "argument --memory: cannot read memory size 'lots'"),
+    (["--memory", "-5GiB"], "argument --memory: memory size must not be negative, got '-5GiB'"),
+    (["--memory=-5GiB"], "argument --memory: memory size must not be negative"),
+    (["--memory", "1e400GiB"], "argument --memory: memory size '1e400GiB' is more than 1 PiB"),
+    (["--memory", "99999999999999999999999999TiB"], "is more than 1 PiB"),
+    (["--memory", "1.5"], "is not a whole number of bytes"),
+    (["--block-size", "100"], "--block-size must be a positive multiple of 128"),
+    (["--block-size", "0"], "argument --block-size: must be at least 1"),
+    (["--num-blocks", "1"], "argument --num-blocks: must be at least 2 (block 0 is the null block"),
+    (["--num-blocks", "-3"], "argument --num-blocks: must be at least 2"),
+    (["--num-blocks", "10000000000000"], "--num-blocks 10,000,000,000,000 needs"),
+    (["--offsets", "-2"], "argument --offsets: must be at least -1 (-1 prints all), got -2"),
+    (["--offsets", "ten"], "argument --offsets: expected a whole number, got 'ten'"),
+    (["--model", "llama"], "invalid choice: 'llama' (choose from 'deepseek-v4-flash', 'deepseek-v4-pro')"),
+])
+def test_plan_errors_are_one_line_naming_the_flag(capsys, argv, words):
     assert main(["plan", *argv]) == 2
-    assert words in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("python -m refimpl plan: error: ") and words in lines[0], lines[0]
+    for parameter in ("available_memory", "num_blocks_override", "block_size "):
+        assert parameter not in lines[0]
+
+
+def test_plan_help_shows_defaults_without_markup(capsys):
+    assert main(["plan", "--help"]) == 0
+    out = capsys.readouterr().out
+    for text in ("(default: 10GiB)", "(default: 256)", "(default: deepseek-v4-pro)", "(default: 10)"):
+        assert text in out, text
+    assert "`" not in out and "(default: None)" not in out and "(default: False)" not in out
 
 
 def test_module_entry_point_runs():

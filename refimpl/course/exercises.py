@@ -54,15 +54,18 @@ EXERCISES: dict[str, Exercise] = {
 
 
 def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
-    """The exercise a notebook belongs to: from its metadata, else from its file name."""
-    meta = notebook.metadata.get("refimpl_course", {})
-    name = meta.get("exercise")
-    if name is None and path is not None:
-        stem = Path(path).stem
-        name = next((n for n in EXERCISES if stem.startswith(n[:3])), None)  # the "NN_" prefix
+    """The exercise a notebook belongs to, from its own metadata (`refimpl_course.exercise`).
+
+    Tools such as nbgrader may drop that metadata; then a file named exactly like the exercise
+    (`01_block_manager.ipynb`) still counts. A number prefix alone does not: chapter
+    `03_block_manager.ipynb` is not exercise `03_scheduler`.
+    """
+    name = notebook.metadata.get("refimpl_course", {}).get("exercise")
+    if name is None and path is not None and Path(path).stem in EXERCISES:
+        name = Path(path).stem
     if name not in EXERCISES:
-        known = ", ".join(EXERCISES)
-        raise ValueError(f"cannot tell which exercise {path or 'this notebook'} is (metadata says {name!r}); known: {known}")
+        where = f"its metadata names {name!r}" if name is not None else "no refimpl_course.exercise in its metadata"
+        raise ValueError(f"not an exercise notebook ({where}); the exercises are {', '.join(EXERCISES)}")
     return EXERCISES[name]
 
 

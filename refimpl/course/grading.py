@@ -8,13 +8,14 @@ student's exploration cells, an endless loop or a crash cannot affect the gradin
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from refimpl.course.exercises import cell_role, exercise_for
+from refimpl.course.exercises import Exercise, cell_role, exercise_for
 
 
 @dataclass
@@ -26,6 +27,7 @@ class NotebookGrade:
     tables: list[str] = field(default_factory=list)
     rows: list[tuple[str, str, bool]] = field(default_factory=list)  # (grader, check, passed)
     error: str | None = None  # the notebook could not be graded at all (timeout, unreadable)
+    reason: str | None = None  # why checks failed wholesale: not implemented, a syntax error, the reference
 
     @property
     def num_passed(self) -> int:
@@ -39,11 +41,17 @@ class NotebookGrade:
     def passed(self) -> bool:
         return self.error is None and self.num_checks > 0 and self.num_passed == self.num_checks
 
+    @property
+    def why(self) -> str:
+        """One phrase saying why the notebook lost its checks ("" when nothing went wrong wholesale)."""
+        return self.error or self.reason or ""
+
     def score_line(self) -> str:
-        if self.error is not None:
+        if self.error is not None and not self.rows:
             return f"score: 0 ({self.error})"
         percent = 100.0 * self.num_passed / self.num_checks if self.num_checks else 0.0
-        return f"score: {self.num_passed}/{self.num_checks} checks passed ({percent:.1f}%)"
+        line = f"score: {self.num_passed}/{self.num_checks} checks passed ({percent:.1f}%)"
+        return f"{line}: {self.why}" if self.why else line
 
 
 def _strip_magics(source: str) -> str:
@@ -60,6 +68,13 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
+def grade_missing(path: str | Path, exercise: Exercise) -> NotebookGrade:
+    """A notebook that was not handed in: every check of its exercise fails, so totals stay fair."""
+    result = _run_graders({}, [list(c) for c in exercise.checks], "the file is missing")
+    return NotebookGrade(str(path), exercise.name, result["tables"], [tuple(r) for r in result["rows"]],
+                         error="no such file")
+
+
 def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade:
     """Run the notebook's setup and solution cells in a subprocess and grade what they define."""
     import nbformat
@@ -67,9 +82,12 @@ def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade
     path = Path(path)
     try:
         notebook = nbformat.read(path, as_version=4)
+    except Exception as exc:  # not JSON, not a notebook, unreadable
+        return NotebookGrade(str(path), "?", error=f"cannot read it as a notebook: {exc}")
+    try:
         exercise = exercise_for(notebook, path)
-    except Exception as exc:  # unreadable JSON, unknown exercise
-        return NotebookGrade(str(path), "?", error=f"cannot read {path}: {exc}")
+    except ValueError as exc:
+        return NotebookGrade(str(path), "?", error=str(exc))
     payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks]}
     with tempfile.TemporaryDirectory(prefix="refimpl-grade-") as tmp:
         payload_path = Path(tmp) / "payload.json"
@@ -91,7 +109,8 @@ def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade
             return NotebookGrade(str(path), exercise.name, error=f"the grading process died before reporting: {tail[0]}")
         result = json.loads(result_path.read_text())
     return NotebookGrade(
-        str(path), exercise.name, result["tables"], [tuple(row) for row in result["rows"]], result.get("error")
+        str(path), exercise.name, result["tables"], [tuple(row) for row in result["rows"]],
+        reason=result.get("reason"),
     )
 
 
@@ -105,6 +124,48 @@ def _missing(target: str, reason: str):
     return type(target, (), {"__init__": fail}) if target[:1].isupper() else fail
 
 
+def _cell_problem(index: int, exc: BaseException) -> str:
+    """Why a cell stopped, in the words a grade sheet needs."""
+    if isinstance(exc, NotImplementedError):
+        return f"not implemented (cell {index} raises NotImplementedError)"
+    if isinstance(exc, SyntaxError):
+        return f"syntax error in cell {index} (line {exc.lineno}: {exc.msg})"
+    return f"cell {index} raised {type(exc).__name__}: {exc}"
+
+
+def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders: dict | None = None) -> dict:
+    """Run each grader on the name the notebook should define, and say why checks failed wholesale.
+
+    `problem` is why names may be missing (a cell that raised, or `_NOT_DEFINED`); `graders` are
+    the grader functions looked up before any student code ran (default: look them up now).
+    """
+    import refimpl.course as course
+
+    tables, rows = [], []
+    reasons = [] if problem == _NOT_DEFINED else [problem]
+    for check_name, target in checks:
+        student = namespace.get(target)
+        if student is None:
+            reasons.append(f"does not define {target}" if problem == _NOT_DEFINED else problem)
+            student = _missing(target, problem)
+        grader = graders[check_name] if graders is not None else getattr(course, check_name)
+        report = grader(student, verbose=False)
+        tables.append(report.table())
+        rows.extend((check_name, r.name, r.passed) for r in report.results)
+        for result in report.results:
+            found = result.divergence.found if result.divergence else ""
+            if found.startswith(_REFERENCE):
+                reasons.append(f"uses the reference ({found[len(_REFERENCE):].split(' ')[0]})")
+            elif found.startswith("NotImplementedError"):
+                stub = re.search(r"(\S+) is not written yet", found)  # the stub message `make exercises` writes
+                reasons.append(f"not implemented ({stub.group(1) if stub else target} raises NotImplementedError)")
+    return {"tables": tables, "rows": rows, "reason": "; ".join(dict.fromkeys(reasons)) or None}
+
+
+_NOT_DEFINED = "the notebook does not define it"
+_REFERENCE = "the reference's "  # how `ReferenceGuard.complaint` starts what it found
+
+
 def _run_in_fresh_namespace(payload: dict) -> dict:
     import refimpl.course as course
 
@@ -112,20 +173,14 @@ def _run_in_fresh_namespace(payload: dict) -> dict:
     # `refimpl.course.check_*` cannot swap in a lenient one.
     graders = {check_name: getattr(course, check_name) for check_name, _ in payload["checks"]}
     namespace: dict = {"__name__": "__main__"}
-    problem = "the notebook does not define it"
+    problem = _NOT_DEFINED
     for index, source in payload["cells"]:
         try:
             exec(compile(source, f"<notebook cell {index}>", "exec"), namespace)
         except Exception as exc:  # the student's code may raise anything
-            problem = f"cell {index} raised {type(exc).__name__}: {exc}"
+            problem = _cell_problem(index, exc)
             break
-    tables, rows = [], []
-    for check_name, target in payload["checks"]:
-        student = namespace.get(target) or _missing(target, problem)
-        report = graders[check_name](student, verbose=False)
-        tables.append(report.table())
-        rows.extend((check_name, r.name, r.passed) for r in report.results)
-    return {"tables": tables, "rows": rows}
+    return _run_graders(namespace, payload["checks"], problem, graders)
 
 
 def _child_main(payload_path: str, result_path: str) -> int:

@@ -12,45 +12,97 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
+from refimpl.cli import DefaultsHelpFormatter
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
-from refimpl.hybrid.layout import get_kv_cache_config, parse_memory, summarize_groups
+from refimpl.hybrid.layout import MAX_MEMORY_BYTES, get_kv_cache_config, parse_memory, summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
 LAYOUTS = ("grouped", "mla+swa")
 CACHE_DTYPE_ALIASES = {"fp8": "fp8_ds_mla", "fp8_ds_mla": "fp8_ds_mla", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 
 
+# Python parameter names in library errors -> the flags a command-line user typed.
+FLAG_FOR_PARAMETER = {"available_memory": "--memory", "num_blocks_override": "--num-blocks", "block_size": "--block-size"}
+
+
+def memory_size(text: str) -> int:
+    """argparse type for `--memory`: a byte count such as 10GiB, read exactly."""
+    try:
+        return parse_memory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def int_at_least(minimum: int, why: str):
+    """argparse type: an integer >= `minimum`, with `why` in the error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} ({why}), got {value}")
+        return value
+
+    return parse
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("plan", help="plan a DeepSeek V4 KV cache (groups, stride, blocks, offsets)",
-                                   description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(MODELS), default="deepseek-v4-pro")
-    parser.add_argument("--memory", default="10GiB", help="KV-cache budget, e.g. 10GiB, 512MiB, 4GB (default 10GiB)")
+    parser = subparsers.add_parser(
+        "plan", help="plan a DeepSeek V4 KV cache (groups, stride, blocks, offsets)",
+        description="Print the KV-cache plan of a DeepSeek V4 model: its groups, block stride, "
+                    "how many blocks fit in the memory budget, and the byte offsets in one block.",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", choices=sorted(MODELS), default="deepseek-v4-pro", help="which model")
+    parser.add_argument("--memory", type=memory_size, default="10GiB",
+                        help="KV-cache budget, e.g. 10GiB, 512MiB, 4GB or a byte count")
     parser.add_argument("--cache-dtype", choices=sorted(CACHE_DTYPE_ALIASES), default="fp8_ds_mla",
                         help="fp8 (= fp8_ds_mla, 584 B rows) or bfloat16")
-    parser.add_argument("--indexer", choices=deepseek_v4.INDEXER_DTYPES, default="fp8")
+    parser.add_argument("--indexer", choices=deepseek_v4.INDEXER_DTYPES, default="fp8",
+                        help="format of the indexer's key cache")
     parser.add_argument("--mtp", action="store_true", help="add the MTP layer (speculative decoding)")
-    parser.add_argument("--block-size", type=int, default=256, help="logical block size in tokens (default 256)")
-    parser.add_argument("--num-blocks", type=int, default=None, help="override the number of blocks")
+    parser.add_argument("--block-size", type=int_at_least(1, "tokens per block"), default=256,
+                        help="logical block size in tokens (a multiple of 128)")
+    parser.add_argument("--num-blocks", type=int_at_least(2, "block 0 is the null block, so 1 block leaves none usable"),
+                        default=None, help="use this many blocks instead of filling --memory")
     parser.add_argument("--layout", choices=LAYOUTS, default="grouped",
-                        help="grouped: the real grouping; mla+swa: the seed's hypothetical two-group plan")
-    parser.add_argument("--offsets", type=int, default=10, help="offset rows to print (-1 for all)")
+                        help="grouped: the real grouping; mla+swa: the hypothetical two-group plan "
+                             "that the DeepSeek V4 KV-cache article draws")
+    parser.add_argument("--offsets", type=int_at_least(-1, "-1 prints all"), default=10,
+                        help="offset rows to print (-1 for all)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.set_defaults(func=run_plan)
+    parser.set_defaults(func=run_plan, parser_error=parser.error)
     return parser
+
+
+def with_flag_names(message: str) -> str:
+    """A library error reworded for the command line: parameter names become flags."""
+    for parameter, flag in FLAG_FOR_PARAMETER.items():
+        message = re.sub(rf"\b{parameter}\b", flag, message)
+    return message
 
 
 def build_plan(args: argparse.Namespace) -> dict:
     """Everything the plan prints, as plain data."""
     specs = deepseek_v4.kv_cache_specs(MODELS[args.model], cache_dtype=CACHE_DTYPE_ALIASES[args.cache_dtype],
                                        indexer=args.indexer, mtp=args.mtp, block_size=args.block_size)
-    memory = parse_memory(args.memory)
+    memory = args.memory
     if args.layout == "grouped":
         groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
     else:
         groups = deepseek_v4.seed_two_group_layout(specs)
+    stride = get_kv_cache_config(groups, 0, num_blocks_override=2).block_stride  # the stride needs no budget
+    if args.num_blocks is None and memory < 2 * stride:
+        raise ValueError(f"--memory {memory:,} B leaves no usable block: one block takes {stride:,} B and "
+                         f"block 0 is the null block, so give at least {2 * stride:,} B")
+    if args.num_blocks is not None and args.num_blocks * stride > MAX_MEMORY_BYTES:
+        raise ValueError(f"--num-blocks {args.num_blocks:,} needs {args.num_blocks * stride:,} B, more than 1 PiB")
     config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks)
     tuples = [b.get_num_layer_tuples() for b in group_and_unify_kv_cache_specs(specs)]
     summary = summarize_groups(groups)
@@ -90,7 +142,7 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
     planned = sum(g["num_layers"] for g in plan["groups"])
     if planned != plan["num_cache_layers"]:
         lines.append(f"this layout plans {planned} of them; {plan['num_cache_layers'] - planned} caches "
-                     f"(the compressor states) are left out, as in the seed's example")
+                     f"(the compressor states) are left out, as in the article's example")
     lines += [
         "",
         f"{'group':>5}  {'kind':<17}{'block':>6}{'layers':>8}{'width B':>12}{'unused B':>11}{'padding B':>11}",
@@ -118,8 +170,7 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         plan = build_plan(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        args.parser_error(with_flag_names(str(exc)))
     try:
         print(json.dumps(plan, indent=2) if args.json else format_plan(plan, args.offsets), flush=True)
     except BrokenPipeError:  # the reader stopped early (`| head`): quietly drop the rest

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import isfinite
+from fractions import Fraction
 
 from refimpl.hybrid.specs import (
     KVCacheConfig,
@@ -189,22 +189,39 @@ def summarize_groups(groups: Sequence[KVCacheGroupSpec]) -> list[GroupSummary]:
     return rows
 
 
+#: The largest budget `parse_memory` accepts: 1 PiB, more memory than any single accelerator has.
+MAX_MEMORY_BYTES = 1 << 50
+_MEMORY_UNITS = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+                 "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1, "": 1}
+
+
 def parse_memory(text: str | int) -> int:
-    """'10GiB' -> 10737418240; also KiB/MiB/GB/MB/KB and plain byte counts."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-             "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1, "": 1}
-    s = str(text).strip().lower().replace("_", "").replace(",", "")
-    number = s.rstrip("kmgtib")
-    unit = s[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        value = None
-    if value is None or not isfinite(value) or unit not in units or value < 0:
-        raise ValueError(f"cannot read memory size {text!r}; use e.g. 10GiB, 512MiB, 4GB or 123456")
-    return int(value * units[unit])
+    """'10GiB' -> 10737418240; also KiB/MiB/TiB, KB/MB/GB/TB and plain byte counts.
+
+    The number is read exactly (as a fraction, never through a float), so '1.5GiB' is exact and
+    a size that is not a whole number of bytes, negative, or above 1 PiB is a ValueError.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"memory size must be a number of bytes or a string such as '10GiB', got {text!r}")
+    if isinstance(text, int):
+        value = Fraction(text)
+    else:
+        s = str(text).strip().lower().replace("_", "").replace(",", "")
+        number = s.rstrip("kmgtib")
+        unit = s[len(number):]
+        try:
+            if "/" in number:
+                raise ValueError("a fraction")
+            value = Fraction(number) * _MEMORY_UNITS[unit]
+        except (ValueError, ZeroDivisionError, KeyError):
+            raise ValueError(f"cannot read memory size {text!r}; use e.g. 10GiB, 512MiB, 4GB or 123456") from None
+    if value < 0:
+        raise ValueError(f"memory size must not be negative, got {text!r}")
+    if value.denominator != 1:
+        raise ValueError(f"memory size {text!r} is not a whole number of bytes ({float(value):,.2f} B)")
+    if value > MAX_MEMORY_BYTES:
+        raise ValueError(f"memory size {text!r} is more than 1 PiB ({MAX_MEMORY_BYTES:,} B); no device has that much")
+    return int(value)
 
 
 # --- Older vLLM packings, for comparison only (spec section 2.6) ---------------------------
