@@ -1,5 +1,9 @@
 # The two commands a newcomer needs: `make lab` and `make test`. Everything else is for authors.
 PYTHON ?= python3
+# CPU=1 installs PyTorch's CPU-only build (about 0.2 GB instead of about 2.9 GB of CUDA wheels on Linux).
+CPU ?=
+TORCH_INDEX_URL ?= $(if $(CPU),https://download.pytorch.org/whl/cpu,)
+TORCH_PIN := $(shell grep '^torch==' constraints.txt)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,17 +11,24 @@ JOBS ?= 2
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 # Notebooks checked by strict nbval (student copies of exercises are checked by tests instead).
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb)) $(sort $(wildcard notebooks/exercises/solutions/*.ipynb))
-LAB_FLAGS := --no-browser $(if $(filter 0,$(shell id -u)),--allow-root,)
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test test-python test-notebooks notebooks figures bench setup clean
+.PHONY: lab test test-python test-notebooks notebooks figures bench setup clean check-install
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11, 5))' 2>/dev/null || \
+	  { echo "refimpl needs Python 3.11.5 or newer, but $(PYTHON) is $$($(PYTHON) -V 2>&1); try: make $(MAKECMDGOALS) PYTHON=python3.12"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet --no-deps --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)')
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[notebooks,test]'
 	touch $(STAMP)
+
+# Resolve the pinned set against the public index alone for every promised platform (CI runs it).
+check-install: $(STAMP)
+	$(BIN)/python tools/check_install.py
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) --notebook-dir=notebooks
