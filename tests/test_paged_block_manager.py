@@ -1,5 +1,5 @@
 """BlockManager scenarios with exact expected states: block tables, ref counts, free-queue order
-(head first) and prefix-cache contents, following nano-vllm's rules from seed 000."""
+(head first) and prefix-cache contents, following nano-vllm's rules as the write-up "3.4 KV Cache and BlockManager" states them."""
 
 import pytest
 
@@ -187,8 +187,8 @@ def test_new_block_lengths_listed(block_size, new_block_lengths):
     assert nano == (new_block_lengths if block_size > 1 else [])
 
 
-# ----------------------------------------------------------------------------- the seed's example
-def test_seed_example_block_size_4_twelve_tokens():
+# ----------------------------------------------------------------------------- the write-up's example
+def test_writeup_example_block_size_4_twelve_tokens():
     """L0 hits in-use #1 (ref 1 -> 2), L1 pulls freed #3 out of the queue, L2 gets #6 from the head."""
     bm = BlockManager(8, 4)
     L0, L1, L2 = [10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]

@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
 from refimpl.paged.prefix_match import (
-    SEED_A,
-    SEED_B,
-    SEED_C,
+    EXAMPLE_A,
+    EXAMPLE_B,
+    EXAMPLE_C,
     MatchOutcome,
     cached_prefix_after_reuse,
     decode_step,
@@ -16,7 +16,7 @@ from refimpl.paged.prefix_match import (
     measure_reusable_prefix_tokens,
     prefill,
     reusable_prefix_tokens,
-    seed_example,
+    prefix_cache_example,
 )
 
 O = MatchOutcome
@@ -31,8 +31,8 @@ def snapshot(bm: BlockManager):
     )
 
 
-def test_seed_example_exact():
-    bm, holders, request = seed_example()
+def test_writeup_example_exact():
+    bm, holders, request = prefix_cache_example()
     check_invariants(bm, holders.values())
     assert list(bm.free_block_ids) == [6, 7, 4, 3]
     assert sorted(bm.used_block_ids) == [0, 1, 2, 5]
@@ -44,8 +44,8 @@ def test_seed_example_exact():
     assert [(b.ref_count_before, b.ref_count_after) for b in m.blocks] == [(1, 2), (0, 1), (0, 1)]
     assert [b.from_queue_head for b in m.blocks] == [False, False, True]
     assert m.blocks[2].hash is None  # the last block is never hashed for lookup
-    assert m.blocks[0].hash == compute_hash(SEED_A)
-    assert m.blocks[1].hash == compute_hash(SEED_B, compute_hash(SEED_A))
+    assert m.blocks[0].hash == compute_hash(EXAMPLE_A)
+    assert m.blocks[1].hash == compute_hash(EXAMPLE_B, compute_hash(EXAMPLE_A))
     assert m.num_cached_blocks == 2 and m.num_cached_tokens == 8
     assert m.num_free_blocks_needed == 2 and m.num_free_blocks == 4 and m.num_fresh_blocks == 1
     assert m.can_allocate == bm.can_allocate(request) == 2
@@ -58,9 +58,9 @@ def test_seed_example_exact():
 
 
 def test_miss_stops_walk_and_later_blocks_are_not_looked_up():
-    bm, _, _ = seed_example()
+    bm, _, _ = prefix_cache_example()
     # Block 0 matches, block 1 differs, block 2 would match B's content but is never looked up.
-    request = Sequence(SEED_A + SEED_C + SEED_B + [9], block_size=4)
+    request = Sequence(EXAMPLE_A + EXAMPLE_C + EXAMPLE_B + [9], block_size=4)
     m = explain_prefix_match(bm, request)
     assert m.outcomes() == [O.HIT_IN_USE, O.MISS, O.NOT_LOOKED_UP, O.LAST_BLOCK]
     assert m.blocks[1].cached_block_id is None and "no cached block" in m.blocks[1].reason
@@ -86,9 +86,9 @@ def test_revived_block_at_queue_head_is_not_also_handed_out_fresh():
 
 
 def test_collision_is_caught_by_token_check():
-    bm, _, _ = seed_example()
-    request = Sequence(SEED_C + [9], block_size=4)
-    fake = compute_hash(SEED_C)
+    bm, _, _ = prefix_cache_example()
+    request = Sequence(EXAMPLE_C + [9], block_size=4)
+    fake = compute_hash(EXAMPLE_C)
     bm.hash_to_block_id[fake] = 1  # pretend xxhash gave block #1 (tokens A) the same hash as C
     bm.blocks[1].hash = fake
     m = explain_prefix_match(bm, request)
@@ -98,8 +98,8 @@ def test_collision_is_caught_by_token_check():
 
 
 def test_does_not_fit_predicts_no_blocks():
-    bm, _, request = seed_example()
-    longer = Sequence(SEED_A + SEED_B + SEED_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
+    bm, _, request = prefix_cache_example()
+    longer = Sequence(EXAMPLE_A + EXAMPLE_B + EXAMPLE_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
     m = explain_prefix_match(bm, longer)
     assert m.num_free_blocks_needed == 5 and not m.fits
     assert m.can_allocate == bm.can_allocate(longer) == -1
@@ -123,7 +123,7 @@ def test_block_size_mismatch():
         explain_prefix_match(bm, Sequence([1, 2, 3], block_size=4))
 
 
-def test_reusable_prefix_tokens_seed_numbers():
+def test_reusable_prefix_tokens_writeup_numbers():
     assert reusable_prefix_tokens(600, 700, 256) == 512
     assert reusable_prefix_tokens(512, 512, 256) == 256  # exact match: the last block is recomputed
     assert reusable_prefix_tokens(600, 600, 1) == 599

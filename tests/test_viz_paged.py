@@ -1,10 +1,10 @@
-"""Part I pictures: every figure builds; text twins are exact for the seed's fixed state."""
+"""Part I pictures: every figure builds; text twins are exact for the write-up's fixed state."""
 
 from matplotlib.figure import Figure
 
 from refimpl.paged import BlockManager, Sequence
 from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
-from refimpl.paged.prefix_match import explain_prefix_match, seed_example
+from refimpl.paged.prefix_match import explain_prefix_match, prefix_cache_example
 from refimpl.viz.paged import (
     describe_block_pool,
     describe_fragmentation,
@@ -17,7 +17,7 @@ from refimpl.viz.paged import (
     short_hash,
 )
 
-SEED_POOL = """\
+EXAMPLE_POOL = """\
 pool: 8 blocks x 4 tokens | used 4, free 4, cached hashes 2
 block  ref  hash  tokens  state
    #0    1  -     3/4     in use by other0
@@ -33,7 +33,7 @@ other0: L0->#0  (len 3, cached 3)
 holder: L0->#1 L1->#2  (len 5, cached 5)
 other1: L0->#5  (len 2, cached 2)"""
 
-SEED_MATCH = """\
+EXAMPLE_MATCH = """\
 request: 12 tokens, block_size 4, 3 blocks
 L0 [101 102 103 104]      hash 1835  hit, in use    #1 shared, ref 1->2
 L1 [201 202 203 204]      hash a7dc  hit, freed     #3 leaves the free queue, ref 0->1
@@ -43,8 +43,8 @@ cached blocks: 2 (8 tokens); free blocks needed 2 of 4 free -> fits, can_allocat
 
 
 def test_block_pool_text_and_figure():
-    bm, holders, request = seed_example()
-    assert describe_block_pool(bm, holders) == SEED_POOL
+    bm, holders, request = prefix_cache_example()
+    assert describe_block_pool(bm, holders) == EXAMPLE_POOL
     fig = draw_block_pool(bm, holders)
     assert isinstance(fig, Figure)
     bm.allocate(request, 2)
@@ -66,9 +66,9 @@ def test_block_pool_unnamed_sequences_and_empty_pool():
 
 
 def test_prefix_match_text_and_figure():
-    bm, _, request = seed_example()
+    bm, _, request = prefix_cache_example()
     m = explain_prefix_match(bm, request)
-    assert describe_prefix_match(m) == SEED_MATCH
+    assert describe_prefix_match(m) == EXAMPLE_MATCH
     assert isinstance(draw_prefix_match(m), Figure)
 
 

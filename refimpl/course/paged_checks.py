@@ -182,8 +182,8 @@ def check_block_manager(student_class: type, *, verbose: bool = True, allow_refe
 
 
 # ====================================================================== prefix cache
-def scenario_seed_example(cls: type, ls: Lockstep) -> None:
-    """The seed's picture: block_size=4, a 12-token request hits in-use #1 and free #3, then takes #6."""
+def scenario_prefix_cache_example(cls: type, ls: Lockstep) -> None:
+    """The nano-vllm write-up's picture: block_size=4, a 12-token request hits in-use #1 and free #3, then takes #6."""
     d = _bm(ls, cls, 10, 4, True)
     a, b, c = toks(10, 4), toks(20, 4), toks(30, 4)
     d.new("F0", toks(900, 4))  # another request holding block 0
@@ -313,7 +313,7 @@ def scenario_preempted_rehits_own_blocks(cls: type, ls: Lockstep) -> None:
 
 def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
     checks = [
-        ("seed_example_12_tokens", "block_size=4, 12 tokens: L0 hits in-use #1, L1 hits free #3, L2 takes #6", partial(scenario_seed_example, cls)),
+        ("example_12_tokens", "block_size=4, 12 tokens: L0 hits in-use #1, L1 hits free #3, L2 takes #6", partial(scenario_prefix_cache_example, cls)),
         ("hash_chain_in_chunks", "hash_blocks registers exactly the blocks filled this step, chained", partial(scenario_hash_chain_in_chunks, cls)),
         ("last_block_never_looked_up", "a fully cached prompt still recomputes its last block", partial(scenario_last_block_never_looked_up, cls)),
         ("in_use_hits_need_no_free_block", "a hit on a block in use costs no free block", partial(scenario_in_use_hits_are_free, cls)),

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid import comparison, deepseek_v4
 from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
 from refimpl.hybrid.layout import get_kv_cache_config, parse_memory, summarize_groups
 
@@ -35,7 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--block-size", type=int, default=256, help="logical block size in tokens (default 256)")
     parser.add_argument("--num-blocks", type=int, default=None, help="override the number of blocks")
     parser.add_argument("--layout", choices=LAYOUTS, default="grouped",
-                        help="grouped: the real grouping; mla+swa: the seed's hypothetical two-group plan")
+                        help="grouped: the real grouping; mla+swa: the vLLM KV-cache article's hypothetical "
+                             "two-group plan (MLA + one unsplit SWA group)")
     parser.add_argument("--offsets", type=int, default=10, help="offset rows to print (-1 for all)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.set_defaults(func=run_plan)
@@ -50,7 +51,7 @@ def build_plan(args: argparse.Namespace) -> dict:
     if args.layout == "grouped":
         groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
     else:
-        groups = deepseek_v4.seed_two_group_layout(specs)
+        groups = comparison.two_group_layout(specs)
     config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks)
     tuples = [b.get_num_layer_tuples() for b in group_and_unify_kv_cache_specs(specs)]
     summary = summarize_groups(groups)
@@ -90,7 +91,7 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
     planned = sum(g["num_layers"] for g in plan["groups"])
     if planned != plan["num_cache_layers"]:
         lines.append(f"this layout plans {planned} of them; {plan['num_cache_layers'] - planned} caches "
-                     f"(the compressor states) are left out, as in the seed's example")
+                     f"(the compressor states) are left out, as in the article's example")
     lines += [
         "",
         f"{'group':>5}  {'kind':<17}{'block':>6}{'layers':>8}{'width B':>12}{'unused B':>11}{'padding B':>11}",

@@ -1,6 +1,6 @@
 """Put layers into KV-cache groups: layers of one group share one block table.
 
-`get_kv_cache_groups(specs)` tries, in order (spec 2.3, vLLM v1's `get_kv_cache_groups`):
+`get_kv_cache_groups(specs)` tries, in order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` does):
 
 1. no layers                        -> no groups (an attention-free model);
 2. every spec equal                  -> one group;

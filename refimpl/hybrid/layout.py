@@ -106,8 +106,8 @@ def get_kv_cache_config(
 ) -> KVCacheConfig:
     """Plan the cache tensors for `groups` within `available_memory` bytes.
 
-    Any list of groups is accepted, so hand-made layouts (such as the seed's MLA + one unsplit
-    SWA group) can be compared with the real grouping. Raises ValueError when the budget is
+    Any list of groups is accepted, so hand-made layouts (such as the vLLM KV-cache article's MLA + one
+    unsplit SWA group) can be compared with the real grouping. Raises ValueError when the budget is
     smaller than one block (unless `num_blocks_override` is given).
     """
     _check_memory(available_memory)
@@ -207,7 +207,7 @@ def parse_memory(text: str | int) -> int:
     return int(value * units[unit])
 
 
-# --- Older vLLM packings, for comparison only (spec section 2.6) ---------------------------
+# --- Older vLLM packings, kept only to compare bytes per block with the packed slab ---------
 
 def _page_counts(group: KVCacheGroupSpec) -> Counter:
     """{page size: number of the group's layers with that page}."""

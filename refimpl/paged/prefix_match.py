@@ -15,7 +15,7 @@ hash chain and says, for every logical block of the request, what would happen t
   one token to get the logits that sample the next token.
 
 It also predicts which physical block each logical block would get from `allocate`.
-The module also holds the small scenarios the notebooks replay (the seed's 12-token example,
+The module also holds the small scenarios the notebooks replay (the 12-token example of the nano-vllm write-up "3.4 KV Cache and BlockManager",
 the 600-token shared prefix, and what reverse-order freeing buys).
 """
 
@@ -238,14 +238,14 @@ def decode_step(block_manager: BlockManager, seq: Sequence, token_id: int) -> bo
     return len(seq.block_table) > before
 
 
-# Token ids of the seed's example: three 4-token blocks A, B, C of a 12-token request.
-SEED_A = [101, 102, 103, 104]
-SEED_B = [201, 202, 203, 204]
-SEED_C = [301, 302, 303, 304]
+# Token ids of the write-up's example: three 4-token blocks A, B, C of a 12-token request.
+EXAMPLE_A = [101, 102, 103, 104]
+EXAMPLE_B = [201, 202, 203, 204]
+EXAMPLE_C = [301, 302, 303, 304]
 
 
-def seed_example() -> tuple[BlockManager, dict[str, Sequence], Sequence]:
-    """The seed's block_size=4 picture: (block manager, sequences holding blocks, new request).
+def prefix_cache_example() -> tuple[BlockManager, dict[str, Sequence], Sequence]:
+    """The nano-vllm write-up's block_size=4 picture: (block manager, sequences holding blocks, new request).
 
     Built with real calls on an 8-block pool: `other0` takes #0; `holder` = A + 1 token takes
     #1 (A) and #2; `finished` = A + B + 1 token shares #1 and takes #3 (B) and #4, then finishes
@@ -254,15 +254,15 @@ def seed_example() -> tuple[BlockManager, dict[str, Sequence], Sequence]:
     """
     bm = BlockManager(8, 4)
     other0 = Sequence([1, 2, 3], block_size=4)
-    holder = Sequence(SEED_A + [11], block_size=4)
-    finished = Sequence(SEED_A + SEED_B + [21], block_size=4)
+    holder = Sequence(EXAMPLE_A + [11], block_size=4)
+    finished = Sequence(EXAMPLE_A + EXAMPLE_B + [21], block_size=4)
     other1 = Sequence([5, 6], block_size=4)
     prefill(bm, other0)
     prefill(bm, holder)
     prefill(bm, finished)
     bm.deallocate(finished)
     prefill(bm, other1)
-    request = Sequence(SEED_A + SEED_B + SEED_C, block_size=4)
+    request = Sequence(EXAMPLE_A + EXAMPLE_B + EXAMPLE_C, block_size=4)
     return bm, {"other0": other0, "holder": holder, "other1": other1}, request
 
 
@@ -346,5 +346,5 @@ __all__ = [
     "measure_reusable_prefix_tokens",
     "prefill",
     "reusable_prefix_tokens",
-    "seed_example",
+    "prefix_cache_example",
 ]
