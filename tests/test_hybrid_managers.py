@@ -10,9 +10,8 @@ from refimpl.hybrid.managers import (
     FullAttentionManager,
     SlidingWindowManager,
     make_manager,
-    unwrap_spec,
 )
-from refimpl.hybrid.specs import UniformTypeKVCacheSpecs
+from refimpl.hybrid.specs import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
 
 from hybrid_helpers import free_ids, full, ids, swa
 
@@ -33,6 +32,7 @@ def test_make_manager_picks_the_kind_and_unwraps_uniform_specs():
     assert type(make_manager(swa(), pool, 1)) is SlidingWindowManager
     uni = UniformTypeKVCacheSpecs(block_size=4, kv_cache_specs={"a": swa(), "b": swa()})
     assert unwrap_spec(uni) == swa()
+    assert unwrap_spec(KVCacheGroupSpec(["a", "b"], uni)) == swa()  # a group stands for its spec
     assert type(make_manager(uni, pool, 2)) is SlidingWindowManager
 
 

@@ -13,21 +13,18 @@ block sizes (256 for DeepSeek V4: lcm(256, 64, 64, 8, 4)).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.managers import (
-    FullAttentionManager,
-    SingleTypeKVCacheManager,
-    is_sliding_window_spec,
-    make_manager,
-    unwrap_spec,
-)
+from refimpl.hybrid.managers import FullAttentionManager, SingleTypeKVCacheManager, make_manager
+from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, unwrap_spec
 
 
-def group_spec(group):
-    """A `KVCacheGroupSpec` carries its spec in `.kv_cache_spec`; a bare spec is its own."""
-    return getattr(group, "kv_cache_spec", group)
+class SpecGroup(NamedTuple):
+    """Cache groups whose specs are equal, looked up together in one pass (vLLM's `SpecGroup`)."""
+
+    kv_cache_spec: AttentionSpec
+    group_ids: list[int]
 
 
 class KVCacheCoordinator:
@@ -43,7 +40,7 @@ class KVCacheCoordinator:
 
     def __init__(
         self,
-        kv_cache_groups: Sequence,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
         num_blocks: int,
         *,
         enable_caching: bool = True,
@@ -53,7 +50,7 @@ class KVCacheCoordinator:
     ) -> None:
         if not kv_cache_groups:
             raise ValueError("need at least one KV-cache group")
-        specs = [unwrap_spec(group_spec(g)) for g in kv_cache_groups]
+        specs = [unwrap_spec(g) for g in kv_cache_groups]
         sizes = [s.block_size for s in specs]
         self.scheduler_block_size = math.lcm(*sizes)
         self.hash_block_size = hash_block_size or math.gcd(*sizes)
@@ -84,15 +81,17 @@ class KVCacheCoordinator:
         # Groups with equal specs are looked up together; full attention first (its hit is an
         # upper bound for everybody and is cheap to trim).
         # (Specs are compared with ==, so a list is used rather than a dict: specs may be unhashable.)
-        spec_groups: list[tuple[object, list[int]]] = []
+        spec_groups: list[SpecGroup] = []
         for gid, spec in enumerate(specs):
-            for seen, ids in spec_groups:
-                if seen == spec:
-                    ids.append(gid)
+            for seen in spec_groups:
+                if seen.kv_cache_spec == spec:
+                    seen.group_ids.append(gid)
                     break
             else:
-                spec_groups.append((spec, [gid]))
-        self.attention_groups = sorted(spec_groups, key=lambda item: is_sliding_window_spec(item[0]))
+                spec_groups.append(SpecGroup(spec, [gid]))
+        self.attention_groups: list[SpecGroup] = sorted(
+            spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
+        )
 
     # ------------------------------------------------------------ lookup
     def find_longest_cache_hit(
@@ -195,4 +194,4 @@ class KVCacheCoordinator:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
 
 
-__all__ = ["KVCacheCoordinator", "group_spec"]
+__all__ = ["KVCacheCoordinator", "SpecGroup"]

@@ -21,6 +21,7 @@ import xxhash
 
 from refimpl.hybrid.block_pool import BlockHash, KVCacheBlock
 from refimpl.hybrid.coordinator import KVCacheCoordinator
+from refimpl.hybrid.specs import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 
 NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
 """Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
@@ -120,7 +121,7 @@ class KVCacheManager:
 
     def __init__(
         self,
-        kv_cache_groups: Sequence,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
         num_blocks: int,
         max_model_len: int,
         *,
@@ -149,7 +150,7 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * num_blocks)
 
     @classmethod
-    def from_config(cls, kv_cache_config, max_model_len: int, **kwargs) -> "KVCacheManager":
+    def from_config(cls, kv_cache_config: KVCacheConfig, max_model_len: int, **kwargs) -> "KVCacheManager":
         """Build from a `KVCacheConfig` (its `kv_cache_groups` and `num_blocks`)."""
         return cls(kv_cache_config.kv_cache_groups, kv_cache_config.num_blocks, max_model_len, **kwargs)
 

@@ -19,26 +19,10 @@ sub-boundary of each block, which is valid because the hashes chain over the who
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.specs import cdiv
-
-
-def unwrap_spec(spec):
-    """The scheduler-side spec of a group: a `UniformTypeKVCacheSpecs` stands for its first member.
-
-    All members of a uniform-type collection share block size and window, which is all a manager
-    needs (vLLM's `generate_scheduler_kv_cache_config` does the same).
-    """
-    members = getattr(spec, "kv_cache_specs", None)
-    if isinstance(members, Mapping) and members:
-        return next(iter(members.values()))
-    return spec
-
-
-def is_sliding_window_spec(spec) -> bool:
-    return getattr(unwrap_spec(spec), "sliding_window", None) is not None
+from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, cdiv, unwrap_spec
 
 
 class BlockHashListWithBlockSize:
@@ -91,7 +75,7 @@ class SingleTypeKVCacheManager:
 
     def __init__(
         self,
-        kv_cache_spec,
+        kv_cache_spec: KVCacheSpec,
         block_pool: BlockPool,
         kv_cache_group_id: int,
         *,
@@ -100,7 +84,7 @@ class SingleTypeKVCacheManager:
         enable_caching: bool = True,
         max_in_flight_tokens: int | None = None,
     ) -> None:
-        self.kv_cache_spec = unwrap_spec(kv_cache_spec)
+        self.kv_cache_spec: AttentionSpec = unwrap_spec(kv_cache_spec)
         self.block_size: int = self.kv_cache_spec.block_size
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
@@ -307,7 +291,7 @@ class SingleTypeKVCacheManager:
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
@@ -324,12 +308,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
         """Cached blocks from the start, stopping at the first miss, trimmed to the alignment."""
-        bs = unwrap_spec(kv_cache_spec).block_size
+        bs = kv_cache_spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
@@ -352,7 +336,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int,
         alignment_tokens: int,
     ) -> tuple[tuple[KVCacheBlock, ...], int] | None:
@@ -361,7 +345,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
         Returns (one block per group, tokens used from it) or None.
         """
-        bs = unwrap_spec(kv_cache_spec).block_size
+        bs = kv_cache_spec.block_size
         start = num_full_blocks * bs
         for used in range(bs - alignment_tokens, 0, -alignment_tokens):
             end = start + used
@@ -376,7 +360,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 class SlidingWindowManager(SingleTypeKVCacheManager):
     """Sliding window of `W` tokens: token p reads positions [p - W + 1, p]."""
 
-    def __init__(self, kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
+    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
         super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
         self.sliding_window: int = self.kv_cache_spec.sliding_window
         if self.sliding_window < 1:
@@ -408,13 +392,13 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
         """Scan right to left for `cdiv(W - 1, bs)` contiguous cached blocks ending on an
         alignment boundary; everything before the run is the null block."""
-        spec = unwrap_spec(kv_cache_spec)
+        spec = kv_cache_spec
         bs = spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
@@ -450,7 +434,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return computed
 
 
-def make_manager(kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> SingleTypeKVCacheManager:
+def make_manager(
+    kv_cache_spec: KVCacheGroupSpec | KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs
+) -> SingleTypeKVCacheManager:
     """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full attention."""
-    cls = SlidingWindowManager if is_sliding_window_spec(kv_cache_spec) else FullAttentionManager
+    cls = SlidingWindowManager if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec) else FullAttentionManager
     return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

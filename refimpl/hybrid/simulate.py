@@ -19,19 +19,17 @@ from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStat
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
 from refimpl.hybrid.grouping import get_kv_cache_groups
 from refimpl.hybrid.layout import GIB, get_kv_cache_config
-from refimpl.hybrid.managers import unwrap_spec
-from refimpl.hybrid.specs import cdiv
+from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, cdiv, unwrap_spec
 
 
-def group_labels(kv_cache_groups: Sequence) -> list[str]:
+def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> list[str]:
     """Short names for DeepSeek V4 groups: MLA, SWA-a, SWA-b, C128 state, C4 state."""
-    specs = [unwrap_spec(getattr(group, "kv_cache_spec", group)) for group in kv_cache_groups]
+    specs = [unwrap_spec(group) for group in kv_cache_groups]
     # compressor states are fp32; the ratio-4 state has the smaller block (4 vs 8 tokens)
-    state_sizes = [s.block_size for s in specs if getattr(s, "sliding_window", None) and s.dtype == "float32"]
+    state_sizes = [s.block_size for s in specs if isinstance(s, SlidingWindowSpec) and s.dtype == "float32"]
     labels, swa_seen = [], 0
     for spec in specs:
-        window = getattr(spec, "sliding_window", None)
-        if window is None:
+        if not isinstance(spec, SlidingWindowSpec):
             labels.append("MLA")
         elif spec.dtype == "float32":
             labels.append("C4 state" if spec.block_size == min(state_sizes) else "C128 state")
