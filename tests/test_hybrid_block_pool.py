@@ -247,5 +247,5 @@ def test_partially_cached_block_is_freed_to_the_back_and_evicted_on_reuse():
     pool.free_blocks([a, b])
     assert free_ids(pool) == [2, 3, 1]  # b (no key) in front, a (partial key) at the back
     pool.get_new_blocks(3)
-    assert pool.get_cached_block(H[5], [0]) is None and pool.partial_block_hashes == {}
+    assert pool.get_cached_block(H[5], [0]) is None and pool.cached_block_hashes_by_block == {}
     check_pool_invariants(pool)

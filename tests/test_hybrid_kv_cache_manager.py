@@ -197,7 +197,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     step(m, a, 14)
     assert m.get_block_ids("A") == ([1, 2],)
     # block 1 is full and hashed; block 2 holds 6 tokens and is registered for its first 4
-    assert m.block_pool.partial_block_hashes.keys() == {2}
+    assert m.block_pool.cached_block_hashes_by_block.keys() == {2}
     b = m.make_request("B", [*range(13), 90, 91, 92, 93, 94, 95, 96])
     hits, n = m.get_computed_blocks(b)
     assert n == 12 and hits.get_block_ids() == ([1, 2],)
@@ -215,7 +215,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     # A fills block 2: the full key replaces the partial one, so a prefix of 12 no longer hits
     a.append_output_token_ids([50, 51])
     step(m, a, 2)
-    assert 2 not in m.block_pool.partial_block_hashes
+    assert 2 not in m.block_pool.cached_block_hashes_by_block
     c = m.make_request("C", [*range(13), 70, 71, 72])
     assert m.get_computed_blocks(c)[1] == 8
     # with the default alignment (the block size) the same request B would only hit 8 tokens

@@ -97,7 +97,7 @@ def test_hit_blocks_are_touched_and_counted():
     (hit,) = FullAttentionManager.find_longest_cache_hit(b.block_hashes, 12, [0], pool, full())
     # 13 tokens -> 4 blocks; 2 hits are free (ref 0) so they count as taken from the queue
     assert m.get_num_blocks_to_allocate("b", 13, hit, total_computed_tokens=8) == 2 + 2
-    m.allocate_new_computed_blocks("b", hit, 8)
+    m.add_local_computed_blocks("b", hit, 8)
     assert [blk.ref_cnt for blk in hit] == [1, 1]
     assert ids(m.allocate_new_blocks("b", 13)) == [4, 5]
     assert ids(m.req_to_blocks["b"]) == [1, 2, 4, 5]

@@ -63,9 +63,9 @@ class ReferenceScheduler:
         return seq.seq_id in self.bm.tables
 
     def schedule(self) -> tuple[list[RefSeq], bool]:
-        scheduled: list[RefSeq] = []
+        scheduled_seqs: list[RefSeq] = []
         num_batched_tokens = 0
-        while self.waiting and len(scheduled) < self.config.max_num_seqs:
+        while self.waiting and len(scheduled_seqs) < self.config.max_num_seqs:
             seq = self.waiting[0]
             remaining = self.config.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
@@ -77,7 +77,7 @@ class ReferenceScheduler:
                 num_tokens = len(seq.token_ids) - num_cached_blocks * self.bs
             else:
                 num_tokens = len(seq.token_ids) - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled:
+            if remaining < num_tokens and scheduled_seqs:
                 break
             if not self.has_table(seq):
                 assert self.bm.allocate(seq.seq_id, seq.token_ids, num_cached_blocks)
@@ -88,10 +88,10 @@ class ReferenceScheduler:
                 seq.status = "RUNNING"
                 self.waiting.popleft()
                 self.running.append(seq)
-            scheduled.append(seq)
-        if scheduled:
-            return scheduled, True
-        while self.running and len(scheduled) < self.config.max_num_seqs:
+            scheduled_seqs.append(seq)
+        if scheduled_seqs:
+            return scheduled_seqs, True
+        while self.running and len(scheduled_seqs) < self.config.max_num_seqs:
             seq = self.running.popleft()
             while not self.bm.can_append(len(seq.token_ids)):
                 if self.running:
@@ -103,10 +103,10 @@ class ReferenceScheduler:
                 seq.num_scheduled_tokens = 1
                 seq.is_prefill = False
                 self.bm.may_append(seq.seq_id, len(seq.token_ids))
-                scheduled.append(seq)
-        assert scheduled
-        self.running.extendleft(reversed(scheduled))
-        return scheduled, False
+                scheduled_seqs.append(seq)
+        assert scheduled_seqs
+        self.running.extendleft(reversed(scheduled_seqs))
+        return scheduled_seqs, False
 
     def preempt(self, seq: RefSeq) -> None:
         seq.status = "WAITING"

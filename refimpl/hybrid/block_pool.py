@@ -62,8 +62,8 @@ class KVCacheBlock:
     def block_hash(self) -> BlockHashWithGroupId | None:
         return self._block_hash
 
-    @block_hash.setter
-    def block_hash(self, key: BlockHashWithGroupId) -> None:
+    def set_block_hash(self, key: BlockHashWithGroupId) -> None:
+        """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
         if self._block_hash is not None:
             raise InvariantError(f"block {self.block_id} already has a hash; reset it before re-hashing")
         self._block_hash = key
@@ -219,7 +219,7 @@ class BlockPool:
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         # Extra keys of partially filled blocks (fine-grained prefix caching): block id -> keys.
-        self.partial_block_hashes: dict[int, list[BlockHashWithGroupId]] = {}
+        self.cached_block_hashes_by_block: dict[int, list[BlockHashWithGroupId]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
@@ -264,7 +264,7 @@ class BlockPool:
                 continue
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
             self._drop_partial_hashes(block)  # promotion: the full key replaces partial aliases
-            block.block_hash = key
+            block.set_block_hash(key)
             self.cached_block_hash_to_block.insert(key, block)
 
     def cache_partial_block(self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int) -> None:
@@ -276,13 +276,13 @@ class BlockPool:
         if block.is_null or block.block_hash is not None:
             return
         key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
-        aliases = self.partial_block_hashes.setdefault(block.block_id, [])
+        aliases = self.cached_block_hashes_by_block.setdefault(block.block_id, [])
         if key not in aliases:
             aliases.append(key)
             self.cached_block_hash_to_block.insert(key, block)
 
     def _drop_partial_hashes(self, block: KVCacheBlock) -> bool:
-        aliases = self.partial_block_hashes.pop(block.block_id, [])
+        aliases = self.cached_block_hashes_by_block.pop(block.block_id, [])
         for key in aliases:
             if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
                 raise InvariantError(f"block {block.block_id} has a partial key missing from the hash map")
@@ -290,7 +290,7 @@ class BlockPool:
 
     def is_cached(self, block: KVCacheBlock) -> bool:
         """Does the block answer any prefix-cache key (full or partial)?"""
-        return block.block_hash is not None or block.block_id in self.partial_block_hashes
+        return block.block_hash is not None or block.block_id in self.cached_block_hashes_by_block
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop a block's prefix-cache entry before it is reused; True if it had one."""
@@ -354,7 +354,7 @@ class BlockPool:
         if num_used != 1:  # the null block is always "used"
             return False
         self.cached_block_hash_to_block.clear()
-        self.partial_block_hashes.clear()
+        self.cached_block_hashes_by_block.clear()
         for block in self.blocks:
             block.reset_hash()
         return True
@@ -419,7 +419,7 @@ def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCac
     mapped: set[int] = set()
     for key, blocks in pool.cached_block_hash_to_block.items():
         for block in blocks:
-            if block.block_hash != key and key not in pool.partial_block_hashes.get(block.block_id, ()):
+            if block.block_hash != key and key not in pool.cached_block_hashes_by_block.get(block.block_id, ()):
                 raise InvariantError(f"hash map: block {block.block_id} is filed under a key it does not carry")
             if block.is_null:
                 raise InvariantError("hash map: the null block is registered")
@@ -428,7 +428,7 @@ def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCac
         if block.block_hash is not None and block.block_id not in mapped:
             raise InvariantError(f"hash map: block {block.block_id} carries a hash but is not in the map")
     key_to_blocks = dict(pool.cached_block_hash_to_block.items())
-    for block_id, aliases in pool.partial_block_hashes.items():
+    for block_id, aliases in pool.cached_block_hashes_by_block.items():
         block = pool.blocks[block_id]
         if block.block_hash is not None:
             raise InvariantError(f"hash map: full block {block_id} still has partial keys")

@@ -154,11 +154,11 @@ class KVCacheCoordinator:
             )
         return total
 
-    def allocate_new_computed_blocks(
+    def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[Sequence[KVCacheBlock]], total_computed_tokens: int
     ) -> None:
         for manager, hits in zip(self.single_type_managers, new_computed_blocks):
-            manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
+            manager.add_local_computed_blocks(request_id, hits, total_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         """New blocks for every group, or a ValueError (and nothing allocated) if they do not fit."""

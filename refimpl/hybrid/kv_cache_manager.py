@@ -242,7 +242,7 @@ class KVCacheManager:
         coordinator.remove_skipped_blocks(request.request_id, total_computed)
 
         if hits is not None and num_new_computed_tokens > 0:
-            coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
+            coordinator.add_local_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
 
         if self.enable_caching and not delay_cache_blocks:

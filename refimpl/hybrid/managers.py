@@ -154,7 +154,7 @@ class SingleTypeKVCacheManager:
         return num_new + revived + copy_on_write
 
     # ------------------------------------------------------------ allocation
-    def allocate_new_computed_blocks(
+    def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
     ) -> None:
         """Start a request's table with its prefix hits (first allocation only).
@@ -380,10 +380,10 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         """Hash only the blocks just before each alignment boundary: a hit can end only there
         and needs only the last `cdiv(W - 1, block_size)` blocks before it."""
         per_segment = self.alignment_tokens // self.block_size
-        need = cdiv(self.sliding_window - 1, self.block_size)
-        if per_segment <= 1 or need >= per_segment:
+        sliding_window_contiguous_blocks = cdiv(self.sliding_window - 1, self.block_size)
+        if per_segment <= 1 or sliding_window_contiguous_blocks >= per_segment:
             return None
-        return PeriodicBlockMask(num_full_blocks, per_segment, need)
+        return PeriodicBlockMask(num_full_blocks, per_segment, sliding_window_contiguous_blocks)
 
     @classmethod
     def find_longest_cache_hit(
@@ -396,42 +396,40 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
-        """Scan right to left for `cdiv(W - 1, bs)` contiguous cached blocks ending on an
+        """Scan right to left for `cdiv(W - 1, block_size)` contiguous cached blocks ending on an
         alignment boundary; everything before the run is the null block."""
-        spec = kv_cache_spec
-        bs = spec.block_size
-        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
-        alignment = alignment_tokens or bs
-        need = cdiv(spec.sliding_window - 1, bs)
-        num_blocks = min(max_length // bs, len(hashes))
-        null = block_pool.null_block
-        computed = tuple([null] * num_blocks for _ in kv_cache_group_ids)
-        run = 0
-        found = False
-        for i in range(num_blocks - 1, -1, -1):
-            if run == 0 and ((i + 1) * bs) % alignment != 0:
+        block_size = kv_cache_spec.block_size
+        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or block_size, block_size)
+        alignment = alignment_tokens or block_size
+        sliding_window_contiguous_blocks = cdiv(kv_cache_spec.sliding_window - 1, block_size)
+        max_num_blocks = min(max_length // block_size, len(hashes))
+        computed_blocks = tuple([block_pool.null_block] * max_num_blocks for _ in kv_cache_group_ids)
+        num_contiguous_blocks = 0
+        match_found = False
+        for i in range(max_num_blocks - 1, -1, -1):
+            if num_contiguous_blocks == 0 and ((i + 1) * block_size) % alignment != 0:
                 continue  # a hit may only end on an alignment boundary
-            cached = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if cached is None:
-                run = 0
+            cached_blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if cached_blocks is None:
+                num_contiguous_blocks = 0
                 continue
-            for table, block in zip(computed, cached):
-                table[i] = block
-            run += 1
-            if run >= need:
-                for table in computed:
-                    del table[i + run :]
-                found = True
+            for computed, cached in zip(computed_blocks, cached_blocks):
+                computed[i] = cached
+            num_contiguous_blocks += 1
+            if num_contiguous_blocks >= sliding_window_contiguous_blocks:
+                for computed in computed_blocks:
+                    del computed[i + num_contiguous_blocks :]
+                match_found = True
                 break
-        if not found:
+        if not match_found:
             # Too short a run anywhere: only a run starting at block 0 counts (nothing before it
             # is needed), trimmed down to the alignment.
-            for table in computed:
-                del table[run:]
-            while computed[0] and (len(computed[0]) * bs) % alignment != 0:
-                for table in computed:
-                    table.pop()
-        return computed
+            for computed in computed_blocks:
+                del computed[num_contiguous_blocks:]
+            while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
+                for computed in computed_blocks:
+                    computed.pop()
+        return computed_blocks
 
 
 def make_manager(
