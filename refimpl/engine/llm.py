@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Sequence as SequenceLike
 
@@ -42,9 +42,6 @@ class EngineStats:
     peak_blocks_in_use: int = 0
     prefill_time_s: float = 0.0
     decode_time_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def load_tokenizer(model_dir: str):

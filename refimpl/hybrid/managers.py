@@ -96,7 +96,6 @@ class SingleTypeKVCacheManager:
         self.max_in_flight_tokens = max_in_flight_tokens
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
-        self.new_block_ids: list[int] = []
         # Copy-on-write: request -> (table index, source block) of a hit that ends inside a block,
         # and the (source, copy) pairs the worker still has to copy.
         self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
@@ -202,7 +201,6 @@ class SingleTypeKVCacheManager:
         num_new = cdiv(num_tokens, self.block_size) - len(table)
         new_blocks = self.block_pool.get_new_blocks(num_new) if num_new > 0 else []
         table.extend(new_blocks)
-        self.new_block_ids.extend(b.block_id for b in copies + new_blocks)
         return copies + new_blocks
 
     def num_new_blocks_needed(self, request_id: str, num_tokens: int) -> int:
