@@ -92,6 +92,31 @@ class BlockManager:
                 num_new_blocks -= 1
         return num_cached_blocks, num_new_blocks
 
+    def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
+        """The ids of the first `num_cached_blocks` blocks, checked to be hits in one walk.
+
+        nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
+        anything changes, at no extra walk over the chain on the good path.
+        """
+        if not isinstance(num_cached_blocks, bool) and isinstance(num_cached_blocks, int):
+            limit = min(num_cached_blocks, seq.num_blocks - 1) if self.enable_prefix_caching else 0
+            h = -1
+            hit_block_ids: list[int] = []
+            for i in range(max(limit, 0)):
+                token_ids = seq.block(i)
+                h = compute_hash(token_ids, h)
+                block_id = self.hash_to_block_id.get(h, -1)
+                if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
+                    break
+                hit_block_ids.append(block_id)
+            if 0 <= num_cached_blocks == len(hit_block_ids):
+                return hit_block_ids
+        available_hits, _ = self._match_prefix(seq)  # only to say what would have been right
+        raise ValueError(
+            f"num_cached_blocks must be an integer from 0 to {available_hits} (the leading blocks of "
+            f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
+        )
+
     # ----------------------------------------------------------------- allocate
     def can_allocate(self, seq: Sequence) -> int:
         """-1 if the sequence does not fit now, else how many leading blocks are prefix-cache hits."""
@@ -110,18 +135,8 @@ class BlockManager:
         self._check_sequence(seq)
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already has blocks {seq.block_table}; deallocate it first")
-        available_hits, _ = self._match_prefix(seq)
-        if isinstance(num_cached_blocks, bool) or not isinstance(num_cached_blocks, int) or not 0 <= num_cached_blocks <= available_hits:
-            raise ValueError(
-                f"num_cached_blocks must be an integer from 0 to {available_hits} (the leading blocks of "
-                f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
-            )
+        hit_block_ids = self._cached_block_ids(seq, num_cached_blocks)
         # Recount the free blocks for exactly the hits that will be taken.
-        h = -1
-        hit_block_ids = []
-        for i in range(num_cached_blocks):
-            h = compute_hash(seq.block(i), h)
-            hit_block_ids.append(self.hash_to_block_id[h])
         needed = seq.num_blocks - sum(b in self.used_block_ids for b in hit_block_ids)
         if len(self.free_block_ids) < needed:
             raise ValueError(
