@@ -36,6 +36,8 @@ def test_null_block_is_block_zero_and_never_handed_out():
 def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="null block"):
         BlockPool(0)
+    with pytest.raises(ValueError, match="positive integer"):
+        BlockPool(True)  # a bool is not a block count
     pool = BlockPool(3)
     with pytest.raises(ValueError, match=">= 0"):
         pool.get_new_blocks(-1)

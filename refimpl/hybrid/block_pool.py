@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Sequence
 
 from refimpl.errors import InvariantError
+from refimpl.validation import check_positive_int
 
 BlockHash = bytes
 """A chained content hash of a prefix (see `kv_cache_manager.hash_block_tokens`)."""
@@ -211,8 +212,7 @@ class BlockPool:
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
-        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be an int >= 1 (block 0 is the null block), got {num_gpu_blocks!r}")
+        check_positive_int("num_gpu_blocks (block 0 is the null block)", num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]

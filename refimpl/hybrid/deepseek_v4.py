@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.validation import is_integer
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,7 @@ def kv_cache_specs(
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
     indexer_bytes = indexer_entry_bytes(indexer)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0 \
-            or block_size % 128 != 0:
+    if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
                          f"ratio), got {block_size!r}")
     config = CONFIGS[variant]

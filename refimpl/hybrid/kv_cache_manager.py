@@ -21,6 +21,7 @@ import xxhash
 
 from refimpl.hybrid.block_pool import BlockHash, KVCacheBlock
 from refimpl.hybrid.coordinator import KVCacheCoordinator
+from refimpl.validation import check_positive_int
 from refimpl.hybrid.specs import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 
 NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
@@ -56,8 +57,7 @@ class Request:
     block_hashes: list[BlockHash] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.hash_block_size < 1:
-            raise ValueError(f"hash_block_size must be >= 1, got {self.hash_block_size}")
+        check_positive_int("hash_block_size", self.hash_block_size)
         self.prompt_token_ids = list(self.prompt_token_ids)
         self._update_block_hashes()
 
@@ -131,8 +131,7 @@ class KVCacheManager:
         watermark: float = 0.0,
         max_num_batched_tokens: int | None = None,
     ) -> None:
-        if max_model_len < 1:
-            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
+        check_positive_int("max_model_len", max_model_len)
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
         self.max_model_len = max_model_len

@@ -24,6 +24,7 @@ from refimpl.hybrid.specs import (
     KVCacheTensor,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.validation import check_int_at_least, check_positive_int
 
 GIB = 1 << 30
 
@@ -59,16 +60,13 @@ def use_packed_kv_cache_config(
 
 
 def _check_memory(available_memory: int) -> None:
-    if isinstance(available_memory, bool) or not isinstance(available_memory, int) or available_memory < 0:
-        raise ValueError(f"available_memory must be a non-negative int of bytes, got {available_memory!r}")
+    check_int_at_least("available_memory", available_memory, 0, " (bytes)")
 
 
 def _num_blocks(available_memory: int, bytes_per_block: int, override: int | None) -> int:
     """Blocks that fit in the budget, or the override (which replaces the budget's answer)."""
     if override is not None:
-        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
-            raise ValueError(f"num_blocks_override must be an int >= 1, got {override!r}")
-        return override
+        return check_positive_int("num_blocks_override", override)
     num_blocks = available_memory // bytes_per_block
     if num_blocks < 1:
         raise ValueError(

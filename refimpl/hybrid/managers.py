@@ -85,9 +85,7 @@ class SingleTypeKVCacheManager:
         max_in_flight_tokens: int | None = None,
     ) -> None:
         self.kv_cache_spec: AttentionSpec = unwrap_spec(kv_cache_spec)
-        self.block_size: int = self.kv_cache_spec.block_size
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        self.block_size: int = self.kv_cache_spec.block_size  # the spec checked it
         self.block_pool = block_pool
         self.kv_cache_group_id = kv_cache_group_id
         self.hash_block_size = hash_block_size or self.block_size
@@ -360,9 +358,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
         super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
-        self.sliding_window: int = self.kv_cache_spec.sliding_window
-        if self.sliding_window < 1:
-            raise ValueError(f"sliding_window must be >= 1, got {self.sliding_window}")
+        self.sliding_window: int = self.kv_cache_spec.sliding_window  # the spec checked it
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """The next token to compute sits at `num_computed_tokens`; it reads back W - 1 tokens."""

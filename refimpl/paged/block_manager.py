@@ -12,7 +12,7 @@ from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
 from refimpl.paged.hashing import compute_hash
 from refimpl.paged.sequence import Sequence, check_block_size
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_positive_int, is_integer
 
 
 class BlockManager:
@@ -98,7 +98,7 @@ class BlockManager:
         nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
         anything changes, at no extra walk over the chain on the good path.
         """
-        if not isinstance(num_cached_blocks, bool) and isinstance(num_cached_blocks, int):
+        if is_integer(num_cached_blocks):
             limit = min(num_cached_blocks, seq.num_blocks - 1) if self.enable_prefix_caching else 0
             h = -1
             hit_block_ids: list[int] = []

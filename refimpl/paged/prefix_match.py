@@ -27,6 +27,7 @@ from enum import Enum
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.hashing import compute_hash
 from refimpl.paged.sequence import Sequence
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 class MatchOutcome(Enum):
@@ -272,9 +273,9 @@ def reusable_prefix_tokens(shared_prefix_len: int, prompt_len: int, block_size: 
     A prompt of `prompt_len` tokens starting with a `shared_prefix_len`-token prefix that is
     already cached hits `min(shared // block_size, num_blocks - 1)` blocks.
     """
-    for name, value in (("shared_prefix_len", shared_prefix_len), ("prompt_len", prompt_len), ("block_size", block_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "shared_prefix_len" else 1):
-            raise ValueError(f"{name} must be a {'non-negative' if name == 'shared_prefix_len' else 'positive'} integer, got {value!r}")
+    check_int_at_least("shared_prefix_len", shared_prefix_len, 0)
+    check_positive_int("prompt_len", prompt_len)
+    check_positive_int("block_size", block_size)
     if shared_prefix_len > prompt_len:
         raise ValueError(f"shared_prefix_len ({shared_prefix_len}) cannot exceed prompt_len ({prompt_len})")
     num_blocks = (prompt_len + block_size - 1) // block_size

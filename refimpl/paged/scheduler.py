@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ class SchedulerConfig:
         check_block_size(self.kvcache_block_size)
         check_positive_int("max_num_seqs", self.max_num_seqs)
         check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
-        if isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < -1:
-            raise ValueError(f"eos must be a token id >= 0, or -1 for no end-of-sequence token, got {self.eos!r}")
+        check_int_at_least("eos", self.eos, -1, " (a token id, or -1 for no end-of-sequence token)")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
 

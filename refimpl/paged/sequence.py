@@ -8,7 +8,7 @@ from enum import Enum, auto
 from itertools import count
 from typing import Iterable
 
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN
             raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        check_int_at_least("max_tokens", self.max_tokens, 1)
 
 
 class SequenceStatus(Enum):
