@@ -1,16 +1,16 @@
 """Small specs and block-id helpers shared by the hybrid allocator tests."""
 
-from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
+from refimpl.hybrid.simulate import toy_full_spec, toy_window_spec
 
 
 def full(bs=4):
     """A tiny full-attention spec with `bs` tokens per block."""
-    return FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16")
+    return toy_full_spec(bs)
 
 
 def swa(bs=4, window=8):
     """A tiny sliding-window spec with `bs` tokens per block and a `window`-token window."""
-    return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=window)
+    return toy_window_spec(bs, window)
 
 
 def ids(blocks):

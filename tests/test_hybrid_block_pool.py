@@ -10,10 +10,10 @@ from refimpl.hybrid.block_pool import (
     BlockPool,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
-    check_pool_invariants,
     get_group_id,
     make_block_hash_with_group_id,
 )
+from refimpl.hybrid.invariants import check_pool_invariants
 
 from hybrid_helpers import free_ids, ids
 

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.hybrid.block_pool import check_pool_invariants
-from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus, hash_block_tokens
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.kv_cache_manager import KVCacheManager
+from refimpl.hybrid.request import Request, RequestStatus, hash_block_tokens
 
 from hybrid_helpers import full, swa
 

@@ -3,8 +3,9 @@
 
 import pytest
 
-from refimpl.hybrid.block_pool import BlockPool, check_pool_invariants
-from refimpl.hybrid.kv_cache_manager import Request
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.request import Request
 from refimpl.hybrid.managers import (
     BlockHashListWithBlockSize,
     FullAttentionManager,

@@ -1,23 +1,21 @@
-"""explain_prefix_match: exact seed scenario, agreement with can_allocate/allocate on random states."""
+"""explain_prefix_match: the write-up's exact scenario, agreement with can_allocate/allocate on random states."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
-from refimpl.paged.prefix_match import (
+from refimpl.paged.prefix_match import MatchOutcome, explain_prefix_match
+from refimpl.paged.scenarios import (
     EXAMPLE_A,
     EXAMPLE_B,
     EXAMPLE_C,
-    MatchOutcome,
     cached_prefix_after_reuse,
-    decode_step,
-    explain_prefix_match,
     measure_reusable_prefix_tokens,
-    prefill,
-    reusable_prefix_tokens,
     prefix_cache_example,
+    reusable_prefix_tokens,
 )
+from refimpl.paged.steps import compute_tokens, decode_step, prefill
 
 O = MatchOutcome
 
@@ -227,3 +225,16 @@ def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, oper
             assert probe.num_cached_tokens == m.num_cached_tokens
             live.append(probe)
             check_invariants(bm, live)
+
+
+def test_compute_tokens_registers_exactly_the_blocks_a_chunk_filled():
+    bm = BlockManager(8, 4)
+    seq = Sequence(list(range(1, 11)), block_size=4)
+    bm.allocate(seq, bm.can_allocate(seq))
+    assert compute_tokens(bm, seq, 6) == [seq.block_table[0]]  # tokens 0-5 fill block 0 only
+    assert compute_tokens(bm, seq, 4) == [seq.block_table[1]]  # tokens 6-9 fill block 1
+    assert seq.num_cached_tokens == 10 and seq.num_scheduled_tokens == 0
+    assert sorted(bm.hash_to_block_id.values()) == seq.block_table[:2]
+    with pytest.raises(ValueError, match="0 uncomputed tokens"):
+        compute_tokens(bm, seq, 1)
+    check_invariants(bm, [seq])

@@ -4,7 +4,8 @@ from matplotlib.figure import Figure
 
 from refimpl.paged import BlockManager, Sequence
 from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
-from refimpl.paged.prefix_match import explain_prefix_match, prefix_cache_example
+from refimpl.paged.prefix_match import explain_prefix_match
+from refimpl.paged.scenarios import prefix_cache_example
 from refimpl.viz.paged import (
     describe_block_pool,
     describe_fragmentation,

@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.paged.prefix_match import measure_reusable_prefix_tokens
+from refimpl.paged.scenarios import measure_reusable_prefix_tokens
 
 SEQ_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3"]
 EMPTY = "#eeeeee"

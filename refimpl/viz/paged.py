@@ -20,7 +20,8 @@ from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.fragmentation import MemoryUse, RequestLengths, format_memory_table
-from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch, reusable_prefix_tokens
+from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch
+from refimpl.paged.scenarios import reusable_prefix_tokens
 from refimpl.paged.sequence import Sequence
 
 SEQ_COLORS = ["#4c72b0", "#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
