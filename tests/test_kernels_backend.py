@@ -43,7 +43,7 @@ def test_a_users_own_setting_is_left_alone():
 
 def test_compiled_mode_on_cpu_tensors_is_a_clear_error(monkeypatch):
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "INTERPRET", False)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "INTERPRET", False)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
@@ -51,7 +51,7 @@ def test_compiled_mode_on_cpu_tensors_is_a_clear_error(monkeypatch):
 
 def test_missing_triton_is_reported_when_a_kernel_is_called(monkeypatch):
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "HAS_TRITON", False)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "HAS_TRITON", False)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(backend.BackendUnavailableError, match="reference"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
@@ -133,10 +133,16 @@ def test_mode_mismatch_is_detected_and_reported(monkeypatch):
     reason = triton_setup._mode_mismatch()
     assert reason is not None and "Import refimpl before triton" in reason
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "MODE_MISMATCH", reason)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "MODE_MISMATCH", reason)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(backend.BackendUnavailableError, match="different modes"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
+    # the DeepSeek V4 index kernels run the same device check (they used to skip the mode check)
+    v4 = sys.modules["refimpl.kernels.deepseek_v4"]
+    index = torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(backend.BackendUnavailableError, match="different modes"):
+        v4.compute_swa_indices_and_lens(torch.tensor([0, 1], dtype=torch.int32), index + 1, index,
+                                        torch.ones(1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.int32), 4, 2)
 
 
 NO_TRITON = r'''

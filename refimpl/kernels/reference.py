@@ -21,10 +21,10 @@ import operator
 
 import torch
 
+from refimpl.kernels.common import INDEX_DTYPES  # slot_mapping, block_table, cache_seqlens, cu_seqlens
+
 #: Element types every kernel and twin accepts for q / key / value / caches.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-#: Element types accepted for slot_mapping, block_table, cache_seqlens and cu_seqlens.
-INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from refimpl.kernels.common import INDEX_DTYPES
 from refimpl.validation import check_int_at_least, check_positive_int, is_integer
-
-INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def _check_index(name: str, x: object, ndim: int) -> torch.Tensor:
