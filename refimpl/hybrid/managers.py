@@ -279,19 +279,9 @@ class SingleTypeKVCacheManager:
         self.num_cached_block.pop(request_id, None)
         self._partial_hit_reqs.pop(request_id, None)
 
-    # ------------------------------------------------------------ prefix lookup
-    @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: Sequence[BlockHash],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: AttentionSpec,
-        hash_block_size: int | None = None,
-        alignment_tokens: int | None = None,
-    ) -> tuple[list[KVCacheBlock], ...]:
-        raise NotImplementedError
+    # --- prefix lookup: each kind defines the classmethod `find_longest_cache_hit(block_hashes,
+    # max_length, kv_cache_group_ids, block_pool, kv_cache_spec, hash_block_size, alignment_tokens)`
+    # returning one list of hit blocks per group id (vLLM's signature).
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):

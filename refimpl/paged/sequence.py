@@ -128,28 +128,16 @@ class Sequence:
     # Workers of a tensor-parallel engine receive the batch pickled every step. A prefill needs every
     # token; a decode needs only the last one, so the state is a few integers plus the block table.
     # block_size rides along because here it is per sequence, not a class variable as in nano-vllm.
+    _STATE_FIELDS = ("num_tokens", "num_prompt_tokens", "num_cached_tokens", "num_scheduled_tokens", "block_table")
+
     def __getstate__(self):
         last_state = self.token_ids if self.is_prefill else self.last_token
-        return (
-            self.num_tokens,
-            self.num_prompt_tokens,
-            self.num_cached_tokens,
-            self.num_scheduled_tokens,
-            self.block_table,
-            last_state,
-            self.block_size,
-        )
+        return (*(getattr(self, name) for name in self._STATE_FIELDS), last_state, self.block_size)
 
     def __setstate__(self, state) -> None:
-        (
-            self.num_tokens,
-            self.num_prompt_tokens,
-            self.num_cached_tokens,
-            self.num_scheduled_tokens,
-            self.block_table,
-            last_state,
-            self.block_size,
-        ) = state
+        *fields, last_state, self.block_size = state
+        for name, value in zip(self._STATE_FIELDS, fields):
+            setattr(self, name, value)
         if isinstance(last_state, list):
             self.token_ids = last_state
             self.last_token = last_state[-1]
