@@ -158,7 +158,7 @@ def test_not_implemented_message_reaches_the_table():
     assert d.action.startswith("allocate(")
 
 
-# ---------------------------------------------------------------------- reusing the reference is not passing
+# --- reusing the reference is not passing
 def test_a_subclass_of_the_reference_fails_every_check():
     class BlockManagerCopy(BlockManager):  # "my" block manager: everything inherited
         pass
@@ -278,7 +278,7 @@ def test_gcd_grader_expects_value_error_for_bad_input():
     assert d.expected.startswith("raises ValueError") and d.found == "returns 1"
 
 
-# ---------------------------------------------------------------------- the lockstep machinery itself
+# --- the lockstep machinery itself
 
 
 def _corrupt(manager, seq, kind: str) -> bool:

@@ -180,7 +180,7 @@ def test_invariant_checker_catches_corruption():
         check_pool_invariants(pool)
 
 
-# ------------------------------------------------------------------ property test
+# --- property test
 op = st.one_of(
     st.tuples(st.just("alloc"), st.integers(0, 4)),
     st.tuples(st.just("free"), st.integers(0, 20), st.booleans()),

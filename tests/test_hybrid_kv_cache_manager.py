@@ -137,7 +137,7 @@ def test_bad_arguments_raise_before_any_change():
     assert m.block_pool.get_num_free_blocks() == 4
 
 
-# ------------------------------------------------------------------ property test
+# --- property test
 prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)  # few symbols: many shared prefixes
 action = st.one_of(
     st.tuples(st.just("add"), prompt),

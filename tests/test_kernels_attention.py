@@ -27,7 +27,7 @@ TOLERANCE = {  # (atol, rtol) between two fp32-accumulating implementations roun
 DTYPES = list(TOLERANCE)
 
 
-# ----------------------------------------------------------------------------- scenario
+# --- scenario
 
 
 def make_paged_context(
@@ -105,7 +105,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     torch.testing.assert_close(actual.double(), expected.double(), atol=atol, rtol=rtol)
 
 
-# ----------------------------------------------------------------------------- strategies
+# --- strategies
 
 
 @st.composite
@@ -149,7 +149,7 @@ def run_prefill(impl, case):
     return args, impl(*args)
 
 
-# ----------------------------------------------------------------------------- twins vs dense
+# --- twins vs dense
 
 
 @given(decode_cases())
@@ -193,7 +193,7 @@ def test_softmax_scale_is_used():
         assert_close(out, dense_attention(q, keys, values, 0.3), torch.float32)
 
 
-# ----------------------------------------------------------------------------- kernels vs twins
+# --- kernels vs twins
 
 
 @settings(max_examples=15)
@@ -280,7 +280,7 @@ def test_empty_batch(impl):
     assert out.shape == (0, 2, 8)
 
 
-# ----------------------------------------------------------------------------- errors
+# --- errors
 
 
 def _decode_args(**override):
@@ -344,7 +344,7 @@ def test_triton_rejects_head_dim_above_256():
     reference.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
 
 
-# ----------------------------------------------------------------------------- compiled on CUDA
+# --- compiled on CUDA
 
 
 @pytest.mark.gpu

@@ -163,7 +163,7 @@ def test_decode_step_adds_blocks_at_boundaries_and_registers_full_blocks():
     check_invariants(bm, [seq])
 
 
-# ------------------------------------------------------------------ random states
+# --- random states
 # A prompt is built from an earlier prompt's prefix plus a random tail, so that states are full
 # of shared prefixes, freed-but-cached blocks, and hash-table entries overwritten by twins.
 prompt_spec = st.tuples(st.integers(0, 20), st.integers(0, 14), st.lists(st.integers(1, 3), max_size=6))

@@ -21,7 +21,7 @@ from refimpl.errors import InvariantError
 from refimpl.paged import BlockManager, FreeBlockQueue, Sequence, check_invariants, compute_hash
 
 
-# ----------------------------------------------------------------------------- the reference model
+# --- the reference model
 class ReferenceBlockManager:
     """The seed's allocation rules written as plainly as possible, with a deque as the free queue.
 
@@ -121,7 +121,7 @@ class ReferenceBlockManager:
             self.cache[h] = b
 
 
-# ----------------------------------------------------------------------------- the state machine
+# --- the state machine
 # Prompts are a shared prefix plus a short random tail over a tiny alphabet, so full blocks repeat
 # often, both after the same history (cache hits) and after different ones (same tokens, other hash).
 PREFIXES = (
@@ -159,7 +159,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if currently_in_test_context():
             event(what)
 
-    # ------------------------------------------------------------------ rules
+    # --- rules
     @rule(
         prefix=st.sampled_from(PREFIXES),
         tail=TAIL,
@@ -242,7 +242,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         assert seq.block_table == [] and seq.num_cached_tokens == 0
         self.running.remove(seq)
 
-    # ------------------------------------------------------------------ checks
+    # --- checks
     @invariant()
     def invariants_hold_and_match_the_reference(self):
         if self.bm is None:
@@ -297,7 +297,7 @@ def test_long_random_workloads_match_the_reference(seed):
         assert machine.seen[what] > 0, f"the workload never reached: {what} ({dict(machine.seen)})"
 
 
-# ----------------------------------------------------------------------------- FreeBlockQueue vs deque
+# --- FreeBlockQueue vs deque
 @given(num_blocks=st.integers(0, 30), data=st.data())
 def test_free_queue_matches_deque(num_blocks, data):
     queue, model = FreeBlockQueue(range(num_blocks)), deque(range(num_blocks))
@@ -341,7 +341,7 @@ def test_free_queue_rejects_double_append_and_missing_remove():
     assert list(queue) == [3, 1, 2]
 
 
-# ----------------------------------------------------------------------------- check_invariants catches each rule
+# --- check_invariants catches each rule
 def _healthy():
     """Block size 2, pool 6: a and b share a registered block 0; c is freed, its full block still cached."""
     bm = BlockManager(6, 2)

@@ -13,7 +13,7 @@ from refimpl.paged import BlockManager, Scheduler, SequenceStatus
 from refimpl.paged.hashing import compute_hash
 
 
-# ====================================================================== block manager mistakes
+# --- block manager mistakes
 class FreeForwardOrder(BlockManager):
     """Frees a sequence's blocks first to last, so shared early blocks are overwritten first."""
 
@@ -158,7 +158,7 @@ class HashWithoutChain(BlockManager):
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
 
-# ====================================================================== scheduler mistakes
+# --- scheduler mistakes
 class _ConfigurableScheduler(Scheduler):
     """A copy of the reference schedule/preempt/postprocess with switches for single mistakes."""
 
@@ -289,7 +289,7 @@ class RegisterAfterCommit(_ConfigurableScheduler):
     register_after_commit = True
 
 
-# ====================================================================== Part II mistakes
+# --- Part II mistakes
 def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
     """Keeps the first d with the least padding, so ties go to the smaller d."""
     lo, hi = max(1, lower_bound or 1), max(values)
@@ -345,7 +345,7 @@ def packed_layout_real_pages(groups):
     return stride, layers_by_offset
 
 
-# ====================================================================== the catalogue
+# --- the catalogue
 @dataclass(frozen=True)
 class BrokenVariant:
     """A broken implementation and the graders that must catch it."""

@@ -62,7 +62,7 @@ def _finish(title: str, results: list[CheckResult], verbose: bool) -> GradeRepor
     return report
 
 
-# ====================================================================== approximate_gcd
+# --- approximate_gcd
 def _gcd_label(values: list[int], lower_bound: int | None) -> str:
     return f"approximate_gcd({values}, lower_bound={lower_bound})"
 
@@ -129,7 +129,7 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_r
     return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
 
 
-# ====================================================================== packed layout
+# --- packed layout
 def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, str] | None:
     if not (isinstance(found, tuple) and len(found) == 2):
         return "return value", "a tuple (block_stride, layers_by_offset)", render(found)

@@ -43,7 +43,7 @@ def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose:
     return report
 
 
-# ====================================================================== block manager (no prefix cache)
+# --- block manager (no prefix cache)
 def _bm(ls: Lockstep, cls: type, num_blocks: int, block_size: int, prefix_cache: bool) -> LockstepManagerDriver:
     return LockstepManagerDriver(ls, cls, num_blocks, block_size, prefix_cache=prefix_cache)
 
@@ -181,7 +181,7 @@ def check_block_manager(student_class: type, *, verbose: bool = True, allow_refe
     return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard)
 
 
-# ====================================================================== prefix cache
+# --- prefix cache
 def scenario_prefix_cache_example(cls: type, ls: Lockstep) -> None:
     """The nano-vllm write-up's picture: block_size=4, a 12-token request hits in-use #1 and free #3, then takes #6."""
     d = _bm(ls, cls, 10, 4, True)
@@ -342,7 +342,7 @@ def check_prefix_cache(student_class: type, *, verbose: bool = True, allow_refer
     return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard)
 
 
-# ====================================================================== scheduler
+# --- scheduler
 def _sched(ls: Lockstep, cls: type, **config) -> LockstepSchedulerDriver:
     return LockstepSchedulerDriver(ls, cls, SchedulerConfig(**config))
 

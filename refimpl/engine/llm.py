@@ -84,7 +84,7 @@ class LLMEngine:
     def attention_backend(self) -> str:
         return self.model_runner.attention_backend
 
-    # ------------------------------------------------------------------ requests
+    # --- requests
     def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -128,7 +128,7 @@ class LLMEngine:
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
 
-    # ------------------------------------------------------------------ the loop
+    # --- the loop
     def step(self) -> tuple[list[tuple[int, list[int]]], int]:
         """One scheduler step. Returns (finished (seq_id, completion ids), tokens computed), the
         count negative for a decode step (nano-vllm's convention for the progress bar)."""

@@ -35,3 +35,33 @@ from refimpl.hybrid.managers import FullAttentionManager, SlidingWindowManager  
 from refimpl.hybrid.coordinator import KVCacheCoordinator  # noqa: E402
 from refimpl.hybrid.request import Request, RequestStatus  # noqa: E402
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
+
+__all__ = [
+    "AttentionSpec",
+    "BlockPool",
+    "FreeKVCacheBlockQueue",
+    "FullAttentionManager",
+    "FullAttentionSpec",
+    "KVCacheBlock",
+    "KVCacheBlocks",
+    "KVCacheConfig",
+    "KVCacheCoordinator",
+    "KVCacheGroupSpec",
+    "KVCacheManager",
+    "KVCacheSpec",
+    "KVCacheTensor",
+    "MLAAttentionSpec",
+    "Request",
+    "RequestStatus",
+    "SlidingWindowManager",
+    "SlidingWindowMLASpec",
+    "SlidingWindowSpec",
+    "UniformTypeKVCacheSpecs",
+    "allocate_kv_cache",
+    "approximate_gcd",
+    "bind_kv_cache",
+    "check_pool_invariants",
+    "deepseek_v4",
+    "get_kv_cache_config",
+    "get_kv_cache_groups",
+]

@@ -224,7 +224,7 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
-    # ---------------------------------------------------------------- prefix cache
+    # --- prefix cache
     def get_cached_block(self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
         """One cached block per group for this prefix, or None if any group misses it."""
         found = []
@@ -304,7 +304,7 @@ class BlockPool:
         block.reset_hash()
         return True
 
-    # ---------------------------------------------------------------- allocate / free
+    # --- allocate / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take `num_blocks` blocks from the head of the free queue (ref_cnt becomes 1)."""
         if num_blocks < 0:

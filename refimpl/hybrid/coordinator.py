@@ -93,7 +93,7 @@ class KVCacheCoordinator:
             spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
         )
 
-    # ------------------------------------------------------------ lookup
+    # --- lookup
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
@@ -137,7 +137,7 @@ class KVCacheCoordinator:
             del hits[gid][-(-hit_length // spec.block_size) :]
         return tuple(hits), hit_length
 
-    # ------------------------------------------------------------ allocation (sums over groups)
+    # --- allocation (sums over groups)
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -192,6 +192,3 @@ class KVCacheCoordinator:
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
-
-
-__all__ = ["KVCacheCoordinator", "SpecGroup"]

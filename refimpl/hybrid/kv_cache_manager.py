@@ -91,7 +91,7 @@ class KVCacheManager:
     def empty_blocks(self) -> KVCacheBlocks:
         return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
 
-    # ------------------------------------------------------------ prefix cache
+    # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """Prefix-cache hit for a waiting request: blocks per group and the hit length in tokens.
 
@@ -103,7 +103,7 @@ class KVCacheManager:
         hits, hit_length = self.coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
         return KVCacheBlocks(hits), hit_length
 
-    # ------------------------------------------------------------ allocation
+    # --- allocation
     def allocate_slots(
         self,
         request: Request,

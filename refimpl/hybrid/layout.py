@@ -205,7 +205,7 @@ def parse_memory(text: str | int) -> int:
     return int(value * units[unit])
 
 
-# --- Older vLLM packings, kept only to compare bytes per block with the packed slab ---------
+# --- Older vLLM packings, kept only to compare bytes per block with the packed slab
 
 def _page_counts(group: KVCacheGroupSpec) -> Counter:
     """{page size: number of the group's layers with that page}."""

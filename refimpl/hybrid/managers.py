@@ -105,7 +105,7 @@ class SingleTypeKVCacheManager:
         """Can a prefix hit end inside one of this group's blocks?"""
         return self.alignment_tokens < self.block_size
 
-    # ------------------------------------------------------------ hooks per kind
+    # --- hooks per kind
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens whose KV no future token reads (0 for full attention)."""
         return 0
@@ -118,7 +118,7 @@ class SingleTypeKVCacheManager:
         """Which full blocks are worth hashing (None: all of them)."""
         return None
 
-    # ------------------------------------------------------------ counting
+    # --- counting
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -150,7 +150,7 @@ class SingleTypeKVCacheManager:
         copy_on_write = 1 if new_computed_blocks and total_computed_tokens % self.block_size else 0
         return num_new + revived + copy_on_write
 
-    # ------------------------------------------------------------ allocation
+    # --- allocation
     def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
     ) -> None:

@@ -168,17 +168,3 @@ def attention_ops(name: str | None = None, device: torch.device | str | None = N
                             kernels.paged_prefill_attention)
     return AttentionOps("torch", reference.store_kvcache, reference.paged_decode_attention,
                         reference.paged_prefill_attention)
-
-
-__all__ = [
-    "ATTENTION_BACKENDS",
-    "FLASH_ATTN_BLOCK_SIZE_MULTIPLE",
-    "BackendUnavailableError",
-    "AttentionOps",
-    "has_flash_attn",
-    "available_attention_backends",
-    "best_attention_backend",
-    "check_flash_attn_block_size",
-    "check_attention_backend",
-    "attention_ops",
-]

@@ -131,6 +131,3 @@ def compute_global_topk_indices_and_lens(
         TRITON_BLOCK_SIZE=next_power_of_2(topk),
     )
     return out, lens
-
-
-__all__ = ["compute_swa_indices_and_lens", "compute_global_topk_indices_and_lens", "compressed_slot_mapping"]

@@ -231,6 +231,3 @@ def paged_prefill_attention(
         DOT_IN_FP32=INTERPRET or q.dtype == torch.float32,
     )
     return out
-
-
-__all__ = ["paged_decode_attention", "paged_prefill_attention", "launch_paged_decode", "decode_tiles", "prefill_tiles"]

@@ -181,6 +181,3 @@ def compressed_slot_mapping(
     blocks = block_table.long()[reqs, col]
     out[:total] = torch.where(writes, blocks * block_size + c % block_size, torch.full_like(c, -1))
     return out
-
-
-__all__ = ["compute_swa_indices_and_lens", "compute_global_topk_indices_and_lens", "compressed_slot_mapping"]

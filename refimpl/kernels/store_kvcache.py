@@ -85,6 +85,3 @@ def launch_store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
         k_cache.shape[1], num_kv_heads, head_dim,
         BLOCK_H=next_power_of_2(num_kv_heads), BLOCK_D=next_power_of_2(head_dim),
     )
-
-
-__all__ = ["store_kvcache", "launch_store_kvcache", "check_head_dim", "MAX_HEAD_DIM"]

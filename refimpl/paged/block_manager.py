@@ -42,7 +42,7 @@ class BlockManager:
     def compute_hash(token_ids: list[int], prefix: int = -1) -> int:
         return compute_hash(token_ids, prefix)
 
-    # ----------------------------------------------------------------- internal moves
+    # --- internal moves
     def _allocate_block(self) -> int:
         """Take the head of the free queue and hand it to a new owner."""
         block_id = self.free_block_ids.popleft()
@@ -117,7 +117,7 @@ class BlockManager:
             f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
         )
 
-    # ----------------------------------------------------------------- allocate
+    # --- allocate
     def can_allocate(self, seq: Sequence) -> int:
         """-1 if the sequence does not fit now, else how many leading blocks are prefix-cache hits."""
         self._check_sequence(seq)
@@ -155,7 +155,7 @@ class BlockManager:
             seq.block_table.append(self._allocate_block())
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
-    # ----------------------------------------------------------------- free
+    # --- free
     def deallocate(self, seq: Sequence) -> None:
         """Drop the sequence's references, last block first; unreferenced blocks go to the queue tail."""
         self._check_sequence(seq)
@@ -169,7 +169,7 @@ class BlockManager:
         seq.num_cached_tokens = 0
         seq.block_table.clear()
 
-    # ----------------------------------------------------------------- append (decode)
+    # --- append (decode)
     def _needs_new_block(self, seq: Sequence) -> bool:
         """True when the newest token is the first token of a new block.
 
@@ -195,7 +195,7 @@ class BlockManager:
                 raise ValueError(f"no free block to append to sequence {seq.seq_id}: the pool is full")
             seq.block_table.append(self._allocate_block())
 
-    # ----------------------------------------------------------------- register (postprocess)
+    # --- register (postprocess)
     def hash_blocks(self, seq: Sequence) -> None:
         """Register the blocks that this step's tokens filled, chaining from the last registered block."""
         self._check_sequence(seq)
@@ -223,7 +223,7 @@ class BlockManager:
             block.update(h, token_ids)
             self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
 
-    # ----------------------------------------------------------------- views
+    # --- views
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)
 
