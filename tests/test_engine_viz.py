@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 from matplotlib.figure import Figure
 
-from refimpl.engine import LLM, SamplingParams, get_context, make_tiny_model, reset_context
+from refimpl.engine import LLM, SamplingParams, get_context, reset_context
 from refimpl.viz.engine import byte_label, step_inputs_text, draw_step_inputs
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
 
 
 def test_prefill_with_cached_prefix_then_decode(tiny_dir):

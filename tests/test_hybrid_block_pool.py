@@ -15,7 +15,7 @@ from refimpl.hybrid.block_pool import (
 )
 from refimpl.hybrid.invariants import check_pool_invariants
 
-from hybrid_helpers import free_ids, ids
+from hybrid_reference import free_ids, ids
 
 
 H = [bytes([i]) * 8 for i in range(10)]  # stand-in block hashes

@@ -8,7 +8,7 @@ from refimpl.hybrid.request import Request
 from refimpl.hybrid.managers import BlockHashListWithBlockSize, FullAttentionManager, SlidingWindowManager
 from refimpl.hybrid.specs import KVCacheGroupSpec
 
-from hybrid_helpers import full, ids, swa
+from hybrid_reference import full, ids, swa
 
 
 def plant(coord, request, group_id, indices):

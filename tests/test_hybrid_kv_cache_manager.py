@@ -7,22 +7,13 @@ from hypothesis import strategies as st
 
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
-from refimpl.hybrid.request import Request, RequestStatus, hash_block_tokens
+from refimpl.hybrid.request import Request, hash_block_tokens
 
-from hybrid_helpers import full, swa
+from hybrid_reference import action, full, step, swa
 
 
 def free_ids(m):
     return [b.block_id for b in m.block_pool.free_block_queue]
-
-
-def step(m, r, n, **kw):
-    """Schedule n new tokens of r (after its hits) and mark them computed, as a scheduler would."""
-    out = m.allocate_slots(r, n, **kw)
-    if out is not None:
-        r.num_computed_tokens += n + kw.get("num_new_computed_tokens", 0)
-        r.status = RequestStatus.RUNNING
-    return out
 
 
 def test_request_hashes_chain_and_grow():
@@ -138,12 +129,6 @@ def test_bad_arguments_raise_before_any_change():
 
 
 # --- property test
-prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)  # few symbols: many shared prefixes
-action = st.one_of(
-    st.tuples(st.just("add"), prompt),
-    st.tuples(st.just("run"), st.integers(0, 9), st.integers(1, 12)),
-    st.tuples(st.just("free"), st.integers(0, 9)),
-)
 
 
 @given(actions=st.lists(action, max_size=30), num_blocks=st.integers(2, 40), caching=st.booleans(), fine=st.booleans())

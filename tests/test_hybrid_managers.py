@@ -14,7 +14,7 @@ from refimpl.hybrid.managers import (
 )
 from refimpl.hybrid.specs import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
 
-from hybrid_helpers import free_ids, full, ids, swa
+from hybrid_reference import free_ids, full, ids, swa
 
 
 def req(rid, tokens, h=4):

@@ -196,6 +196,7 @@ def test_softmax_scale_is_used():
 # --- kernels vs twins
 
 
+@pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(decode_cases())
 def test_triton_decode_matches_twin(case):
@@ -204,6 +205,7 @@ def test_triton_decode_matches_twin(case):
     assert_close(actual, expected, case["dtype"])
 
 
+@pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(prefill_cases(max_len=24))
 def test_triton_prefill_matches_twin(case):
@@ -214,7 +216,7 @@ def test_triton_prefill_matches_twin(case):
 
 BOTH = [
     pytest.param(reference, id="torch"),
-    pytest.param(triton_kernels, id="triton"),
+    pytest.param(triton_kernels, id="triton", marks=pytest.mark.slow),  # Triton interpreter
 ]
 
 

@@ -30,12 +30,14 @@ def probe(env_value: str | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only rule")
 def test_without_cuda_refimpl_turns_the_interpreter_on():
     """A fresh interpreter where the user set nothing: refimpl sets TRITON_INTERPRET=1 itself."""
     assert probe(None) == dict(env="1", interpret=True, by_user=False, has_triton=True)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_users_own_setting_is_left_alone():
     """A fresh interpreter where the user chose compiled mode: refimpl keeps that choice."""
     assert probe("0") == dict(env="0", interpret=False, by_user=True, has_triton=True)
@@ -169,6 +171,7 @@ print(json.dumps(dict(has_triton=triton_setup.HAS_TRITON, backends=backend.avail
 '''
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_refimpl_without_triton_works_and_kernels_say_what_is_missing():
     done = subprocess.run([sys.executable, "-c", NO_TRITON], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ import torch
 
 from refimpl.kernels import reference
 from refimpl.kernels.common import check_triton_device, next_power_of_2
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, tl, triton
+from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
 
 #: The kernels hold a whole ``[num_heads, head_dim]`` row (or tile) in registers.
 MAX_HEAD_DIM = 256
