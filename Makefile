@@ -63,3 +63,9 @@ exercises: $(STAMP)
 
 check-exercises: $(STAMP)
 	$(BIN)/python -m refimpl.course.exercises check
+
+# The quick loop: every specification test, without the slow end-to-end, Triton-interpreter,
+# subprocess and notebook checks (`make test` still runs all of them).
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow" tests

@@ -7,3 +7,7 @@ an invariant checker, raises `InvariantError`, which names the rule so a learner
 
 class InvariantError(AssertionError):
     """An internal consistency rule of a KV-cache data structure does not hold."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend was asked for that this machine cannot run (missing package or device)."""

@@ -5,12 +5,25 @@ from __future__ import annotations
 from numbers import Integral
 
 
-def check_positive_int(name: str, value: object) -> int:
-    """Return `value` as an int if it is a positive integer, else raise a ValueError naming it.
+def is_integer(value: object) -> bool:
+    """True for ints and numpy integers; False for bools and floats.
 
-    True and 2.0 are rejected (a bool or a float there is almost always a mistake); numpy
-    integers are accepted because counts often come out of numpy arrays.
+    True and 2.0 are rejected (a bool or a float where a count belongs is almost always a
+    mistake); numpy integers are accepted because counts often come out of numpy arrays.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+    return not isinstance(value, bool) and isinstance(value, Integral)
+
+
+def check_int_at_least(name: str, value: object, minimum: int, meaning: str = "") -> int:
+    """Return `value` as an int if it is an integer >= `minimum`, else raise a ValueError naming
+    it; `meaning` (e.g. " (a token index)") is added to the message."""
+    if not is_integer(value) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}{meaning}, got {value!r}")
+    return int(value)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Return `value` as an int if it is a positive integer, else raise a ValueError naming it."""
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)

@@ -1,7 +1,13 @@
-"""Shared test settings: small, reproducible hypothesis runs and single-threaded torch per worker."""
+"""Shared test settings and fixtures: small, reproducible hypothesis runs, single-threaded torch
+per worker, and one tiny checkpoint per worker session.
+
+Literal restatements of upstream and workload strategies live in `paged_reference.py` (Part I)
+and `hybrid_reference.py` (Part II); test files import those, never each other.
+"""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Two xdist workers share two cores: one torch thread each avoids oversubscription.
@@ -22,3 +28,11 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Qwen3 checkpoint (config, safetensors, offline tokenizer), built once per worker."""
+    from refimpl.engine import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)

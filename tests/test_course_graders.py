@@ -12,7 +12,7 @@ import refimpl.course as course
 from refimpl.course import broken
 from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
 from refimpl.course.lockstep import Lockstep, first_difference, run_check
-from refimpl.course.paged_checks import random_manager_workload, scenario_seed_example
+from refimpl.course.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from refimpl.course.paged_worlds import LockstepManagerDriver, manager_state
 from refimpl.hybrid.grouping import approximate_gcd, padding_curve
 from refimpl.hybrid.layout import get_packed_kv_cache_layout
@@ -118,10 +118,10 @@ def test_tables_are_deterministic(capsys):
     assert "0x" not in first
 
 
-def test_seed_example_reaches_the_seed_picture():
+def test_prefix_cache_example_reaches_the_writeup_picture():
     """block_size=4, 12 tokens: L0 -> in-use #1 (ref 2), L1 -> free #3, L2 -> #6, 8 cached tokens."""
     lockstep = Lockstep(lambda w: manager_state(w, prefix_cache=True))
-    scenario_seed_example(BlockManager, lockstep)
+    scenario_prefix_cache_example(BlockManager, lockstep)
     world = lockstep.reference
     q = world.seqs["Q"]
     assert q.block_table == [1, 3, 6]
@@ -158,7 +158,7 @@ def test_not_implemented_message_reaches_the_table():
     assert d.action.startswith("allocate(")
 
 
-# ---------------------------------------------------------------------- reusing the reference is not passing
+# --- reusing the reference is not passing
 def test_a_subclass_of_the_reference_fails_every_check():
     class BlockManagerCopy(BlockManager):  # "my" block manager: everything inherited
         pass
@@ -278,7 +278,7 @@ def test_gcd_grader_expects_value_error_for_bad_input():
     assert d.expected.startswith("raises ValueError") and d.found == "returns 1"
 
 
-# ---------------------------------------------------------------------- the lockstep machinery itself
+# --- the lockstep machinery itself
 
 
 def _corrupt(manager, seq, kind: str) -> bool:

@@ -29,6 +29,8 @@ from refimpl.course.exercises import (
 )
 from refimpl.course.grading import grade_notebook
 
+pytestmark = pytest.mark.slow  # runs exercise notebooks and the grade CLI in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / SOLUTIONS_DIR).glob("[0-9]*.ipynb"))
 STUDENTS = [ROOT / STUDENT_DIR / p.name for p in SOLUTIONS]

@@ -18,6 +18,8 @@ import pytest
 from refimpl.engine import LLM, SamplingParams, make_tiny_model
 from refimpl.engine.oracle import hf_greedy, load_hf_model
 
+pytestmark = pytest.mark.slow  # greedy output against transformers on several tiny models
+
 CONFIGS = {
     "gqa2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16),

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from refimpl.engine import LLM, SamplingParams, make_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+from refimpl.engine import LLM, SamplingParams
 
 
 @pytest.fixture

@@ -14,11 +14,6 @@ from safetensors.torch import save_file
 from refimpl.engine import LLM, Qwen3ModelConfig, SamplingParams, make_tiny_model
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def read_weights(path) -> dict[str, torch.Tensor]:
     with safe_open(path / "model.safetensors", framework="pt") as f:
         return {k: f.get_tensor(k) for k in f.keys()}

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refimpl.engine import LLM, SamplingParams, get_context, make_tiny_model, reset_context
+from refimpl.engine import LLM, SamplingParams, get_context, reset_context
 from refimpl.paged.sequence import Sequence
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from refimpl.engine import LLM, SamplingParams, make_tiny_model
 from refimpl.engine.oracle import hf_greedy, load_hf_model
 from refimpl.paged import check_invariants
 
+pytestmark = pytest.mark.slow  # random engine settings end to end
+
 SYSTEM = list(b"System: be brief. ")  # 18 tokens
 POOL = [
     SYSTEM + list(b"Hi"),

@@ -12,11 +12,6 @@ from refimpl.engine import LLM, SamplingParams, build_byte_tokenizer, make_tiny_
 from refimpl.engine.tiny import EOS_TOKEN_ID, TINY_DEFAULTS
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def test_writes_a_hugging_face_checkpoint_directory(tiny_dir):
     names = sorted(p.name for p in tiny_dir.iterdir())
     assert names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",

@@ -8,6 +8,8 @@ from refimpl.engine import LLM, SamplingParams, make_tiny_model
 from refimpl.engine.oracle import hf_greedy, load_hf_model
 from refimpl.kernels.triton_setup import HAS_TRITON
 
+pytestmark = pytest.mark.slow  # the engine on the Triton interpreter
+
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_triton_backend_greedy_equals_transformers_with_a_prefix_hit(tmp_path):

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 from matplotlib.figure import Figure
 
-from refimpl.engine import LLM, SamplingParams, get_context, make_tiny_model, reset_context
-from refimpl.viz.engine import byte_label, describe_step_inputs, draw_step_inputs
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+from refimpl.engine import LLM, SamplingParams, get_context, reset_context
+from refimpl.viz.engine import byte_label, step_inputs_text, draw_step_inputs
 
 
 def test_prefill_with_cached_prefix_then_decode(tiny_dir):
@@ -24,7 +19,7 @@ def test_prefill_with_cached_prefix_then_decode(tiny_dir):
     seqs, is_prefill = llm.scheduler.schedule()
     llm.model_runner.prepare_prefill(seqs)
     ctx = get_context()
-    text = describe_step_inputs(seqs, ctx, names, label=byte_label)
+    text = step_inputs_text(seqs, ctx, names, label=byte_label)
     fig = draw_step_inputs(seqs, ctx, 10, names, label=byte_label)
     reset_context()
     assert isinstance(fig, Figure)
@@ -44,7 +39,7 @@ def test_prefill_with_cached_prefix_then_decode(tiny_dir):
     llm.scheduler.postprocess(seqs, tokens, is_prefill)
     seqs, is_prefill = llm.scheduler.schedule()
     llm.model_runner.prepare_decode(seqs)
-    text = describe_step_inputs(seqs, get_context(), names)
+    text = step_inputs_text(seqs, get_context(), names)
     assert isinstance(draw_step_inputs(seqs, get_context(), 10, names), Figure)
     reset_context()
     assert not is_prefill
@@ -55,4 +50,4 @@ def test_empty_context_is_a_clear_error(tiny_dir):
     from refimpl.engine import Context
 
     with pytest.raises(ValueError, match="prepare_prefill or prepare_decode"):
-        describe_step_inputs([], Context())
+        step_inputs_text([], Context())

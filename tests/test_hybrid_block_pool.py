@@ -10,12 +10,12 @@ from refimpl.hybrid.block_pool import (
     BlockPool,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
-    check_pool_invariants,
     get_group_id,
     make_block_hash_with_group_id,
 )
+from refimpl.hybrid.invariants import check_pool_invariants
 
-from hybrid_helpers import free_ids, ids
+from hybrid_reference import free_ids, ids
 
 
 H = [bytes([i]) * 8 for i in range(10)]  # stand-in block hashes
@@ -36,6 +36,8 @@ def test_null_block_is_block_zero_and_never_handed_out():
 def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="null block"):
         BlockPool(0)
+    with pytest.raises(ValueError, match="positive integer"):
+        BlockPool(True)  # a bool is not a block count
     pool = BlockPool(3)
     with pytest.raises(ValueError, match=">= 0"):
         pool.get_new_blocks(-1)
@@ -178,7 +180,7 @@ def test_invariant_checker_catches_corruption():
         check_pool_invariants(pool)
 
 
-# ------------------------------------------------------------------ property test
+# --- property test
 op = st.one_of(
     st.tuples(st.just("alloc"), st.integers(0, 4)),
     st.tuples(st.just("free"), st.integers(0, 20), st.booleans()),
@@ -247,5 +249,5 @@ def test_partially_cached_block_is_freed_to_the_back_and_evicted_on_reuse():
     pool.free_blocks([a, b])
     assert free_ids(pool) == [2, 3, 1]  # b (no key) in front, a (partial key) at the back
     pool.get_new_blocks(3)
-    assert pool.get_cached_block(H[5], [0]) is None and pool.partial_block_hashes == {}
+    assert pool.get_cached_block(H[5], [0]) is None and pool.cached_block_hashes_by_block == {}
     check_pool_invariants(pool)

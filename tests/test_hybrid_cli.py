@@ -42,7 +42,7 @@ def test_plan_options(capsys, argv, key, value):
     assert json.loads(capsys.readouterr().out)[key] == value
 
 
-def test_plan_seed_layout_says_what_it_leaves_out(capsys):
+def test_plan_article_layout_says_what_it_leaves_out(capsys):
     assert main(["plan", "--layout", "mla+swa"]) == 0
     out = capsys.readouterr().out
     assert "plans 152 of them; 91 caches (the compressor states) are left out" in out

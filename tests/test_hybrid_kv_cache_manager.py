@@ -5,23 +5,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.hybrid.block_pool import check_pool_invariants
-from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus, hash_block_tokens
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.kv_cache_manager import KVCacheManager
+from refimpl.hybrid.request import Request, hash_block_tokens
 
-from hybrid_helpers import full, swa
+from hybrid_reference import action, full, step, swa
 
 
 def free_ids(m):
     return [b.block_id for b in m.block_pool.free_block_queue]
-
-
-def step(m, r, n, **kw):
-    """Schedule n new tokens of r (after its hits) and mark them computed, as a scheduler would."""
-    out = m.allocate_slots(r, n, **kw)
-    if out is not None:
-        r.num_computed_tokens += n + kw.get("num_new_computed_tokens", 0)
-        r.status = RequestStatus.RUNNING
-    return out
 
 
 def test_request_hashes_chain_and_grow():
@@ -136,13 +128,7 @@ def test_bad_arguments_raise_before_any_change():
     assert m.block_pool.get_num_free_blocks() == 4
 
 
-# ------------------------------------------------------------------ property test
-prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)  # few symbols: many shared prefixes
-action = st.one_of(
-    st.tuples(st.just("add"), prompt),
-    st.tuples(st.just("run"), st.integers(0, 9), st.integers(1, 12)),
-    st.tuples(st.just("free"), st.integers(0, 9)),
-)
+# --- property test
 
 
 @given(actions=st.lists(action, max_size=30), num_blocks=st.integers(2, 40), caching=st.booleans(), fine=st.booleans())
@@ -197,7 +183,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     step(m, a, 14)
     assert m.get_block_ids("A") == ([1, 2],)
     # block 1 is full and hashed; block 2 holds 6 tokens and is registered for its first 4
-    assert m.block_pool.partial_block_hashes.keys() == {2}
+    assert m.block_pool.cached_block_hashes_by_block.keys() == {2}
     b = m.make_request("B", [*range(13), 90, 91, 92, 93, 94, 95, 96])
     hits, n = m.get_computed_blocks(b)
     assert n == 12 and hits.get_block_ids() == ([1, 2],)
@@ -215,7 +201,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     # A fills block 2: the full key replaces the partial one, so a prefix of 12 no longer hits
     a.append_output_token_ids([50, 51])
     step(m, a, 2)
-    assert 2 not in m.block_pool.partial_block_hashes
+    assert 2 not in m.block_pool.cached_block_hashes_by_block
     c = m.make_request("C", [*range(13), 70, 71, 72])
     assert m.get_computed_blocks(c)[1] == 8
     # with the default alignment (the block size) the same request B would only hit 8 tokens

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refimpl.hybrid import comparison
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.grouping import get_kv_cache_groups
 from refimpl.hybrid.layout import (
@@ -117,7 +118,7 @@ def test_comparison_layouts_for_pro():
     assert bytes_per_block(PRO_GROUPS) == 1435968
     assert bytes_per_block_v0(PRO_GROUPS) == 1482048 and 10 * GIB // 1482048 == 7244
     assert bytes_per_block_slots(PRO_GROUPS) == 2491200 and 10 * GIB // 2491200 == 4310
-    two = v4.seed_two_group_layout(PRO)
+    two = comparison.two_group_layout(PRO)
     assert bytes_per_block(two) == 2283840
     assert get_kv_cache_config(two, 10 * GIB).num_blocks == 4701
 

@@ -3,18 +3,18 @@
 
 import pytest
 
-from refimpl.hybrid.block_pool import BlockPool, check_pool_invariants
-from refimpl.hybrid.kv_cache_manager import Request
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.request import Request
 from refimpl.hybrid.managers import (
     BlockHashListWithBlockSize,
     FullAttentionManager,
     SlidingWindowManager,
     make_manager,
-    unwrap_spec,
 )
-from refimpl.hybrid.specs import UniformTypeKVCacheSpecs
+from refimpl.hybrid.specs import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
 
-from hybrid_helpers import free_ids, full, ids, swa
+from hybrid_reference import free_ids, full, ids, swa
 
 
 def req(rid, tokens, h=4):
@@ -33,6 +33,7 @@ def test_make_manager_picks_the_kind_and_unwraps_uniform_specs():
     assert type(make_manager(swa(), pool, 1)) is SlidingWindowManager
     uni = UniformTypeKVCacheSpecs(block_size=4, kv_cache_specs={"a": swa(), "b": swa()})
     assert unwrap_spec(uni) == swa()
+    assert unwrap_spec(KVCacheGroupSpec(["a", "b"], uni)) == swa()  # a group stands for its spec
     assert type(make_manager(uni, pool, 2)) is SlidingWindowManager
 
 
@@ -97,7 +98,7 @@ def test_hit_blocks_are_touched_and_counted():
     (hit,) = FullAttentionManager.find_longest_cache_hit(b.block_hashes, 12, [0], pool, full())
     # 13 tokens -> 4 blocks; 2 hits are free (ref 0) so they count as taken from the queue
     assert m.get_num_blocks_to_allocate("b", 13, hit, total_computed_tokens=8) == 2 + 2
-    m.allocate_new_computed_blocks("b", hit, 8)
+    m.add_local_computed_blocks("b", hit, 8)
     assert [blk.ref_cnt for blk in hit] == [1, 1]
     assert ids(m.allocate_new_blocks("b", 13)) == [4, 5]
     assert ids(m.req_to_blocks["b"]) == [1, 2, 4, 5]

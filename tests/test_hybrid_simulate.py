@@ -1,8 +1,10 @@
 """DeepSeek V4 Pro requests through KVCacheManager on the planner's real layout (10 GiB unless
 stated): blocks per group per step, window nulling, peaks, admission and prefix hits."""
 
+import pytest
+
 from refimpl.hybrid import simulate as S
-from refimpl.hybrid.block_pool import check_pool_invariants
+from refimpl.hybrid.invariants import check_pool_invariants
 
 
 def test_pro_manager_has_five_groups_in_one_pool():
@@ -116,3 +118,16 @@ def test_second_request_runs_from_its_prefix_hit():
     # the hit put null blocks in front of what each window needs before token 768
     assert run.records[0].null_blocks[1:] == (10, 10, 80, 190)
     check_pool_invariants(m.block_pool, m.get_blocks("B").blocks)
+
+
+def test_schedule_step_advances_the_request_or_changes_nothing():
+    from refimpl.hybrid.kv_cache_manager import KVCacheManager
+
+    m = KVCacheManager([S.toy_full_spec(4), S.toy_window_spec(4, 8)], num_blocks=5, max_model_len=64)
+    a = m.make_request("A", S.prompt_tokens(20, seed=1))
+    new = S.schedule_step(m, a, 8)
+    assert new.get_block_ids() == ([1, 2], [3, 4]) and a.num_computed_tokens == 8
+    with pytest.raises(ValueError, match="do not fit"):
+        S.schedule_step(m, a, 8)  # two more blocks per group, none free
+    assert a.num_computed_tokens == 8 and m.get_block_ids("A") == ([1, 2], [3, 4])
+    check_pool_invariants(m.block_pool, m.get_blocks("A").blocks)

@@ -37,7 +37,7 @@ def _raw(view):
     return torch.empty(0, dtype=torch.int8).set_(view.untyped_storage())
 
 
-def test_packed_config_has_one_backing_tensor_and_seed_shapes():
+def test_packed_config_has_one_backing_tensor_and_article_shapes():
     views = allocate_kv_cache(CONFIG)
     assert len({v.untyped_storage().data_ptr() for v in views.values()}) == 1
     assert _raw(views["layers.0.attn"]).numel() == 3 * STRIDE

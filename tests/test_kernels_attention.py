@@ -27,7 +27,7 @@ TOLERANCE = {  # (atol, rtol) between two fp32-accumulating implementations roun
 DTYPES = list(TOLERANCE)
 
 
-# ----------------------------------------------------------------------------- scenario
+# --- scenario
 
 
 def make_paged_context(
@@ -105,7 +105,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     torch.testing.assert_close(actual.double(), expected.double(), atol=atol, rtol=rtol)
 
 
-# ----------------------------------------------------------------------------- strategies
+# --- strategies
 
 
 @st.composite
@@ -149,7 +149,7 @@ def run_prefill(impl, case):
     return args, impl(*args)
 
 
-# ----------------------------------------------------------------------------- twins vs dense
+# --- twins vs dense
 
 
 @given(decode_cases())
@@ -193,9 +193,10 @@ def test_softmax_scale_is_used():
         assert_close(out, dense_attention(q, keys, values, 0.3), torch.float32)
 
 
-# ----------------------------------------------------------------------------- kernels vs twins
+# --- kernels vs twins
 
 
+@pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(decode_cases())
 def test_triton_decode_matches_twin(case):
@@ -204,6 +205,7 @@ def test_triton_decode_matches_twin(case):
     assert_close(actual, expected, case["dtype"])
 
 
+@pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(prefill_cases(max_len=24))
 def test_triton_prefill_matches_twin(case):
@@ -214,7 +216,7 @@ def test_triton_prefill_matches_twin(case):
 
 BOTH = [
     pytest.param(reference, id="torch"),
-    pytest.param(triton_kernels, id="triton"),
+    pytest.param(triton_kernels, id="triton", marks=pytest.mark.slow),  # Triton interpreter
 ]
 
 
@@ -280,7 +282,7 @@ def test_empty_batch(impl):
     assert out.shape == (0, 2, 8)
 
 
-# ----------------------------------------------------------------------------- errors
+# --- errors
 
 
 def _decode_args(**override):
@@ -344,7 +346,7 @@ def test_triton_rejects_head_dim_above_256():
     reference.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
 
 
-# ----------------------------------------------------------------------------- compiled on CUDA
+# --- compiled on CUDA
 
 
 @pytest.mark.gpu

@@ -30,12 +30,14 @@ def probe(env_value: str | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only rule")
 def test_without_cuda_refimpl_turns_the_interpreter_on():
     """A fresh interpreter where the user set nothing: refimpl sets TRITON_INTERPRET=1 itself."""
     assert probe(None) == dict(env="1", interpret=True, by_user=False, has_triton=True)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_users_own_setting_is_left_alone():
     """A fresh interpreter where the user chose compiled mode: refimpl keeps that choice."""
     assert probe("0") == dict(env="0", interpret=False, by_user=True, has_triton=True)
@@ -43,7 +45,7 @@ def test_a_users_own_setting_is_left_alone():
 
 def test_compiled_mode_on_cpu_tensors_is_a_clear_error(monkeypatch):
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "INTERPRET", False)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "INTERPRET", False)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
@@ -51,7 +53,7 @@ def test_compiled_mode_on_cpu_tensors_is_a_clear_error(monkeypatch):
 
 def test_missing_triton_is_reported_when_a_kernel_is_called(monkeypatch):
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "HAS_TRITON", False)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "HAS_TRITON", False)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(backend.BackendUnavailableError, match="reference"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
@@ -133,10 +135,16 @@ def test_mode_mismatch_is_detected_and_reported(monkeypatch):
     reason = triton_setup._mode_mismatch()
     assert reason is not None and "Import refimpl before triton" in reason
     module = sys.modules["refimpl.kernels.store_kvcache"]
-    monkeypatch.setattr(module, "MODE_MISMATCH", reason)
+    monkeypatch.setattr(sys.modules["refimpl.kernels.common"], "MODE_MISMATCH", reason)
     rows = torch.ones(1, 1, 8)
     with pytest.raises(backend.BackendUnavailableError, match="different modes"):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
+    # the DeepSeek V4 index kernels run the same device check (they used to skip the mode check)
+    v4 = sys.modules["refimpl.kernels.deepseek_v4"]
+    index = torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(backend.BackendUnavailableError, match="different modes"):
+        v4.compute_swa_indices_and_lens(torch.tensor([0, 1], dtype=torch.int32), index + 1, index,
+                                        torch.ones(1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.int32), 4, 2)
 
 
 NO_TRITON = r'''
@@ -163,6 +171,7 @@ print(json.dumps(dict(has_triton=triton_setup.HAS_TRITON, backends=backend.avail
 '''
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_refimpl_without_triton_works_and_kernels_say_what_is_missing():
     done = subprocess.run([sys.executable, "-c", NO_TRITON], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

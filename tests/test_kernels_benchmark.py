@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # runs the kernel benchmark script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels_gpu.py"
 
 

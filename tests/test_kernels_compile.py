@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles the kernels for a GPU target
+
 pytest.importorskip("triton")
 
 SHARED_MEMORY_LIMIT = 99 * 1024  # the smallest per-block limit among sm_80 / sm_86 / sm_89 / sm_90

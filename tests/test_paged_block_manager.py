@@ -1,5 +1,5 @@
 """BlockManager scenarios with exact expected states: block tables, ref counts, free-queue order
-(head first) and prefix-cache contents, following nano-vllm's rules from seed 000."""
+(head first) and prefix-cache contents, following nano-vllm's rules as the write-up "3.4 KV Cache and BlockManager" states them."""
 
 import pytest
 
@@ -8,7 +8,7 @@ import refimpl.paged.invariants as invariants_module
 from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
 
 
-# ----------------------------------------------------------------------------- helpers
+# --- helpers
 def free_order(bm):
     return list(bm.free_block_ids)
 
@@ -62,7 +62,7 @@ def tokens(start, n):
     return list(range(start, start + n))
 
 
-# ----------------------------------------------------------------------------- FIFO allocation and free
+# --- FIFO allocation and free
 def test_fifo_allocation_from_the_head_and_reverse_free_to_the_tail():
     bm = BlockManager(8, 4)
     assert free_order(bm) == [0, 1, 2, 3, 4, 5, 6, 7]
@@ -122,7 +122,7 @@ def test_reverse_free_keeps_the_shared_early_blocks_cached_longest():
     check_invariants(bm, [again])
 
 
-# ----------------------------------------------------------------------------- append boundaries
+# --- append boundaries
 @pytest.mark.parametrize("block_size", [1, 2, 4, 256])
 def test_append_needs_a_block_exactly_when_the_newest_token_starts_one(block_size):
     final_len = 2 * block_size + 1
@@ -187,8 +187,8 @@ def test_new_block_lengths_listed(block_size, new_block_lengths):
     assert nano == (new_block_lengths if block_size > 1 else [])
 
 
-# ----------------------------------------------------------------------------- the seed's example
-def test_seed_example_block_size_4_twelve_tokens():
+# --- the write-up's example
+def test_writeup_example_block_size_4_twelve_tokens():
     """L0 hits in-use #1 (ref 1 -> 2), L1 pulls freed #3 out of the queue, L2 gets #6 from the head."""
     bm = BlockManager(8, 4)
     L0, L1, L2 = [10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]
@@ -330,7 +330,7 @@ def test_preempted_sequence_hits_its_own_freed_blocks():
     check_invariants(bm, [seq])
 
 
-# ----------------------------------------------------------------------------- hash collisions and stale entries
+# --- hash collisions and stale entries
 def test_forced_hash_collision_is_caught_by_the_token_check(monkeypatch):
     bm = BlockManager(8, 4)
     real_a, real_b = [1, 2, 3, 4], [5, 6, 7, 8]
@@ -395,7 +395,7 @@ def test_stale_hash_guard_keeps_the_newer_entry():
     assert bm.hash_to_block_id == {}
 
 
-# ----------------------------------------------------------------------------- block size 256
+# --- block size 256
 def test_600_token_shared_prefix_reuses_512_tokens_at_block_size_256():
     bm = BlockManager(16, 256)
     shared = tokens(0, 600)
@@ -421,7 +421,7 @@ def test_identical_512_token_prompt_reuses_only_256_tokens():
     check_invariants(bm, [first, second])
 
 
-# ----------------------------------------------------------------------------- prefix caching off
+# --- prefix caching off
 def _workload(bm):
     """Shared prompts, frees and decodes; returns every block table seen, in order."""
     shared = tokens(0, 8)
@@ -476,7 +476,7 @@ def test_prefix_caching_disabled_allocates_like_enabled_without_hits():
     assert histories[0][0][:3] == ([3, 4], [5, 6, 7, 8], [9, 10, 11, 2, 1, 0])
 
 
-# ----------------------------------------------------------------------------- hash_blocks
+# --- hash_blocks
 def test_hash_blocks_registers_only_blocks_filled_this_step():
     bm = BlockManager(8, 4)
     prompt = tokens(0, 10)

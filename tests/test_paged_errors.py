@@ -46,7 +46,7 @@ def busy():
     return bm, a, b
 
 
-# ----------------------------------------------------------------------------- construction
+# --- construction
 def test_empty_prompt():
     with pytest.raises(ValueError, match="empty prompt"):
         Sequence([])
@@ -84,7 +84,7 @@ def test_bad_sampling_params(kwargs, match):
         SamplingParams(**kwargs)
 
 
-# ----------------------------------------------------------------------------- allocate
+# --- allocate
 def test_allocate_when_it_does_not_fit(busy):
     bm, a, b = busy
     too_big = Sequence(range(100, 117), block_size=4)  # 5 blocks, 3 free
@@ -125,7 +125,7 @@ def test_num_cached_blocks_must_be_zero_when_caching_is_off():
     assert_unchanged_after_value_error(bm, [seq], lambda: bm.allocate(seq, 1), "an integer from 0 to 0 ")
 
 
-# ----------------------------------------------------------------------------- append
+# --- append
 def test_append_past_the_pool():
     bm = BlockManager(2, 2)
     seq = prefilled(bm, [1, 2, 3, 4])  # both blocks used
@@ -149,7 +149,7 @@ def test_may_append_twice_for_the_same_token():
     assert_unchanged_after_value_error(bm, [seq], lambda: bm.may_append(seq), "already has a block for token 3")
 
 
-# ----------------------------------------------------------------------------- deallocate
+# --- deallocate
 def test_deallocate_an_unallocated_sequence(busy):
     bm, a, b = busy
     never = Sequence([1, 2, 3], block_size=4)
@@ -162,7 +162,7 @@ def test_deallocate_twice(busy):
     assert_unchanged_after_value_error(bm, [b, a], lambda: bm.deallocate(a), "holds no blocks")
 
 
-# ----------------------------------------------------------------------------- hash_blocks
+# --- hash_blocks
 def test_hash_blocks_beyond_the_block_table():
     bm = BlockManager(4, 1)
     seq = prefilled(bm, [1, 2])
@@ -180,7 +180,7 @@ def test_hash_blocks_with_more_scheduled_tokens_than_the_sequence_has(num_cached
     assert_unchanged_after_value_error(bm, [seq], lambda: bm.hash_blocks(seq), "num_scheduled_tokens")
 
 
-# ----------------------------------------------------------------------------- mixed block sizes
+# --- mixed block sizes
 @pytest.mark.parametrize("method", ["can_allocate", "allocate", "deallocate", "can_append", "may_append", "hash_blocks"])
 def test_sequence_block_size_differs_from_the_manager(busy, method):
     bm, a, b = busy

@@ -1,23 +1,21 @@
-"""explain_prefix_match: exact seed scenario, agreement with can_allocate/allocate on random states."""
+"""explain_prefix_match: the write-up's exact scenario, agreement with can_allocate/allocate on random states."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
-from refimpl.paged.prefix_match import (
-    SEED_A,
-    SEED_B,
-    SEED_C,
-    MatchOutcome,
+from refimpl.paged.prefix_match import MatchOutcome, explain_prefix_match
+from refimpl.paged.scenarios import (
+    EXAMPLE_A,
+    EXAMPLE_B,
+    EXAMPLE_C,
     cached_prefix_after_reuse,
-    decode_step,
-    explain_prefix_match,
     measure_reusable_prefix_tokens,
-    prefill,
+    prefix_cache_example,
     reusable_prefix_tokens,
-    seed_example,
 )
+from refimpl.paged.steps import compute_tokens, decode_step, prefill
 
 O = MatchOutcome
 
@@ -31,8 +29,8 @@ def snapshot(bm: BlockManager):
     )
 
 
-def test_seed_example_exact():
-    bm, holders, request = seed_example()
+def test_writeup_example_exact():
+    bm, holders, request = prefix_cache_example()
     check_invariants(bm, holders.values())
     assert list(bm.free_block_ids) == [6, 7, 4, 3]
     assert sorted(bm.used_block_ids) == [0, 1, 2, 5]
@@ -44,8 +42,8 @@ def test_seed_example_exact():
     assert [(b.ref_count_before, b.ref_count_after) for b in m.blocks] == [(1, 2), (0, 1), (0, 1)]
     assert [b.from_queue_head for b in m.blocks] == [False, False, True]
     assert m.blocks[2].hash is None  # the last block is never hashed for lookup
-    assert m.blocks[0].hash == compute_hash(SEED_A)
-    assert m.blocks[1].hash == compute_hash(SEED_B, compute_hash(SEED_A))
+    assert m.blocks[0].hash == compute_hash(EXAMPLE_A)
+    assert m.blocks[1].hash == compute_hash(EXAMPLE_B, compute_hash(EXAMPLE_A))
     assert m.num_cached_blocks == 2 and m.num_cached_tokens == 8
     assert m.num_free_blocks_needed == 2 and m.num_free_blocks == 4 and m.num_fresh_blocks == 1
     assert m.can_allocate == bm.can_allocate(request) == 2
@@ -58,9 +56,9 @@ def test_seed_example_exact():
 
 
 def test_miss_stops_walk_and_later_blocks_are_not_looked_up():
-    bm, _, _ = seed_example()
+    bm, _, _ = prefix_cache_example()
     # Block 0 matches, block 1 differs, block 2 would match B's content but is never looked up.
-    request = Sequence(SEED_A + SEED_C + SEED_B + [9], block_size=4)
+    request = Sequence(EXAMPLE_A + EXAMPLE_C + EXAMPLE_B + [9], block_size=4)
     m = explain_prefix_match(bm, request)
     assert m.outcomes() == [O.HIT_IN_USE, O.MISS, O.NOT_LOOKED_UP, O.LAST_BLOCK]
     assert m.blocks[1].cached_block_id is None and "no cached block" in m.blocks[1].reason
@@ -86,9 +84,9 @@ def test_revived_block_at_queue_head_is_not_also_handed_out_fresh():
 
 
 def test_collision_is_caught_by_token_check():
-    bm, _, _ = seed_example()
-    request = Sequence(SEED_C + [9], block_size=4)
-    fake = compute_hash(SEED_C)
+    bm, _, _ = prefix_cache_example()
+    request = Sequence(EXAMPLE_C + [9], block_size=4)
+    fake = compute_hash(EXAMPLE_C)
     bm.hash_to_block_id[fake] = 1  # pretend xxhash gave block #1 (tokens A) the same hash as C
     bm.blocks[1].hash = fake
     m = explain_prefix_match(bm, request)
@@ -98,8 +96,8 @@ def test_collision_is_caught_by_token_check():
 
 
 def test_does_not_fit_predicts_no_blocks():
-    bm, _, request = seed_example()
-    longer = Sequence(SEED_A + SEED_B + SEED_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
+    bm, _, request = prefix_cache_example()
+    longer = Sequence(EXAMPLE_A + EXAMPLE_B + EXAMPLE_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
     m = explain_prefix_match(bm, longer)
     assert m.num_free_blocks_needed == 5 and not m.fits
     assert m.can_allocate == bm.can_allocate(longer) == -1
@@ -123,7 +121,7 @@ def test_block_size_mismatch():
         explain_prefix_match(bm, Sequence([1, 2, 3], block_size=4))
 
 
-def test_reusable_prefix_tokens_seed_numbers():
+def test_reusable_prefix_tokens_writeup_numbers():
     assert reusable_prefix_tokens(600, 700, 256) == 512
     assert reusable_prefix_tokens(512, 512, 256) == 256  # exact match: the last block is recomputed
     assert reusable_prefix_tokens(600, 600, 1) == 599
@@ -165,7 +163,7 @@ def test_decode_step_adds_blocks_at_boundaries_and_registers_full_blocks():
     check_invariants(bm, [seq])
 
 
-# ------------------------------------------------------------------ random states
+# --- random states
 # A prompt is built from an earlier prompt's prefix plus a random tail, so that states are full
 # of shared prefixes, freed-but-cached blocks, and hash-table entries overwritten by twins.
 prompt_spec = st.tuples(st.integers(0, 20), st.integers(0, 14), st.lists(st.integers(1, 3), max_size=6))
@@ -227,3 +225,16 @@ def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, oper
             assert probe.num_cached_tokens == m.num_cached_tokens
             live.append(probe)
             check_invariants(bm, live)
+
+
+def test_compute_tokens_registers_exactly_the_blocks_a_chunk_filled():
+    bm = BlockManager(8, 4)
+    seq = Sequence(list(range(1, 11)), block_size=4)
+    bm.allocate(seq, bm.can_allocate(seq))
+    assert compute_tokens(bm, seq, 6) == [seq.block_table[0]]  # tokens 0-5 fill block 0 only
+    assert compute_tokens(bm, seq, 4) == [seq.block_table[1]]  # tokens 6-9 fill block 1
+    assert seq.num_cached_tokens == 10 and seq.num_scheduled_tokens == 0
+    assert sorted(bm.hash_to_block_id.values()) == seq.block_table[:2]
+    with pytest.raises(ValueError, match="0 uncomputed tokens"):
+        compute_tokens(bm, seq, 1)
+    check_invariants(bm, [seq])

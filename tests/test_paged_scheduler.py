@@ -275,7 +275,7 @@ def test_max_num_seqs_limits_prefill_and_decode_batches():
     ]
 
 
-# ----------------------------------------------------------------------------- confusing cases
+# --- confusing cases
 def test_prompt_length_equal_to_block_size():
     s = sched()
     a = seq(range(4), max_tokens=3)
@@ -395,7 +395,7 @@ def test_preempted_sequence_can_hit_its_own_freed_blocks():
     assert_reference_outputs(driver.runner, [a, b])
 
 
-# ----------------------------------------------------------------------------- bad input
+# --- bad input
 def test_add_rejects_a_sequence_that_can_never_fit():
     s = sched(num_blocks=2)
     too_big = seq(range(5), max_tokens=5)  # grows to 9 computed tokens: 3 blocks
@@ -469,7 +469,7 @@ def test_schedule_with_nothing_queued_is_an_error():
         sched().schedule()
 
 
-# ----------------------------------------------------------------------------- runner and driver
+# --- runner and driver
 def test_runner_tokens_are_a_pure_function_of_history():
     r1 = FakeModelRunner(4, BS, vocab_size=50)
     r2 = FakeModelRunner(9, BS, vocab_size=50)

@@ -1,7 +1,7 @@
 """The Scheduler in lockstep with a literal model of nano-vllm's scheduler, step by step.
 
-`ReferenceScheduler` restates the upstream loop as plainly as possible (deque queues, the seed's
-`len % block_size == 1` boundary test, a deque free queue through `ReferenceBlockManager`) and
+`ReferenceScheduler` restates the upstream loop as plainly as possible (deque queues, nano-vllm's
+literal `len % block_size == 1` boundary test, a deque free queue through `ReferenceBlockManager`) and
 never looks at a `Scheduler`. Both get the same requests at the same steps and the same sampled
 tokens; after every schedule() and every postprocess() the batch, each sequence's chunk size, the
 queue orders, every sequence's tokens, cached count, status, is_prefill and block table, the
@@ -14,121 +14,15 @@ Block size 1 is left out: upstream's `len % 1 == 1` is never true, so upstream c
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter
 
 from hypothesis import event, given
 from hypothesis import strategies as st
-from test_paged_scheduler_properties import VOCAB, Request, Workload, configs, workloads
-from test_paged_stateful import ReferenceBlockManager
 
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
 from refimpl.paged.runners import FakeModelRunner
 
-
-class SeedBoundaryBlockManager(ReferenceBlockManager):
-    """The reference block manager with the seed's literal boundary test."""
-
-    def _starts_block(self, num_tokens) -> bool:
-        return num_tokens % self.block_size == 1
-
-
-@dataclass
-class RefSeq:
-    seq_id: int
-    token_ids: list[int]
-    max_tokens: int
-    ignore_eos: bool
-    num_prompt_tokens: int = field(init=False)
-    num_cached_tokens: int = 0
-    num_scheduled_tokens: int = 0
-    status: str = "WAITING"
-    is_prefill: bool = True
-
-    def __post_init__(self) -> None:
-        self.num_prompt_tokens = len(self.token_ids)
-
-
-class ReferenceScheduler:
-    """nano-vllm's schedule / preempt / postprocess, line for line, over the reference block manager."""
-
-    def __init__(self, config: SchedulerConfig) -> None:
-        self.config = config
-        self.bs = config.kvcache_block_size
-        self.bm = SeedBoundaryBlockManager(config.num_kvcache_blocks, self.bs, config.enable_prefix_caching)
-        self.waiting: deque[RefSeq] = deque()
-        self.running: deque[RefSeq] = deque()
-
-    def has_table(self, seq: RefSeq) -> bool:
-        return seq.seq_id in self.bm.tables
-
-    def schedule(self) -> tuple[list[RefSeq], bool]:
-        scheduled: list[RefSeq] = []
-        num_batched_tokens = 0
-        while self.waiting and len(scheduled) < self.config.max_num_seqs:
-            seq = self.waiting[0]
-            remaining = self.config.max_num_batched_tokens - num_batched_tokens
-            if remaining == 0:
-                break
-            if not self.has_table(seq):
-                num_cached_blocks = self.bm.can_allocate(seq.token_ids)
-                if num_cached_blocks == -1:
-                    break
-                num_tokens = len(seq.token_ids) - num_cached_blocks * self.bs
-            else:
-                num_tokens = len(seq.token_ids) - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled:
-                break
-            if not self.has_table(seq):
-                assert self.bm.allocate(seq.seq_id, seq.token_ids, num_cached_blocks)
-                seq.num_cached_tokens = num_cached_blocks * self.bs
-            seq.num_scheduled_tokens = min(num_tokens, remaining)
-            num_batched_tokens += seq.num_scheduled_tokens
-            if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq.token_ids):
-                seq.status = "RUNNING"
-                self.waiting.popleft()
-                self.running.append(seq)
-            scheduled.append(seq)
-        if scheduled:
-            return scheduled, True
-        while self.running and len(scheduled) < self.config.max_num_seqs:
-            seq = self.running.popleft()
-            while not self.bm.can_append(len(seq.token_ids)):
-                if self.running:
-                    self.preempt(self.running.pop())
-                else:
-                    self.preempt(seq)
-                    break
-            else:
-                seq.num_scheduled_tokens = 1
-                seq.is_prefill = False
-                self.bm.may_append(seq.seq_id, len(seq.token_ids))
-                scheduled.append(seq)
-        assert scheduled
-        self.running.extendleft(reversed(scheduled))
-        return scheduled, False
-
-    def preempt(self, seq: RefSeq) -> None:
-        seq.status = "WAITING"
-        seq.is_prefill = True
-        self.bm.deallocate(seq.seq_id)
-        seq.num_cached_tokens = 0
-        self.waiting.appendleft(seq)
-
-    def postprocess(self, seqs: list[RefSeq], token_ids: list[int], is_prefill: bool) -> None:
-        for seq, token_id in zip(seqs, token_ids):
-            self.bm.hash_blocks(seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens)
-            seq.num_cached_tokens += seq.num_scheduled_tokens
-            seq.num_scheduled_tokens = 0
-            if is_prefill and seq.num_cached_tokens < len(seq.token_ids):
-                continue
-            seq.token_ids.append(token_id)
-            completion = len(seq.token_ids) - seq.num_prompt_tokens
-            if (not seq.ignore_eos and token_id == self.config.eos) or completion == seq.max_tokens:
-                seq.status = "FINISHED"
-                self.bm.deallocate(seq.seq_id)
-                seq.num_cached_tokens = 0
-                self.running.remove(seq)
+from paged_reference import VOCAB, Request, ReferenceScheduler, RefSeq, Workload, configs, workloads
 
 
 def assert_same_state(

@@ -8,69 +8,13 @@ batching, chunking, prefix caching and preemption change nothing in the output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus
 from refimpl.paged.runners import FakeModelRunner, SchedulerDriver
 
-VOCAB = 50
-EOS = VOCAB  # outside the ordinary token range: only the runner's EOS rule produces it
-
-
-@dataclass(frozen=True)
-class Request:
-    prompt: tuple[int, ...]
-    max_tokens: int
-    ignore_eos: bool
-    arrival: int  # step before which it is added
-
-
-@dataclass(frozen=True)
-class Workload:
-    block_size: int
-    requests: tuple[Request, ...]
-    eos_period: int | None
-
-    def blocks_needed(self, request: Request) -> int:
-        longest = len(request.prompt) + request.max_tokens - 1  # the last sampled token is never computed
-        return -(-longest // self.block_size)
-
-
-@st.composite
-def workloads(draw, block_sizes=(1, 2, 3, 4, 8)) -> Workload:
-    block_size = draw(st.sampled_from(block_sizes))
-    tokens = st.integers(0, 12)  # a small alphabet: equal blocks, shared prefixes, hash-map overwrites
-    prefixes = draw(st.lists(st.lists(tokens, max_size=12), min_size=1, max_size=3))
-    requests = []
-    for _ in range(draw(st.integers(1, 6))):
-        prefix = draw(st.sampled_from(prefixes))
-        tail = draw(st.lists(tokens, min_size=0 if prefix else 1, max_size=8))
-        requests.append(
-            Request(
-                prompt=tuple(prefix + tail),
-                max_tokens=draw(st.integers(1, 10)),
-                ignore_eos=draw(st.booleans()),
-                arrival=draw(st.integers(0, 6)),
-            )
-        )
-    return Workload(block_size, tuple(requests), draw(st.sampled_from([None, 2, 5])))
-
-
-@st.composite
-def configs(draw, workload: Workload) -> SchedulerConfig:
-    need = max(workload.blocks_needed(r) for r in workload.requests)
-    return SchedulerConfig(
-        num_kvcache_blocks=need + draw(st.integers(0, 6)),  # tight pools force preemption
-        kvcache_block_size=workload.block_size,
-        max_num_seqs=draw(st.integers(1, 6)),
-        max_num_batched_tokens=draw(st.integers(1, 40)),  # small budgets force chunked prefill
-        eos=EOS if workload.eos_period else -1,
-        enable_prefix_caching=draw(st.booleans()),
-    )
-
+from paged_reference import EOS, VOCAB, Workload, configs, workloads
 
 def run_workload(workload: Workload, config: SchedulerConfig):
     scheduler = Scheduler(config)

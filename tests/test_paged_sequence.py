@@ -8,7 +8,7 @@ import pytest
 from refimpl.paged import SamplingParams, Sequence, SequenceStatus
 
 
-# ----------------------------------------------------------------------------- fields
+# --- fields
 def test_new_sequence_fields():
     prompt = [11, 12, 13, 14, 15]
     params = SamplingParams(temperature=0.5, max_tokens=7, ignore_eos=True)
@@ -57,7 +57,7 @@ def test_sequence_status_has_three_states():
     assert [s.name for s in SequenceStatus] == ["WAITING", "RUNNING", "FINISHED"]
 
 
-# ----------------------------------------------------------------------------- block arithmetic
+# --- block arithmetic
 @pytest.mark.parametrize(
     ("block_size", "num_tokens", "num_blocks", "last_block_num_tokens"),
     [
@@ -128,7 +128,7 @@ def test_append_token_updates_tokens_last_token_and_length():
     assert seq.block(1) == [42]
 
 
-# ----------------------------------------------------------------------------- SamplingParams
+# --- SamplingParams
 def test_sampling_params_defaults_and_greedy():
     assert SamplingParams() == SamplingParams(temperature=1.0, max_tokens=64, ignore_eos=False)
     assert SamplingParams(temperature=0).temperature == 0  # 0 means greedy and is allowed
@@ -147,7 +147,7 @@ def test_sampling_params_rejects_bad_max_tokens(max_tokens):
         SamplingParams(max_tokens=max_tokens)
 
 
-# ----------------------------------------------------------------------------- compact pickling
+# --- compact pickling
 def _roundtrip(seq):
     data = pickle.dumps(seq)
     return data, pickle.loads(data)

@@ -2,8 +2,8 @@
 
 - A hypothesis state machine drives random allocate / decode-append / compute-and-hash / free steps over
   prompts that share prefixes, runs `check_invariants` after every step, compares every observable
-  (tables, ref counts, free-queue order, prefix-cache map) with a literal deque-based model of the seed's
-  rules, and frees everything at the end to check that no block leaks.
+  (tables, ref counts, free-queue order, prefix-cache map) with a literal deque-based model of nano-vllm's
+  rules (`paged_reference.ReferenceBlockManager`), and frees everything at the end to check that no block leaks.
 - FreeBlockQueue is compared with `collections.deque` on random operation sequences.
 - `check_invariants` is shown to catch each broken rule when a state is corrupted on purpose.
 """
@@ -20,118 +20,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from refimpl.errors import InvariantError
 from refimpl.paged import BlockManager, FreeBlockQueue, Sequence, check_invariants, compute_hash
 
-
-# ----------------------------------------------------------------------------- the reference model
-class ReferenceBlockManager:
-    """The seed's allocation rules written as plainly as possible, with a deque as the free queue.
-
-    It keys block tables by seq_id and never looks at a BlockManager, so a difference in any order
-    (which block comes from the head, where a freed block goes, which cache entry survives) shows up.
-    """
-
-    def __init__(self, num_blocks: int, block_size: int, caching: bool) -> None:
-        self.block_size, self.caching = block_size, caching
-        self.ref_count = [0] * num_blocks
-        self.hash = [-1] * num_blocks
-        self.tokens: list[list[int]] = [[] for _ in range(num_blocks)]
-        self.cache: dict[int, int] = {}
-        self.free = deque(range(num_blocks))
-        self.used: set[int] = set()
-        self.tables: dict[int, list[int]] = {}
-
-    def _split(self, token_ids):
-        bs = self.block_size
-        return [token_ids[i : i + bs] for i in range(0, len(token_ids), bs)]
-
-    def _hits(self, token_ids):
-        hits, h = [], -1
-        if self.caching:
-            for block in self._split(token_ids)[:-1]:  # never the last block
-                h = compute_hash(block, h)
-                b = self.cache.get(h)
-                if b is None or self.tokens[b] != block:
-                    break  # the first miss ends the match
-                hits.append(b)
-        return hits
-
-    def _needed(self, token_ids, hits):
-        return len(self._split(token_ids)) - sum(b in self.used for b in hits)
-
-    def can_allocate(self, token_ids) -> int:
-        hits = self._hits(token_ids)
-        return -1 if len(self.free) < self._needed(token_ids, hits) else len(hits)
-
-    def _take_head(self) -> int:
-        b = self.free.popleft()
-        if self.hash[b] != -1 and self.cache.get(self.hash[b]) == b:
-            del self.cache[self.hash[b]]
-        self.ref_count[b], self.hash[b], self.tokens[b] = 1, -1, []
-        self.used.add(b)
-        return b
-
-    def allocate(self, seq_id, token_ids, num_cached_blocks) -> bool:
-        hits = self._hits(token_ids)
-        if num_cached_blocks > len(hits):
-            return False
-        hits = hits[:num_cached_blocks]
-        if len(self.free) < self._needed(token_ids, hits):
-            return False
-        table = []
-        for b in hits:
-            if b in self.used:
-                self.ref_count[b] += 1
-            else:
-                self.ref_count[b] = 1
-                self.free.remove(b)
-                self.used.add(b)
-            table.append(b)
-        while len(table) < len(self._split(token_ids)):
-            table.append(self._take_head())
-        self.tables[seq_id] = table
-        return True
-
-    def deallocate(self, seq_id) -> None:
-        for b in reversed(self.tables.pop(seq_id)):
-            self.ref_count[b] -= 1
-            if self.ref_count[b] == 0:
-                self.used.remove(b)
-                self.free.append(b)
-
-    def _starts_block(self, num_tokens) -> bool:
-        return (num_tokens - 1) % self.block_size == 0
-
-    def can_append(self, num_tokens) -> bool:
-        return len(self.free) >= self._starts_block(num_tokens)
-
-    def may_append(self, seq_id, num_tokens) -> None:
-        if self._starts_block(num_tokens):
-            self.tables[seq_id].append(self._take_head())
-
-    def hash_blocks(self, seq_id, token_ids, num_cached, num_scheduled) -> None:
-        if not self.caching:
-            return
-        bs, table = self.block_size, self.tables[seq_id]
-        start, end = num_cached // bs, (num_cached + num_scheduled) // bs
-        h = self.hash[table[start - 1]] if start > 0 else -1
-        for i in range(start, end):
-            block = token_ids[i * bs : (i + 1) * bs]
-            h = compute_hash(block, h)
-            b = table[i]
-            self.hash[b], self.tokens[b] = h, block
-            self.cache[h] = b
+from paged_reference import INDEX, PREFIXES, TAIL, ReferenceBlockManager
 
 
-# ----------------------------------------------------------------------------- the state machine
-# Prompts are a shared prefix plus a short random tail over a tiny alphabet, so full blocks repeat
-# often, both after the same history (cache hits) and after different ones (same tokens, other hash).
-PREFIXES = (
-    (),
-    (1, 2, 3, 4, 5, 6, 7, 8, 9),
-    (1, 2, 3, 4, 9, 9, 9, 9, 9, 9),
-    (0, 0, 0, 0, 0, 0, 0, 0),
-)
-TAIL = st.lists(st.integers(0, 3), max_size=6)
-INDEX = st.integers(0, 1000)  # picks one of the candidates, modulo their number
+# --- the state machine
 
 
 class BlockManagerMachine(RuleBasedStateMachine):
@@ -159,7 +51,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if currently_in_test_context():
             event(what)
 
-    # ------------------------------------------------------------------ rules
+    # --- rules
     @rule(
         prefix=st.sampled_from(PREFIXES),
         tail=TAIL,
@@ -242,7 +134,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         assert seq.block_table == [] and seq.num_cached_tokens == 0
         self.running.remove(seq)
 
-    # ------------------------------------------------------------------ checks
+    # --- checks
     @invariant()
     def invariants_hold_and_match_the_reference(self):
         if self.bm is None:
@@ -297,7 +189,7 @@ def test_long_random_workloads_match_the_reference(seed):
         assert machine.seen[what] > 0, f"the workload never reached: {what} ({dict(machine.seen)})"
 
 
-# ----------------------------------------------------------------------------- FreeBlockQueue vs deque
+# --- FreeBlockQueue vs deque
 @given(num_blocks=st.integers(0, 30), data=st.data())
 def test_free_queue_matches_deque(num_blocks, data):
     queue, model = FreeBlockQueue(range(num_blocks)), deque(range(num_blocks))
@@ -341,7 +233,7 @@ def test_free_queue_rejects_double_append_and_missing_remove():
     assert list(queue) == [3, 1, 2]
 
 
-# ----------------------------------------------------------------------------- check_invariants catches each rule
+# --- check_invariants catches each rule
 def _healthy():
     """Block size 2, pool 6: a and b share a registered block 0; c is freed, its full block still cached."""
     bm = BlockManager(6, 2)

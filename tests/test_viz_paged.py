@@ -1,15 +1,16 @@
-"""Part I pictures: every figure builds; text twins are exact for the seed's fixed state."""
+"""Part I pictures: every figure builds; text twins are exact for the write-up's fixed state."""
 
 from matplotlib.figure import Figure
 
 from refimpl.paged import BlockManager, Sequence
 from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
-from refimpl.paged.prefix_match import explain_prefix_match, seed_example
+from refimpl.paged.prefix_match import explain_prefix_match
+from refimpl.paged.scenarios import prefix_cache_example
 from refimpl.viz.paged import (
-    describe_block_pool,
-    describe_fragmentation,
-    describe_prefix_match,
-    describe_reusable_tokens,
+    block_pool_text,
+    fragmentation_text,
+    prefix_match_text,
+    reusable_tokens_text,
     draw_block_pool,
     draw_fragmentation,
     draw_prefix_match,
@@ -17,7 +18,7 @@ from refimpl.viz.paged import (
     short_hash,
 )
 
-SEED_POOL = """\
+EXAMPLE_POOL = """\
 pool: 8 blocks x 4 tokens | used 4, free 4, cached hashes 2
 block  ref  hash  tokens  state
    #0    1  -     3/4     in use by other0
@@ -33,7 +34,7 @@ other0: L0->#0  (len 3, cached 3)
 holder: L0->#1 L1->#2  (len 5, cached 5)
 other1: L0->#5  (len 2, cached 2)"""
 
-SEED_MATCH = """\
+EXAMPLE_MATCH = """\
 request: 12 tokens, block_size 4, 3 blocks
 L0 [101 102 103 104]      hash 1835  hit, in use    #1 shared, ref 1->2
 L1 [201 202 203 204]      hash a7dc  hit, freed     #3 leaves the free queue, ref 0->1
@@ -43,12 +44,12 @@ cached blocks: 2 (8 tokens); free blocks needed 2 of 4 free -> fits, can_allocat
 
 
 def test_block_pool_text_and_figure():
-    bm, holders, request = seed_example()
-    assert describe_block_pool(bm, holders) == SEED_POOL
+    bm, holders, request = prefix_cache_example()
+    assert block_pool_text(bm, holders) == EXAMPLE_POOL
     fig = draw_block_pool(bm, holders)
     assert isinstance(fig, Figure)
     bm.allocate(request, 2)
-    text = describe_block_pool(bm, {**holders, "request": request})
+    text = block_pool_text(bm, {**holders, "request": request})
     assert "   #1    2  1835  4/4     in use by holder, request" in text
     assert "free queue (head -> tail): #7 #4" in text
     assert text.endswith("request: L0->#1 L1->#3 L2->#6  (len 12, cached 8)")
@@ -59,23 +60,23 @@ def test_block_pool_text_and_figure():
 def test_block_pool_unnamed_sequences_and_empty_pool():
     bm = BlockManager(3, 2)
     seq = Sequence([1, 2, 3], block_size=2)
-    text = describe_block_pool(bm, [seq])
+    text = block_pool_text(bm, [seq])
     assert "free queue (head -> tail): #0 #1 #2" in text
     assert text.endswith(f"seq {seq.seq_id}: no blocks  (len 3, cached 0)")
     assert isinstance(draw_block_pool(bm, [seq]), Figure)
 
 
 def test_prefix_match_text_and_figure():
-    bm, _, request = seed_example()
+    bm, _, request = prefix_cache_example()
     m = explain_prefix_match(bm, request)
-    assert describe_prefix_match(m) == SEED_MATCH
+    assert prefix_match_text(m) == EXAMPLE_MATCH
     assert isinstance(draw_prefix_match(m), Figure)
 
 
 def test_prefix_match_does_not_fit_and_long_blocks():
     bm = BlockManager(2, 8)
     m = explain_prefix_match(bm, Sequence(list(range(20)), block_size=8))
-    text = describe_prefix_match(m)
+    text = prefix_match_text(m)
     assert "L0 [0 1 .. 7] (8 tokens)" in text
     assert text.count("does not fit") == 4  # three blocks plus the verdict
     assert text.endswith("free blocks needed 3 of 2 free -> does not fit, can_allocate = -1")
@@ -91,8 +92,8 @@ def test_fragmentation_and_reuse_plots():
     lengths = sample_request_lengths(200, seed=1)
     rows = compare_allocation(lengths.total_lens, 2048, [16, 256])
     assert isinstance(draw_fragmentation(lengths, rows), Figure)
-    assert describe_fragmentation(rows).splitlines()[1].startswith("reserve-max")
-    assert describe_reusable_tokens(600, 700, [16, 256]) == (
+    assert fragmentation_text(rows).splitlines()[1].startswith("reserve-max")
+    assert reusable_tokens_text(600, 700, [16, 256]) == (
         "shared prefix 600 tokens, prompt 700 tokens\n"
         "block_size  reused  recomputed-prefix\n"
         "        16     592                  8\n"

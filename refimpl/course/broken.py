@@ -13,7 +13,7 @@ from refimpl.paged import BlockManager, Scheduler, SequenceStatus
 from refimpl.paged.hashing import compute_hash
 
 
-# ====================================================================== block manager mistakes
+# --- block manager mistakes
 class FreeForwardOrder(BlockManager):
     """Frees a sequence's blocks first to last, so shared early blocks are overwritten first."""
 
@@ -158,7 +158,7 @@ class HashWithoutChain(BlockManager):
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
 
-# ====================================================================== scheduler mistakes
+# --- scheduler mistakes
 class _ConfigurableScheduler(Scheduler):
     """A copy of the reference schedule/preempt/postprocess with switches for single mistakes."""
 
@@ -171,9 +171,9 @@ class _ConfigurableScheduler(Scheduler):
     budget_counts_cached = False
 
     def schedule(self):
-        scheduled = []
+        scheduled_seqs = []
         num_batched_tokens = 0
-        while self.waiting and len(scheduled) < self.max_num_seqs:
+        while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
             seq = self.waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
@@ -183,11 +183,11 @@ class _ConfigurableScheduler(Scheduler):
                 if num_cached_blocks == -1:
                     break
                 num_tokens = seq.num_tokens - (0 if self.budget_counts_cached else num_cached_blocks * self.block_size)
-                if remaining < num_tokens and scheduled and not self.chunk_any:
+                if remaining < num_tokens and scheduled_seqs and not self.chunk_any:
                     break
                 self.block_manager.allocate(seq, num_cached_blocks)
             num_tokens = seq.num_tokens - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled and not self.chunk_any:
+            if remaining < num_tokens and scheduled_seqs and not self.chunk_any:
                 break
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
@@ -195,10 +195,10 @@ class _ConfigurableScheduler(Scheduler):
                 seq.status = SequenceStatus.RUNNING
                 self.waiting.popleft()
                 self.running.append(seq)
-            scheduled.append(seq)
-        if scheduled:
-            return scheduled, True
-        while self.running and len(scheduled) < self.max_num_seqs:
+            scheduled_seqs.append(seq)
+        if scheduled_seqs:
+            return scheduled_seqs, True
+        while self.running and len(scheduled_seqs) < self.max_num_seqs:
             seq = self.running.popleft()
             while not self.block_manager.can_append(seq):
                 if self.running:
@@ -211,11 +211,11 @@ class _ConfigurableScheduler(Scheduler):
                 seq.num_scheduled_tokens = 1
                 seq.is_prefill = False
                 self.block_manager.may_append(seq)
-                scheduled.append(seq)
-        if not scheduled:
+                scheduled_seqs.append(seq)
+        if not scheduled_seqs:
             raise InvariantError("schedule() found nothing to run although sequences are queued")
-        self.running.extendleft(reversed(scheduled))
-        return scheduled, False
+        self.running.extendleft(reversed(scheduled_seqs))
+        return scheduled_seqs, False
 
     def preempt(self, seq):
         seq.status = SequenceStatus.WAITING
@@ -289,7 +289,7 @@ class RegisterAfterCommit(_ConfigurableScheduler):
     register_after_commit = True
 
 
-# ====================================================================== Part II mistakes
+# --- Part II mistakes
 def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
     """Keeps the first d with the least padding, so ties go to the smaller d."""
     lo, hi = max(1, lower_bound or 1), max(values)
@@ -345,7 +345,7 @@ def packed_layout_real_pages(groups):
     return stride, layers_by_offset
 
 
-# ====================================================================== the catalogue
+# --- the catalogue
 @dataclass(frozen=True)
 class BrokenVariant:
     """A broken implementation and the graders that must catch it."""

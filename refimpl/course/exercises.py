@@ -84,7 +84,7 @@ def cell_role(cell) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------- stubs
+# --- stubs
 _DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
 
 

@@ -114,7 +114,7 @@ def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade
     )
 
 
-# ---------------------------------------------------------------------- inside the subprocess
+# --- inside the subprocess
 def _missing(target: str, reason: str):
     """Stands in for a name the notebook did not define: every use raises NameError with the reason."""
 

@@ -62,7 +62,7 @@ def _finish(title: str, results: list[CheckResult], verbose: bool) -> GradeRepor
     return report
 
 
-# ====================================================================== approximate_gcd
+# --- approximate_gcd
 def _gcd_label(values: list[int], lower_bound: int | None) -> str:
     return f"approximate_gcd({values}, lower_bound={lower_bound})"
 
@@ -129,7 +129,7 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_r
     return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
 
 
-# ====================================================================== packed layout
+# --- packed layout
 def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, str] | None:
     if not (isinstance(found, tuple) and len(found) == 2):
         return "return value", "a tuple (block_stride, layers_by_offset)", render(found)
@@ -162,10 +162,10 @@ def _dsv4_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tup
 
 
 @lru_cache(maxsize=None)
-def _seed_two_groups() -> tuple[KVCacheGroupSpec, ...]:
-    from refimpl.hybrid import deepseek_v4
+def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
+    from refimpl.hybrid import comparison, deepseek_v4
 
-    return tuple(deepseek_v4.seed_two_group_layout(deepseek_v4.kv_cache_specs()))
+    return tuple(comparison.two_group_layout(deepseek_v4.kv_cache_specs()))
 
 
 def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:
@@ -213,8 +213,8 @@ def check_packed_layout(student_fn: Callable, *, verbose: bool = True, allow_ref
           _layout_case("Pro + fp4 indexer", _dsv4_groups("pro", "fp8_ds_mla", "fp4", False)),
           _layout_case("Pro, bfloat16 cache", _dsv4_groups("pro", "bfloat16", "fp8", False)),
           _layout_case("Pro + MTP", _dsv4_groups("pro", "fp8_ds_mla", "fp8", True))]),
-        ("seed_two_groups", "the seed's MLA + one unsplit SWA group: stride 2,283,840 B",
-         [_layout_case("seed's two groups", _seed_two_groups())]),
+        ("article_two_groups", "the article's MLA + one unsplit SWA group: stride 2,283,840 B",
+         [_layout_case("article's two groups", _article_two_groups())]),
         ("cross_layer_groups", "three groups of one page size overlay: offsets 0 and one page",
          [_layout_case("cross-layer groups", tuple(cross_layer_groups()))]),
     ]

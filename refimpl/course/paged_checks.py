@@ -43,7 +43,7 @@ def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose:
     return report
 
 
-# ====================================================================== block manager (no prefix cache)
+# --- block manager (no prefix cache)
 def _bm(ls: Lockstep, cls: type, num_blocks: int, block_size: int, prefix_cache: bool) -> LockstepManagerDriver:
     return LockstepManagerDriver(ls, cls, num_blocks, block_size, prefix_cache=prefix_cache)
 
@@ -181,9 +181,9 @@ def check_block_manager(student_class: type, *, verbose: bool = True, allow_refe
     return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard)
 
 
-# ====================================================================== prefix cache
-def scenario_seed_example(cls: type, ls: Lockstep) -> None:
-    """The seed's picture: block_size=4, a 12-token request hits in-use #1 and free #3, then takes #6."""
+# --- prefix cache
+def scenario_prefix_cache_example(cls: type, ls: Lockstep) -> None:
+    """The nano-vllm write-up's picture: block_size=4, a 12-token request hits in-use #1 and free #3, then takes #6."""
     d = _bm(ls, cls, 10, 4, True)
     a, b, c = toks(10, 4), toks(20, 4), toks(30, 4)
     d.new("F0", toks(900, 4))  # another request holding block 0
@@ -313,7 +313,7 @@ def scenario_preempted_rehits_own_blocks(cls: type, ls: Lockstep) -> None:
 
 def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
     checks = [
-        ("seed_example_12_tokens", "block_size=4, 12 tokens: L0 hits in-use #1, L1 hits free #3, L2 takes #6", partial(scenario_seed_example, cls)),
+        ("example_12_tokens", "block_size=4, 12 tokens: L0 hits in-use #1, L1 hits free #3, L2 takes #6", partial(scenario_prefix_cache_example, cls)),
         ("hash_chain_in_chunks", "hash_blocks registers exactly the blocks filled this step, chained", partial(scenario_hash_chain_in_chunks, cls)),
         ("last_block_never_looked_up", "a fully cached prompt still recomputes its last block", partial(scenario_last_block_never_looked_up, cls)),
         ("in_use_hits_need_no_free_block", "a hit on a block in use costs no free block", partial(scenario_in_use_hits_are_free, cls)),
@@ -342,7 +342,7 @@ def check_prefix_cache(student_class: type, *, verbose: bool = True, allow_refer
     return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard)
 
 
-# ====================================================================== scheduler
+# --- scheduler
 def _sched(ls: Lockstep, cls: type, **config) -> LockstepSchedulerDriver:
     return LockstepSchedulerDriver(ls, cls, SchedulerConfig(**config))
 

@@ -57,7 +57,7 @@ class LockstepManagerDriver:
             lambda: ManagerWorld(student_class(num_blocks, block_size), block_size),
         )
 
-    # ------------------------------------------------------------------ driver-side changes
+    # --- driver-side changes
     @property
     def ref(self) -> ManagerWorld:
         return self.ls.reference
@@ -87,7 +87,7 @@ class LockstepManagerDriver:
         """Tamper with both worlds the same way (used to simulate a hash collision); not a step."""
         self.ls.both(action)
 
-    # ------------------------------------------------------------------ compared steps
+    # --- compared steps
     def _name(self, key: str) -> str:
         return f"{key}: {len(self.ref.seqs[key])} tokens"
 
@@ -115,7 +115,7 @@ class LockstepManagerDriver:
         label = f"hash_blocks({self._name(key)}, num_cached_tokens={seq.num_cached_tokens}, num_scheduled_tokens={seq.num_scheduled_tokens})"
         self.ls.step(label, lambda w: w.bm.hash_blocks(w.seqs[key]), compare_result=False)
 
-    # ------------------------------------------------------------------ a request's life
+    # --- a request's life
     def admit(self, key: str) -> bool:
         """can_allocate, then allocate if it fits; False when it does not fit."""
         num_cached_blocks = self.can_allocate(key)
@@ -150,7 +150,7 @@ class LockstepManagerDriver:
         return True
 
 
-# ====================================================================== scheduler
+# --- scheduler
 class SchedulerWorld:
     """A scheduler, the sequences added to it, and its latest batch."""
 

@@ -16,7 +16,7 @@ import torch
 
 from refimpl.kernels.backend import ATTENTION_BACKENDS
 from refimpl.paged.sequence import check_block_size
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_positive_int, is_integer
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -169,7 +169,7 @@ class Config:
                 f"attention_backend must be one of {ATTENTION_BACKENDS} or None/'auto' (best available), "
                 f"got {self.attention_backend!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not is_integer(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         self.hf_config = Qwen3ModelConfig.from_pretrained(self.model)
         self.max_model_len = min(self.max_model_len, self.hf_config.max_position_embeddings)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Sequence as SequenceLike
 
@@ -42,9 +42,6 @@ class EngineStats:
     peak_blocks_in_use: int = 0
     prefill_time_s: float = 0.0
     decode_time_s: float = 0.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def load_tokenizer(model_dir: str):
@@ -87,7 +84,7 @@ class LLMEngine:
     def attention_backend(self) -> str:
         return self.model_runner.attention_backend
 
-    # ------------------------------------------------------------------ requests
+    # --- requests
     def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -131,7 +128,7 @@ class LLMEngine:
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
 
-    # ------------------------------------------------------------------ the loop
+    # --- the loop
     def step(self) -> tuple[list[tuple[int, list[int]]], int]:
         """One scheduler step. Returns (finished (seq_id, completion ids), tokens computed), the
         count negative for a decode step (nano-vllm's convention for the progress bar)."""

@@ -54,7 +54,7 @@ class ModelRunner:
         self.sampler = Sampler(config.seed, self.device)
         self.num_kvcache_blocks = self.allocate_kv_cache()
 
-    # ------------------------------------------------------------------ KV cache
+    # --- KV cache
     @property
     def block_bytes(self) -> int:
         """Bytes one block occupies across all layers, K and V."""
@@ -91,7 +91,7 @@ class ModelRunner:
             attn.v_cache = self.kv_cache[1, layer_id]
         return num_blocks
 
-    # ------------------------------------------------------------------ inputs
+    # --- inputs
     def slot(self, seq: Sequence, position: int) -> int:
         """The cache slot of token `position` of `seq`: its block's first slot plus the offset."""
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
@@ -156,7 +156,7 @@ class ModelRunner:
     def prepare_sample(self, seqs: list[Sequence]) -> torch.Tensor:
         return torch.tensor([seq.temperature for seq in seqs], dtype=torch.float32, device=self.device)
 
-    # ------------------------------------------------------------------ run
+    # --- run
     @torch.inference_mode()
     def run_model(self, input_ids: torch.Tensor, positions: torch.Tensor, is_prefill: bool) -> torch.Tensor:
         """Logits of the last computed token of each sequence, `[batch, vocab]`."""

@@ -29,7 +29,39 @@ def __getattr__(name: str):
 
         return getattr(tensors, name)
     raise AttributeError(f"module 'refimpl.hybrid' has no attribute {name!r}")
-from refimpl.hybrid.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, check_pool_invariants  # noqa: E402
+from refimpl.hybrid.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock  # noqa: E402
+from refimpl.hybrid.invariants import check_pool_invariants  # noqa: E402
 from refimpl.hybrid.managers import FullAttentionManager, SlidingWindowManager  # noqa: E402
 from refimpl.hybrid.coordinator import KVCacheCoordinator  # noqa: E402
-from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager, Request, RequestStatus  # noqa: E402
+from refimpl.hybrid.request import Request, RequestStatus  # noqa: E402
+from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
+
+__all__ = [
+    "AttentionSpec",
+    "BlockPool",
+    "FreeKVCacheBlockQueue",
+    "FullAttentionManager",
+    "FullAttentionSpec",
+    "KVCacheBlock",
+    "KVCacheBlocks",
+    "KVCacheConfig",
+    "KVCacheCoordinator",
+    "KVCacheGroupSpec",
+    "KVCacheManager",
+    "KVCacheSpec",
+    "KVCacheTensor",
+    "MLAAttentionSpec",
+    "Request",
+    "RequestStatus",
+    "SlidingWindowManager",
+    "SlidingWindowMLASpec",
+    "SlidingWindowSpec",
+    "UniformTypeKVCacheSpecs",
+    "allocate_kv_cache",
+    "approximate_gcd",
+    "bind_kv_cache",
+    "check_pool_invariants",
+    "deepseek_v4",
+    "get_kv_cache_config",
+    "get_kv_cache_groups",
+]

@@ -11,7 +11,8 @@ Pieces, with upstream names kept:
 - `BlockHashToBlockMap`: prefix-cache key -> block(s); duplicates are allowed because a block
   table only ever grows, so two requests that computed the same block keep their own copies.
 - `BlockPool`: hands out blocks, takes them back, registers and looks up cached blocks.
-- `check_pool_invariants`: the rules the three structures must keep after every operation.
+
+`refimpl.hybrid.invariants.check_pool_invariants` states the rules the three structures keep.
 
 Block 0 is the *null block*: a placeholder that sliding-window groups put in their tables where
 a block has left the window. It is never handed out, never hashed, never put back in the queue.
@@ -22,9 +23,10 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Sequence
 
 from refimpl.errors import InvariantError
+from refimpl.validation import check_positive_int
 
 BlockHash = bytes
-"""A chained content hash of a prefix (see `kv_cache_manager.hash_block_tokens`)."""
+"""A chained content hash of a prefix (see `request.hash_block_tokens`)."""
 
 BlockHashWithGroupId = bytes
 """A prefix-cache key: the block hash followed by the group id as 4 big-endian bytes."""
@@ -62,8 +64,8 @@ class KVCacheBlock:
     def block_hash(self) -> BlockHashWithGroupId | None:
         return self._block_hash
 
-    @block_hash.setter
-    def block_hash(self, key: BlockHashWithGroupId) -> None:
+    def set_block_hash(self, key: BlockHashWithGroupId) -> None:
+        """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
         if self._block_hash is not None:
             raise InvariantError(f"block {self.block_id} already has a hash; reset it before re-hashing")
         self._block_hash = key
@@ -211,19 +213,18 @@ class BlockPool:
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
-        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks must be an int >= 1 (block 0 is the null block), got {num_gpu_blocks!r}")
+        check_positive_int("num_gpu_blocks (block 0 is the null block)", num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         # Extra keys of partially filled blocks (fine-grained prefix caching): block id -> keys.
-        self.partial_block_hashes: dict[int, list[BlockHashWithGroupId]] = {}
+        self.cached_block_hashes_by_block: dict[int, list[BlockHashWithGroupId]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
-    # ---------------------------------------------------------------- prefix cache
+    # --- prefix cache
     def get_cached_block(self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
         """One cached block per group for this prefix, or None if any group misses it."""
         found = []
@@ -264,7 +265,7 @@ class BlockPool:
                 continue
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
             self._drop_partial_hashes(block)  # promotion: the full key replaces partial aliases
-            block.block_hash = key
+            block.set_block_hash(key)
             self.cached_block_hash_to_block.insert(key, block)
 
     def cache_partial_block(self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int) -> None:
@@ -276,13 +277,13 @@ class BlockPool:
         if block.is_null or block.block_hash is not None:
             return
         key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
-        aliases = self.partial_block_hashes.setdefault(block.block_id, [])
+        aliases = self.cached_block_hashes_by_block.setdefault(block.block_id, [])
         if key not in aliases:
             aliases.append(key)
             self.cached_block_hash_to_block.insert(key, block)
 
     def _drop_partial_hashes(self, block: KVCacheBlock) -> bool:
-        aliases = self.partial_block_hashes.pop(block.block_id, [])
+        aliases = self.cached_block_hashes_by_block.pop(block.block_id, [])
         for key in aliases:
             if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
                 raise InvariantError(f"block {block.block_id} has a partial key missing from the hash map")
@@ -290,7 +291,7 @@ class BlockPool:
 
     def is_cached(self, block: KVCacheBlock) -> bool:
         """Does the block answer any prefix-cache key (full or partial)?"""
-        return block.block_hash is not None or block.block_id in self.partial_block_hashes
+        return block.block_hash is not None or block.block_id in self.cached_block_hashes_by_block
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop a block's prefix-cache entry before it is reused; True if it had one."""
@@ -303,7 +304,7 @@ class BlockPool:
         block.reset_hash()
         return True
 
-    # ---------------------------------------------------------------- allocate / free
+    # --- allocate / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take `num_blocks` blocks from the head of the free queue (ref_cnt becomes 1)."""
         if num_blocks < 0:
@@ -354,7 +355,7 @@ class BlockPool:
         if num_used != 1:  # the null block is always "used"
             return False
         self.cached_block_hash_to_block.clear()
-        self.partial_block_hashes.clear()
+        self.cached_block_hashes_by_block.clear()
         for block in self.blocks:
             block.reset_hash()
         return True
@@ -368,82 +369,3 @@ class BlockPool:
         if usable == 0:
             return 0.0
         return 1.0 - self.get_num_free_blocks() / usable
-
-
-def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCacheBlock]] = ()) -> None:
-    """Raise `InvariantError` naming the first broken rule of the pool.
-
-    `block_tables` are all block tables that hold blocks of this pool (every group of every
-    request); when given, each block's ref_cnt must equal the number of tables entries naming it.
-    """
-    queue = pool.free_block_queue
-    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
-    # 1. free-queue links: walk forward, check back links, count
-    seen: list[KVCacheBlock] = []
-    node = head
-    while node.next_free_block is not tail:
-        nxt = node.next_free_block
-        if nxt is None:
-            raise InvariantError("free queue: forward walk fell off the list before the tail sentinel")
-        if nxt.prev_free_block is not node:
-            raise InvariantError(f"free queue: block {nxt.block_id}'s prev link does not point back")
-        seen.append(nxt)
-        if len(seen) > pool.num_gpu_blocks:
-            raise InvariantError("free queue: cycle in the forward links")
-        node = nxt
-    if tail.prev_free_block is not node:
-        raise InvariantError("free queue: tail sentinel's prev link does not point at the last block")
-    if len(seen) != queue.num_free_blocks:
-        raise InvariantError(f"free queue: counter says {queue.num_free_blocks} but {len(seen)} blocks are linked")
-    in_queue = {b.block_id for b in seen}
-    if len(in_queue) != len(seen):
-        raise InvariantError("free queue: a block appears twice")
-    # 2. per-block rules
-    null = pool.null_block
-    if null.block_id != 0 or not null.is_null or null.block_id in in_queue or null.block_hash is not None:
-        raise InvariantError("null block: must be block 0, flagged null, never queued, never hashed")
-    for block in pool.blocks:
-        if block.is_null:
-            continue
-        if block.ref_cnt < 0:
-            raise InvariantError(f"ref counts: block {block.block_id} has ref_cnt {block.ref_cnt}")
-        queued = block.block_id in in_queue
-        if queued != (block.ref_cnt == 0):
-            raise InvariantError(
-                f"ref counts: block {block.block_id} has ref_cnt {block.ref_cnt} but queued={queued} "
-                "(a block is free exactly when nobody references it)"
-            )
-        if not queued and (block.prev_free_block is not None or block.next_free_block is not None):
-            raise InvariantError(f"free queue: block {block.block_id} is in use but keeps stale links")
-    # 3. hash map <-> block hashes
-    mapped: set[int] = set()
-    for key, blocks in pool.cached_block_hash_to_block.items():
-        for block in blocks:
-            if block.block_hash != key and key not in pool.partial_block_hashes.get(block.block_id, ()):
-                raise InvariantError(f"hash map: block {block.block_id} is filed under a key it does not carry")
-            if block.is_null:
-                raise InvariantError("hash map: the null block is registered")
-            mapped.add(block.block_id)
-    for block in pool.blocks:
-        if block.block_hash is not None and block.block_id not in mapped:
-            raise InvariantError(f"hash map: block {block.block_id} carries a hash but is not in the map")
-    key_to_blocks = dict(pool.cached_block_hash_to_block.items())
-    for block_id, aliases in pool.partial_block_hashes.items():
-        block = pool.blocks[block_id]
-        if block.block_hash is not None:
-            raise InvariantError(f"hash map: full block {block_id} still has partial keys")
-        for key in aliases:
-            if all(b is not block for b in key_to_blocks.get(key, [])):
-                raise InvariantError(f"hash map: partial key of block {block_id} is not in the map")
-    # 4. ref counts against the block tables
-    tables = list(block_tables)
-    if tables:
-        counts = [0] * pool.num_gpu_blocks
-        for table in tables:
-            for block in table:
-                counts[block.block_id] += 1
-        for block in pool.blocks:
-            if not block.is_null and block.ref_cnt != counts[block.block_id]:
-                raise InvariantError(
-                    f"ref counts: block {block.block_id} has ref_cnt {block.ref_cnt} but {counts[block.block_id]} table entries"
-                )

@@ -16,7 +16,7 @@ import re
 import sys
 
 from refimpl.cli import DefaultsHelpFormatter
-from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid import comparison, deepseek_v4
 from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
 from refimpl.hybrid.layout import MAX_MEMORY_BYTES, get_kv_cache_config, parse_memory, summarize_groups
 
@@ -72,8 +72,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--num-blocks", type=int_at_least(2, "block 0 is the null block, so 1 block leaves none usable"),
                         default=None, help="use this many blocks instead of filling --memory")
     parser.add_argument("--layout", choices=LAYOUTS, default="grouped",
-                        help="grouped: the real grouping; mla+swa: the hypothetical two-group plan "
-                             "that the DeepSeek V4 KV-cache article draws")
+                        help="grouped: the real grouping; mla+swa: the vLLM KV-cache article's hypothetical "
+                             "two-group plan (MLA + one unsplit SWA group)")
     parser.add_argument("--offsets", type=int_at_least(-1, "-1 prints all"), default=10,
                         help="offset rows to print (-1 for all)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -96,7 +96,7 @@ def build_plan(args: argparse.Namespace) -> dict:
     if args.layout == "grouped":
         groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
     else:
-        groups = deepseek_v4.seed_two_group_layout(specs)
+        groups = comparison.two_group_layout(specs)
     stride = get_kv_cache_config(groups, 0, num_blocks_override=2).block_stride  # the stride needs no budget
     if args.num_blocks is None and memory < 2 * stride:
         raise ValueError(f"--memory {memory:,} B leaves no usable block: one block takes {stride:,} B and "

@@ -13,21 +13,18 @@ block sizes (256 for DeepSeek V4: lcm(256, 64, 64, 8, 4)).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.managers import (
-    FullAttentionManager,
-    SingleTypeKVCacheManager,
-    is_sliding_window_spec,
-    make_manager,
-    unwrap_spec,
-)
+from refimpl.hybrid.managers import FullAttentionManager, SingleTypeKVCacheManager, make_manager
+from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, unwrap_spec
 
 
-def group_spec(group):
-    """A `KVCacheGroupSpec` carries its spec in `.kv_cache_spec`; a bare spec is its own."""
-    return getattr(group, "kv_cache_spec", group)
+class SpecGroup(NamedTuple):
+    """Cache groups whose specs are equal, looked up together in one pass (vLLM's `SpecGroup`)."""
+
+    kv_cache_spec: AttentionSpec
+    group_ids: list[int]
 
 
 class KVCacheCoordinator:
@@ -43,7 +40,7 @@ class KVCacheCoordinator:
 
     def __init__(
         self,
-        kv_cache_groups: Sequence,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
         num_blocks: int,
         *,
         enable_caching: bool = True,
@@ -53,7 +50,7 @@ class KVCacheCoordinator:
     ) -> None:
         if not kv_cache_groups:
             raise ValueError("need at least one KV-cache group")
-        specs = [unwrap_spec(group_spec(g)) for g in kv_cache_groups]
+        specs = [unwrap_spec(g) for g in kv_cache_groups]
         sizes = [s.block_size for s in specs]
         self.scheduler_block_size = math.lcm(*sizes)
         self.hash_block_size = hash_block_size or math.gcd(*sizes)
@@ -84,17 +81,19 @@ class KVCacheCoordinator:
         # Groups with equal specs are looked up together; full attention first (its hit is an
         # upper bound for everybody and is cheap to trim).
         # (Specs are compared with ==, so a list is used rather than a dict: specs may be unhashable.)
-        spec_groups: list[tuple[object, list[int]]] = []
+        spec_groups: list[SpecGroup] = []
         for gid, spec in enumerate(specs):
-            for seen, ids in spec_groups:
-                if seen == spec:
-                    ids.append(gid)
+            for seen in spec_groups:
+                if seen.kv_cache_spec == spec:
+                    seen.group_ids.append(gid)
                     break
             else:
-                spec_groups.append((spec, [gid]))
-        self.attention_groups = sorted(spec_groups, key=lambda item: is_sliding_window_spec(item[0]))
+                spec_groups.append(SpecGroup(spec, [gid]))
+        self.attention_groups: list[SpecGroup] = sorted(
+            spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
+        )
 
-    # ------------------------------------------------------------ lookup
+    # --- lookup
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
@@ -138,7 +137,7 @@ class KVCacheCoordinator:
             del hits[gid][-(-hit_length // spec.block_size) :]
         return tuple(hits), hit_length
 
-    # ------------------------------------------------------------ allocation (sums over groups)
+    # --- allocation (sums over groups)
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -155,11 +154,11 @@ class KVCacheCoordinator:
             )
         return total
 
-    def allocate_new_computed_blocks(
+    def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[Sequence[KVCacheBlock]], total_computed_tokens: int
     ) -> None:
         for manager, hits in zip(self.single_type_managers, new_computed_blocks):
-            manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
+            manager.add_local_computed_blocks(request_id, hits, total_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         """New blocks for every group, or a ValueError (and nothing allocated) if they do not fit."""
@@ -193,6 +192,3 @@ class KVCacheCoordinator:
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
-
-
-__all__ = ["KVCacheCoordinator", "group_spec"]

@@ -8,7 +8,7 @@ A V4 decoder layer owns up to five caches. Which ones depends on its `compress_r
 - ratio 0 or 1 (pure sliding window; Flash's first two layers, the MTP layer): SWA cache only.
 
 The dict order matters: it decides the grouping buckets, the MLA group's layer order and every
-byte offset in the packed slab (spec 2.1). Names look like `layers.2.indexer.k_cache` so the
+byte offset in the packed slab. Names look like `layers.2.indexer.k_cache` so the
 layer index and the cache kind can be read off; `short_name` gives `L2.idx`.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
-from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.validation import is_integer
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,7 @@ def kv_cache_specs(
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
     indexer_bytes = indexer_entry_bytes(indexer)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0 \
-            or block_size % 128 != 0:
+    if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
                          f"ratio), got {block_size!r}")
     config = CONFIGS[variant]
@@ -186,90 +185,6 @@ def layer_kinds(specs: dict[str, KVCacheSpec]) -> dict[str, int]:
         kind = short_name(name, spec).split(".", 1)[1]
         counts[kind] = counts.get(kind, 0) + 1
     return counts
-
-
-# --- Layouts the seed and older vLLM versions describe, kept for comparison -----------------
-
-def seed_layer_order(names: list[str]) -> list[str]:
-    """Reorder MLA-group names the way the seed's offset example does: per layer the main
-    attention first, then the indexer (vLLM registers the indexer first)."""
-    rank = {"attn": 0, "idx": 1}
-    return sorted(names, key=lambda n: (parse_layer_name(n)[0], rank.get(parse_layer_name(n)[1], 2)))
-
-
-def seed_two_group_layout(specs: dict[str, KVCacheSpec], seed_order: bool = False) -> list[KVCacheGroupSpec]:
-    """The seed's hypothetical plan: one MLA group and one unsplit SWA group (states left out).
-
-    The real grouping never builds it (the gcd rule always splits the SWA bucket); it is here
-    so its stride (2,283,840 B for Pro) can be compared with the real one. `seed_order=True`
-    lists each ratio-4 layer's main attention before its indexer, as the seed's offsets assume.
-    """
-    grouped = group_and_unify_kv_cache_specs(specs)
-    if grouped is None:
-        raise ValueError("these specs do not take the DeepSeek V4 grouping path")
-    mla, swa = grouped[0], grouped[1]
-    mla_names = list(mla.kv_cache_specs)
-    if seed_order:
-        mla_names = seed_layer_order(mla_names)
-    return [KVCacheGroupSpec(mla_names, mla), KVCacheGroupSpec(list(swa.kv_cache_specs), swa)]
-
-
-# --- The seed's tables, as data, and the code's answer to each -------------------------------
-
-# Figures as printed in seed 001 (Pro, fp8_ds_mla, block size 256). Tests and notebooks compare
-# each with what the code computes; where they differ the spec's Decisions say why.
-SEED_FIGURES = {
-    "compress_ratios": (128, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4,
-                        128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
-                        4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4),
-    "num_layers": 61,
-    "ratio_counts": {4: 30, 128: 31},
-    "token_bytes": 584,
-    "alignment": 576,
-    # name: (storage_block_size, real page, padded page); the indexer row uses 128 B per entry
-    "pages": {"CSA": (64, 37376, 37440), "HCA": (2, 1168, 1728), "indexer": (64, 8192, 8640),
-              "SWA": (64, 37376, 37440)},
-    # name: (head_size, storage_block_size, compressor ratio, sliding_window, real, padded)
-    "state_pages": {"Indexer.state_cache": (512, 4, 4, 8, 8192, 8640),
-                    "C4A.state_cache": (2048, 4, 4, 8, 32768, 32832),
-                    "C128A.state_cache": (1024, 8, 128, 128, 32768, 32832)},
-    "bucket_layers": {"MLA": 91, "SWA": 61, "C4 state": 60, "C128 state": 31},
-    "layer_tuples": [31, 61, 30, 31],  # order MLA, SWA, C4 state, C128 state
-    "gcd": 31,
-    "gcd_padding": {31: 2, 32: 7},
-    "gcd_padding_per_value": {31: [0, 1, 1, 0], 32: [1, 3, 2, 1]},  # for the seed's order [31, 61, 30, 31]
-    "swa_split": [31, 30],
-    "group_widths": [("MLA", 1435968), ("SWA KV 1", 1160640), ("SWA KV 2", 1123200),
-                     ("SWA state 1 (C4)", 1244160), ("SWA state 2 (C128)", 1017792)],
-    "two_group_stride": 2283840,
-    "two_group_blocks_10gib": 4701,
-    "two_group_last_swa_offset": 2246400,
-    "two_group_widths": {"MLA": 1435968, "SWA": 2283840},
-    "two_group_swa_offsets": [("swa_0", 0), ("swa_1", 37440), ("swa_2", 74880), ("swa_3", 112320),
-                              ("swa_60", 2246400)],
-    # the seed's MLA-group walk: main attention before the indexer in each ratio-4 layer
-    "two_group_mla_offsets": [("HCA0", 0), ("HCA1", 1728), ("CSA2", 3456), ("Indexer2", 40896),
-                              ("HCA3", 49536), ("CSA4", 51264), ("Indexer4", 88704)],
-    "two_group_mla_end_after_layer4": 97344,
-    "layer_packing": {"swa_0": 0, "hca_0": 0, "hca_1": 1728, "csa_2": 3456, "swa_1": 37440,
-                      "indexer_2": 40896, "HCA3": 49536, "CSA4": 51264, "swa_2": 74880, "Indexer4": 88704},
-    "five_group_stride": 1435968,
-    "five_group_blocks_10gib": 7477,
-    "swa_view_shape": (64, 584),
-    "swa_view_page_bytes": 37376,
-}
-
-# The seed's layer labels, mapped to this package's layer names.
-SEED_LABEL_KINDS = {"swa": "swa", "hca": "attn", "csa": "attn", "indexer": "idx"}
-
-
-def seed_label_to_name(label: str) -> str:
-    """'CSA4' or 'swa_1' -> 'layers.4.attn' / 'layers.1.swa_cache'."""
-    text = label.lower().replace("_", "")
-    for prefix, kind in SEED_LABEL_KINDS.items():
-        if text.startswith(prefix) and text[len(prefix):].isdigit():
-            return layer_name(int(text[len(prefix):]), kind)
-    raise ValueError(f"unknown seed label {label!r}")
 
 
 def first_of_each_kind(specs: dict[str, KVCacheSpec]) -> dict[str, tuple[str, KVCacheSpec]]:

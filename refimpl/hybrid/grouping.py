@@ -1,6 +1,6 @@
 """Put layers into KV-cache groups: layers of one group share one block table.
 
-`get_kv_cache_groups(specs)` tries, in order (spec 2.3, vLLM v1's `get_kv_cache_groups`):
+`get_kv_cache_groups(specs)` tries, in order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` does):
 
 1. no layers                        -> no groups (an attention-free model);
 2. every spec equal                  -> one group;
@@ -25,6 +25,7 @@ from refimpl.hybrid.specs import (
     UniformTypeKVCacheSpecs,
     cdiv,
 )
+from refimpl.validation import check_positive_int, is_integer
 
 
 def padding_for(values: Sequence[int], d: int) -> int:
@@ -43,9 +44,8 @@ def approximate_gcd(values: Sequence[int], lower_bound: int | None = None) -> in
     if not values:
         raise ValueError("approximate_gcd needs at least one value")
     for x in values:
-        if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
-            raise ValueError(f"approximate_gcd values must be positive ints, got {x!r}")
-    if lower_bound is not None and (isinstance(lower_bound, bool) or not isinstance(lower_bound, int)):
+        check_positive_int("each approximate_gcd value", x)
+    if lower_bound is not None and not is_integer(lower_bound):
         raise ValueError(f"lower_bound must be an int or None, got {lower_bound!r}")
     lo = max(1, lower_bound or 1)
     hi = max(values)

@@ -6,95 +6,19 @@ The scheduler asks two things per request and step:
 - `allocate_slots(request, num_new_tokens, ...)`: make room for this step's tokens in every
   group, or return None (the scheduler then waits or preempts) without changing anything.
 
-`Request` is a minimal stand-in for vLLM's request: token ids, how many are computed, and the
-chained prefix hashes at `hash_block_size` granularity, extended as tokens arrive.
+The request it works on is `refimpl.hybrid.request.Request`.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-import xxhash
-
-from refimpl.hybrid.block_pool import BlockHash, KVCacheBlock
+from refimpl.hybrid.block_pool import KVCacheBlock
 from refimpl.hybrid.coordinator import KVCacheCoordinator
-
-NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
-"""Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
-so that notebook output is reproducible."""
-
-
-def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
-    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens (int64)."""
-    h = xxhash.xxh3_128()
-    h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
-    h.update(np.asarray(token_ids, dtype="<i8").tobytes())
-    return h.digest()
-
-
-class RequestStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    FINISHED = "finished"
-
-
-@dataclass
-class Request:
-    """Tokens of one request and the prefix hashes of every full `hash_block_size` chunk."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    hash_block_size: int
-    output_token_ids: list[int] = field(default_factory=list)
-    num_computed_tokens: int = 0
-    status: RequestStatus = RequestStatus.WAITING
-    block_hashes: list[BlockHash] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.hash_block_size < 1:
-            raise ValueError(f"hash_block_size must be >= 1, got {self.hash_block_size}")
-        self.prompt_token_ids = list(self.prompt_token_ids)
-        self._update_block_hashes()
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
-        self.output_token_ids.extend(token_ids)
-        self._update_block_hashes()
-
-    def _update_block_hashes(self) -> None:
-        """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
-        but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
-        tokens = self.all_token_ids
-        h = self.hash_block_size
-        first = len(self.block_hashes) * h
-        num_new = (len(tokens) - first) // h
-        if num_new <= 0:
-            return
-        raw = np.asarray(tokens[first : first + num_new * h], dtype="<i8").tobytes()
-        step = 8 * h
-        parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
-        for i in range(num_new):
-            digest = xxhash.xxh3_128()
-            digest.update(parent)
-            digest.update(raw[i * step : (i + 1) * step])
-            parent = digest.digest()
-            self.block_hashes.append(parent)
-
+from refimpl.hybrid.request import Request, RequestStatus
+from refimpl.validation import check_positive_int
+from refimpl.hybrid.specs import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 
 @dataclass
 class KVCacheBlocks:
@@ -120,7 +44,7 @@ class KVCacheManager:
 
     def __init__(
         self,
-        kv_cache_groups: Sequence,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
         num_blocks: int,
         max_model_len: int,
         *,
@@ -130,8 +54,7 @@ class KVCacheManager:
         watermark: float = 0.0,
         max_num_batched_tokens: int | None = None,
     ) -> None:
-        if max_model_len < 1:
-            raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
+        check_positive_int("max_model_len", max_model_len)
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
         self.max_model_len = max_model_len
@@ -149,7 +72,7 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * num_blocks)
 
     @classmethod
-    def from_config(cls, kv_cache_config, max_model_len: int, **kwargs) -> "KVCacheManager":
+    def from_config(cls, kv_cache_config: KVCacheConfig, max_model_len: int, **kwargs) -> "KVCacheManager":
         """Build from a `KVCacheConfig` (its `kv_cache_groups` and `num_blocks`)."""
         return cls(kv_cache_config.kv_cache_groups, kv_cache_config.num_blocks, max_model_len, **kwargs)
 
@@ -168,7 +91,7 @@ class KVCacheManager:
     def empty_blocks(self) -> KVCacheBlocks:
         return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
 
-    # ------------------------------------------------------------ prefix cache
+    # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
         """Prefix-cache hit for a waiting request: blocks per group and the hit length in tokens.
 
@@ -180,7 +103,7 @@ class KVCacheManager:
         hits, hit_length = self.coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
         return KVCacheBlocks(hits), hit_length
 
-    # ------------------------------------------------------------ allocation
+    # --- allocation
     def allocate_slots(
         self,
         request: Request,
@@ -241,7 +164,7 @@ class KVCacheManager:
         coordinator.remove_skipped_blocks(request.request_id, total_computed)
 
         if hits is not None and num_new_computed_tokens > 0:
-            coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
+            coordinator.add_local_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
 
         if self.enable_caching and not delay_cache_blocks:

@@ -24,6 +24,7 @@ from refimpl.hybrid.specs import (
     KVCacheTensor,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.validation import check_int_at_least, check_positive_int
 
 GIB = 1 << 30
 
@@ -59,16 +60,13 @@ def use_packed_kv_cache_config(
 
 
 def _check_memory(available_memory: int) -> None:
-    if isinstance(available_memory, bool) or not isinstance(available_memory, int) or available_memory < 0:
-        raise ValueError(f"available_memory must be a non-negative int of bytes, got {available_memory!r}")
+    check_int_at_least("available_memory", available_memory, 0, " (bytes)")
 
 
 def _num_blocks(available_memory: int, bytes_per_block: int, override: int | None) -> int:
     """Blocks that fit in the budget, or the override (which replaces the budget's answer)."""
     if override is not None:
-        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
-            raise ValueError(f"num_blocks_override must be an int >= 1, got {override!r}")
-        return override
+        return check_positive_int("num_blocks_override", override)
     num_blocks = available_memory // bytes_per_block
     if num_blocks < 1:
         raise ValueError(
@@ -106,8 +104,8 @@ def get_kv_cache_config(
 ) -> KVCacheConfig:
     """Plan the cache tensors for `groups` within `available_memory` bytes.
 
-    Any list of groups is accepted, so hand-made layouts (such as the seed's MLA + one unsplit
-    SWA group) can be compared with the real grouping. Raises ValueError when the budget is
+    Any list of groups is accepted, so hand-made layouts (such as the vLLM KV-cache article's MLA + one
+    unsplit SWA group) can be compared with the real grouping. Raises ValueError when the budget is
     smaller than one block (unless `num_blocks_override` is given).
     """
     _check_memory(available_memory)
@@ -224,7 +222,7 @@ def parse_memory(text: str | int) -> int:
     return int(value)
 
 
-# --- Older vLLM packings, for comparison only (spec section 2.6) ---------------------------
+# --- Older vLLM packings, kept only to compare bytes per block with the packed slab
 
 def _page_counts(group: KVCacheGroupSpec) -> Counter:
     """{page size: number of the group's layers with that page}."""

@@ -19,26 +19,10 @@ sub-boundary of each block, which is valid because the hashes chain over the who
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.specs import cdiv
-
-
-def unwrap_spec(spec):
-    """The scheduler-side spec of a group: a `UniformTypeKVCacheSpecs` stands for its first member.
-
-    All members of a uniform-type collection share block size and window, which is all a manager
-    needs (vLLM's `generate_scheduler_kv_cache_config` does the same).
-    """
-    members = getattr(spec, "kv_cache_specs", None)
-    if isinstance(members, Mapping) and members:
-        return next(iter(members.values()))
-    return spec
-
-
-def is_sliding_window_spec(spec) -> bool:
-    return getattr(unwrap_spec(spec), "sliding_window", None) is not None
+from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, cdiv, unwrap_spec
 
 
 class BlockHashListWithBlockSize:
@@ -91,7 +75,7 @@ class SingleTypeKVCacheManager:
 
     def __init__(
         self,
-        kv_cache_spec,
+        kv_cache_spec: KVCacheSpec,
         block_pool: BlockPool,
         kv_cache_group_id: int,
         *,
@@ -100,10 +84,8 @@ class SingleTypeKVCacheManager:
         enable_caching: bool = True,
         max_in_flight_tokens: int | None = None,
     ) -> None:
-        self.kv_cache_spec = unwrap_spec(kv_cache_spec)
-        self.block_size: int = self.kv_cache_spec.block_size
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        self.kv_cache_spec: AttentionSpec = unwrap_spec(kv_cache_spec)
+        self.block_size: int = self.kv_cache_spec.block_size  # the spec checked it
         self.block_pool = block_pool
         self.kv_cache_group_id = kv_cache_group_id
         self.hash_block_size = hash_block_size or self.block_size
@@ -112,7 +94,6 @@ class SingleTypeKVCacheManager:
         self.max_in_flight_tokens = max_in_flight_tokens
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
-        self.new_block_ids: list[int] = []
         # Copy-on-write: request -> (table index, source block) of a hit that ends inside a block,
         # and the (source, copy) pairs the worker still has to copy.
         self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
@@ -124,7 +105,7 @@ class SingleTypeKVCacheManager:
         """Can a prefix hit end inside one of this group's blocks?"""
         return self.alignment_tokens < self.block_size
 
-    # ------------------------------------------------------------ hooks per kind
+    # --- hooks per kind
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens whose KV no future token reads (0 for full attention)."""
         return 0
@@ -137,7 +118,7 @@ class SingleTypeKVCacheManager:
         """Which full blocks are worth hashing (None: all of them)."""
         return None
 
-    # ------------------------------------------------------------ counting
+    # --- counting
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -169,8 +150,8 @@ class SingleTypeKVCacheManager:
         copy_on_write = 1 if new_computed_blocks and total_computed_tokens % self.block_size else 0
         return num_new + revived + copy_on_write
 
-    # ------------------------------------------------------------ allocation
-    def allocate_new_computed_blocks(
+    # --- allocation
+    def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
     ) -> None:
         """Start a request's table with its prefix hits (first allocation only).
@@ -218,7 +199,6 @@ class SingleTypeKVCacheManager:
         num_new = cdiv(num_tokens, self.block_size) - len(table)
         new_blocks = self.block_pool.get_new_blocks(num_new) if num_new > 0 else []
         table.extend(new_blocks)
-        self.new_block_ids.extend(b.block_id for b in copies + new_blocks)
         return copies + new_blocks
 
     def num_new_blocks_needed(self, request_id: str, num_tokens: int) -> int:
@@ -299,19 +279,9 @@ class SingleTypeKVCacheManager:
         self.num_cached_block.pop(request_id, None)
         self._partial_hit_reqs.pop(request_id, None)
 
-    # ------------------------------------------------------------ prefix lookup
-    @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: Sequence[BlockHash],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec,
-        hash_block_size: int | None = None,
-        alignment_tokens: int | None = None,
-    ) -> tuple[list[KVCacheBlock], ...]:
-        raise NotImplementedError
+    # --- prefix lookup: each kind defines the classmethod `find_longest_cache_hit(block_hashes,
+    # max_length, kv_cache_group_ids, block_pool, kv_cache_spec, hash_block_size, alignment_tokens)`
+    # returning one list of hit blocks per group id (vLLM's signature).
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
@@ -324,12 +294,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
         """Cached blocks from the start, stopping at the first miss, trimmed to the alignment."""
-        bs = unwrap_spec(kv_cache_spec).block_size
+        bs = kv_cache_spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
@@ -352,7 +322,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int,
         alignment_tokens: int,
     ) -> tuple[tuple[KVCacheBlock, ...], int] | None:
@@ -361,7 +331,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
         Returns (one block per group, tokens used from it) or None.
         """
-        bs = unwrap_spec(kv_cache_spec).block_size
+        bs = kv_cache_spec.block_size
         start = num_full_blocks * bs
         for used in range(bs - alignment_tokens, 0, -alignment_tokens):
             end = start + used
@@ -376,11 +346,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 class SlidingWindowManager(SingleTypeKVCacheManager):
     """Sliding window of `W` tokens: token p reads positions [p - W + 1, p]."""
 
-    def __init__(self, kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
+    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
         super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
-        self.sliding_window: int = self.kv_cache_spec.sliding_window
-        if self.sliding_window < 1:
-            raise ValueError(f"sliding_window must be >= 1, got {self.sliding_window}")
+        self.sliding_window: int = self.kv_cache_spec.sliding_window  # the spec checked it
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """The next token to compute sits at `num_computed_tokens`; it reads back W - 1 tokens."""
@@ -396,10 +364,10 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         """Hash only the blocks just before each alignment boundary: a hit can end only there
         and needs only the last `cdiv(W - 1, block_size)` blocks before it."""
         per_segment = self.alignment_tokens // self.block_size
-        need = cdiv(self.sliding_window - 1, self.block_size)
-        if per_segment <= 1 or need >= per_segment:
+        sliding_window_contiguous_blocks = cdiv(self.sliding_window - 1, self.block_size)
+        if per_segment <= 1 or sliding_window_contiguous_blocks >= per_segment:
             return None
-        return PeriodicBlockMask(num_full_blocks, per_segment, need)
+        return PeriodicBlockMask(num_full_blocks, per_segment, sliding_window_contiguous_blocks)
 
     @classmethod
     def find_longest_cache_hit(
@@ -408,49 +376,49 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
-        kv_cache_spec,
+        kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
     ) -> tuple[list[KVCacheBlock], ...]:
-        """Scan right to left for `cdiv(W - 1, bs)` contiguous cached blocks ending on an
+        """Scan right to left for `cdiv(W - 1, block_size)` contiguous cached blocks ending on an
         alignment boundary; everything before the run is the null block."""
-        spec = unwrap_spec(kv_cache_spec)
-        bs = spec.block_size
-        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
-        alignment = alignment_tokens or bs
-        need = cdiv(spec.sliding_window - 1, bs)
-        num_blocks = min(max_length // bs, len(hashes))
-        null = block_pool.null_block
-        computed = tuple([null] * num_blocks for _ in kv_cache_group_ids)
-        run = 0
-        found = False
-        for i in range(num_blocks - 1, -1, -1):
-            if run == 0 and ((i + 1) * bs) % alignment != 0:
+        block_size = kv_cache_spec.block_size
+        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or block_size, block_size)
+        alignment = alignment_tokens or block_size
+        sliding_window_contiguous_blocks = cdiv(kv_cache_spec.sliding_window - 1, block_size)
+        max_num_blocks = min(max_length // block_size, len(hashes))
+        computed_blocks = tuple([block_pool.null_block] * max_num_blocks for _ in kv_cache_group_ids)
+        num_contiguous_blocks = 0
+        match_found = False
+        for i in range(max_num_blocks - 1, -1, -1):
+            if num_contiguous_blocks == 0 and ((i + 1) * block_size) % alignment != 0:
                 continue  # a hit may only end on an alignment boundary
-            cached = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if cached is None:
-                run = 0
+            cached_blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if cached_blocks is None:
+                num_contiguous_blocks = 0
                 continue
-            for table, block in zip(computed, cached):
-                table[i] = block
-            run += 1
-            if run >= need:
-                for table in computed:
-                    del table[i + run :]
-                found = True
+            for computed, cached in zip(computed_blocks, cached_blocks):
+                computed[i] = cached
+            num_contiguous_blocks += 1
+            if num_contiguous_blocks >= sliding_window_contiguous_blocks:
+                for computed in computed_blocks:
+                    del computed[i + num_contiguous_blocks :]
+                match_found = True
                 break
-        if not found:
+        if not match_found:
             # Too short a run anywhere: only a run starting at block 0 counts (nothing before it
             # is needed), trimmed down to the alignment.
-            for table in computed:
-                del table[run:]
-            while computed[0] and (len(computed[0]) * bs) % alignment != 0:
-                for table in computed:
-                    table.pop()
-        return computed
+            for computed in computed_blocks:
+                del computed[num_contiguous_blocks:]
+            while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
+                for computed in computed_blocks:
+                    computed.pop()
+        return computed_blocks
 
 
-def make_manager(kv_cache_spec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> SingleTypeKVCacheManager:
+def make_manager(
+    kv_cache_spec: KVCacheGroupSpec | KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs
+) -> SingleTypeKVCacheManager:
     """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full attention."""
-    cls = SlidingWindowManager if is_sliding_window_spec(kv_cache_spec) else FullAttentionManager
+    cls = SlidingWindowManager if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec) else FullAttentionManager
     return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

@@ -15,23 +15,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from refimpl.hybrid.kv_cache_manager import KVCacheManager, Request, RequestStatus
+from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
 from refimpl.hybrid.grouping import get_kv_cache_groups
 from refimpl.hybrid.layout import GIB, get_kv_cache_config
-from refimpl.hybrid.managers import unwrap_spec
-from refimpl.hybrid.specs import cdiv
+from refimpl.hybrid.specs import (
+    FullAttentionSpec,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+    cdiv,
+    unwrap_spec,
+)
 
 
-def group_labels(kv_cache_groups: Sequence) -> list[str]:
+def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> list[str]:
     """Short names for DeepSeek V4 groups: MLA, SWA-a, SWA-b, C128 state, C4 state."""
-    specs = [unwrap_spec(getattr(group, "kv_cache_spec", group)) for group in kv_cache_groups]
+    specs = [unwrap_spec(group) for group in kv_cache_groups]
     # compressor states are fp32; the ratio-4 state has the smaller block (4 vs 8 tokens)
-    state_sizes = [s.block_size for s in specs if getattr(s, "sliding_window", None) and s.dtype == "float32"]
+    state_sizes = [s.block_size for s in specs if isinstance(s, SlidingWindowSpec) and s.dtype == "float32"]
     labels, swa_seen = [], 0
     for spec in specs:
-        window = getattr(spec, "sliding_window", None)
-        if window is None:
+        if not isinstance(spec, SlidingWindowSpec):
             labels.append("MLA")
         elif spec.dtype == "float32":
             labels.append("C4 state" if spec.block_size == min(state_sizes) else "C128 state")
@@ -88,6 +94,32 @@ class RequestRun:
     @property
     def peak(self) -> StepRecord:
         return max(self.records, key=lambda r: r.total_live)
+
+
+def toy_full_spec(block_size: int, head_size: int = 8, dtype: str = "bfloat16") -> FullAttentionSpec:
+    """A one-head full-attention spec small enough for hand-checked block ids."""
+    return FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype)
+
+
+def toy_window_spec(block_size: int, sliding_window: int, head_size: int = 8, dtype: str = "bfloat16") -> SlidingWindowSpec:
+    """A one-head sliding-window spec small enough for hand-checked block ids."""
+    return SlidingWindowSpec(
+        block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype, sliding_window=sliding_window
+    )
+
+
+def schedule_step(manager: KVCacheManager, request: Request, num_new_tokens: int, **kwargs) -> KVCacheBlocks:
+    """One scheduler step for one request: `allocate_slots`, then mark the tokens computed (the
+    prefix hit passed as `num_new_computed_tokens` too), as the scheduler and worker do.
+
+    Raises ValueError, with nothing changed, when the pool cannot hold the step.
+    """
+    new_blocks = manager.allocate_slots(request, num_new_tokens, **kwargs)
+    if new_blocks is None:
+        raise ValueError(f"request {request.request_id}: {num_new_tokens} new tokens do not fit in the free blocks")
+    request.num_computed_tokens += num_new_tokens + kwargs.get("num_new_computed_tokens", 0)
+    request.status = RequestStatus.RUNNING
+    return new_blocks
 
 
 def prompt_tokens(length: int, seed: int = 0, shared_prefix: Sequence[int] = ()) -> list[int]:
@@ -237,16 +269,11 @@ def mini_v4_groups() -> list:
     compressor-state windows), scaled down: block sizes 16 / 4 / 4 / 2 / 1 (the real ones are
     256 / 64 / 64 / 8 / 4) and windows 8 / 8 / 8 / 2 (real: 128 / 128 / 128 / 8).
     """
-    from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
-
-    def window(bs: int, w: int, dtype: str) -> SlidingWindowSpec:
-        return SlidingWindowSpec(block_size=bs, num_kv_heads=1, head_size=8, dtype=dtype, sliding_window=w)
-
     specs = [
-        FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype="uint8"),
-        window(4, 8, "uint8"),
-        window(4, 8, "uint8"),
-        window(2, 8, "float32"),
-        window(1, 2, "float32"),
+        toy_full_spec(16, dtype="uint8"),
+        toy_window_spec(4, 8, dtype="uint8"),
+        toy_window_spec(4, 8, dtype="uint8"),
+        toy_window_spec(2, 8, dtype="float32"),
+        toy_window_spec(1, 2, dtype="float32"),
     ]
     return [KVCacheGroupSpec((f"{label}.layer",), spec) for label, spec in zip(MINI_V4_LABELS, specs)]

@@ -417,6 +417,20 @@ class KVCacheGroupSpec:
         return f"KVCacheGroupSpec([{shown}], {self.kv_cache_spec!r}{eagle})"
 
 
+def unwrap_spec(spec: KVCacheGroupSpec | KVCacheSpec) -> AttentionSpec:
+    """The spec the allocator works with: a group stands for its spec, and a
+    `UniformTypeKVCacheSpecs` for its first member.
+
+    All members of a uniform-type collection share block size and window, which is all the
+    managers need (vLLM's `generate_scheduler_kv_cache_config` makes the same reduction).
+    """
+    if isinstance(spec, KVCacheGroupSpec):
+        spec = spec.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return spec.first_spec
+    return spec
+
+
 @dataclass(frozen=True)
 class KVCacheTensor:
     """One backing allocation of `size` bytes and the layers that view it.

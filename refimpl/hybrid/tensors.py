@@ -9,7 +9,7 @@ Follows vLLM v1's worker (`_allocate_kv_cache_tensors`, `_reshape_attention_kv_c
   padded page, so the padding bytes between pages are skipped;
 - **contiguous**: a plain reshape of the layer's own tensor.
 
-Backend shapes follow the seed: DeepSeek V4's fp8_ds_mla caches are `(num_blocks, entries, 584)`
+Backend shapes follow the vLLM KV-cache article: DeepSeek V4's fp8_ds_mla caches are `(num_blocks, entries, 584)`
 uint8; other one-row-per-entry caches are `(num_blocks, entries, head_size)`; ordinary
 attention layers are `(num_blocks, 2, block_size, num_kv_heads, head_size)` (key then value).
 """

@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from refimpl.errors import BackendUnavailableError
 from refimpl.kernels import reference
 from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH
 
@@ -28,10 +29,6 @@ from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH
 ATTENTION_BACKENDS = ("flash-attn", "triton", "torch")
 #: flash-attn's paged KV cache wants every page to hold a multiple of this many tokens.
 FLASH_ATTN_BLOCK_SIZE_MULTIPLE = 256
-
-
-class BackendUnavailableError(RuntimeError):
-    """A backend was asked for that this machine cannot run (missing package or device)."""
 
 
 def has_flash_attn() -> bool:
@@ -171,17 +168,3 @@ def attention_ops(name: str | None = None, device: torch.device | str | None = N
                             kernels.paged_prefill_attention)
     return AttentionOps("torch", reference.store_kvcache, reference.paged_decode_attention,
                         reference.paged_prefill_attention)
-
-
-__all__ = [
-    "ATTENTION_BACKENDS",
-    "FLASH_ATTN_BLOCK_SIZE_MULTIPLE",
-    "BackendUnavailableError",
-    "AttentionOps",
-    "has_flash_attn",
-    "available_attention_backends",
-    "best_attention_backend",
-    "check_flash_attn_block_size",
-    "check_attention_backend",
-    "attention_ops",
-]

@@ -18,24 +18,9 @@ from __future__ import annotations
 import torch
 
 from refimpl.kernels import reference_v4
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, tl, triton
+from refimpl.kernels.common import check_triton_device, next_power_of_2
 from refimpl.kernels.reference_v4 import compressed_slot_mapping  # noqa: F401  (torch only; re-exported)
-
-
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def _check_backend(t: torch.Tensor) -> None:
-    if not HAS_TRITON:
-        from refimpl.kernels.backend import BackendUnavailableError
-
-        raise BackendUnavailableError("Triton is not installed; use refimpl.kernels.reference_v4 (pure torch) instead")
-    if t.device.type == "cpu" and not INTERPRET:
-        raise ValueError(
-            "CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before importing refimpl, "
-            "move the tensors to CUDA, or use refimpl.kernels.reference_v4"
-        )
+from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
 
 
 if HAS_TRITON:
@@ -101,7 +86,7 @@ def compute_swa_indices_and_lens(
     num_rows = reference_v4.check_swa_inputs(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
-    _check_backend(block_table)
+    check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     device = block_table.device
     indices = torch.empty((num_rows, window_size), dtype=torch.int32, device=device)
     lens = torch.empty((num_rows,), dtype=torch.int32, device=device)
@@ -113,7 +98,7 @@ def compute_swa_indices_and_lens(
         query_start_loc.contiguous(), seq_lens.contiguous(), token_to_req_indices.contiguous(),
         is_valid_token.to(torch.int8).contiguous(),
         table, table.stride(0), block_size, token_offset,
-        TRITON_BLOCK_SIZE=_next_power_of_2(window_size),
+        TRITON_BLOCK_SIZE=next_power_of_2(window_size),
     )
     return indices, lens
 
@@ -127,7 +112,7 @@ def compute_global_topk_indices_and_lens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of `reference_v4.compute_global_topk_indices_and_lens`."""
     reference_v4.check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token)
-    _check_backend(block_table)
+    check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     num_rows, topk = topk_indices.shape
     device = block_table.device
     out = torch.empty((num_rows, topk), dtype=torch.int32, device=device)
@@ -143,9 +128,6 @@ def compute_global_topk_indices_and_lens(
         local, local.stride(0), topk,
         token_to_req_indices.contiguous(), table, table.stride(0), block_size,
         is_valid_token.to(torch.int8).contiguous(),
-        TRITON_BLOCK_SIZE=_next_power_of_2(topk),
+        TRITON_BLOCK_SIZE=next_power_of_2(topk),
     )
     return out, lens
-
-
-__all__ = ["compute_swa_indices_and_lens", "compute_global_topk_indices_and_lens", "compressed_slot_mapping"]

@@ -20,7 +20,8 @@ import math
 import torch
 
 from refimpl.kernels import reference
-from refimpl.kernels.store_kvcache import check_head_dim, check_triton_device, next_power_of_2
+from refimpl.kernels.common import check_triton_device, next_power_of_2
+from refimpl.kernels.store_kvcache import check_head_dim
 from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, tl, triton
 
 LOG2_E = 1.4426950408889634  # exp(x) == exp2(x * log2(e)); exp2 is the cheaper instruction
@@ -230,6 +231,3 @@ def paged_prefill_attention(
         DOT_IN_FP32=INTERPRET or q.dtype == torch.float32,
     )
     return out
-
-
-__all__ = ["paged_decode_attention", "paged_prefill_attention", "launch_paged_decode", "decode_tiles", "prefill_tiles"]

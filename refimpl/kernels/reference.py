@@ -21,13 +21,13 @@ import operator
 
 import torch
 
+from refimpl.kernels.common import INDEX_DTYPES  # slot_mapping, block_table, cache_seqlens, cu_seqlens
+
 #: Element types every kernel and twin accepts for q / key / value / caches.
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-#: Element types accepted for slot_mapping, block_table, cache_seqlens and cu_seqlens.
-INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-# ----------------------------------------------------------------------------- checks
+# --- checks
 
 
 def _require_tensor(name: str, x: object, ndim: int, layout: str) -> torch.Tensor:
@@ -197,7 +197,7 @@ def resolve_softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
     return float(softmax_scale)
 
 
-# ----------------------------------------------------------------------------- twins
+# --- twins
 
 
 def store_kvcache(
@@ -305,23 +305,6 @@ def paged_prefill_attention(
         start += q_len
     return out
 
-
-__all__ = [
-    "SUPPORTED_DTYPES",
-    "INDEX_DTYPES",
-    "check_kv_cache",
-    "check_store_kvcache_args",
-    "check_decode_args",
-    "check_prefill_args",
-    "gather_kv",
-    "resolve_softmax_scale",
-    "store_kvcache",
-    "paged_decode_attention",
-    "paged_prefill_attention",
-    "compressed_slot_mapping",
-    "compute_swa_indices_and_lens",
-    "compute_global_topk_indices_and_lens",
-]
 
 # The DeepSeek V4 twins live in their own module; re-exported so every twin is found here.
 from refimpl.kernels.reference_v4 import (  # noqa: E402

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.validation import check_positive_int
-
-INDEX_DTYPES = (torch.int32, torch.int64)
+from refimpl.kernels.common import INDEX_DTYPES
+from refimpl.validation import check_int_at_least, check_positive_int, is_integer
 
 
 def _check_index(name: str, x: object, ndim: int) -> torch.Tensor:
@@ -45,12 +44,11 @@ def check_swa_inputs(
         raise ValueError(f"query_start_loc needs num_reqs + 1 = {seq_lens.numel() + 1} entries, got {query_start_loc.numel()}")
     if block_table.shape[0] < seq_lens.numel():
         raise ValueError(f"block_table has {block_table.shape[0]} rows for {seq_lens.numel()} requests")
-    if isinstance(token_offset, bool) or not isinstance(token_offset, int) or token_offset < 0:
-        raise ValueError(f"token_offset must be an int >= 0, got {token_offset!r}")
+    check_int_at_least("token_offset", token_offset, 0)
     num_tokens = min(is_valid_token.numel(), token_to_req_indices.numel())
     if num_rows is None:
         num_rows = num_tokens - token_offset
-    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 0 or token_offset + num_rows > num_tokens:
+    if not is_integer(num_rows) or num_rows < 0 or token_offset + num_rows > num_tokens:
         raise ValueError(
             f"rows token_offset .. token_offset + num_rows ({token_offset} .. {token_offset}+{num_rows!r}) must lie "
             f"within the {num_tokens} tokens of is_valid_token and token_to_req_indices"
@@ -183,6 +181,3 @@ def compressed_slot_mapping(
     blocks = block_table.long()[reqs, col]
     out[:total] = torch.where(writes, blocks * block_size + c % block_size, torch.full_like(c, -1))
     return out
-
-
-__all__ = ["compute_swa_indices_and_lens", "compute_global_topk_indices_and_lens", "compressed_slot_mapping"]

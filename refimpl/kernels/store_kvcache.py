@@ -13,40 +13,11 @@ from __future__ import annotations
 import torch
 
 from refimpl.kernels import reference
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH, tl, triton
+from refimpl.kernels.common import check_triton_device, next_power_of_2
+from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
 
 #: The kernels hold a whole ``[num_heads, head_dim]`` row (or tile) in registers.
 MAX_HEAD_DIM = 256
-
-
-def next_power_of_2(n: int) -> int:
-    """Smallest power of two >= n (Triton tiles must have power-of-two sides)."""
-    return 1 << max(0, n - 1).bit_length()
-
-
-def check_triton_device(tensor: object) -> None:
-    """Raise a clear error when the Triton kernels cannot run on ``tensor``'s device.
-
-    Checked before anything else, so that e.g. a ``meta`` tensor gets this message rather
-    than a failure inside the value checks.
-    """
-    from refimpl.kernels.backend import BackendUnavailableError
-
-    if not HAS_TRITON:
-        raise BackendUnavailableError("Triton is not installed; use refimpl.kernels.reference (pure torch) instead")
-    if MODE_MISMATCH is not None:
-        raise BackendUnavailableError(MODE_MISMATCH)
-    if not isinstance(tensor, torch.Tensor):
-        return  # the argument checks that follow name the wrong argument
-    kind = tensor.device.type
-    if kind == "cpu" and not INTERPRET:
-        raise ValueError(
-            "the Triton kernels got CPU tensors but Triton is in compiled mode (TRITON_INTERPRET is off); "
-            "move the tensors to CUDA, or set TRITON_INTERPRET=1 before importing refimpl, "
-            "or use refimpl.kernels.reference"
-        )
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(f"the Triton kernels run on CUDA (compiled) or CPU (interpreter) tensors, not {kind}")
 
 
 def check_head_dim(head_dim: int) -> None:
@@ -114,6 +85,3 @@ def launch_store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
         k_cache.shape[1], num_kv_heads, head_dim,
         BLOCK_H=next_power_of_2(num_kv_heads), BLOCK_D=next_power_of_2(head_dim),
     )
-
-
-__all__ = ["store_kvcache", "launch_store_kvcache", "check_triton_device", "check_head_dim", "next_power_of_2", "MAX_HEAD_DIM"]

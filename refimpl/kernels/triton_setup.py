@@ -72,8 +72,3 @@ def _mode_mismatch() -> str | None:
 
 #: None when the kernels can run; otherwise the reason they cannot (reported when one is called).
 MODE_MISMATCH: str | None = _mode_mismatch()
-
-__all__ = [
-    "triton", "tl", "HAS_TRITON", "INTERPRET", "INTERPRET_SET_BY_USER", "CUDA_AVAILABLE",
-    "MODE_MISMATCH",
-]

@@ -12,7 +12,7 @@ from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
 from refimpl.paged.hashing import compute_hash
 from refimpl.paged.sequence import Sequence, check_block_size
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_positive_int, is_integer
 
 
 class BlockManager:
@@ -42,7 +42,7 @@ class BlockManager:
     def compute_hash(token_ids: list[int], prefix: int = -1) -> int:
         return compute_hash(token_ids, prefix)
 
-    # ----------------------------------------------------------------- internal moves
+    # --- internal moves
     def _allocate_block(self) -> int:
         """Take the head of the free queue and hand it to a new owner."""
         block_id = self.free_block_ids.popleft()
@@ -92,7 +92,32 @@ class BlockManager:
                 num_new_blocks -= 1
         return num_cached_blocks, num_new_blocks
 
-    # ----------------------------------------------------------------- allocate
+    def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
+        """The ids of the first `num_cached_blocks` blocks, checked to be hits in one walk.
+
+        nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
+        anything changes, at no extra walk over the chain on the good path.
+        """
+        if is_integer(num_cached_blocks):
+            limit = min(num_cached_blocks, seq.num_blocks - 1) if self.enable_prefix_caching else 0
+            h = -1
+            hit_block_ids: list[int] = []
+            for i in range(max(limit, 0)):
+                token_ids = seq.block(i)
+                h = compute_hash(token_ids, h)
+                block_id = self.hash_to_block_id.get(h, -1)
+                if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
+                    break
+                hit_block_ids.append(block_id)
+            if 0 <= num_cached_blocks == len(hit_block_ids):
+                return hit_block_ids
+        available_hits, _ = self._match_prefix(seq)  # only to say what would have been right
+        raise ValueError(
+            f"num_cached_blocks must be an integer from 0 to {available_hits} (the leading blocks of "
+            f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
+        )
+
+    # --- allocate
     def can_allocate(self, seq: Sequence) -> int:
         """-1 if the sequence does not fit now, else how many leading blocks are prefix-cache hits."""
         self._check_sequence(seq)
@@ -110,18 +135,8 @@ class BlockManager:
         self._check_sequence(seq)
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already has blocks {seq.block_table}; deallocate it first")
-        available_hits, _ = self._match_prefix(seq)
-        if isinstance(num_cached_blocks, bool) or not isinstance(num_cached_blocks, int) or not 0 <= num_cached_blocks <= available_hits:
-            raise ValueError(
-                f"num_cached_blocks must be an integer from 0 to {available_hits} (the leading blocks of "
-                f"sequence {seq.seq_id} found in the prefix cache; pass can_allocate's result), got {num_cached_blocks!r}"
-            )
+        hit_block_ids = self._cached_block_ids(seq, num_cached_blocks)
         # Recount the free blocks for exactly the hits that will be taken.
-        h = -1
-        hit_block_ids = []
-        for i in range(num_cached_blocks):
-            h = compute_hash(seq.block(i), h)
-            hit_block_ids.append(self.hash_to_block_id[h])
         needed = seq.num_blocks - sum(b in self.used_block_ids for b in hit_block_ids)
         if len(self.free_block_ids) < needed:
             raise ValueError(
@@ -140,7 +155,7 @@ class BlockManager:
             seq.block_table.append(self._allocate_block())
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
-    # ----------------------------------------------------------------- free
+    # --- free
     def deallocate(self, seq: Sequence) -> None:
         """Drop the sequence's references, last block first; unreferenced blocks go to the queue tail."""
         self._check_sequence(seq)
@@ -154,7 +169,7 @@ class BlockManager:
         seq.num_cached_tokens = 0
         seq.block_table.clear()
 
-    # ----------------------------------------------------------------- append (decode)
+    # --- append (decode)
     def _needs_new_block(self, seq: Sequence) -> bool:
         """True when the newest token is the first token of a new block.
 
@@ -180,7 +195,7 @@ class BlockManager:
                 raise ValueError(f"no free block to append to sequence {seq.seq_id}: the pool is full")
             seq.block_table.append(self._allocate_block())
 
-    # ----------------------------------------------------------------- register (postprocess)
+    # --- register (postprocess)
     def hash_blocks(self, seq: Sequence) -> None:
         """Register the blocks that this step's tokens filled, chaining from the last registered block."""
         self._check_sequence(seq)
@@ -208,7 +223,7 @@ class BlockManager:
             block.update(h, token_ids)
             self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
 
-    # ----------------------------------------------------------------- views
+    # --- views
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)
 

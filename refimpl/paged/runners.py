@@ -24,7 +24,7 @@ from refimpl.errors import InvariantError
 from refimpl.paged.invariants import check_invariants
 from refimpl.paged.scheduler import Scheduler
 from refimpl.paged.sequence import Sequence
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 class FakeModelRunner:
@@ -51,12 +51,11 @@ class FakeModelRunner:
     ) -> None:
         self.num_blocks = check_positive_int("num_blocks", num_blocks)
         self.block_size = check_positive_int("block_size", block_size)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        check_int_at_least("vocab_size", vocab_size, 2)
         if (eos_after is not None or eos_period is not None) and eos < 0:
             raise ValueError(f"eos_after/eos_period need an eos token id >= 0, got eos={eos!r}")
-        if eos_after is not None and (isinstance(eos_after, bool) or not isinstance(eos_after, int) or eos_after < 0):
-            raise ValueError(f"eos_after must be an integer >= 0 (a completion-token index), got {eos_after!r}")
+        if eos_after is not None:
+            check_int_at_least("eos_after", eos_after, 0, " (a completion-token index)")
         if eos_period is not None:
             check_positive_int("eos_period", eos_period)
         self.vocab_size = vocab_size

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ class SchedulerConfig:
         check_block_size(self.kvcache_block_size)
         check_positive_int("max_num_seqs", self.max_num_seqs)
         check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
-        if isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < -1:
-            raise ValueError(f"eos must be a token id >= 0, or -1 for no end-of-sequence token, got {self.eos!r}")
+        check_int_at_least("eos", self.eos, -1, " (a token id, or -1 for no end-of-sequence token)")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
 
@@ -91,12 +90,12 @@ class Scheduler:
         """
         if self.is_finished():
             raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
-        scheduled: list[Sequence] = []
+        scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
 
         # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
-        while self.waiting and len(scheduled) < self.max_num_seqs:
+        while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
             seq = self.waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
@@ -108,7 +107,7 @@ class Scheduler:
                 num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
             else:  # the rest of a prompt that an earlier step cut into a chunk
                 num_tokens = seq.num_tokens - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled:  # only the first sequence of a step may be chunked
+            if remaining < num_tokens and scheduled_seqs:  # only the first sequence of a step may be chunked
                 break
             if not seq.block_table:
                 self.block_manager.allocate(seq, num_cached_blocks)
@@ -119,12 +118,12 @@ class Scheduler:
                 self.waiting.popleft()
                 self.running.append(seq)
             # else: a partial prefill stays first in `waiting`, holding all its blocks.
-            scheduled.append(seq)
-        if scheduled:
-            return scheduled, True
+            scheduled_seqs.append(seq)
+        if scheduled_seqs:
+            return scheduled_seqs, True
 
         # Decode: one token per running sequence, preempting from the back when blocks run out.
-        while self.running and len(scheduled) < self.max_num_seqs:
+        while self.running and len(scheduled_seqs) < self.max_num_seqs:
             seq = self.running.popleft()
             while not self.block_manager.can_append(seq):
                 if self.running:
@@ -136,11 +135,11 @@ class Scheduler:
                 seq.num_scheduled_tokens = 1
                 seq.is_prefill = False
                 self.block_manager.may_append(seq)
-                scheduled.append(seq)
-        if not scheduled:
+                scheduled_seqs.append(seq)
+        if not scheduled_seqs:
             raise InvariantError("schedule() found nothing to run although sequences are queued")
-        self.running.extendleft(reversed(scheduled))
-        return scheduled, False
+        self.running.extendleft(reversed(scheduled_seqs))
+        return scheduled_seqs, False
 
     def preempt(self, seq: Sequence) -> None:
         """Free the sequence's blocks and put it first in line to be prefilled again.

@@ -8,7 +8,7 @@ from enum import Enum, auto
 from itertools import count
 from typing import Iterable
 
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_int_at_least, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN
             raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        check_int_at_least("max_tokens", self.max_tokens, 1)
 
 
 class SequenceStatus(Enum):
@@ -129,28 +128,16 @@ class Sequence:
     # Workers of a tensor-parallel engine receive the batch pickled every step. A prefill needs every
     # token; a decode needs only the last one, so the state is a few integers plus the block table.
     # block_size rides along because here it is per sequence, not a class variable as in nano-vllm.
+    _STATE_FIELDS = ("num_tokens", "num_prompt_tokens", "num_cached_tokens", "num_scheduled_tokens", "block_table")
+
     def __getstate__(self):
         last_state = self.token_ids if self.is_prefill else self.last_token
-        return (
-            self.num_tokens,
-            self.num_prompt_tokens,
-            self.num_cached_tokens,
-            self.num_scheduled_tokens,
-            self.block_table,
-            last_state,
-            self.block_size,
-        )
+        return (*(getattr(self, name) for name in self._STATE_FIELDS), last_state, self.block_size)
 
     def __setstate__(self, state) -> None:
-        (
-            self.num_tokens,
-            self.num_prompt_tokens,
-            self.num_cached_tokens,
-            self.num_scheduled_tokens,
-            self.block_table,
-            last_state,
-            self.block_size,
-        ) = state
+        *fields, last_state, self.block_size = state
+        for name, value in zip(self._STATE_FIELDS, fields):
+            setattr(self, name, value)
         if isinstance(last_state, list):
             self.token_ids = last_state
             self.last_token = last_state[-1]

@@ -1,6 +1,7 @@
-"""Pictures of refimpl's data structures. Every drawing function returns a matplotlib Figure
-(built without pyplot, so nothing is shown twice or kept alive) and has a text twin that
-returns a deterministic string describing the same state.
+"""Pictures of refimpl's data structures. Every drawing function `draw_X` returns a matplotlib
+Figure (built without pyplot, so nothing is shown twice or kept alive) and has a text twin
+`X_text` that returns a deterministic string describing the same state. Shared colours live in
+`palette`.
 
 Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
 `engine` (one engine step's slots and block tables), `kernels` (pages, prefill mask, reuse),

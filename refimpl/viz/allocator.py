@@ -33,7 +33,7 @@ def _color(label: str, i: int) -> str:
     return GROUP_COLORS.get(label, FALLBACK_COLORS[i % len(FALLBACK_COLORS)])
 
 
-# --- block tables --------------------------------------------------------------------------------
+# --- block tables
 
 def tables_text(manager, request_id: str, labels: Sequence[str]) -> str:
     """One line per group: the request's block ids, '.' for the null block."""
@@ -67,7 +67,7 @@ def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = ""
     return fig
 
 
-# --- the pool ------------------------------------------------------------------------------------
+# --- the pool
 
 def _owners(manager, labels: Sequence[str], request_ids: Sequence[str]) -> list[str]:
     """Per pool block: the owning group's label, 'null', 'cached' (free, hashed) or 'free'."""
@@ -115,7 +115,7 @@ def draw_pool(manager, labels: Sequence[str], request_ids: Sequence[str], title:
     return fig
 
 
-# --- blocks over time ----------------------------------------------------------------------------
+# --- blocks over time
 
 def blocks_over_time_text(run) -> str:
     """One line per step: computed tokens, live blocks per group, total, free blocks."""
@@ -145,7 +145,7 @@ def draw_blocks_over_time(run, title: str = "") -> Figure:
     return fig
 
 
-# --- addressing ----------------------------------------------------------------------------------
+# --- addressing
 
 def swa_window_text(block_ids: Sequence[int], block_size: int, position: int, window: int) -> str:
     """The window of `position`: each position with its block and slot."""

@@ -1,6 +1,6 @@
 """Pictures of one engine step: packed tokens, their cache slots, and the blocks attention reads.
 
-`draw_step_inputs` / `describe_step_inputs` take the scheduled sequences and the step's
+`draw_step_inputs` / `step_inputs_text` take the scheduled sequences and the step's
 `Context` (after `ModelRunner.prepare_prefill` or `prepare_decode`) and show
   - the packed batch: every token this step computes, in order, with its position and slot;
   - the physical KV cache as a grid (one row per block, one column per offset): cells written
@@ -17,9 +17,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from refimpl.engine.context import Context
 from refimpl.paged.sequence import Sequence
-
-SEQ_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#8172b3", "#c44e52", "#937860"]
-EMPTY = "#eeeeee"
+from refimpl.viz.palette import EMPTY, SEQ_COLORS
 
 
 def _default_label(token_id: int) -> str:
@@ -54,7 +52,7 @@ def _step_rows(seqs: list[Sequence], ctx: Context, names: Mapping[int, str] | No
     return [(*row, slot) for row, slot in zip(new, slots)], cached
 
 
-def describe_step_inputs(
+def step_inputs_text(
     seqs: list[Sequence],
     ctx: Context,
     names: Mapping[int, str] | None = None,

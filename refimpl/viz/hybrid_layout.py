@@ -64,7 +64,7 @@ def _layer_index(name: str) -> int | None:
         return None
 
 
-# --- pages -----------------------------------------------------------------------------------
+# --- pages
 
 def pages_text(rows: Sequence[Mapping]) -> str:
     """The page table (rows from `deepseek_v4.page_size_rows`)."""
@@ -91,7 +91,7 @@ def draw_pages(rows: Sequence[Mapping], title: str = "One page per cache kind") 
     return fig
 
 
-# --- grouping ----------------------------------------------------------------------------------
+# --- grouping
 
 def _ranges(indices: Sequence[int]) -> str:
     """Compact list: [0, 1, 3, 5, 7] -> '0,1..7 step 2'; [4, 5, 6] -> '4-6'."""
@@ -194,7 +194,7 @@ def draw_groupings(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequenc
     return fig
 
 
-# --- approximate gcd ---------------------------------------------------------------------------
+# --- approximate gcd
 
 def padding_curve_text(values: Sequence[int], lower_bound: int | None = None, show: int = 6) -> str:
     curve = padding_curve(values, lower_bound)
@@ -221,7 +221,7 @@ def draw_padding_curve(values: Sequence[int], lower_bound: int | None = None, ti
     return fig
 
 
-# --- the packed slab ---------------------------------------------------------------------------
+# --- the packed slab
 
 def _group_pages(specs: Mapping[str, KVCacheSpec], group: KVCacheGroupSpec) -> list[tuple[str, str, int, int, int]]:
     """(name, kind, offset, real bytes, padded page) for each layer of the group."""
@@ -302,7 +302,7 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
     return fig
 
 
-# --- blocks per budget -------------------------------------------------------------------------
+# --- blocks per budget
 
 def blocks_per_budget_text(bytes_per_block: Mapping[str, int], memory: int) -> str:
     rows = [{"layout": name, "bytes per block": b, "blocks": memory // b, "usable": max(memory // b - 1, 0)}

@@ -1,10 +1,10 @@
 """Pictures for notebook 07 (kernels), each with a text twin that prints the same state.
 
-- `draw_paged_layout` / `describe_paged_layout`: which token of which sequence sits in each
+- `draw_paged_layout` / `paged_layout_text`: which token of which sequence sits in each
   row of each physical block (what ``store_kvcache`` writes and the attention kernels read).
-- `draw_prefill_mask` / `describe_prefill_mask`: the causal mask of a prefill step whose first
+- `draw_prefill_mask` / `prefill_mask_text`: the causal mask of a prefill step whose first
   keys come from a cached prefix (queries aligned to the end of the context).
-- `draw_reuse_by_block_size` / `describe_reuse_by_block_size`: cached-prefix tokens a new
+- `draw_reuse_by_block_size` / `reuse_by_block_size_text`: cached-prefix tokens a new
   prompt reuses at two block sizes (e.g. 16 versus flash-attn's minimum of 256).
 
 Figures use `matplotlib.figure.Figure` (not pyplot), so nothing leaks or shows twice.
@@ -18,10 +18,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.paged.prefix_match import measure_reusable_prefix_tokens
-
-SEQ_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3"]
-EMPTY = "#eeeeee"
+from refimpl.paged.scenarios import measure_reusable_prefix_tokens
+from refimpl.viz.palette import EMPTY, SEQ_COLORS
 
 
 def _check_layout(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_size: int, num_blocks: int) -> None:
@@ -50,7 +48,7 @@ def paged_layout(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_size: in
     return cells, slots
 
 
-def describe_paged_layout(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_size: int, num_blocks: int) -> str:
+def paged_layout_text(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_size: int, num_blocks: int) -> str:
     """Text twin of `draw_paged_layout`: each sequence's slots, then each block's rows."""
     cells, slots = paged_layout(block_tables, seq_lens, block_size, num_blocks)
     lines = [f"block_size {block_size}, {num_blocks} blocks, slot = block_id * {block_size} + offset"]
@@ -98,7 +96,7 @@ def prefill_mask(q_len: int, k_len: int) -> np.ndarray:
     return np.arange(k_len)[None, :] <= np.arange(k_len - q_len, k_len)[:, None]
 
 
-def describe_prefill_mask(q_len: int, k_len: int) -> str:
+def prefill_mask_text(q_len: int, k_len: int) -> str:
     """Text twin of `draw_prefill_mask`: '#' where a query sees a key, '.' where it is masked."""
     mask = prefill_mask(q_len, k_len)
     cached = k_len - q_len
@@ -143,7 +141,7 @@ def reuse_by_block_size(prefix_lens: Seq[int], suffix_len: int, block_sizes: Seq
     return [[measure_reusable_prefix_tokens(p, p + suffix_len, bs) for bs in block_sizes] for p in prefix_lens]
 
 
-def describe_reuse_by_block_size(prefix_lens: Seq[int], suffix_len: int, block_sizes: Seq[int]) -> str:
+def reuse_by_block_size_text(prefix_lens: Seq[int], suffix_len: int, block_sizes: Seq[int]) -> str:
     """Text twin of `draw_reuse_by_block_size`."""
     table = reuse_by_block_size(prefix_lens, suffix_len, block_sizes)
     head = "shared prefix  " + "  ".join(f"{'reused@' + str(bs):>11}" for bs in block_sizes)
@@ -175,10 +173,3 @@ def draw_reuse_by_block_size(prefix_lens: Seq[int], suffix_len: int, block_sizes
     ax.set_title("Prefix-cache reuse: whole blocks only, never the prompt's last block", fontsize=9)
     fig.tight_layout()
     return fig
-
-
-__all__ = [
-    "paged_layout", "describe_paged_layout", "draw_paged_layout",
-    "prefill_mask", "describe_prefill_mask", "draw_prefill_mask",
-    "reuse_by_block_size", "describe_reuse_by_block_size", "draw_reuse_by_block_size",
-]

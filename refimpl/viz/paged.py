@@ -1,11 +1,11 @@
 """Pictures of Part I's paged KV cache, each with a text twin that prints the same state.
 
-- `draw_block_pool` / `describe_block_pool`: physical blocks (ref count, short hash, fill),
+- `draw_block_pool` / `block_pool_text`: physical blocks (ref count, short hash, fill),
   the free-queue order, and every sequence's logical -> physical block table.
-- `draw_prefix_match` / `describe_prefix_match`: what prefix matching does with each logical
+- `draw_prefix_match` / `prefix_match_text`: what prefix matching does with each logical
   block of one request (from `refimpl.paged.prefix_match.explain_prefix_match`).
-- `draw_fragmentation` / `describe_fragmentation`: notebook 01's reserve-max vs paged memory.
-- `draw_reusable_tokens` / `describe_reusable_tokens`: cached-prefix reuse against block size.
+- `draw_fragmentation` / `fragmentation_text`: notebook 01's reserve-max vs paged memory.
+- `draw_reusable_tokens` / `reusable_tokens_text`: cached-prefix reuse against block size.
 
 Figures are built with `matplotlib.figure.Figure` (not pyplot) so nothing leaks or shows twice.
 """
@@ -20,12 +20,13 @@ from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.fragmentation import MemoryUse, RequestLengths, format_memory_table
-from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch, reusable_prefix_tokens
+from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch
+from refimpl.paged.scenarios import reusable_prefix_tokens
 from refimpl.paged.sequence import Sequence
 
-SEQ_COLORS = ["#4c72b0", "#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+from refimpl.viz.palette import EMPTY, SEQ_COLORS
+
 FREE_CACHED = "#b7e4c7"
-FREE_EMPTY = "#eeeeee"
 OUTCOME_COLORS = {
     MatchOutcome.HIT_IN_USE: "#4c72b0",
     MatchOutcome.HIT_FREE: "#55a868",
@@ -60,7 +61,7 @@ def _pool_rows(bm: BlockManager, named: list[tuple[str, Sequence]]):
     return holders, filled, queue_pos
 
 
-def describe_block_pool(bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence]) -> str:
+def block_pool_text(bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence]) -> str:
     """Text twin of `draw_block_pool`: one line per block, the free queue, and each block table."""
     named = _named(seqs)
     holders, filled, queue_pos = _pool_rows(bm, named)
@@ -113,7 +114,7 @@ def draw_block_pool(
         b = block.block_id
         owners = holders[b]
         if b in queue_pos:
-            face = FREE_CACHED if block.hash != -1 else FREE_EMPTY
+            face = FREE_CACHED if block.hash != -1 else EMPTY
         else:
             face = colour_of[owners[0]] if owners else "#999999"
         ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1, facecolor=face, edgecolor="black", zorder=3,
@@ -142,7 +143,7 @@ def draw_block_pool(
                                          color=colour, alpha=0.75, linewidth=1.2, zorder=2))
     legend = [Patch(facecolor=colour_of[name], label=name) for name, _ in named]
     legend += [Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept (can still hit)"),
-               Patch(facecolor=FREE_EMPTY, edgecolor="black", label="free, empty")]
+               Patch(facecolor=EMPTY, edgecolor="black", label="free, empty")]
     if any(len(h) > 1 for h in holders.values()):
         legend.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="shared (ref > 1)"))
     ax.legend(handles=legend, loc="lower right", fontsize=7, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.1))
@@ -151,7 +152,7 @@ def draw_block_pool(
     return fig
 
 
-# --------------------------------------------------------------------------- prefix match
+# --- prefix match
 def _tokens_text(tokens: Seq[int], limit: int = 6) -> str:
     if len(tokens) <= limit:
         return "[" + " ".join(map(str, tokens)) + "]"
@@ -168,7 +169,7 @@ def _effect(b) -> str:
     return f"#{b.block_id} from the free-queue head"
 
 
-def describe_prefix_match(match: PrefixMatch) -> str:
+def prefix_match_text(match: PrefixMatch) -> str:
     """Text twin of `draw_prefix_match`: one line per logical block, then the totals."""
     m = match
     lines = [f"request: {m.num_tokens} tokens, block_size {m.block_size}, {len(m.blocks)} blocks"]
@@ -219,8 +220,8 @@ def draw_prefix_match(match: PrefixMatch, *, title: str | None = None) -> Figure
     return fig
 
 
-# --------------------------------------------------------------------------- notebook 01 / 04 plots
-def describe_fragmentation(rows: Seq[MemoryUse], bytes_per_token: int | None = None) -> str:
+# --- notebook 01 / 04 plots
+def fragmentation_text(rows: Seq[MemoryUse], bytes_per_token: int | None = None) -> str:
     """Text twin of `draw_fragmentation`: the memory table."""
     return format_memory_table(rows, bytes_per_token)
 
@@ -253,7 +254,7 @@ def draw_fragmentation(lengths: RequestLengths, rows: Seq[MemoryUse]) -> Figure:
     return fig
 
 
-def describe_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: Seq[int]) -> str:
+def reusable_tokens_text(shared_prefix_len: int, prompt_len: int, block_sizes: Seq[int]) -> str:
     """Text twin of `draw_reusable_tokens`."""
     lines = [f"shared prefix {shared_prefix_len} tokens, prompt {prompt_len} tokens", "block_size  reused  recomputed-prefix"]
     for bs in block_sizes:

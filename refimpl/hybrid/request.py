@@ -1,0 +1,89 @@
+"""A request as the hybrid allocator sees it (a minimal stand-in for vLLM's `Request`).
+
+Token ids, how many are computed, and the chained prefix hashes at `hash_block_size`
+granularity, extended as tokens arrive; `hash_block_tokens` is the hash they chain.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import xxhash
+
+from refimpl.hybrid.block_pool import BlockHash
+from refimpl.validation import check_positive_int
+
+NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
+"""Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
+so that notebook output is reproducible."""
+
+
+def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
+    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens (int64)."""
+    h = xxhash.xxh3_128()
+    h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
+    h.update(np.asarray(token_ids, dtype="<i8").tobytes())
+    return h.digest()
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    """Tokens of one request and the prefix hashes of every full `hash_block_size` chunk."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    hash_block_size: int
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    block_hashes: list[BlockHash] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_positive_int("hash_block_size", self.hash_block_size)
+        self.prompt_token_ids = list(self.prompt_token_ids)
+        self._update_block_hashes()
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
+        self.output_token_ids.extend(token_ids)
+        self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
+        but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
+        tokens = self.all_token_ids
+        h = self.hash_block_size
+        first = len(self.block_hashes) * h
+        num_new = (len(tokens) - first) // h
+        if num_new <= 0:
+            return
+        raw = np.asarray(tokens[first : first + num_new * h], dtype="<i8").tobytes()
+        step = 8 * h
+        parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
+        for i in range(num_new):
+            digest = xxhash.xxh3_128()
+            digest.update(parent)
+            digest.update(raw[i * step : (i + 1) * step])
+            parent = digest.digest()
+            self.block_hashes.append(parent)

@@ -1,0 +1,10 @@
+"""Colours every figure shares, so a sequence or an empty cell looks the same in every chapter.
+
+Figures with their own meaning for colour (cache kinds, groups, match outcomes) keep those
+palettes next to the drawing code; this module holds only what several modules draw.
+"""
+
+#: One colour per sequence or request, in order. No green and no red: those mark hits and misses.
+SEQ_COLORS = ["#4c72b0", "#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+#: An empty cell: an unused slot, or a free block that holds nothing.
+EMPTY = "#eeeeee"
