@@ -41,12 +41,16 @@ test-python: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
 
-# Re-execute every notebook in place (outputs committed) and rewrite figures/.
+# Re-execute every chapter and exercise solution in place (outputs committed), rewrite figures/,
+# store each notebook as JupyterLab would save it, and regenerate the student copies.
+EXECUTE := jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False
 notebooks: $(STAMP)
-	cd notebooks && for nb in $(notdir $(wildcard notebooks/[0-9]*.ipynb)); do \
+	for nb in $(NOTEBOOKS); do \
 	  echo "executing $$nb"; \
-	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False $$nb || exit 1; \
+	  (cd $$(dirname $$nb) && $(CURDIR)/$(BIN)/$(EXECUTE) $$(basename $$nb)) || exit 1; \
 	done
+	$(BIN)/python -m refimpl.course.notebook_format $(NOTEBOOKS)
+	$(BIN)/python -m refimpl.course.exercises generate
 
 figures: notebooks
 

@@ -34,3 +34,15 @@ def test_smoke_run_on_cpu_checks_every_kernel(monkeypatch, capsys):
     assert out.count(" ok") == 3 and "FAIL" not in out  # one shape per dtype: fp16, bf16, fp32
     for line in ("== store_kvcache", "of copy bandwidth", "== paged decode", "x SDPA time", "all kernels match"):
         assert line in out
+
+
+def test_cpu_benchmark_times_every_chapter_kernel(capsys):
+    """benchmarks/kernels_cpu.py prints the interpreter/twin times that chapters 07 and 11 leave out."""
+    spec = importlib.util.spec_from_file_location("kernels_cpu_benchmark", SCRIPT.with_name("kernels_cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in ("store_kvcache, 17 tokens", "paged_decode_attention, 2 sequences", "compute_swa_indices_and_lens, 5 tokens"):
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert line.rstrip().endswith("x") and len(line.split()) >= 4
