@@ -174,20 +174,20 @@ def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
     csv_path = tmp_path / "grades.csv"
     assert refimpl_main(["grade", str(path), "--csv", str(csv_path)]) == 1
     out = capsys.readouterr().out
-    assert "check_block_manager(BlockManager): 3/8 checks passed" in out
+    assert "check_block_manager(BlockManager): 3/10 checks passed" in out
     assert "FAIL  free_last_block_first" in out
     assert "first difference at step 6: deallocate(A: 12 tokens)" in out
-    assert out.rstrip().endswith("score: 3/8 checks passed (37.5%)")
+    assert out.rstrip().endswith("score: 3/10 checks passed (30.0%)")
     rows = csv_path.read_text().splitlines()
     assert rows[0] == "notebook,exercise,passed,checks,failed_checks,error"
-    assert rows[1].startswith(f"{path},01_block_manager,3,8,check_block_manager:free_last_block_first;")
+    assert rows[1].startswith(f"{path},01_block_manager,3,10,check_block_manager:free_last_block_first;")
 
 
 def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
-    assert "score: 0/8 checks passed (0.0%)" in out
-    assert "== total: 0/43 checks passed over 4 notebooks" in out
+    assert "score: 0/10 checks passed (0.0%)" in out
+    assert "== total: 0/53 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
@@ -195,7 +195,7 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     assert refimpl_main(["grade", str(syntax)]) == 1
     out = capsys.readouterr().out
     assert "NameError: approximate_gcd is not defined (cell 4 raised SyntaxError" in out
-    assert "check_packed_layout(get_packed_kv_cache_layout): 6/6 checks passed" not in out  # the cell after never ran
+    assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out  # the cell after never ran
     loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
     assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
@@ -213,7 +213,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     assert refimpl_main(["grade", str(reuse)]) == 1
     out = capsys.readouterr().out
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
-    assert out.rstrip().endswith("score: 0/10 checks passed (0.0%)")
+    assert out.rstrip().endswith("score: 0/11 checks passed (0.0%)")
 
     swap = _with_solution_edit(
         tmp_path,
@@ -226,7 +226,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     cell.source = cell.source.replace("reversed(seq.block_table)", "seq.block_table")
     nbformat.write(broken_nb, swap)
     assert refimpl_main(["grade", "--quiet", str(swap)]) == 1
-    assert "score: 3/8 checks passed (37.5%)" in capsys.readouterr().out
+    assert "score: 3/10 checks passed (30.0%)" in capsys.readouterr().out
 
 
 def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
@@ -239,4 +239,4 @@ def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
     nbformat.write(nb, path)
     grade = grade_notebook(path, timeout=60)
     assert grade.exercise == "04_packed_layout"
-    assert grade.passed and grade.num_checks == 13
+    assert grade.passed and grade.num_checks == 17
