@@ -187,7 +187,7 @@ def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
     assert "score: 0/10 checks passed (0.0%)" in out
-    assert "== total: 0/53 checks passed over 4 notebooks" in out
+    assert "== total: 0/52 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
@@ -239,4 +239,38 @@ def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
     nbformat.write(nb, path)
     grade = grade_notebook(path, timeout=60)
     assert grade.exercise == "04_packed_layout"
-    assert grade.passed and grade.num_checks == 17
+    assert grade.passed and grade.num_checks == 16
+
+
+def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
+    """Exercise 1 used nano-vllm's literal `len % block_size == 1`; exercise 4 took True as a number
+    and returned (0, {}) for no groups. The graders now catch both."""
+    literal = _with_solution_edit(tmp_path, "01_block_manager.ipynb", "(len(seq) - 1) % self.block_size == 0", "len(seq) % self.block_size == 1")
+    grade = grade_notebook(literal, timeout=60)
+    failed = {check for _, check, ok in grade.rows if not ok}
+    assert failed == {"block_size_1", "random_workload_3"}, grade.tables
+
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)
+    gcd_cell, layout_cell = [c for c in nb.cells if cell_role(c) == "solution"]
+    checks = gcd_cell.source.index("    if not values:")
+    lo = gcd_cell.source.index("    lo = ")
+    gcd_cell.source = gcd_cell.source[:checks] + "    if not values or any(x <= 0 for x in values):\n        raise ValueError(values)\n" + gcd_cell.source[lo:]
+    layout_cell.source = layout_cell.source.replace("    if block_stride <= 0:\n", "    if False:\n")
+    old = tmp_path / "04_packed_layout.ipynb"
+    nbformat.write(nb, old)
+    grade = grade_notebook(old, timeout=60)
+    failed = {(grader, check) for grader, check, ok in grade.rows if not ok}
+    assert failed == {("check_approximate_gcd", "rejects_non_integers"), ("check_packed_layout", "rejects_no_groups")}, grade.tables
+
+
+def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(tmp_path):
+    # Self-preemption that never preempts the sequence itself: the inner while loop never ends.
+    loop = _with_solution_edit(
+        tmp_path, "03_scheduler.ipynb", "                    self.preempt(seq)\n                    break\n", "                    continue\n"
+    )
+    grade = grade_notebook(loop, timeout=100, time_limit=0.5)
+    assert grade.error is None
+    failed = [check for _, check, ok in grade.rows if not ok]
+    assert "preempt_self_when_alone" in failed and "prefill_then_decode" not in failed
+    table = "\n".join(grade.tables)
+    assert "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)" in table

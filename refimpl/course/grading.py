@@ -3,6 +3,9 @@
 Only the cells the exercise needs are run (role "setup" and "solution", see
 `refimpl.course.exercises`), in notebook order, in a new interpreter with a time limit, so a
 student's exploration cells, an endless loop or a crash cannot affect the grading process.
+Inside it the graders apply the same limit per scenario as in a notebook
+(`refimpl.course.time_limit`), so a loop inside one method fails the rows that call it and the
+other rows are still graded.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from refimpl.course.exercises import cell_role, exercise_for
+from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
 
 
 @dataclass
@@ -60,17 +64,21 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
-def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade:
-    """Run the notebook's setup and solution cells in a subprocess and grade what they define."""
+def grade_notebook(path: str | Path, *, timeout: float = 120.0, time_limit: float | None = DEFAULT_TIME_LIMIT) -> NotebookGrade:
+    """Run the notebook's setup and solution cells in a subprocess and grade what they define.
+
+    `timeout` bounds the whole subprocess; `time_limit` each grader scenario inside it.
+    """
     import nbformat
 
     path = Path(path)
+    time_limit = check_time_limit(time_limit)
     try:
         notebook = nbformat.read(path, as_version=4)
         exercise = exercise_for(notebook, path)
     except Exception as exc:  # unreadable JSON, unknown exercise
         return NotebookGrade(str(path), "?", error=f"cannot read {path}: {exc}")
-    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks]}
+    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks], "time_limit": time_limit}
     with tempfile.TemporaryDirectory(prefix="refimpl-grade-") as tmp:
         payload_path = Path(tmp) / "payload.json"
         result_path = Path(tmp) / "result.json"
@@ -122,7 +130,7 @@ def _run_in_fresh_namespace(payload: dict) -> dict:
     tables, rows = [], []
     for check_name, target in payload["checks"]:
         student = namespace.get(target) or _missing(target, problem)
-        report = graders[check_name](student, verbose=False)
+        report = graders[check_name](student, verbose=False, time_limit=payload.get("time_limit", DEFAULT_TIME_LIMIT))
         tables.append(report.table())
         rows.extend((check_name, r.name, r.passed) for r in report.results)
     return {"tables": tables, "rows": rows}
