@@ -3,6 +3,15 @@
 Both are pure functions, so a "step" is one call: the student's answer is compared with
 `refimpl.hybrid` on the spec's examples, on every DeepSeek V4 configuration, and on seeded random
 inputs; the first call whose answer differs is reported.
+
+The rules checked (each with its check and a broken variant in `refimpl.course.rules`):
+`approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
+max(values) inclusive, returns a lower bound above every value as is, counts every value's
+padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
+and anything not an int (bools, floats, strings) as values or lower bound with a ValueError;
+`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its order by
+padded page size, lists every layer starting at an offset, takes the widest group as the stride,
+and rejects no groups with a ValueError. Every check runs under a time limit.
 """
 
 from __future__ import annotations

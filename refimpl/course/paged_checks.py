@@ -3,6 +3,19 @@
 Each grader replays named scenarios (small, hand-built, one rule each) and seeded random
 workloads in lockstep against `refimpl.paged`, and returns a `GradeReport` whose table names the
 first step where the student's state differs from the reference's.
+
+The rules of the reference each grader checks are listed in `refimpl.course.rules`, each with
+the scenario that fails when it is broken and a variant in `refimpl.course.broken` that breaks
+it. In short: `check_block_manager` checks the free-queue order (head out, tail in, last block
+freed first), the exact-fit and empty-pool edges of `can_allocate`/`can_append`, and the new-block
+test at every block size down to 1; `check_prefix_cache` adds the hash chain (continued from the
+previous block's own hash), registration of exactly the filled blocks, matching (last block never
+looked up, tokens confirm a hit even under a real collision, first miss stops, the free-block
+cost of in-use and freed hits), reference counts and the stale-hash guard; `check_scheduler`
+checks prefill before decode with a blocking waiting head, chunking only the first request, the
+token budget, `max_num_seqs`, the order of `running`, preemption (newest first, to the front of
+waiting, itself when alone) and `postprocess` (register before commit, drop a chunk's token, eos
+and max_tokens). Every scenario runs under a time limit (`refimpl.course.time_limit`).
 """
 
 from __future__ import annotations

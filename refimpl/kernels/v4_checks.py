@@ -130,12 +130,16 @@ def check_topk_index_ranges(
             raise ValueError("compressed_lens must be a 1-D int32 or int64 tensor (compressed entries per request) or None")
         if compressed_lens.numel() < block_table.shape[0]:
             raise ValueError(f"compressed_lens has {compressed_lens.numel()} entries for {block_table.shape[0]} requests (block_table rows)")
-    if n == 0 or k == 0:
+    if n == 0:
         return
     valid = is_valid_token.bool()[:n]
     reqs = token_to_req_indices.long()[:n]
     num_reqs = block_table.shape[0]
     bad_req = valid & ((reqs < 0) | (reqs >= num_reqs))
+    if k == 0:  # no indices to check, but the request ids must still be right
+        if bool(bad_req.any()):
+            _bad_topk_request(reqs, bad_req, num_reqs)
+        return
     x = topk_indices.long()
     capacity = block_table.shape[1] * block_size
     safe = torch.where(bad_req | ~valid, torch.zeros_like(reqs), reqs)
@@ -147,11 +151,7 @@ def check_topk_index_ranges(
     beyond = rows & (x >= limit[:, None])
     flags = torch.stack([bad_req.any(), below.any(), beyond.any()]).tolist()
     if flags[0]:
-        i = _first(bad_req)
-        raise ValueError(
-            f"token_to_req_indices[{i}] = {int(reqs[i])} is not a request of this batch (0 .. {num_reqs - 1}, "
-            f"the block_table rows) although is_valid_token marks the token valid"
-        )
+        _bad_topk_request(reqs, bad_req, num_reqs)
     if flags[1]:
         i, j = (int(v) for v in below.nonzero()[0])
         raise ValueError(f"topk_indices[{i}, {j}] = {int(x[i, j])}: an index is a compressed entry >= 0, or -1 for unused")
@@ -163,6 +163,14 @@ def check_topk_index_ranges(
         else:
             what = f"request {r}'s block_table ({block_table.shape[1]} blocks of {block_size} = {capacity} entries)"
         raise ValueError(f"topk_indices[{i}, {j}] = {int(x[i, j])} is past {what}")
+
+
+def _bad_topk_request(reqs: torch.Tensor, bad_req: torch.Tensor, num_reqs: int) -> None:
+    i = _first(bad_req)
+    raise ValueError(
+        f"token_to_req_indices[{i}] = {int(reqs[i])} is not a request of this batch (0 .. {num_reqs - 1}, "
+        f"the block_table rows) although is_valid_token marks the token valid"
+    )
 
 
 def check_compressed_index_ranges(
