@@ -100,7 +100,7 @@ def test_failure_names_first_step_expected_and_found():
     table = report.table()
     assert "FAIL  free_last_block_first" in table
     assert "first difference at step 6: deallocate(A: 12 tokens)" in table
-    assert table.splitlines()[0] == "check_block_manager(FreeForwardOrder): 3/8 checks passed"
+    assert table.splitlines()[0] == "check_block_manager(FreeForwardOrder): 3/10 checks passed"
 
 
 def test_return_value_difference_is_reported():
@@ -272,8 +272,8 @@ def test_gcd_grader_expects_value_error_for_bad_input():
         return approximate_gcd(values, lower_bound) if values and min(values) > 0 else 1
 
     report = course.check_approximate_gcd(lenient, verbose=False, allow_reference=True)
-    assert report.failed_checks == ["rejects_bad_input"]
-    d = report.results[4].divergence
+    assert report.failed_checks == ["rejects_bad_input", "rejects_non_integers"]  # min(["4"]) raises TypeError
+    d = next(r for r in report.results if r.name == "rejects_bad_input").divergence
     assert d.action == "approximate_gcd([], lower_bound=None)"
     assert d.expected.startswith("raises ValueError") and d.found == "returns 1"
 
@@ -315,3 +315,182 @@ def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
     assume(calls["corrupted_at"] is True)
     assert not result.passed
     assert result.divergence.action.startswith("allocate("), result.divergence
+
+
+# ---------------------------------------------------------------------- every rule has a scenario and a variant
+from refimpl.course.rules import GRADER_RULES, rules_table  # noqa: E402
+
+VARIANTS = {v.name: v for v in BROKEN_VARIANTS}
+RULES = [(grader, rule) for grader, rules in GRADER_RULES.items() for rule in rules]
+
+
+def test_every_grader_has_rules_and_every_variant_breaks_a_rule():
+    assert set(GRADER_RULES) == set(REFERENCE)
+    named = {rule.variant for _, rule in RULES}
+    assert named <= set(VARIANTS)
+    assert set(VARIANTS) <= named, f"variants with no rule: {sorted(set(VARIANTS) - named)}"
+
+
+@pytest.mark.parametrize("grader,rule", RULES, ids=lambda x: x if isinstance(x, str) else x.variant)
+def test_the_scenario_of_each_rule_fails_when_the_rule_is_broken(grader, rule):
+    variant = VARIANTS[rule.variant]
+    assert grader in variant.graders
+    report = getattr(course, grader)(variant.implementation, verbose=False, allow_reference=True)
+    assert rule.scenario in [r.name for r in report.results], f"{grader} has no scenario {rule.scenario}"
+    assert rule.scenario in report.failed_checks, (rule.rule, report.table())
+
+
+def test_instructor_guide_lists_the_rules():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "notebooks" / "exercises" / "README.md").read_text()
+    assert rules_table() in guide, "update the rules table in notebooks/exercises/README.md from refimpl.course.rules.rules_table()"
+    for variant in BROKEN_VARIANTS:
+        assert f"`{variant.implementation.__name__}`" in guide, f"{variant.implementation.__name__} is missing from the guide's variant table"
+
+
+# ---------------------------------------------------------------------- realistic mistakes the scenarios must catch
+def test_a_real_collision_reaches_both_worlds_and_is_undone():
+    from refimpl.course.paged_checks import colliding_hashes
+    from refimpl.paged import compute_hash
+
+    a, b = [1, 2, 3, 4], [5, 6, 7, 8]
+    before = compute_hash(a)
+    with colliding_hashes([(a, b)]):
+        assert compute_hash(a) == compute_hash(b) == BlockManager.compute_hash(b)
+        assert compute_hash(b, 7) != compute_hash(a, 7)  # only the listed first blocks collide
+    assert compute_hash(a) == before != compute_hash(b)
+
+
+def test_block_size_1_catches_nano_vllms_literal_append_test():
+    report = course.check_block_manager(broken.AppendWhenLenModIsOne, verbose=False, allow_reference=True)
+    d = next(r for r in report.results if r.name == "block_size_1").divergence
+    assert d.action.startswith("may_append(A: 3 tokens)")
+    assert d.where == "free_block_ids (head first)" and (d.expected, d.found) == ("[3, 4, 5]", "[2, 3, 4, 5]")
+
+
+def test_waiting_head_scenario_names_the_jumped_queue():
+    report = course.check_scheduler(broken.SkipBlockedWaitingHead, verbose=False, allow_reference=True)
+    d = next(r for r in report.results if r.name == "waiting_head_does_not_fit").divergence
+    assert d.action == "schedule()" and d.where == "return value"
+    assert (d.expected, d.found) == ("(['A'], False)", "(['C'], True)")
+
+
+def test_gcd_grader_rejects_bools_and_needs_every_repeat():
+    report = course.check_approximate_gcd(broken.approximate_gcd_accepts_non_ints, verbose=False, allow_reference=True)
+    assert report.failed_checks == ["rejects_non_integers"]
+    d = next(r for r in report.results if r.name == "rejects_non_integers").divergence
+    assert d.action == "approximate_gcd([True], lower_bound=None)" and d.found == "returns 1"
+    report = course.check_approximate_gcd(broken.approximate_gcd_dedupes_values, verbose=False, allow_reference=True)
+    d = next(r for r in report.results if r.name == "repeated_values_with_lower_bound").divergence
+    assert d.action == "approximate_gcd([2, 2, 3], lower_bound=2)" and (d.expected, d.found) == ("2", "3")
+
+
+def test_layout_grader_rejects_zero_byte_stride_for_no_groups():
+    report = course.check_packed_layout(broken.packed_layout_empty_is_zero, verbose=False, allow_reference=True)
+    assert report.failed_checks == ["rejects_no_groups"]
+    d = next(r for r in report.results if r.name == "rejects_no_groups").divergence
+    assert d.expected.startswith("raises ValueError") and d.found == "returns (0, {})"
+
+
+# ---------------------------------------------------------------------- time limit per scenario
+class LoopingScheduler(Scheduler):
+    """Self-preemption written as a loop that never ends: `seq` is never taken off the loop."""
+
+    def schedule(self):
+        if self.waiting:
+            return super().schedule()
+        batch = []
+        while self.running:
+            seq = self.running[0]
+            while not self.block_manager.can_append(seq):
+                if len(self.running) > 1:
+                    self.preempt(self.running.pop())
+                # alone: forgot to preempt `seq` itself, so this loops forever
+            seq = self.running.popleft()
+            seq.num_scheduled_tokens = 1
+            seq.is_prefill = False
+            self.block_manager.may_append(seq)
+            batch.append(seq)
+        self.running.extendleft(reversed(batch))
+        return batch, False
+
+
+def test_an_endless_loop_fails_its_scenario_with_a_message_and_grading_goes_on():
+    import time
+
+    started = time.monotonic()
+    report = course.check_scheduler(LoopingScheduler, verbose=False, allow_reference=True, time_limit=0.5)
+    elapsed = time.monotonic() - started
+    row = next(r for r in report.results if r.name == "preempt_self_when_alone")
+    assert not row.passed
+    d = row.divergence
+    assert d.where == "time limit" and d.action == "schedule()"
+    assert d.found == "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)"
+    assert "prefill_then_decode" not in report.failed_checks  # the other scenarios were still graded
+    assert elapsed < 0.5 * len(report.results) + 5
+    assert "did not finish within 0.5 s" in report.table()
+
+
+def test_time_limit_works_off_the_main_thread_and_for_functions():
+    import threading
+
+    def endless(values, lower_bound=None):
+        while True:
+            pass
+
+    results = {}
+    thread = threading.Thread(target=lambda: results.update(report=course.check_approximate_gcd(endless, verbose=False, allow_reference=True, time_limit=0.2)))
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    report = results["report"]
+    assert report.num_passed == 0
+    d = report.results[0].divergence
+    assert d.where == "time limit" and d.action == "approximate_gcd([4, 6], lower_bound=1)"
+    assert "scenario worked_examples did not finish within 0.2 s" in d.found
+
+
+def test_time_limit_restores_an_outer_alarm_and_rejects_bad_values():
+    import signal
+
+    from refimpl.course.time_limit import scenario_time_limit
+
+    previous = signal.signal(signal.SIGALRM, lambda *a: None)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        with scenario_time_limit(1.0) as limit:
+            assert limit.enforced and limit.mechanism == "alarm"
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 25 < left <= 30  # the outer timer is running again with what it had left
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    for bad in (0, -1, True, "5", float("inf")):
+        with pytest.raises(ValueError, match="time_limit"):
+            course.check_block_manager(BlockManager, verbose=False, allow_reference=True, time_limit=bad)
+    assert course.check_block_manager(BlockManager, verbose=False, allow_reference=True, time_limit=None).passed
+
+
+def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
+    """Regression: clearing a pending timeout with PyThreadState_SetAsyncExc(id, NULL) left CPython's
+    eval breaker set, and the next grader in that thread spun forever on one instruction."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        import refimpl.course as course
+        import refimpl.course.time_limit as time_limit
+        from refimpl.course.grading import _missing
+        time_limit._can_use_alarm = lambda: False  # force the watchdog, as on Windows or in a thread
+        def endless(values, lower_bound=None):
+            while True:
+                pass
+        first = course.check_approximate_gcd(endless, verbose=False, allow_reference=True, time_limit=0.2)
+        second = course.check_block_manager(_missing("BlockManager", "gone"), verbose=False)
+        print(first.num_passed, second.num_checks)
+    ''')
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "10"]

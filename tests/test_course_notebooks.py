@@ -177,20 +177,20 @@ def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
     csv_path = tmp_path / "grades.csv"
     assert refimpl_main(["grade", str(path), "--csv", str(csv_path)]) == 1
     out = capsys.readouterr().out
-    assert "check_block_manager(BlockManager): 3/8 checks passed" in out
+    assert "check_block_manager(BlockManager): 3/10 checks passed" in out
     assert "FAIL  free_last_block_first" in out
     assert "first difference at step 6: deallocate(A: 12 tokens)" in out
-    assert out.rstrip().endswith("score: 3/8 checks passed (37.5%)")
+    assert out.rstrip().endswith("score: 3/10 checks passed (30.0%)")
     rows = csv_path.read_text().splitlines()
     assert rows[0] == "notebook,exercise,passed,checks,failed_checks,reason"
-    assert rows[1].startswith(f"{path},01_block_manager,3,8,check_block_manager:free_last_block_first;")
+    assert rows[1].startswith(f"{path},01_block_manager,3,10,check_block_manager:free_last_block_first;")
 
 
 def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
-    assert "score: 0/8 checks passed (0.0%): not implemented (BlockManager.__init__ raises NotImplementedError)" in out
-    assert "== total: 0/43 checks passed over 4 notebooks" in out
+    assert "score: 0/10 checks passed (0.0%): not implemented (BlockManager.__init__ raises NotImplementedError)" in out
+    assert "== total: 0/52 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_path, capsys):
@@ -199,10 +199,10 @@ def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_
     assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(STUDENTS[0].parent), str(missing)]) == 1
     out = capsys.readouterr().out
     assert [line.split(" ")[1] for line in out.splitlines() if line.startswith("== ")][:4] == [str(p) for p in STUDENTS]
-    assert f"== {missing} (01_block_manager)\nscore: 0/8 checks passed (0.0%): no such file" in out
-    assert "== total: 0/51 checks passed over 5 notebooks" in out  # the missing notebook's 8 checks count
+    assert f"== {missing} (01_block_manager)\nscore: 0/10 checks passed (0.0%): no such file" in out
+    assert "== total: 0/62 checks passed over 5 notebooks" in out  # the missing notebook's 10 checks count
     rows = list(csv.reader(csv_path.open()))
-    assert rows[-1][:4] == [str(missing), "01_block_manager", "0", "8"] and rows[-1][5] == "no such file"
+    assert rows[-1][:4] == [str(missing), "01_block_manager", "0", "10"] and rows[-1][5] == "no such file"
     assert rows[1][5] == "not implemented (BlockManager.__init__ raises NotImplementedError)"
 
 
@@ -239,8 +239,8 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     assert refimpl_main(["grade", str(syntax)]) == 1
     out = capsys.readouterr().out
     assert "NameError: approximate_gcd is not defined (syntax error in cell 4 (line 1: expected ':'))" in out
-    assert out.rstrip().endswith("score: 0/13 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')")
-    assert "check_packed_layout(get_packed_kv_cache_layout): 6/6 checks passed" not in out  # the cell after never ran
+    assert out.rstrip().endswith("score: 0/16 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')")
+    assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out  # the cell after never ran
     loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
     assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
@@ -259,7 +259,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
     assert out.rstrip().endswith(
-        "score: 0/10 checks passed (0.0%): uses the reference (refimpl.paged.scheduler.Scheduler.schedule)")
+        "score: 0/11 checks passed (0.0%): uses the reference (refimpl.paged.scheduler.Scheduler.schedule)")
 
     swap = _with_solution_edit(
         tmp_path,
@@ -272,7 +272,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     cell.source = cell.source.replace("reversed(seq.block_table)", "seq.block_table")
     nbformat.write(broken_nb, swap)
     assert refimpl_main(["grade", "--quiet", str(swap)]) == 1
-    assert "score: 3/8 checks passed (37.5%)" in capsys.readouterr().out
+    assert "score: 3/10 checks passed (30.0%)" in capsys.readouterr().out
 
 
 def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
@@ -285,4 +285,38 @@ def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
     nbformat.write(nb, path)
     grade = grade_notebook(path, timeout=60)
     assert grade.exercise == "04_packed_layout"
-    assert grade.passed and grade.num_checks == 13
+    assert grade.passed and grade.num_checks == 16
+
+
+def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
+    """Exercise 1 used nano-vllm's literal `len % block_size == 1`; exercise 4 took True as a number
+    and returned (0, {}) for no groups. The graders now catch both."""
+    literal = _with_solution_edit(tmp_path, "01_block_manager.ipynb", "(len(seq) - 1) % self.block_size == 0", "len(seq) % self.block_size == 1")
+    grade = grade_notebook(literal, timeout=60)
+    failed = {check for _, check, ok in grade.rows if not ok}
+    assert failed == {"block_size_1", "random_workload_3"}, grade.tables
+
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)
+    gcd_cell, layout_cell = [c for c in nb.cells if cell_role(c) == "solution"]
+    checks = gcd_cell.source.index("    if not values:")
+    lo = gcd_cell.source.index("    lo = ")
+    gcd_cell.source = gcd_cell.source[:checks] + "    if not values or any(x <= 0 for x in values):\n        raise ValueError(values)\n" + gcd_cell.source[lo:]
+    layout_cell.source = layout_cell.source.replace("    if block_stride <= 0:\n", "    if False:\n")
+    old = tmp_path / "04_packed_layout.ipynb"
+    nbformat.write(nb, old)
+    grade = grade_notebook(old, timeout=60)
+    failed = {(grader, check) for grader, check, ok in grade.rows if not ok}
+    assert failed == {("check_approximate_gcd", "rejects_non_integers"), ("check_packed_layout", "rejects_no_groups")}, grade.tables
+
+
+def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(tmp_path):
+    # Self-preemption that never preempts the sequence itself: the inner while loop never ends.
+    loop = _with_solution_edit(
+        tmp_path, "03_scheduler.ipynb", "                    self.preempt(seq)\n                    break\n", "                    continue\n"
+    )
+    grade = grade_notebook(loop, timeout=100, time_limit=0.5)
+    assert grade.error is None
+    failed = [check for _, check, ok in grade.rows if not ok]
+    assert "preempt_self_when_alone" in failed and "prefill_then_decode" not in failed
+    table = "\n".join(grade.tables)
+    assert "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)" in table

@@ -7,6 +7,9 @@ reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`,
 A student's code that runs the reference's own version of what it should write fails (subclass,
 `super()`, a wrapped reference object); `allow_reference=True` switches that off for grading the
 reference itself and the deliberately broken variants in `refimpl.course.broken`.
+Every scenario runs under `time_limit` seconds (default 10, `refimpl.course.time_limit`): an
+endless loop fails its row with a message naming the scenario instead of hanging the notebook.
+`refimpl.course.rules` lists the rules each grader checks, with the covering scenario and variant.
 """
 
 from refimpl.course.hybrid_checks import check_approximate_gcd, check_packed_layout

@@ -3,6 +3,9 @@
 Only the cells the exercise needs are run (role "setup" and "solution", see
 `refimpl.course.exercises`), in notebook order, in a new interpreter with a time limit, so a
 student's exploration cells, an endless loop or a crash cannot affect the grading process.
+Inside it the graders apply the same limit per scenario as in a notebook
+(`refimpl.course.time_limit`), so a loop inside one method fails the rows that call it and the
+other rows are still graded.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from refimpl.course.exercises import Exercise, cell_role, exercise_for
+from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
 
 
 @dataclass
@@ -75,11 +79,15 @@ def grade_missing(path: str | Path, exercise: Exercise) -> NotebookGrade:
                          error="no such file")
 
 
-def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade:
-    """Run the notebook's setup and solution cells in a subprocess and grade what they define."""
+def grade_notebook(path: str | Path, *, timeout: float = 120.0, time_limit: float | None = DEFAULT_TIME_LIMIT) -> NotebookGrade:
+    """Run the notebook's setup and solution cells in a subprocess and grade what they define.
+
+    `timeout` bounds the whole subprocess; `time_limit` each grader scenario inside it.
+    """
     import nbformat
 
     path = Path(path)
+    time_limit = check_time_limit(time_limit)
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as exc:  # not JSON, not a notebook, unreadable
@@ -88,7 +96,7 @@ def grade_notebook(path: str | Path, *, timeout: float = 120.0) -> NotebookGrade
         exercise = exercise_for(notebook, path)
     except ValueError as exc:
         return NotebookGrade(str(path), "?", error=str(exc))
-    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks]}
+    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks], "time_limit": time_limit}
     with tempfile.TemporaryDirectory(prefix="refimpl-grade-") as tmp:
         payload_path = Path(tmp) / "payload.json"
         result_path = Path(tmp) / "result.json"
@@ -133,11 +141,13 @@ def _cell_problem(index: int, exc: BaseException) -> str:
     return f"cell {index} raised {type(exc).__name__}: {exc}"
 
 
-def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders: dict | None = None) -> dict:
+def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders: dict | None = None,
+                 time_limit: float | None = DEFAULT_TIME_LIMIT) -> dict:
     """Run each grader on the name the notebook should define, and say why checks failed wholesale.
 
     `problem` is why names may be missing (a cell that raised, or `_NOT_DEFINED`); `graders` are
-    the grader functions looked up before any student code ran (default: look them up now).
+    the grader functions looked up before any student code ran (default: look them up now);
+    `time_limit` bounds each grader scenario.
     """
     import refimpl.course as course
 
@@ -149,13 +159,15 @@ def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders
             reasons.append(f"does not define {target}" if problem == _NOT_DEFINED else problem)
             student = _missing(target, problem)
         grader = graders[check_name] if graders is not None else getattr(course, check_name)
-        report = grader(student, verbose=False)
+        report = grader(student, verbose=False, time_limit=time_limit)
         tables.append(report.table())
         rows.extend((check_name, r.name, r.passed) for r in report.results)
         for result in report.results:
             found = result.divergence.found if result.divergence else ""
             if found.startswith(_REFERENCE):
                 reasons.append(f"uses the reference ({found[len(_REFERENCE):].split(' ')[0]})")
+            elif "did not finish within" in found:
+                reasons.append(found.split(" and was stopped")[0])  # "scenario X did not finish within 10 s"
             elif found.startswith("NotImplementedError"):
                 stub = re.search(r"(\S+) is not written yet", found)  # the stub message `make exercises` writes
                 reasons.append(f"not implemented ({stub.group(1) if stub else target} raises NotImplementedError)")
@@ -180,7 +192,7 @@ def _run_in_fresh_namespace(payload: dict) -> dict:
         except Exception as exc:  # the student's code may raise anything
             problem = _cell_problem(index, exc)
             break
-    return _run_graders(namespace, payload["checks"], problem, graders)
+    return _run_graders(namespace, payload["checks"], problem, graders, payload.get("time_limit", DEFAULT_TIME_LIMIT))
 
 
 def _child_main(payload_path: str, result_path: str) -> int:

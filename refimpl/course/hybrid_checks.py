@@ -1,8 +1,17 @@
 """Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4 groups.
 
 Both are pure functions, so a "step" is one call: the student's answer is compared with
-`refimpl.hybrid` on the spec's examples, on every DeepSeek V4 configuration, and on seeded random
+`refimpl.hybrid` on worked examples, on every DeepSeek V4 configuration, and on seeded random
 inputs; the first call whose answer differs is reported.
+
+The rules checked (each with its check and a broken variant in `refimpl.course.rules`):
+`approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
+max(values) inclusive, returns a lower bound above every value as is, counts every value's
+padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
+and anything not an int (bools, floats, strings) as values or lower bound with a ValueError;
+`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its order by
+padded page size, lists every layer starting at an offset, takes the widest group as the stride,
+and rejects no groups with a ValueError. Every check runs under a time limit.
 """
 
 from __future__ import annotations
@@ -11,8 +20,9 @@ import random
 from functools import lru_cache
 from typing import Any, Callable
 
-from refimpl.course.lockstep import ReferenceGuard, describe_exception, render
+from refimpl.course.lockstep import ReferenceGuard, describe_exception, render, timeout_divergence
 from refimpl.course.report import CheckResult, Divergence, GradeReport
+from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, ScenarioTimeout, check_time_limit, limit_is_enforceable, scenario_time_limit
 from refimpl.hybrid.grouping import approximate_gcd as reference_approximate_gcd
 from refimpl.hybrid.grouping import padding_curve
 from refimpl.hybrid.layout import get_packed_kv_cache_layout as reference_packed_layout
@@ -31,9 +41,29 @@ def _outcome(fn: Callable, args: tuple) -> tuple[bool, Any]:
 
 
 def _run_cases(
-    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, guard: ReferenceGuard | None
+    name: str,
+    description: str,
+    reference: Callable,
+    student: Callable,
+    cases: list[Case],
+    compare: Compare,
+    guard: ReferenceGuard | None,
+    time_limit: float | None = None,
+) -> CheckResult:
+    """Call both functions case by case; the whole check is stopped after `time_limit` seconds."""
+    progress = {"step": 0, "label": "(before the first call)"}
+    try:
+        with scenario_time_limit(time_limit):
+            return _compare_cases(name, description, reference, student, cases, compare, guard, progress)
+    except ScenarioTimeout:
+        return CheckResult(name, description, False, progress["step"], timeout_divergence(name, progress["step"], progress["label"], time_limit))
+
+
+def _compare_cases(
+    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, guard: ReferenceGuard | None, progress: dict
 ) -> CheckResult:
     for step, (label, args) in enumerate(cases, start=1):
+        progress["step"], progress["label"] = step, label
         ok, expected = _outcome(reference, args)
         if guard is None:
             student_ok, found = _outcome(student, args)
@@ -53,6 +83,13 @@ def _run_cases(
         if difference is not None:
             return CheckResult(name, description, False, step, Divergence(step, label, *difference))
     return CheckResult(name, description, True, len(cases))
+
+
+def _time_limit(time_limit: float | None, verbose: bool) -> float | None:
+    time_limit = check_time_limit(time_limit)
+    if verbose and time_limit is not None and not limit_is_enforceable():
+        print(f"note: this Python cannot stop a check from this thread; the {time_limit:g} s limit per check is not enforced")
+    return time_limit
 
 
 def _finish(title: str, results: list[CheckResult], verbose: bool) -> GradeReport:
@@ -102,13 +139,17 @@ def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
     return pairs
 
 
-def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+def check_approximate_gcd(
+    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
     """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`.
 
     A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
+    A check still running after `time_limit` seconds (None: no limit) is stopped and fails.
     """
+    time_limit = _time_limit(time_limit, verbose)
     checks = [
-        ("spec_examples", "the four worked examples of the spec",
+        ("worked_examples", "four worked examples, the last from DeepSeek V4 Pro",
          _gcd_cases([([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)])),
         ("deepseek_v4_buckets", "tuple counts of every DeepSeek V4 bucket list (lower bound = MLA count)",
          _gcd_cases([(list(c), c[0]) for _, c in dsv4_tuple_counts()])),
@@ -116,14 +157,18 @@ def check_approximate_gcd(student_fn: Callable, *, verbose: bool = True, allow_r
          _gcd_cases([([12], None), ([6, 10, 14], None), ([8, 8, 4], 2), ([5, 7], 3)])),
         ("search_range_inclusive", "d runs from max(1, lower_bound) up to max(values), both included",
          _gcd_cases([([3], 5), ([2, 2], 9), ([9, 3], 3), ([7], 7), ([1, 1], None), ([10, 4], 0), ([6, 4], -2)])),
+        ("repeated_values_with_lower_bound", "every value counts, repeats included, also above a lower bound",
+         _gcd_cases([([2, 2, 3], 2), ([4, 7, 4], 5), ([1, 6, 1], 4), ([3, 3, 7], 3), ([31, 61, 31, 30, 30], 31)])),
         ("rejects_bad_input", "no values, or a value <= 0, is a ValueError",
          _gcd_cases([([], None), ([3, 0], None), ([-4], 2)])),
+        ("rejects_non_integers", "a bool, float or string among the values or as lower bound is a ValueError",
+         _gcd_cases([([True], None), ([4, True], None), ([2.5], None), (["4"], None), ([4, 6], True), ([4, 6], 2.5), ([4, 6], "3")])),
     ]
     for seed in range(2):
         checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
     guard = None if allow_reference else ReferenceGuard([reference_approximate_gcd, padding_curve])
     results = [
-        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, guard)
+        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, guard, time_limit)
         for name, desc, cases in checks
     ]
     return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
@@ -199,12 +244,16 @@ def random_groups(seed: int) -> list[KVCacheGroupSpec]:
     return groups
 
 
-def check_packed_layout(student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+def check_packed_layout(
+    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
     """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
 
     A call that runs the reference function (directly or through `get_kv_cache_config`) fails
-    unless `allow_reference`.
+    unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
+    is stopped and fails.
     """
+    time_limit = _time_limit(time_limit, verbose)
     checks = [
         ("deepseek_v4_pro", "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
          [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))]),
@@ -217,13 +266,15 @@ def check_packed_layout(student_fn: Callable, *, verbose: bool = True, allow_ref
          [_layout_case("article's two groups", _article_two_groups())]),
         ("cross_layer_groups", "three groups of one page size overlay: offsets 0 and one page",
          [_layout_case("cross-layer groups", tuple(cross_layer_groups()))]),
+        ("rejects_no_groups", "no groups (nothing to lay out) is a ValueError, not a 0-byte block",
+         [_layout_case("no groups", ())]),
     ]
     for seed in range(2):
         cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
         checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
     guard = None if allow_reference else ReferenceGuard([reference_packed_layout])
     results = [
-        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, guard)
+        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, guard, time_limit)
         for name, desc, cases in checks
     ]
     return _finish(f"check_packed_layout({getattr(student_fn, '__name__', 'fn')})", results, verbose)

@@ -13,6 +13,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from refimpl.course.report import CheckResult, Divergence
+from refimpl.course.time_limit import ScenarioTimeout, scenario_time_limit
 
 World = TypeVar("World")
 StateFields = list[tuple[str, Any]]
@@ -142,10 +143,12 @@ class Lockstep(Generic[World]):
         self.reference: World | None = None
         self.student: World | None = None
         self.steps = 0
+        self.label = "(before the first step)"  # the step running now: named when a time limit stops it
 
     def start(self, label: str, make_reference: Callable[[], World], make_student: Callable[[], World]) -> None:
         """Build both worlds (step 1); the student's constructor may already diverge."""
         self.steps += 1
+        self.label = label
         self.reference = make_reference()
         self.student = self._run_student(label, make_student, "a new object")
         self._compare_state(label)
@@ -153,6 +156,7 @@ class Lockstep(Generic[World]):
     def step(self, label: str, action: Callable[[World], Any], *, compare_result: bool = True) -> Any:
         """Run `action` on both worlds; return the reference's result."""
         self.steps += 1
+        self.label = label
         expected = action(self.reference)
         found = self._run_student(label, lambda: action(self.student), f"returns {render(expected)}")
         if compare_result and not _same_result(expected, found):
@@ -206,17 +210,36 @@ def _same_result(expected: Any, found: Any) -> bool:
         return False
 
 
+def timeout_divergence(name: str, step: int, action: str, seconds: float) -> Divergence:
+    """The row of a scenario stopped by its time limit: which scenario, which step, how long."""
+    return Divergence(
+        step,
+        action,
+        "time limit",
+        f"every step finishes; the whole scenario within {seconds:g} s",
+        f"scenario {name} did not finish within {seconds:g} s and was stopped (an endless loop?)",
+    )
+
+
 def run_check(
     name: str,
     description: str,
     state: Callable[[Any], StateFields],
     scenario: Callable[[Lockstep], None],
     guard: ReferenceGuard | None = None,
+    time_limit: float | None = None,
 ) -> CheckResult:
-    """Replay one scenario in lockstep and turn the outcome into a table row."""
+    """Replay one scenario in lockstep and turn the outcome into a table row.
+
+    With `time_limit` (seconds), a scenario still running after that long is stopped and its row
+    fails, naming the step that was running (see `refimpl.course.time_limit`).
+    """
     lockstep: Lockstep = Lockstep(state, guard)
     try:
-        scenario(lockstep)
+        with scenario_time_limit(time_limit):
+            scenario(lockstep)
     except Diverged as diverged:
         return CheckResult(name, description, False, lockstep.steps, diverged.divergence)
+    except ScenarioTimeout:
+        return CheckResult(name, description, False, lockstep.steps, timeout_divergence(name, lockstep.steps, lockstep.label, time_limit))
     return CheckResult(name, description, True, lockstep.steps)

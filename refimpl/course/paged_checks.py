@@ -3,19 +3,38 @@
 Each grader replays named scenarios (small, hand-built, one rule each) and seeded random
 workloads in lockstep against `refimpl.paged`, and returns a `GradeReport` whose table names the
 first step where the student's state differs from the reference's.
+
+The rules of the reference each grader checks are listed in `refimpl.course.rules`, each with
+the scenario that fails when it is broken and a variant in `refimpl.course.broken` that breaks
+it. In short: `check_block_manager` checks the free-queue order (head out, tail in, last block
+freed first), the exact-fit and empty-pool edges of `can_allocate`/`can_append`, and the new-block
+test at every block size down to 1; `check_prefix_cache` adds the hash chain (continued from the
+previous block's own hash), registration of exactly the filled blocks, matching (last block never
+looked up, tokens confirm a hit even under a real collision, first miss stops, the free-block
+cost of in-use and freed hits), reference counts and the stale-hash guard; `check_scheduler`
+checks prefill before decode with a blocking waiting head, chunking only the first request, the
+token budget, `max_num_seqs`, the order of `running`, preemption (newest first, to the front of
+waiting, itself when alone) and `postprocess` (register before commit, drop a chunk's token, eos
+and max_tokens). Every scenario runs under a time limit (`refimpl.course.time_limit`).
 """
 
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable
+from typing import Callable, Iterator
+from unittest import mock
+
+import numpy as np
+import xxhash
 
 from refimpl.course.lockstep import Lockstep, ReferenceGuard, run_check
 from refimpl.course.paged_worlds import LockstepManagerDriver, LockstepSchedulerDriver, manager_state, scheduler_state
 from refimpl.course.report import GradeReport
+from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit, limit_is_enforceable
 from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
-from refimpl.paged.hashing import compute_hash
+from refimpl.paged import hashing
 
 
 def toks(start: int, n: int) -> list[int]:
@@ -36,8 +55,15 @@ PREFIX_CACHE_METHODS = ("_allocate_block", "_match_prefix", "can_allocate", "all
 SCHEDULER_METHODS = ("schedule", "preempt", "postprocess")
 
 
-def _report(title: str, checks: list[tuple[str, str, Scenario]], state, verbose: bool, guard: ReferenceGuard | None) -> GradeReport:
-    report = GradeReport(title, [run_check(name, description, state, scenario, guard) for name, description, scenario in checks])
+def _report(
+    title: str, checks: list[tuple[str, str, Scenario]], state, verbose: bool, guard: ReferenceGuard | None, time_limit: float | None
+) -> GradeReport:
+    time_limit = check_time_limit(time_limit)
+    if verbose and time_limit is not None and not limit_is_enforceable():
+        print(f"note: this Python cannot stop a scenario from this thread; the {time_limit:g} s limit per scenario is not enforced")
+    report = GradeReport(
+        title, [run_check(name, description, state, scenario, guard, time_limit) for name, description, scenario in checks]
+    )
     if verbose:
         print(report.table())
     return report
@@ -108,10 +134,25 @@ def scenario_append_with_empty_pool(cls: type, prefix_cache: bool, ls: Lockstep)
     d.decode("A", 109)  # now the freed block is taken
 
 
+def scenario_block_size_1(cls: type, prefix_cache: bool, ls: Lockstep) -> None:
+    """With one token per block every decode starts a new block: `len % 1 == 1` is never true."""
+    d = _bm(ls, cls, 6, 1, prefix_cache)
+    d.new("A", toks(100, 2))
+    d.admit("A")
+    d.prefill("A", 102)  # A: 3 tokens, 2 computed in blocks 0 and 1
+    for token in range(103, 108):  # each decode takes a new block until the pool is empty
+        if not d.decode("A", token):
+            break
+    d.new("B", toks(200, 1))
+    d.admit("B")  # refused: no block left
+    d.deallocate("A")
+    d.admit("B")
+
+
 def random_manager_workload(cls: type, prefix_cache: bool, seed: int, ls: Lockstep) -> None:
     """Requests arrive, prefill (in chunks), decode, finish or get preempted and come back."""
     rng = random.Random(seed)
-    block_size = (4, 3, 2)[seed % 3]
+    block_size = (4, 3, 2, 1)[seed % 4]
     d = _bm(ls, cls, 14, block_size, prefix_cache)
     # Shared "documents": prompts start with a piece of one of them, so full blocks repeat.
     documents = [toks(1000 * (i + 1), 4 * block_size) for i in range(3)]
@@ -159,26 +200,30 @@ def block_manager_checks(cls: type, prefix_cache: bool = False) -> list[tuple[st
         ("allocate_from_head", "allocate takes ceil(len/block_size) blocks from the head of the free queue", partial(scenario_allocate_from_head, cls, prefix_cache)),
         ("free_last_block_first", "deallocate returns blocks to the tail, last block first", partial(scenario_free_last_block_first, cls, prefix_cache)),
         ("pool_full", "can_allocate returns -1 when the free blocks do not cover the prompt", partial(scenario_pool_full, cls, prefix_cache)),
-        ("append_at_block_boundary", "a new block exactly when len(seq) % block_size == 1", partial(scenario_append_at_block_boundary, cls, prefix_cache)),
+        ("append_at_block_boundary", "a new block exactly when the newest token starts one (len(seq) % block_size == 1 for block_size >= 2)", partial(scenario_append_at_block_boundary, cls, prefix_cache)),
         ("append_with_empty_pool", "can_append is False only when a new block is needed and none is free", partial(scenario_append_with_empty_pool, cls, prefix_cache)),
+        ("block_size_1", "block_size 1: every decode token starts a new block ((len - 1) % block_size == 0)", partial(scenario_block_size_1, cls, prefix_cache)),
     ]
-    for seed in range(3):
+    for seed in range(4):  # block sizes 4, 3, 2, 1
         checks.append((f"random_workload_{seed}", f"seeded random requests, decodes and frees (seed {seed})", partial(random_manager_workload, cls, prefix_cache, seed)))
     return checks
 
 
-def check_block_manager(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+def check_block_manager(
+    student_class: type, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
     """Grade a BlockManager without prefix caching: allocate, append and free in nano-vllm's order.
 
     `student_class(num_blocks, block_size)` must build a manager with `blocks`, `free_block_ids`,
     `used_block_ids`, `can_allocate`, `allocate`, `deallocate`, `can_append` and `may_append`.
     A manager that also has a prefix cache passes too: these scenarios never register a hash.
     A step that runs `refimpl.paged.BlockManager`'s own methods fails unless `allow_reference`
-    (for grading the reference itself or the variants in `refimpl.course.broken`).
+    (for grading the reference itself or the variants in `refimpl.course.broken`). A scenario
+    still running after `time_limit` seconds (None: no limit) is stopped and fails.
     """
     state = partial(manager_state, prefix_cache=False)
     guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, BLOCK_MANAGER_METHODS)
-    return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard)
+    return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard, time_limit)
 
 
 # --- prefix cache
@@ -264,19 +309,90 @@ def scenario_stale_hash_guard(cls: type, ls: Lockstep) -> None:
     d.admit("C")
 
 
+def _hash_input(token_ids: list[int], prefix: int = -1) -> bytes:
+    """The bytes `compute_hash` feeds to xxh64 for one block (see `refimpl.paged.hashing`)."""
+    head = prefix.to_bytes(8, "little") if prefix != -1 else b""
+    return head + np.asarray(token_ids, dtype="<i8").tobytes()
+
+
+class _CollidingXXH64:
+    """An xxh64 hasher that reports the digest of another input for the inputs listed in `aliases`."""
+
+    def __init__(self, aliases: dict[bytes, bytes]) -> None:
+        self.aliases = aliases
+        self.data = b""
+
+    def update(self, data: bytes) -> None:
+        self.data += bytes(data)
+
+    def intdigest(self) -> int:
+        return xxhash.xxh64_intdigest(self.aliases.get(self.data, self.data))
+
+
+@contextmanager
+def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]:
+    """Make `compute_hash(a) == compute_hash(b)` for each (a, b) of first blocks, in both worlds.
+
+    A real collision of xxh64 is too rare to find, so the hash function itself is patched for the
+    scenario (`refimpl.paged.hashing`'s xxhash, which `compute_hash` and `BlockManager.compute_hash`
+    both use); the managers' tables are never edited behind their back. A manager must hash with
+    `compute_hash` for this to reach it.
+    """
+    aliases = {_hash_input(a): _hash_input(b) for a, b in pairs}
+    fake = type("xxhash", (), {"xxh64": staticmethod(lambda: _CollidingXXH64(aliases))})
+    with mock.patch.object(hashing, "xxhash", fake):
+        if hashing.compute_hash(pairs[0][0]) != hashing.compute_hash(pairs[0][1]):
+            raise RuntimeError("colliding_hashes no longer reaches compute_hash; fix the grader")
+        yield
+
+
 def scenario_token_double_check(cls: type, ls: Lockstep) -> None:
-    d = _bm(ls, cls, 6, 4, True)
-    d.new("A", toks(10, 9))
+    """A real collision: another block's tokens hash to the value of a cached block."""
+    victim, other = toks(10, 4), toks(70, 4)
+    with colliding_hashes([(other, victim)]):
+        d = _bm(ls, cls, 8, 4, True)
+        d.new("A", victim + toks(14, 5))
+        d.admit("A")
+        d.prefill("A", 40)
+        d.deallocate("A")  # A's blocks stay cached: block 0 holds `victim` under hash h
+        d.new("C", other + toks(80, 5))
+        d.admit("C")  # `other` also hashes to h: the table points at block 0, whose tokens differ
+        d.prefill("C", 90)  # C registers its own first block under h: the entry moves to it
+        d.new("D", victim + toks(60, 5))
+        d.admit("D")  # now h points at C's block (in use), whose tokens differ from `victim`
+
+
+def scenario_entry_taken_over_mid_prefill(cls: type, ls: Lockstep) -> None:
+    """Another sequence takes over a block's hash entry before the first one fills its next block."""
+    d = _bm(ls, cls, 8, 4, True)
+    prompt = toks(10, 9)
+    for key in ("A", "B"):  # both miss: nothing is registered yet
+        d.new(key, prompt)
+        d.admit(key)
+    d.schedule_tokens("A", 4)
+    d.hash_blocks("A")  # A's first chunk fills its block 0: the entry for it points at A's block
+    d.commit("A", None)
+    d.prefill("B", 50)  # B registers the same content: the entries now point at B's blocks
+    d.schedule_tokens("A", 5)
+    d.hash_blocks("A")  # the chain continues from the hash stored on A's block 0, not from the table
+    d.commit("A", 40)
+    d.new("Q", prompt)
+    d.admit("Q")
+
+
+def scenario_block_size_1_prefix(cls: type, ls: Lockstep) -> None:
+    """One token per block: each token is a cached block; decodes register a block every step."""
+    d = _bm(ls, cls, 8, 1, True)
+    d.new("A", [5, 6, 7])
     d.admit("A")
-    d.prefill("A", 40)
+    d.prefill("A", 8)
     d.deallocate("A")
-    other = toks(70, 4)
-    colliding = compute_hash(other)
-    first_block = 0  # A held blocks 0, 1, 2; block 0 still holds A's first four tokens
-    # Pretend `other` hashes to the value stored for block 0: the table says "block 0" for it.
-    d.inject(lambda w: w.bm.hash_to_block_id.__setitem__(colliding, first_block))
-    d.new("C", other + toks(80, 5))
-    d.admit("C")
+    d.new("B", [5, 6, 9])
+    d.admit("B")  # blocks [5] and [5, 6] hit (freed); the last block is never looked up
+    d.prefill("B", 10)
+    d.decode("B", 11)  # the token computed now fills (and registers) a block of its own
+    d.new("C", [5, 6, 9, 10, 12])
+    d.admit("C")  # four hits on B's blocks, in use
 
 
 def scenario_first_miss_stops_matching(cls: type, ls: Lockstep) -> None:
@@ -319,27 +435,32 @@ def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
         ("in_use_hits_need_no_free_block", "a hit on a block in use costs no free block", partial(scenario_in_use_hits_are_free, cls)),
         ("free_hits_still_cost", "a hit on a freed block still needs a free slot", partial(scenario_free_hits_still_cost, cls)),
         ("stale_hash_guard", "reusing a block drops its hash entry only if the entry points to it", partial(scenario_stale_hash_guard, cls)),
-        ("token_double_check", "a hash hit whose tokens differ (a collision) is a miss", partial(scenario_token_double_check, cls)),
+        ("token_double_check", "a real hash collision (compute_hash patched in both worlds) is a miss: tokens decide", partial(scenario_token_double_check, cls)),
+        ("entry_taken_over_mid_prefill", "the chain continues from the previous block's own hash after another sequence takes its entry", partial(scenario_entry_taken_over_mid_prefill, cls)),
+        ("block_size_1", "block_size 1: one-token blocks are matched, registered and appended like any other", partial(scenario_block_size_1_prefix, cls)),
         ("first_miss_stops_matching", "matching stops at the first miss, even if later blocks are cached", partial(scenario_first_miss_stops_matching, cls)),
         ("preempted_rehits_own_blocks", "a preempted request finds its freed blocks again", partial(scenario_preempted_rehits_own_blocks, cls)),
     ]
-    for seed in range(3):
+    for seed in range(4):  # block sizes 4, 3, 2, 1
         checks.append((f"random_shared_prefixes_{seed}", f"seeded random requests sharing prefixes (seed {seed})", partial(random_manager_workload, cls, True, seed)))
     return checks
 
 
-def check_prefix_cache(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+def check_prefix_cache(
+    student_class: type, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
     """Grade a BlockManager with nano-vllm's prefix cache (hash chain, matching, registration).
 
     Besides what `check_block_manager` needs, `student_class(num_blocks, block_size)` must keep
     `hash_to_block_id` and implement `hash_blocks`; block hashes must be `compute_hash` chains.
     It may inherit allocate/append/free from `refimpl.paged.BlockManager` (exercise 2 does), but
     a step that runs the reference's matching, allocation or registration fails unless
-    `allow_reference`.
+    `allow_reference`. A scenario still running after `time_limit` seconds (None: no limit) is
+    stopped and fails.
     """
     state = partial(manager_state, prefix_cache=True)
     guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, PREFIX_CACHE_METHODS)
-    return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard)
+    return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard, time_limit)
 
 
 # --- scheduler
@@ -380,6 +501,18 @@ def scenario_preempt_self(cls: type, ls: Lockstep) -> None:
     keys, _ = d.step()  # length 5: both need a block; A takes the last one, B is alone and preempts itself
     if keys != ["A"] or [d.ref.key_of(s) for s in d.ref.sched.waiting] != ["B"]:
         raise RuntimeError("scenario preempt_self no longer preempts B by itself; fix the grader")
+    d.run()
+
+
+def scenario_waiting_head_does_not_fit(cls: type, ls: Lockstep) -> None:
+    d = _sched(ls, cls, num_kvcache_blocks=6, kvcache_block_size=2)
+    d.add("A", toks(10, 5), max_tokens=4)  # 3 blocks now, 4 at its longest
+    d.step()  # prefill A
+    d.add("B", toks(20, 7), max_tokens=2)  # needs 4 blocks: does not fit while A runs
+    d.add("C", toks(40, 2), max_tokens=2)  # needs 1 block: would fit, but waits behind B
+    keys, is_prefill = d.step()
+    if (keys, is_prefill) != (["A"], False) or [d.ref.key_of(s) for s in d.ref.sched.waiting] != ["B", "C"]:
+        raise RuntimeError("scenario waiting_head_does_not_fit no longer blocks B; fix the grader")
     d.run()
 
 
@@ -456,7 +589,8 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
         ("chunked_prefill_first_only", "only the first waiting request may be cut to the token budget", partial(scenario_chunked_prefill, cls)),
         ("preempt_last_running", "no free block for a decode: preempt the newest running request", partial(scenario_preempt_last_running, cls)),
         ("preempt_self_when_alone", "no block and no other running request: the request preempts itself", partial(scenario_preempt_self, cls)),
-        ("max_num_seqs", "at most max_num_seqs requests per step", partial(scenario_max_num_seqs, cls)),
+        ("waiting_head_does_not_fit", "a waiting head that does not fit blocks the queue: no later request jumps it", partial(scenario_waiting_head_does_not_fit, cls)),
+        ("max_num_seqs", "at most max_num_seqs requests per step; the batch goes back to the front of running", partial(scenario_max_num_seqs, cls)),
         ("eos_and_max_tokens", "a request finishes on eos (unless ignore_eos) or at max_tokens", partial(scenario_eos_and_max_tokens, cls)),
         ("prefix_hit_shortens_prefill", "cached blocks are neither scheduled again nor counted in the token budget", partial(scenario_prefix_hit_shortens_prefill, cls)),
     ]
@@ -465,13 +599,17 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
     return checks
 
 
-def check_scheduler(student_class: type, *, verbose: bool = True, allow_reference: bool = False) -> GradeReport:
+def check_scheduler(
+    student_class: type, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
     """Grade a Scheduler: batches, chunked prefill, preemption, postprocess, in nano-vllm's order.
 
     `student_class(config)` gets a `SchedulerConfig` and must keep `waiting`, `running` and
     `block_manager` and implement `add`, `schedule`, `postprocess`, `preempt` and `is_finished`.
     Its block manager may be the reference's; a step that runs `refimpl.paged.Scheduler`'s own
-    `schedule`, `preempt` or `postprocess` fails unless `allow_reference`.
+    `schedule`, `preempt` or `postprocess` fails unless `allow_reference`. A scenario still
+    running after `time_limit` seconds (None: no limit) is stopped and fails, so an endless loop
+    (in self-preemption, say) cannot hang a notebook.
     """
     guard = None if allow_reference else ReferenceGuard.for_methods(Scheduler, SCHEDULER_METHODS)
-    return _report(f"check_scheduler({student_class.__name__})", scheduler_checks(student_class), scheduler_state, verbose, guard)
+    return _report(f"check_scheduler({student_class.__name__})", scheduler_checks(student_class), scheduler_state, verbose, guard, time_limit)

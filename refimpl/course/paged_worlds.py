@@ -6,7 +6,7 @@ short name ("A", "S3") so that the reference's and the student's sequences can b
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from refimpl.course.lockstep import Lockstep, StateFields
 from refimpl.paged import BlockManager, Scheduler, Sequence
@@ -82,10 +82,6 @@ class LockstepManagerDriver:
                 seq.append_token(next_token)
 
         self.ls.both(apply)
-
-    def inject(self, action: Callable[[ManagerWorld], None]) -> None:
-        """Tamper with both worlds the same way (used to simulate a hash collision); not a step."""
-        self.ls.both(action)
 
     # --- compared steps
     def _name(self, key: str) -> str:

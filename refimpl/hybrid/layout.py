@@ -1,6 +1,6 @@
 """Turn cache groups and a memory budget into a `KVCacheConfig` (how many blocks, which tensors).
 
-Four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B of the spec):
+Four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B: the one the DeepSeek V4 KV-cache article describes):
 
 - no groups (attention-free model): one block, for the block pool's null block, no tensors;
 - one group of one `UniformTypeKVCacheSpecs`: one tensor per layer, sized by its own page;

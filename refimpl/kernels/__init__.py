@@ -10,12 +10,10 @@ from refimpl.kernels import triton_setup  # noqa: F401  (must run before any ker
 from refimpl.kernels.paged_attention import paged_decode_attention, paged_prefill_attention
 from refimpl.kernels.store_kvcache import store_kvcache
 
-# DeepSeek V4 index kernels (Part II addressing).
-from refimpl.kernels.deepseek_v4 import (
-    compressed_slot_mapping,
-    compute_global_topk_indices_and_lens,
-    compute_swa_indices_and_lens,
-)
+# DeepSeek V4 index kernels (Part II addressing). compressed_slot_mapping has no Triton version:
+# it is the torch function (it runs on any device), exported here under the same name.
+from refimpl.kernels.deepseek_v4 import compute_global_topk_indices_and_lens, compute_swa_indices_and_lens
+from refimpl.kernels.reference_v4 import compressed_slot_mapping
 
 __all__ = [
     "store_kvcache",

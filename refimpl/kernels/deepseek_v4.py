@@ -11,6 +11,11 @@ attention kernel needs those as *slots* in the paged caches. These two kernels b
 
 On a machine without CUDA they run in Triton's interpreter (see `triton_setup`), which is about
 1000 times slower than torch: keep shapes tiny there. Offsets are computed in int64.
+
+The kernels trust their indices, so the wrappers check them on the host first, with the same
+functions as the twins (`v4_checks`): a bad request id, position or top-k index is a ValueError
+naming the argument, raised before any output is allocated or any kernel launched.
+`compressed_slot_mapping` has no Triton version; `refimpl.kernels` exports the torch function.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from refimpl.kernels import reference_v4
 from refimpl.kernels.common import check_triton_device, next_power_of_2
 from refimpl.kernels.reference_v4 import compressed_slot_mapping  # noqa: F401  (torch only; re-exported)
 from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
+from refimpl.kernels.v4_checks import check_swa_index_ranges, check_topk_index_ranges
 
 
 if HAS_TRITON:
@@ -86,12 +92,15 @@ def compute_swa_indices_and_lens(
     num_rows = reference_v4.check_swa_inputs(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
+    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, token_offset, num_rows)
     check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     device = block_table.device
     indices = torch.empty((num_rows, window_size), dtype=torch.int32, device=device)
     lens = torch.empty((num_rows,), dtype=torch.int32, device=device)
     if num_rows == 0:
         return indices, lens
+    if seq_lens.numel() == 0:  # no request: every row is padding (and query_start_loc has no second entry to read)
+        return indices.fill_(-1), lens.zero_()
     table = block_table.contiguous()
     _compute_swa_indices_and_lens_kernel[(num_rows,)](
         indices, indices.stride(0), lens, window_size,
@@ -109,9 +118,12 @@ def compute_global_topk_indices_and_lens(
     block_table: torch.Tensor,
     block_size: int,
     is_valid_token: torch.Tensor,
+    *,
+    compressed_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of `reference_v4.compute_global_topk_indices_and_lens`."""
     reference_v4.check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token)
+    check_topk_index_ranges(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token, compressed_lens)
     check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     num_rows, topk = topk_indices.shape
     device = block_table.device

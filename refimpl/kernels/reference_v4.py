@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from refimpl.kernels.common import INDEX_DTYPES
+from refimpl.kernels.v4_checks import check_compressed_index_ranges, check_swa_index_ranges, check_topk_index_ranges
 from refimpl.validation import check_int_at_least, check_positive_int, is_integer
 
 
@@ -94,10 +95,23 @@ def compute_swa_indices_and_lens(
     read at `t`, so vLLM computes the prefill rows with `token_offset = num_decode_tokens`;
     `num_rows` (the kernel's grid size) defaults to every token from `token_offset` on.
     Returns `(indices [num_rows, window_size] int32, lens [num_rows] int32)`.
+
+    Indices are checked before anything is computed (`v4_checks.check_swa_index_ranges`, one
+    device sync): a valid token's request id must be a request of the batch and the token one of
+    its rows, `seq_lens[r] >= query_len[r]`, and every position inside the block table; otherwise
+    a ValueError names the argument. In particular a request with fewer tokens in its sequence
+    than queries (`seq_len < query_len`) is an error, not an empty window: its new tokens would
+    sit at negative positions.
     """
     num_rows = check_swa_inputs(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
+    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, token_offset, num_rows)
+    if seq_lens.numel() == 0:  # no request: every row is padding
+        return (
+            torch.full((num_rows, window_size), -1, dtype=torch.int32, device=block_table.device),
+            torch.zeros((num_rows,), dtype=torch.int32, device=block_table.device),
+        )
     tokens = torch.arange(num_rows, device=block_table.device) + token_offset
     valid = is_valid_token.bool()[tokens]
     reqs = torch.where(valid, token_to_req_indices.long()[tokens], 0)  # padding rows may hold stale requests
@@ -119,6 +133,8 @@ def compute_global_topk_indices_and_lens(
     block_table: torch.Tensor,
     block_size: int,
     is_valid_token: torch.Tensor,
+    *,
+    compressed_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Turn per-request compressed-entry indices into cache slots.
 
@@ -127,8 +143,14 @@ def compute_global_topk_indices_and_lens(
     `block_size` is the *storage* block size (64 entries for ratio 4, 2 for ratio 128).
     `lens[i]` counts the valid entries. An invalid token gets an all -1 row and length 0.
     Returns `(indices [num_tokens, K] int32, lens [num_tokens] int32)`.
+
+    Indices of valid tokens are checked first (`v4_checks.check_topk_index_ranges`, one device
+    sync): the request id must be a row of `block_table`, and each index -1 or an entry inside
+    that row (below `compressed_lens[r]` too, when the per-request compressed lengths are given);
+    otherwise a ValueError names the argument.
     """
     check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token)
+    check_topk_index_ranges(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token, compressed_lens)
     n = topk_indices.shape[0]
     x = topk_indices.long()
     valid = is_valid_token.bool()[:n]
@@ -156,16 +178,25 @@ def compressed_slot_mapping(
     `block_table[r, c // block_size] * block_size + c % block_size` with the storage block size
     (`256 // ratio`). Every other token, padding rows beyond the batch (up to `num_tokens`), and
     tokens whose own `slot_mapping` entry is -1 get -1. Returns int64 `[num_tokens]`.
+
+    This is plain torch on any device: there is no Triton version (`refimpl.kernels` exports this
+    function as it is). Indices are checked first (`v4_checks.check_compressed_index_ranges`):
+    `seq_lens[r] >= query_len[r]` and every entry the step completes inside the block table.
     """
     _check_index("query_start_loc", query_start_loc, 1)
     _check_index("seq_lens", seq_lens, 1)
     _check_index("block_table", block_table, 2)
     check_positive_int("block_size", block_size)
     check_positive_int("compress_ratio", compress_ratio)
-    total = int(query_start_loc[-1]) if query_start_loc.numel() else 0
+    check_compressed_index_ranges(query_start_loc, seq_lens, block_table, block_size, compress_ratio)
+    total = int(query_start_loc[-1])
     num_tokens = total if num_tokens is None else num_tokens
-    if num_tokens < total:
-        raise ValueError(f"num_tokens {num_tokens} is smaller than the {total} tokens in query_start_loc")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < total:
+        raise ValueError(f"num_tokens must be an int >= the {total} tokens in query_start_loc, got {num_tokens!r}")
+    if slot_mapping is not None:
+        _check_index("slot_mapping", slot_mapping, 1)
+        if slot_mapping.numel() < total:
+            raise ValueError(f"slot_mapping has {slot_mapping.numel()} entries for the {total} tokens in query_start_loc")
     out = torch.full((num_tokens,), -1, dtype=torch.int64, device=block_table.device)
     if total == 0:
         return out
