@@ -4,7 +4,11 @@
 machine whose pip has local wheels proves nothing about a student's laptop, so this script asks
 pip to resolve exactly that install for other machines (`--dry-run --platform --python-version
 --only-binary=:all:`), with every pip configuration file, `PIP_*` variable and local wheel folder
-switched off, against https://pypi.org/simple only. It fails with the resolver's own message.
+switched off, against https://pypi.org/simple only. It fails with the resolver's own message,
+and also when a resolved package is not pinned in constraints.txt. Two details make the dry run
+honest and quick: environment markers are evaluated for the target machine (pip alone evaluates
+them for the machine it runs on), and `--use-feature=fast-deps` reads each wheel's metadata with
+HTTP range requests instead of downloading gigabytes of CUDA wheels.
 
 `environment.yml` is checked the same way: its Python version and its pip arguments are read
 from the file, so the conda route can never drift from the pins.
