@@ -37,6 +37,7 @@ class Context:
     slot_mapping: torch.Tensor | None = None
     context_lens: torch.Tensor | None = None
     block_tables: torch.Tensor | None = None
+    checked: bool = False  # set by the first attention layer that checked this step's arguments
 
 
 _CONTEXT = Context()

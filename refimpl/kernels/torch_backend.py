@@ -1,0 +1,251 @@
+"""The engine's "torch" attention backend: the twins' three operations, written for speed on a CPU.
+
+`refimpl.kernels.reference` holds the readable twins (gather every token of every context, mask,
+einsum); they stay the oracle. These functions have the same signatures and compute the same
+numbers (tests compare them with the twins, on caches whose unused slots hold NaN), but move
+whole blocks instead of single rows and let `scaled_dot_product_attention` do the softmax:
+
+* `store_kvcache` writes all rows with one `index_copy_` into the flattened cache.
+* `paged_decode_attention` gathers, per sequence, only the blocks its context uses. Blocks at the
+  start of every block table in the batch (a shared system prompt held once in the prefix cache)
+  are gathered once and attended by all queries in one matrix product: prefix caching saves their
+  memory reads as well as their prefill.
+* `paged_prefill_attention` gathers each sequence's blocks once and runs causal attention with the
+  queries aligned to the end of the context (cached prefix + this step's tokens).
+
+Each takes `check=True`, which runs the twins' argument checks. The engine passes `check=False` on
+every layer but the first of a step: all layers get the same step metadata, so checking it once
+is enough (`AttentionOps.check_once_per_step`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from refimpl.kernels import reference
+
+
+def store_kvcache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    *,
+    check: bool = True,
+) -> None:
+    """Write token ``i``'s K/V rows into slot ``slot_mapping[i]`` (-1: skip), like the twin."""
+    if check:
+        reference.check_store_kvcache_args(key, value, k_cache, v_cache, slot_mapping)
+    slots, keep = _store_plan(slot_mapping, reuse=not check)
+    if keep is not None:
+        key, value = key[keep], value[keep]
+    if k_cache.is_contiguous() and v_cache.is_contiguous():
+        num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
+        k_cache.view(num_blocks * block_size, num_kv_heads, head_dim).index_copy_(0, slots, key)
+        v_cache.view(num_blocks * block_size, num_kv_heads, head_dim).index_copy_(0, slots, value)
+    else:  # a strided view (e.g. into one larger slab): index (block, offset) as the twin does
+        block_size = k_cache.shape[1]
+        k_cache[slots // block_size, slots % block_size] = key
+        v_cache[slots // block_size, slots % block_size] = value
+
+
+# The slots of the latest checked call, reused by unchecked calls with the very same slot_mapping
+# (the engine's later layers of one step).
+_last_slots: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+
+
+def _store_plan(slot_mapping: torch.Tensor, reuse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(int64 slots to write, the mask of rows to keep or None when no slot is -1)."""
+    global _last_slots
+    if reuse and _last_slots is not None and _last_slots[0] is slot_mapping:
+        return _last_slots[1], _last_slots[2]
+    slots = slot_mapping.to(torch.int64)
+    keep = None
+    if slots.numel() and bool((slots < 0).any()):
+        keep = slots >= 0
+        slots = slots[keep]
+    _last_slots = (slot_mapping, slots, keep)
+    return slots, keep
+
+
+def gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """``cache[block_ids]``: whole blocks, ``[*block_ids.shape, block_size, num_kv_heads, head_dim]``.
+
+    On a contiguous cache each block is one row of a 2-D view, and `index_select` copies rows
+    several times faster than advanced indexing does.
+    """
+    if not cache.is_contiguous():
+        return cache[block_ids]
+    rows = cache.view(cache.shape[0], -1).index_select(0, block_ids.reshape(-1))
+    return rows.view(*block_ids.shape, *cache.shape[1:])
+
+
+def _shared_prefix_blocks(block_table: torch.Tensor, min_len: int, block_size: int) -> int:
+    """How many leading block-table columns hold the same full block for every sequence."""
+    batch = block_table.shape[0]
+    full = min(min_len // block_size, block_table.shape[1])
+    if batch < 2 or full == 0:
+        return 0
+    same = (block_table[:, :full] == block_table[:1, :full]).all(dim=0)
+    if bool(same.all()):
+        return full
+    return int(same.to(torch.int8).argmin())  # the first column where some sequence differs
+
+
+@dataclass
+class _DecodePlan:
+    """What a decode step's metadata says, the same for every layer: which blocks to gather, which
+    gathered rows are real context."""
+
+    shared_ids: torch.Tensor  # [shared] block ids at the start of every block table
+    own_ids: torch.Tensor  # [batch, own columns] each sequence's other blocks (padding reads block 0)
+    valid: torch.Tensor  # [batch, own_len] which gathered own rows are context
+    first_invalid: int  # own rows before it are context for every sequence
+    tail_invalid: torch.Tensor  # [batch, own_len - first_invalid, 1, 1]
+    bias: torch.Tensor  # [batch, 1, 1, own_len]: 0 for context rows, -inf for the others
+
+
+def _plan_decode(block_table: torch.Tensor, cache_seqlens: torch.Tensor, block_size: int) -> _DecodePlan:
+    seqlens = cache_seqlens.to(torch.int64)
+    min_len, max_len = (int(x) for x in torch.aminmax(seqlens))
+    num_cols = -(-max_len // block_size)
+    shared = _shared_prefix_blocks(block_table, min_len, block_size)
+    positions = torch.arange(shared * block_size, num_cols * block_size, device=block_table.device)
+    valid = positions[None, :] < seqlens[:, None]
+    first_invalid = min_len - shared * block_size
+    return _DecodePlan(
+        shared_ids=block_table[0, :shared].to(torch.int64),
+        own_ids=block_table[:, shared:num_cols].to(torch.int64).clamp(min=0),
+        valid=valid,
+        first_invalid=first_invalid,
+        tail_invalid=~valid[:, first_invalid:, None, None],
+        bias=torch.zeros(valid.shape, device=valid.device).masked_fill_(~valid, float("-inf"))[:, None, None, :],
+    )
+
+
+# The plan of the latest checked call, reused by unchecked calls with the very same metadata tensors
+# (the engine's later layers of one step). Holding the tensors keeps their identity meaningful.
+_last_plan: tuple[torch.Tensor, torch.Tensor, int, _DecodePlan] | None = None
+
+
+def _decode_plan(block_table: torch.Tensor, cache_seqlens: torch.Tensor, block_size: int, reuse: bool) -> _DecodePlan:
+    global _last_plan
+    last = _last_plan
+    if reuse and last is not None and last[0] is block_table and last[1] is cache_seqlens and last[2] == block_size:
+        return last[3]
+    plan = _plan_decode(block_table, cache_seqlens, block_size)
+    _last_plan = (block_table, cache_seqlens, block_size, plan)
+    return plan
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor,
+    softmax_scale: float | None = None,
+    *,
+    check: bool = True,
+) -> torch.Tensor:
+    """One query token per sequence over its paged context (GQA aware), like the twin.
+
+    With `check=False` the metadata must be what an earlier call checked (the engine's first layer
+    of the step): when the `block_table` and `cache_seqlens` tensors are those very objects, the
+    index tensors derived from them are reused too.
+    """
+    if check:
+        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    batch, num_heads, head_dim = q.shape
+    scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
+    if batch == 0:
+        return torch.empty_like(q)
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    plan = _decode_plan(block_table, cache_seqlens, block_size, reuse=not check)
+    # The query heads of one KV head are the "query rows" of that head: [batch, kv_heads, group, dim].
+    queries = q.float().reshape(batch, num_kv_heads, group, head_dim)
+
+    # Each sequence's own blocks after the shared ones.
+    own_len = plan.valid.shape[1]
+    keys = gather_blocks(k_cache, plan.own_ids).view(batch, own_len, num_kv_heads, head_dim)
+    values = gather_blocks(v_cache, plan.own_ids).view(batch, own_len, num_kv_heads, head_dim)
+    if plan.first_invalid < own_len:  # stale or unwritten rows (even NaN) must not reach the products
+        keys[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
+        values[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
+    keys = keys.float().permute(0, 2, 1, 3)  # [batch, kv_heads, own_len, dim]
+    values = values.float().permute(0, 2, 1, 3)
+    shared = plan.shared_ids.shape[0]
+    if shared == 0:
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.bias, scale=scale)
+        return out.reshape(batch, num_heads, head_dim).to(q.dtype)
+
+    # Shared blocks: gathered once, every query of the batch against them in one product.
+    shared_len = shared * block_size
+    shared_keys = gather_blocks(k_cache, plan.shared_ids).view(shared_len, num_kv_heads, head_dim).float().permute(1, 2, 0)
+    shared_values = gather_blocks(v_cache, plan.shared_ids).view(shared_len, num_kv_heads, head_dim).float().transpose(0, 1)
+    rows = queries.transpose(0, 1).reshape(num_kv_heads, batch * group, head_dim)  # [kv_heads, batch*group, dim]
+    shared_scores = torch.matmul(rows, shared_keys)  # [kv_heads, batch*group, shared_len]
+    shared_scores = shared_scores.view(num_kv_heads, batch, group, shared_len).transpose(0, 1)
+    own_scores = torch.matmul(queries, keys.transpose(-1, -2))  # [batch, kv_heads, group, own_len]
+    scores = torch.cat((shared_scores, own_scores), dim=-1).mul_(scale)
+    scores[..., shared_len:] += plan.bias
+    probs = scores.softmax(dim=-1)
+    shared_probs = probs[..., :shared_len].transpose(0, 1).reshape(num_kv_heads, batch * group, shared_len)
+    out = torch.matmul(shared_probs, shared_values).view(num_kv_heads, batch, group, head_dim).transpose(0, 1)
+    out = out + torch.matmul(probs[..., shared_len:], values)
+    return out.reshape(batch, num_heads, head_dim).to(q.dtype)
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    block_table: torch.Tensor,
+    softmax_scale: float | None = None,
+    *,
+    check: bool = True,
+) -> torch.Tensor:
+    """Causal attention of packed variable-length queries over their paged contexts, like the twin."""
+    if check:
+        q_lens, k_lens = reference.check_prefill_args(
+            q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table
+        )
+    else:
+        starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        q_lens = [b - a for a, b in zip(starts_q, starts_q[1:])]
+        k_lens = [b - a for a, b in zip(starts_k, starts_k[1:])]
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
+    block_ids = block_table.to(torch.int64)
+    out = torch.empty_like(q)
+    start = 0
+    for b, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        if q_len == 0:
+            continue
+        ids = block_ids[b, : -(-k_len // block_size)]
+        # The first k_len rows of the sequence's blocks: its whole context, nothing past it.
+        keys = gather_blocks(k_cache, ids).view(-1, num_kv_heads, head_dim)[:k_len].float().transpose(0, 1)  # [kv_heads, L, D]
+        values = gather_blocks(v_cache, ids).view(-1, num_kv_heads, head_dim)[:k_len].float().transpose(0, 1)
+        queries = q[start : start + q_len].float().transpose(0, 1)  # [heads, q_len, dim]
+        if q_len == k_len:  # the whole prompt is new: plain causal attention
+            seq_out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale,
+                                                     enable_gqa=group > 1)
+        else:  # query j sits at position k_len - q_len + j and sees every key up to it
+            query_pos = torch.arange(k_len - q_len, k_len, device=q.device)
+            allowed = torch.arange(k_len, device=q.device)[None, :] <= query_pos[:, None]
+            seq_out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed, scale=scale,
+                                                     enable_gqa=group > 1)
+        out[start : start + q_len] = seq_out.transpose(0, 1).to(q.dtype)
+        start += q_len
+    return out
