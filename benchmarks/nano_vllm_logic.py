@@ -268,3 +268,7 @@ class NanoScheduler:
                 seq.status = Status.FINISHED
                 self.block_manager.deallocate(seq)
                 self.running.remove(seq)
+
+
+if __name__ == "__main__":  # `make bench` runs every script here; this one is a module of part1.py
+    print("nano_vllm_logic is the yardstick of benchmarks/part1.py; run that script")
