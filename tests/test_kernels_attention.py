@@ -242,12 +242,16 @@ def test_unchecked_decode_recomputes_its_plan_for_new_metadata():
         assert_close(got, reference.paged_decode_attention(q, k_cache, v_cache, lens, bt), torch.float32)
 
 
-def test_gather_blocks_copies_whole_blocks_from_any_cache_view():
-    cache = torch.arange(5 * 2 * 3 * 4, dtype=torch.float32).view(5, 2, 3, 4)
+def test_gather_blocks_and_slots_copy_from_any_cache_view():
+    cache = torch.arange(5 * 2 * 3 * 4, dtype=torch.float32).view(5, 2, 3, 4)  # 5 blocks of 2 slots
     ids = torch.tensor([[4, 0], [2, 2]])
+    slots = torch.tensor([[9, 0, 3], [4, 4, 1]])
+    by_slot = cache[slots // 2, slots % 2]
     assert torch.equal(torch_backend.gather_blocks(cache, ids), cache[ids])
+    assert torch.equal(torch_backend.gather_slots(cache, slots), by_slot)
     slab = torch.stack((cache, -cache), dim=1)  # [blocks, k|v, ...]: a non-contiguous view per half
     assert torch.equal(torch_backend.gather_blocks(slab[:, 1], ids), -cache[ids])
+    assert torch.equal(torch_backend.gather_slots(slab[:, 1], slots), -by_slot)
 
 
 # --- kernels vs twins

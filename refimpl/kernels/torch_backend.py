@@ -6,11 +6,11 @@ numbers (tests compare them with the twins, on caches whose unused slots hold Na
 whole blocks instead of single rows and let `scaled_dot_product_attention` do the softmax:
 
 * `store_kvcache` writes all rows with one `index_copy_` into the flattened cache.
-* `paged_decode_attention` gathers, per sequence, only the blocks its context uses. Blocks at the
+* `paged_decode_attention` gathers, per sequence, only the rows its context uses. Blocks at the
   start of every block table in the batch (a shared system prompt held once in the prefix cache)
   are gathered once and attended by all queries in one matrix product: prefix caching saves their
   memory reads as well as their prefill.
-* `paged_prefill_attention` gathers each sequence's blocks once and runs causal attention with the
+* `paged_prefill_attention` gathers each sequence's context once and runs causal attention with the
   queries aligned to the end of the context (cached prefix + this step's tokens).
 
 Each takes `check=True`, which runs the twins' argument checks. The engine passes `check=False` on
@@ -84,6 +84,18 @@ def gather_blocks(cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     return rows.view(*block_ids.shape, *cache.shape[1:])
 
 
+def gather_slots(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``cache`` rows by slot (``block_id * block_size + offset``): ``[*slots.shape, num_kv_heads, head_dim]``.
+
+    Row by row, so a context that fills a fraction of a large block copies only that fraction.
+    """
+    num_blocks, block_size = cache.shape[0], cache.shape[1]
+    if not cache.is_contiguous():
+        return cache[slots // block_size, slots % block_size]
+    rows = cache.view(num_blocks * block_size, -1).index_select(0, slots.reshape(-1))
+    return rows.view(*slots.shape, *cache.shape[2:])
+
+
 def _shared_prefix_blocks(block_table: torch.Tensor, min_len: int, block_size: int) -> int:
     """How many leading block-table columns hold the same full block for every sequence."""
     batch = block_table.shape[0]
@@ -102,7 +114,7 @@ class _DecodePlan:
     gathered rows are real context."""
 
     shared_ids: torch.Tensor  # [shared] block ids at the start of every block table
-    own_ids: torch.Tensor  # [batch, own columns] each sequence's other blocks (padding reads block 0)
+    own_slots: torch.Tensor  # [batch, own_len] each sequence's slots after them (padding reads slot 0)
     valid: torch.Tensor  # [batch, own_len] which gathered own rows are context
     first_invalid: int  # own rows before it are context for every sequence
     tail_invalid: torch.Tensor  # [batch, own_len - first_invalid, 1, 1]
@@ -112,14 +124,14 @@ class _DecodePlan:
 def _plan_decode(block_table: torch.Tensor, cache_seqlens: torch.Tensor, block_size: int) -> _DecodePlan:
     seqlens = cache_seqlens.to(torch.int64)
     min_len, max_len = (int(x) for x in torch.aminmax(seqlens))
-    num_cols = -(-max_len // block_size)
     shared = _shared_prefix_blocks(block_table, min_len, block_size)
-    positions = torch.arange(shared * block_size, num_cols * block_size, device=block_table.device)
+    positions = torch.arange(shared * block_size, max_len, device=block_table.device)
     valid = positions[None, :] < seqlens[:, None]
     first_invalid = min_len - shared * block_size
+    block_ids = block_table[:, positions // block_size].to(torch.int64).clamp(min=0)
     return _DecodePlan(
         shared_ids=block_table[0, :shared].to(torch.int64),
-        own_ids=block_table[:, shared:num_cols].to(torch.int64).clamp(min=0),
+        own_slots=block_ids * block_size + positions % block_size,
         valid=valid,
         first_invalid=first_invalid,
         tail_invalid=~valid[:, first_invalid:, None, None],
@@ -170,10 +182,10 @@ def paged_decode_attention(
     # The query heads of one KV head are the "query rows" of that head: [batch, kv_heads, group, dim].
     queries = q.float().reshape(batch, num_kv_heads, group, head_dim)
 
-    # Each sequence's own blocks after the shared ones.
+    # Each sequence's own rows after the shared blocks, up to the longest context.
     own_len = plan.valid.shape[1]
-    keys = gather_blocks(k_cache, plan.own_ids).view(batch, own_len, num_kv_heads, head_dim)
-    values = gather_blocks(v_cache, plan.own_ids).view(batch, own_len, num_kv_heads, head_dim)
+    keys = gather_slots(k_cache, plan.own_slots)  # [batch, own_len, kv_heads, dim]
+    values = gather_slots(v_cache, plan.own_slots)
     if plan.first_invalid < own_len:  # stale or unwritten rows (even NaN) must not reach the products
         keys[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
         values[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
@@ -233,10 +245,11 @@ def paged_prefill_attention(
     for b, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
         if q_len == 0:
             continue
-        ids = block_ids[b, : -(-k_len // block_size)]
-        # The first k_len rows of the sequence's blocks: its whole context, nothing past it.
-        keys = gather_blocks(k_cache, ids).view(-1, num_kv_heads, head_dim)[:k_len].float().transpose(0, 1)  # [kv_heads, L, D]
-        values = gather_blocks(v_cache, ids).view(-1, num_kv_heads, head_dim)[:k_len].float().transpose(0, 1)
+        # The sequence's first k_len slots: its whole context, nothing past it.
+        positions = torch.arange(k_len, device=q.device)
+        slots = block_ids[b, positions // block_size] * block_size + positions % block_size
+        keys = gather_slots(k_cache, slots).float().transpose(0, 1)  # [kv_heads, k_len, dim]
+        values = gather_slots(v_cache, slots).float().transpose(0, 1)
         queries = q[start : start + q_len].float().transpose(0, 1)  # [heads, q_len, dim]
         if q_len == k_len:  # the whole prompt is new: plain causal attention
             seq_out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale,
