@@ -161,14 +161,16 @@ def section_loop(args) -> None:
 
 
 # --- 2. reviving a cached block
-def revival_us(manager, make_seq, num_blocks: int, block_size: int, num_revivals: int, repeats: int, seed: int) -> float:
-    """Microseconds per allocate + deallocate of a request whose first block is a freed cached block.
+def revival_us(manager, make_seq, num_blocks: int, block_size: int, num_revivals: int, repeats: int,
+               seed: int) -> tuple[float, int]:
+    """(Microseconds per allocate + deallocate of a request whose first block is a freed cached block,
+    revivals timed per repeat).
 
-    The pool is filled by requests of 64 full blocks (plus one token), registered and freed; the
-    targets are first blocks sitting in the middle half of the free queue.
+    The pool is filled by about 2,000 requests of full blocks (plus one token), registered and freed;
+    the targets are first blocks sitting in the middle half of the free queue.
     """
     rng = random.Random(seed)
-    per_seq = 64
+    per_seq = max(1, num_blocks // 2000)
     num_seqs = num_blocks // (per_seq + 1)
     firsts = []
     for i in range(num_seqs):
@@ -183,17 +185,19 @@ def revival_us(manager, make_seq, num_blocks: int, block_size: int, num_revivals
     middle = [t for t in firsts
               if num_blocks // 4 <= position[manager.hash_to_block_id[manager.compute_hash(t)]] < 3 * num_blocks // 4]
     # Each revival takes one fresh block from the head; the head quarter stays ahead of every target.
-    count = min(num_revivals, len(middle), num_blocks // (4 * repeats))
+    # No target is revived twice (a revived block goes back to the tail of the queue).
+    count = min(num_revivals, len(middle) // repeats, num_blocks // (4 * repeats))
+    chosen = rng.sample(middle, count * repeats)
     times = []
-    for _ in range(repeats):
-        targets = [make_seq(t + [-2]) for t in rng.sample(middle, count)]
+    for r in range(repeats):
+        targets = [make_seq(t + [-2]) for t in chosen[r * count : (r + 1) * count]]
         gc.collect()
         start = time.process_time()
         for seq in targets:
             manager.allocate(seq, 1)
             manager.deallocate(seq)
         times.append((time.process_time() - start) / count * 1e6)
-    return statistics.median(times)
+    return statistics.median(times), count
 
 
 def section_revival(args) -> None:
@@ -202,11 +206,11 @@ def section_revival(args) -> None:
     print(f"{'pool blocks':>11} {'revivals':>8} {'nano-vllm us':>12} {'refimpl us':>10} {'nano/refimpl':>12}")
     bs = 16
     for num_blocks in args.revive_pools:
-        count = args.revivals if num_blocks < 1_000_000 else max(args.revivals // 20, 5)
-        theirs = revival_us(NanoBlockManager(num_blocks, bs), lambda t: NanoSequence(t, bs, 1),
-                            num_blocks, bs, count, args.repeats, args.seed)
-        ours = revival_us(BlockManager(num_blocks, bs), lambda t: Sequence(t, block_size=bs),
-                          num_blocks, bs, count, args.repeats, args.seed)
+        wanted = args.revivals if num_blocks < 1_000_000 else max(args.revivals // 20, 5)  # nano-vllm: ms each
+        theirs, count = revival_us(NanoBlockManager(num_blocks, bs), lambda t: NanoSequence(t, bs, 1),
+                                   num_blocks, bs, wanted, args.repeats, args.seed)
+        ours, _ = revival_us(BlockManager(num_blocks, bs), lambda t: Sequence(t, block_size=bs),
+                             num_blocks, bs, wanted, args.repeats, args.seed)
         print(f"{num_blocks:>11,} {count:>8} {theirs:>12.1f} {ours:>10.1f} {theirs / ours:>11.1f}x")
 
 
