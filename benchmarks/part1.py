@@ -220,6 +220,7 @@ MODEL_SIZES = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, 
 
 
 def engine_workloads(quick: bool) -> dict:
+    """name -> (prompts, new tokens each, the earlier request that cached the system prompt or None)."""
     rng = random.Random(1)
     n_plain, plain_len, plain_new = (4, 24, 8) if quick else (16, 100, 128)
     n_shared, system_len, shared_new = (4, 64, 4) if quick else (32, 512, 32)
@@ -239,7 +240,7 @@ def run_refimpl(model_dir, prompts, max_tokens, warm, repeats: int, block_size: 
     sp = SP(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     times, outputs = [], None
     for _ in range(repeats):
-        llm = LLM(model_dir, kvcache_block_size=block_size, num_kvcache_blocks=4096 // block_size * 64,
+        llm = LLM(model_dir, kvcache_block_size=block_size, num_kvcache_blocks=16384 // block_size,  # 16k tokens
                   dtype="float32", max_num_batched_tokens=16384)
         llm.generate([prompts[0][:8]], sp, use_tqdm=False)  # warm-up (first-call costs)
         if warm is not None:
