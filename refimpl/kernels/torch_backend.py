@@ -110,14 +110,14 @@ def _shared_prefix_blocks(block_table: torch.Tensor, min_len: int, block_size: i
 
 @dataclass
 class _DecodePlan:
-    """What a decode step's metadata says, the same for every layer: which blocks to gather, which
-    gathered rows are real context."""
+    """What a decode step's metadata says, the same for every layer: which blocks and slots to gather,
+    and which gathered rows are context."""
 
     shared_ids: torch.Tensor  # [shared] block ids at the start of every block table
-    own_slots: torch.Tensor  # [batch, own_len] each sequence's slots after them (padding reads slot 0)
-    valid: torch.Tensor  # [batch, own_len] which gathered own rows are context
-    first_invalid: int  # own rows before it are context for every sequence
-    tail_invalid: torch.Tensor  # [batch, own_len - first_invalid, 1, 1]
+    # [batch, own_len] each sequence's slots after them; a row past its context reads the slot of
+    # its first token instead, a real (finite) row that the bias then gives weight exactly 0, so
+    # stale or unwritten slots (even NaN) are never read.
+    own_slots: torch.Tensor
     bias: torch.Tensor  # [batch, 1, 1, own_len]: 0 for context rows, -inf for the others
 
 
@@ -127,14 +127,12 @@ def _plan_decode(block_table: torch.Tensor, cache_seqlens: torch.Tensor, block_s
     shared = _shared_prefix_blocks(block_table, min_len, block_size)
     positions = torch.arange(shared * block_size, max_len, device=block_table.device)
     valid = positions[None, :] < seqlens[:, None]
-    first_invalid = min_len - shared * block_size
-    block_ids = block_table[:, positions // block_size].to(torch.int64).clamp(min=0)
+    block_ids = block_table.to(torch.int64)
+    slots = block_ids[:, positions // block_size] * block_size + positions % block_size
+    first_slots = block_ids[:, :1] * block_size
     return _DecodePlan(
-        shared_ids=block_table[0, :shared].to(torch.int64),
-        own_slots=block_ids * block_size + positions % block_size,
-        valid=valid,
-        first_invalid=first_invalid,
-        tail_invalid=~valid[:, first_invalid:, None, None],
+        shared_ids=block_ids[0, :shared],
+        own_slots=torch.where(valid, slots, first_slots),
         bias=torch.zeros(valid.shape, device=valid.device).masked_fill_(~valid, float("-inf"))[:, None, None, :],
     )
 
@@ -183,14 +181,9 @@ def paged_decode_attention(
     queries = q.float().reshape(batch, num_kv_heads, group, head_dim)
 
     # Each sequence's own rows after the shared blocks, up to the longest context.
-    own_len = plan.valid.shape[1]
-    keys = gather_slots(k_cache, plan.own_slots)  # [batch, own_len, kv_heads, dim]
-    values = gather_slots(v_cache, plan.own_slots)
-    if plan.first_invalid < own_len:  # stale or unwritten rows (even NaN) must not reach the products
-        keys[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
-        values[:, plan.first_invalid :].masked_fill_(plan.tail_invalid, 0)
-    keys = keys.float().permute(0, 2, 1, 3)  # [batch, kv_heads, own_len, dim]
-    values = values.float().permute(0, 2, 1, 3)
+    keys = gather_slots(k_cache, plan.own_slots).float().permute(0, 2, 1, 3)  # [batch, kv_heads, own_len, dim]
+    values = gather_slots(v_cache, plan.own_slots).float().permute(0, 2, 1, 3)
+
     shared = plan.shared_ids.shape[0]
     if shared == 0:
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.bias, scale=scale)
