@@ -230,6 +230,15 @@ def test_torch_backend_prefill_matches_twin(case):
     assert_close(torch_backend.paged_prefill_attention(*args, check=False), expected, case["dtype"])
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["one-padded-batch", "one-sequence-at-a-time"])
+def test_torch_backend_prefill_both_ways(monkeypatch, batched):
+    """Small prefills run as one padded batch, large ones sequence by sequence: both equal the twin."""
+    if not batched:
+        monkeypatch.setattr(torch_backend, "BATCHED_PREFILL_MAX_SCORES", 0)
+    args = make_prefill_case([12, 5, 1, 9], [4, 5, 1, 0], 4, 2, 2, 8, torch.float32, seed=9)
+    assert_close(torch_backend.paged_prefill_attention(*args), reference.paged_prefill_attention(*args), torch.float32)
+
+
 def test_unchecked_decode_recomputes_its_plan_for_new_metadata():
     """The plan is reused only for the very same metadata tensors: a new step gets its own."""
     k_cache, v_cache, block_table, seqlens = make_paged_context([9, 5, 12], 4, 2, 8, seed=7)

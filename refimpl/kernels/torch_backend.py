@@ -233,6 +233,10 @@ def paged_prefill_attention(
     group = num_heads // num_kv_heads
     scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
     block_ids = block_table.to(torch.int64)
+    batch = len(q_lens)
+    max_q, max_k = max(q_lens, default=0), max(k_lens, default=0)
+    if batch > 1 and 0 < batch * max_q * max_k <= BATCHED_PREFILL_MAX_SCORES:
+        return _prefill_padded(q, k_cache, v_cache, cu_seqlens_q, q_lens, k_lens, max_q, max_k, block_ids, scale)
     out = torch.empty_like(q)
     start = 0
     for b, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
@@ -255,3 +259,37 @@ def paged_prefill_attention(
         out[start : start + q_len] = seq_out.transpose(0, 1).to(q.dtype)
         start += q_len
     return out
+
+
+#: Above this many query-key pairs (batch x longest query x longest context) a prefill runs one
+#: sequence at a time instead of as one padded batch.
+BATCHED_PREFILL_MAX_SCORES = 1 << 22
+
+
+def _prefill_padded(q, k_cache, v_cache, cu_seqlens_q, q_lens, k_lens, max_q, max_k, block_ids, scale):
+    """The whole prefill as one padded batch: `[batch, max_q]` queries against `[batch, max_k]` keys.
+
+    Padding keys read each sequence's first slot (a real row) and padding queries read row 0; the
+    mask gives padding keys weight 0 and every padding query one key, and padding rows are dropped.
+    """
+    device = q.device
+    block_size = k_cache.shape[1]
+    group = q.shape[1] // k_cache.shape[2]
+    q_len_t = torch.tensor(q_lens, device=device)
+    k_len_t = torch.tensor(k_lens, device=device)
+    key_pos = torch.arange(max_k, device=device)
+    key_valid = key_pos[None, :] < k_len_t[:, None]  # [batch, max_k]
+    slots = block_ids[:, key_pos // block_size] * block_size + key_pos % block_size
+    slots = torch.where(key_valid, slots, block_ids[:, :1].clamp(min=0) * block_size)
+    keys = gather_slots(k_cache, slots).float().transpose(1, 2)  # [batch, kv_heads, max_k, dim]
+    values = gather_slots(v_cache, slots).float().transpose(1, 2)
+    query_pos = torch.arange(max_q, device=device)
+    query_valid = query_pos[None, :] < q_len_t[:, None]  # [batch, max_q]
+    rows = torch.where(query_valid, cu_seqlens_q[:-1].to(torch.int64)[:, None] + query_pos[None, :], 0)
+    queries = q.float()[rows].transpose(1, 2)  # [batch, heads, max_q, dim]
+    # Query i of a sequence sits at position k_len - q_len + i and sees every key up to it.
+    last_key = (k_len_t - q_len_t)[:, None, None] + query_pos[None, :, None]  # [batch, max_q, 1]
+    allowed = (key_pos[None, None, :] <= last_key) & (key_valid[:, None, :] | (key_pos == 0))
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed[:, None], scale=scale,
+                                         enable_gqa=group > 1)
+    return out.transpose(1, 2)[query_valid].to(q.dtype)
