@@ -11,7 +11,8 @@ whole blocks instead of single rows and let `scaled_dot_product_attention` do th
   are gathered once and attended by all queries in one matrix product: prefix caching saves their
   memory reads as well as their prefill.
 * `paged_prefill_attention` gathers each sequence's context once and runs causal attention with the
-  queries aligned to the end of the context (cached prefix + this step's tokens).
+  queries aligned to the end of the context (cached prefix + this step's tokens): a small step as
+  one padded batch, a large one sequence by sequence.
 
 Each takes `check=True`, which runs the twins' argument checks. The engine passes `check=False` on
 every layer but the first of a step: all layers get the same step metadata, so checking it once
