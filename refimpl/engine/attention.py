@@ -8,7 +8,8 @@ the same three operations, called here with the step's `Context`:
   3. decode: one query per sequence over its `context_lens` cached tokens, through `block_tables`.
 Because step 1 runs first, attention always finds the new tokens' K/V in the cache too.
 Every layer of a step gets the same metadata, so a backend that allows it
-(`AttentionOps.check_once_per_step`) checks the arguments in the first layer only.
+(`AttentionOps.check_once_per_step`) checks the arguments at most once per step: not at all when the
+model runner already checked them (`Context.checked`), else in the first layer.
 """
 
 from __future__ import annotations
