@@ -11,6 +11,8 @@ def is_integer(value: object) -> bool:
     True and 2.0 are rejected (a bool or a float where a count belongs is almost always a
     mistake); numpy integers are accepted because counts often come out of numpy arrays.
     """
+    if type(value) is int:  # the common case, without the slower abstract-class check
+        return True
     return not isinstance(value, bool) and isinstance(value, Integral)
 
 

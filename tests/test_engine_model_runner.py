@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from refimpl.engine import LLM, SamplingParams, get_context, reset_context
+from refimpl.errors import InvariantError
 from refimpl.paged.sequence import Sequence
 
 
@@ -59,6 +60,23 @@ def test_prepare_prefill_with_cached_prefix_and_a_chunk(runner):
         assert ctx.block_tables.tolist() == [[0, 1, 5], [6, 9, 4]]
     finally:
         reset_context()
+
+
+def test_step_addresses_are_checked_once_by_the_runner(runner):
+    """The runner checks slots and block tables on its lists and marks the context checked, so the
+    attention layers skip their tensor checks; a broken table is an InvariantError before any tensor."""
+    ok = seq_with(range(100, 106), [0, 1], 0, 6)
+    runner.prepare_prefill([ok])
+    try:
+        assert get_context().checked
+    finally:
+        reset_context()
+    for table, num_cached in (([0, 16], 0), ([3], 0), ([2, 2], 4)):  # block 16 of 16; too short; slot twice
+        bad = seq_with(range(100, 106), table, num_cached, 6 - num_cached)
+        other = seq_with(range(300, 306), [2, 2], 4, 2)
+        with pytest.raises(InvariantError):
+            runner.prepare_prefill([bad, other] if num_cached else [bad])
+    reset_context()
 
 
 def test_prepare_decode(runner):

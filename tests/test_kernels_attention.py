@@ -1,4 +1,5 @@
-"""Paged decode / prefill attention: twins against dense attention, Triton kernels against twins.
+"""Paged decode / prefill attention: twins against dense attention, Triton kernels and the engine's
+fast torch backend against twins.
 
 The torch twins are proven against the textbook formula softmax(Q K^T * scale + causal mask) V
 on contexts read token by token; the Triton kernels (CPU interpreter here, compiled under
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refimpl.kernels as triton_kernels
-from refimpl.kernels import reference
+from refimpl.kernels import reference, torch_backend
 
 TOLERANCE = {  # (atol, rtol) between two fp32-accumulating implementations rounded to the dtype
     torch.float32: (2e-5, 2e-5),
@@ -193,6 +194,75 @@ def test_softmax_scale_is_used():
         assert_close(out, dense_attention(q, keys, values, 0.3), torch.float32)
 
 
+# --- the fast torch backend vs twins
+
+
+def share_leading_blocks(block_table: torch.Tensor, seq_lens: list[int], block_size: int, columns: int) -> None:
+    """Point every row's first `columns` block-table entries at row 0's blocks (a shared cached prefix)."""
+    columns = min(columns, min(seq_lens) // block_size)
+    if columns:
+        block_table[:, :columns] = block_table[0, :columns].clone()
+
+
+@given(decode_cases(max_len=40), st.integers(0, 6))
+def test_torch_backend_decode_matches_twin(case, shared_columns):
+    """Including batches whose block tables start with the same blocks (attended once for all)."""
+    k_cache, v_cache, block_table, seqlens = make_paged_context(
+        case["seq_lens"], case["block_size"], case["num_kv_heads"], case["head_dim"], case["dtype"],
+        seed=case["seed"], pad=case["pad"],
+    )
+    share_leading_blocks(block_table, case["seq_lens"], case["block_size"], shared_columns)
+    gen = torch.Generator().manual_seed(case["seed"] + 1)
+    q = torch.randn(len(case["seq_lens"]), case["num_kv_heads"] * case["group"], case["head_dim"],
+                    generator=gen).to(case["dtype"])
+    expected = reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
+    assert_close(torch_backend.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table), expected, case["dtype"])
+    # A later layer of the same step: same metadata objects, unchecked, another layer's cache.
+    k2, v2 = k_cache * 2, v_cache.flip(-1)
+    assert_close(torch_backend.paged_decode_attention(q, k2, v2, seqlens, block_table, check=False),
+                 reference.paged_decode_attention(q, k2, v2, seqlens, block_table), case["dtype"])
+
+
+@given(prefill_cases(max_len=30))
+def test_torch_backend_prefill_matches_twin(case):
+    args, expected = run_prefill(reference.paged_prefill_attention, case)
+    assert_close(torch_backend.paged_prefill_attention(*args), expected, case["dtype"])
+    assert_close(torch_backend.paged_prefill_attention(*args, check=False), expected, case["dtype"])
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["one-padded-batch", "one-sequence-at-a-time"])
+def test_torch_backend_prefill_both_ways(monkeypatch, batched):
+    """Small prefills run as one padded batch, large ones sequence by sequence: both equal the twin."""
+    if not batched:
+        monkeypatch.setattr(torch_backend, "BATCHED_PREFILL_MAX_SCORES", 0)
+    args = make_prefill_case([12, 5, 1, 9], [4, 5, 1, 0], 4, 2, 2, 8, torch.float32, seed=9)
+    assert_close(torch_backend.paged_prefill_attention(*args), reference.paged_prefill_attention(*args), torch.float32)
+
+
+def test_unchecked_decode_recomputes_its_plan_for_new_metadata():
+    """The plan is reused only for the very same metadata tensors: a new step gets its own."""
+    k_cache, v_cache, block_table, seqlens = make_paged_context([9, 5, 12], 4, 2, 8, seed=7)
+    q = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(2))
+    torch_backend.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
+    shorter, table = torch.tensor([3, 5, 1], dtype=torch.int32), block_table.clone()
+    share_leading_blocks(table, [9, 5, 12], 4, 1)
+    for lens, bt in ((shorter, block_table), (seqlens, table)):
+        got = torch_backend.paged_decode_attention(q, k_cache, v_cache, lens, bt, check=False)
+        assert_close(got, reference.paged_decode_attention(q, k_cache, v_cache, lens, bt), torch.float32)
+
+
+def test_gather_blocks_and_slots_copy_from_any_cache_view():
+    cache = torch.arange(5 * 2 * 3 * 4, dtype=torch.float32).view(5, 2, 3, 4)  # 5 blocks of 2 slots
+    ids = torch.tensor([[4, 0], [2, 2]])
+    slots = torch.tensor([[9, 0, 3], [4, 4, 1]])
+    by_slot = cache[slots // 2, slots % 2]
+    assert torch.equal(torch_backend.gather_blocks(cache, ids), cache[ids])
+    assert torch.equal(torch_backend.gather_slots(cache, slots), by_slot)
+    slab = torch.stack((cache, -cache), dim=1)  # [blocks, k|v, ...]: a non-contiguous view per half
+    assert torch.equal(torch_backend.gather_blocks(slab[:, 1], ids), -cache[ids])
+    assert torch.equal(torch_backend.gather_slots(slab[:, 1], slots), -by_slot)
+
+
 # --- kernels vs twins
 
 
@@ -216,6 +286,7 @@ def test_triton_prefill_matches_twin(case):
 
 BOTH = [
     pytest.param(reference, id="torch"),
+    pytest.param(torch_backend, id="torch-backend"),
     pytest.param(triton_kernels, id="triton", marks=pytest.mark.slow),  # Triton interpreter
 ]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import refimpl.kernels  # noqa: F401  (loads the kernel modules into sys.modules)
-from refimpl.kernels import backend, reference, triton_setup
+from refimpl.kernels import backend, reference, torch_backend, triton_setup
 
 PROBE = (
     "import json, os, refimpl, refimpl.kernels as k; from refimpl.kernels import triton_setup as s; "
@@ -109,13 +109,18 @@ def test_unknown_backend_name():
 
 
 def test_attention_ops_bundle_the_three_functions():
+    # The torch backend runs the fast versions of the twins (tests/test_kernels_torch_backend.py
+    # holds them to the twins) and lets the engine check a step's arguments once.
     ops = backend.attention_ops("torch", "cpu")
-    assert (ops.name, ops.store_kvcache, ops.paged_decode_attention) == (
-        "torch", reference.store_kvcache, reference.paged_decode_attention)
+    assert (ops.name, ops.store_kvcache, ops.paged_decode_attention, ops.paged_prefill_attention) == (
+        "torch", torch_backend.store_kvcache, torch_backend.paged_decode_attention,
+        torch_backend.paged_prefill_attention)
+    assert ops.check_once_per_step
     import refimpl.kernels as kernels
 
     ops = backend.attention_ops("triton", "cpu", block_size=3)
     assert ops.paged_prefill_attention is kernels.paged_prefill_attention
+    assert not ops.check_once_per_step  # the kernels check every call
 
 
 def test_setup_flags_agree_with_triton():
@@ -152,7 +157,7 @@ import json, sys
 sys.modules["triton"] = None  # what a machine without Triton looks like: `import triton` fails
 import torch
 import refimpl, refimpl.engine, refimpl.kernels as k
-from refimpl.kernels import backend, reference, triton_setup
+from refimpl.kernels import backend, reference, torch_backend, triton_setup
 cache = torch.zeros(2, 4, 1, 8)
 rows = torch.ones(1, 1, 8)
 reference.store_kvcache(rows, rows, cache, cache.clone(), torch.tensor([5]))

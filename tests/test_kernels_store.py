@@ -1,4 +1,5 @@
-"""store_kvcache: Triton kernel (interpreter here, compiled under ``gpu``) and torch twin.
+"""store_kvcache: Triton kernel (interpreter here, compiled under ``gpu``), torch twin, and the
+engine's fast torch backend (which also runs unchecked, as the engine's later layers call it).
 
 Both must write exactly token i's rows at slot_mapping[i], touch nothing else, skip slot -1,
 follow the strides of non-contiguous inputs and caches, and reject bad input before writing.
@@ -12,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refimpl.kernels as triton_kernels
-from refimpl.kernels import reference
+from refimpl.kernels import reference, torch_backend
 
-BOTH = [pytest.param(reference, id="torch"), pytest.param(triton_kernels, id="triton")]
+BOTH = [pytest.param(reference, id="torch"), pytest.param(triton_kernels, id="triton"),
+        pytest.param(torch_backend, id="torch-backend")]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -114,6 +116,23 @@ def test_store_rejects_bad_input_before_writing(impl, change, message):
         impl.store_kvcache(**args)
     assert message in str(info.value)
     assert not args["k_cache"].any() and not args["v_cache"].any()
+
+
+@settings(max_examples=25)
+@given(case=store_cases())
+def test_unchecked_fast_store_writes_exactly_the_mapped_slots(case):
+    """check=False (the engine's later layers): the same writes, the slots reused when the very same
+    slot_mapping comes again, recomputed for a new one."""
+    gen = torch.Generator().manual_seed(case["seed"])
+    shape = (case["num_blocks"], case["block_size"], case["num_kv_heads"], case["head_dim"])
+    slot_mapping = torch.tensor(case["slots"], dtype=case["index_dtype"])
+    for mapping in (slot_mapping, slot_mapping, slot_mapping.flip(0)):  # same object twice, then a new one
+        k_cache = torch.randn(shape, generator=gen).to(case["dtype"])
+        v_cache = torch.randn(shape, generator=gen).to(case["dtype"])
+        key = torch.randn(len(case["slots"]), *shape[2:], generator=gen).to(case["dtype"])
+        want_k, want_v = expected_cache(k_cache, key, mapping), expected_cache(v_cache, -key, mapping)
+        torch_backend.store_kvcache(key, -key, k_cache, v_cache, mapping, check=False)
+        assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
 
 
 def test_triton_store_on_a_device_it_cannot_use():

@@ -7,6 +7,9 @@ the same three operations, called here with the step's `Context`:
      this step's tokens), read block by block through `block_tables`;
   3. decode: one query per sequence over its `context_lens` cached tokens, through `block_tables`.
 Because step 1 runs first, attention always finds the new tokens' K/V in the cache too.
+Every layer of a step gets the same metadata, so a backend that allows it
+(`AttentionOps.check_once_per_step`) checks the arguments at most once per step: not at all when the
+model runner already checked them (`Context.checked`), else in the first layer.
 """
 
 from __future__ import annotations
@@ -42,12 +45,17 @@ class Attention(nn.Module):
             raise InvariantError("attention ran before the model runner attached a KV cache to the layer")
         if ctx.slot_mapping is None or ctx.block_tables is None:
             raise InvariantError("attention ran without a step context (set_context was not called)")
-        self.ops.store_kvcache(k, v, self.k_cache, self.v_cache, ctx.slot_mapping)
+        ops = self.ops
+        extra = {}
+        if ops.check_once_per_step:
+            extra["check"] = not ctx.checked
+            ctx.checked = True
+        ops.store_kvcache(k, v, self.k_cache, self.v_cache, ctx.slot_mapping, **extra)
         if ctx.is_prefill:
-            return self.ops.paged_prefill_attention(
+            return ops.paged_prefill_attention(
                 q, self.k_cache, self.v_cache, ctx.cu_seqlens_q, ctx.cu_seqlens_k,
-                ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.block_tables, softmax_scale=self.scale,
+                ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.block_tables, softmax_scale=self.scale, **extra,
             )
-        return self.ops.paged_decode_attention(
-            q, self.k_cache, self.v_cache, ctx.context_lens, ctx.block_tables, softmax_scale=self.scale
+        return ops.paged_decode_attention(
+            q, self.k_cache, self.v_cache, ctx.context_lens, ctx.block_tables, softmax_scale=self.scale, **extra
         )

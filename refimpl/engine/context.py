@@ -37,6 +37,9 @@ class Context:
     slot_mapping: torch.Tensor | None = None
     context_lens: torch.Tensor | None = None
     block_tables: torch.Tensor | None = None
+    # The step's arguments are known good: checked by the model runner on the lists they came from,
+    # or by the first attention layer of the step (backends with `check_once_per_step`).
+    checked: bool = False
 
 
 _CONTEXT = Context()

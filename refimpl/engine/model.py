@@ -64,7 +64,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    """cos/sin already in x's dtype (transformers casts them the same way, once per forward)."""
     return x * cos + rotate_half(x) * sin
 
 
@@ -129,7 +129,7 @@ class Qwen3Model(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)
-        rope = self.rotary_emb(positions)  # shared by every layer
+        rope = tuple(t.to(hidden_states.dtype) for t in self.rotary_emb(positions))  # shared by every layer
         for layer in self.layers:
             hidden_states = layer(rope, hidden_states)
         return self.norm(hidden_states)

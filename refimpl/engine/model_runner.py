@@ -22,6 +22,7 @@ from refimpl.engine.context import Context, get_context, reset_context, set_cont
 from refimpl.engine.loader import load_model
 from refimpl.engine.model import Qwen3ForCausalLM
 from refimpl.engine.sampler import Sampler
+from refimpl.errors import InvariantError
 from refimpl.kernels.backend import attention_ops, check_attention_backend
 from refimpl.paged.sequence import Sequence
 
@@ -102,6 +103,24 @@ class ModelRunner:
     def _int64(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64, device=self.device)
 
+    # --- the step's addresses, checked once on the Python lists they are built from, so that no
+    # attention layer checks them again as tensors (`Context.checked`). They come from the block
+    # manager, so a failure is a bug here (InvariantError), not bad input.
+    def check_block_tables(self, seqs: list[Sequence], context_lens: list[int]) -> None:
+        num_blocks = self.num_kvcache_blocks
+        for seq, length in zip(seqs, context_lens):
+            table = seq.block_table
+            if not 1 <= length <= len(table) * self.block_size or not all(0 <= b < num_blocks for b in table):
+                raise InvariantError(
+                    f"sequence {seq.seq_id}: a context of {length} tokens does not fit block table {table} "
+                    f"(block size {self.block_size}, {num_blocks} blocks)"
+                )
+
+    def check_slot_mapping(self, slot_mapping: list[int]) -> None:
+        num_slots = self.num_kvcache_blocks * self.block_size
+        if len(set(slot_mapping)) != len(slot_mapping) or not all(0 <= s < num_slots for s in slot_mapping):
+            raise InvariantError(f"slot_mapping {slot_mapping} repeats a slot or leaves [0, {num_slots})")
+
     def prepare_block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
         """`[batch, longest block table]` int32, padded with -1 (never read: beyond the context)."""
         width = max(len(seq.block_table) for seq in seqs)
@@ -119,6 +138,7 @@ class ModelRunner:
         positions: list[int] = []
         cu_seqlens_q, cu_seqlens_k = [0], [0]
         slot_mapping: list[int] = []
+        self.check_block_tables(seqs, [seq.num_cached_tokens + seq.num_scheduled_tokens for seq in seqs])
         for seq in seqs:
             start = seq.num_cached_tokens
             end = start + seq.num_scheduled_tokens
@@ -127,6 +147,7 @@ class ModelRunner:
             cu_seqlens_q.append(cu_seqlens_q[-1] + end - start)
             cu_seqlens_k.append(cu_seqlens_k[-1] + end)
             slot_mapping.extend(self.slot(seq, pos) for pos in range(start, end))
+        self.check_slot_mapping(slot_mapping)
         set_context(Context(
             is_prefill=True,
             cu_seqlens_q=self._int32(cu_seqlens_q),
@@ -135,6 +156,7 @@ class ModelRunner:
             max_seqlen_k=max(b - a for a, b in zip(cu_seqlens_k, cu_seqlens_k[1:])),
             slot_mapping=self._int32(slot_mapping),
             block_tables=self.prepare_block_tables(seqs),
+            checked=True,
         ))
         return self._int64(input_ids), self._int64(positions)
 
@@ -145,11 +167,16 @@ class ModelRunner:
         """
         input_ids = [seq.last_token for seq in seqs]
         positions = [len(seq) - 1 for seq in seqs]
+        context_lens = [len(seq) for seq in seqs]
+        self.check_block_tables(seqs, context_lens)
+        slot_mapping = [seq.block_table[-1] * self.block_size + seq.last_block_num_tokens - 1 for seq in seqs]
+        self.check_slot_mapping(slot_mapping)
         set_context(Context(
             is_prefill=False,
-            slot_mapping=self._int32([seq.block_table[-1] * self.block_size + seq.last_block_num_tokens - 1 for seq in seqs]),
-            context_lens=self._int32([len(seq) for seq in seqs]),
+            slot_mapping=self._int32(slot_mapping),
+            context_lens=self._int32(context_lens),
             block_tables=self.prepare_block_tables(seqs),
+            checked=True,
         ))
         return self._int64(input_ids), self._int64(positions)
 

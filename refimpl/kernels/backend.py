@@ -2,7 +2,8 @@
 
 Three backends compute the same attention over the paged KV cache:
 
-* ``"torch"``: the pure-torch twins in ``refimpl.kernels.reference``; runs anywhere.
+* ``"torch"``: pure torch, runs anywhere: ``refimpl.kernels.torch_backend``, the fast versions of
+  the readable twins in ``refimpl.kernels.reference`` (same signatures, same numbers).
 * ``"triton"``: the Triton kernels in ``refimpl.kernels``; compiled on CUDA, run by Triton's
   CPU interpreter elsewhere (correct but about a thousand times slower than torch).
 * ``"flash-attn"``: ``flash_attn_with_kvcache`` / ``flash_attn_varlen_func``; CUDA only, only
@@ -22,7 +23,7 @@ from typing import Callable
 import torch
 
 from refimpl.errors import BackendUnavailableError
-from refimpl.kernels import reference
+from refimpl.kernels import reference, torch_backend
 from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET, MODE_MISMATCH
 
 #: Backend names, best first when all are usable.
@@ -116,12 +117,18 @@ def check_attention_backend(name: str, device: torch.device | str | None = None,
 
 @dataclass(frozen=True)
 class AttentionOps:
-    """The three cache operations of one backend, all with the signatures of ``refimpl.kernels``."""
+    """The three cache operations of one backend, all with the signatures of ``refimpl.kernels``.
+
+    With ``check_once_per_step`` the three also take ``check=``, and the engine checks a step's
+    arguments in its first attention layer only (every layer gets the same step metadata);
+    the other backends check every call.
+    """
 
     name: str
     store_kvcache: Callable[..., None]
     paged_decode_attention: Callable[..., torch.Tensor]
     paged_prefill_attention: Callable[..., torch.Tensor]
+    check_once_per_step: bool = False
 
 
 def _flash_attn_ops() -> AttentionOps:
@@ -166,5 +173,5 @@ def attention_ops(name: str | None = None, device: torch.device | str | None = N
 
         return AttentionOps("triton", kernels.store_kvcache, kernels.paged_decode_attention,
                             kernels.paged_prefill_attention)
-    return AttentionOps("torch", reference.store_kvcache, reference.paged_decode_attention,
-                        reference.paged_prefill_attention)
+    return AttentionOps("torch", torch_backend.store_kvcache, torch_backend.paged_decode_attention,
+                        torch_backend.paged_prefill_attention, check_once_per_step=True)

@@ -3,7 +3,8 @@
 Each twin has exactly the signature of its Triton kernel in ``refimpl.kernels`` and computes
 the same numbers the plain way: gather the context out of the paged cache through the block
 table, then run ordinary softmax attention in fp32. They are the oracle the kernel tests
-compare against, and the engine's ``torch`` attention backend calls them directly.
+compare against, and the oracle of ``refimpl.kernels.torch_backend``, the faster versions the
+engine's ``torch`` attention backend runs.
 
 Cache layout (as in nano-vllm and flash-attn's paged KV): ``k_cache`` and ``v_cache`` are
 ``[num_blocks, block_size, num_kv_heads, head_dim]``; token ``t`` of a sequence lives in

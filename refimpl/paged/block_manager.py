@@ -68,29 +68,53 @@ class BlockManager:
                 f"sequence {seq.seq_id} has block_size {seq.block_size} but this BlockManager uses {self.block_size}"
             )
 
+    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        """`seq.block_hashes`, extended to cover its first `num_blocks` (full) blocks.
+
+        Each full block of a sequence is hashed once and the chain is kept on the sequence (vLLM
+        keeps block hashes on its Request); nano-vllm rehashes the chain on every walk, in
+        `can_allocate`, again in `allocate`, and in `hash_blocks`.
+        """
+        hashes = seq.block_hashes
+        if len(hashes) < num_blocks:
+            bs = self.block_size
+            token_ids = seq.token_ids
+            h = hashes[-1] if hashes else -1
+            for i in range(len(hashes), num_blocks):
+                h = compute_hash(token_ids[i * bs : (i + 1) * bs], h)
+                hashes.append(h)
+        return hashes
+
+    def _prefix_hits(self, seq: Sequence, limit: int) -> list[int]:
+        """The block ids of the leading blocks (at most `limit`) found in the prefix cache.
+
+        One walk of the hash chain: a hash hit counts only if the cached block holds exactly the
+        same tokens (a collision must never reuse K/V), and the first miss ends the walk, because
+        later blocks depend on K/V that is not cached. (A helper of our own; nano-vllm inlines
+        this walk in `can_allocate` and again in `allocate`.)
+        """
+        if not self.enable_prefix_caching or limit <= 0:
+            return []
+        hashes = self._block_hashes(seq, limit)
+        hash_to_block_id, blocks, bs, token_ids = self.hash_to_block_id, self.blocks, self.block_size, seq.token_ids
+        hits: list[int] = []
+        for i in range(limit):
+            block_id = hash_to_block_id.get(hashes[i], -1)
+            if block_id == -1 or blocks[block_id].token_ids != token_ids[i * bs : (i + 1) * bs]:
+                break
+            hits.append(block_id)
+        return hits
+
     def _match_prefix(self, seq: Sequence) -> tuple[int, int]:
         """Walk the hash chain: (number of leading cached blocks, free blocks still needed).
 
         The last block is never looked up: the model must compute at least one token of the
-        prompt to get logits for the next token. The first miss ends the walk, because later
-        blocks depend on K/V that is not cached. A hit on a block in use costs no free block;
+        prompt to get logits for the next token. A hit on a block in use costs no free block;
         a hit on a freed block must be pulled out of the free queue, so it still costs one.
         """
-        num_new_blocks = seq.num_blocks
-        if not self.enable_prefix_caching:
-            return 0, num_new_blocks
-        h = -1
-        num_cached_blocks = 0
-        for i in range(seq.num_blocks - 1):
-            token_ids = seq.block(i)
-            h = compute_hash(token_ids, h)
-            block_id = self.hash_to_block_id.get(h, -1)
-            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
-                break
-            num_cached_blocks += 1
-            if block_id in self.used_block_ids:
-                num_new_blocks -= 1
-        return num_cached_blocks, num_new_blocks
+        hits = self._prefix_hits(seq, seq.num_blocks - 1)
+        used = self.used_block_ids
+        return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)
 
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
         """The ids of the first `num_cached_blocks` blocks, checked to be hits in one walk.
@@ -98,18 +122,9 @@ class BlockManager:
         nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
         anything changes, at no extra walk over the chain on the good path.
         """
-        if is_integer(num_cached_blocks):
-            limit = min(num_cached_blocks, seq.num_blocks - 1) if self.enable_prefix_caching else 0
-            h = -1
-            hit_block_ids: list[int] = []
-            for i in range(max(limit, 0)):
-                token_ids = seq.block(i)
-                h = compute_hash(token_ids, h)
-                block_id = self.hash_to_block_id.get(h, -1)
-                if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
-                    break
-                hit_block_ids.append(block_id)
-            if 0 <= num_cached_blocks == len(hit_block_ids):
+        if is_integer(num_cached_blocks) and num_cached_blocks >= 0:
+            hit_block_ids = self._prefix_hits(seq, min(num_cached_blocks, seq.num_blocks - 1))
+            if num_cached_blocks == len(hit_block_ids):
                 return hit_block_ids
         available_hits, _ = self._match_prefix(seq)  # only to say what would have been right
         raise ValueError(
@@ -142,18 +157,23 @@ class BlockManager:
             raise ValueError(
                 f"sequence {seq.seq_id} needs {needed} free blocks but only {len(self.free_block_ids)} are free"
             )
+        self._allocate_hits(seq, hit_block_ids)
+
+    def _allocate_hits(self, seq: Sequence, hit_block_ids: list[int]) -> None:
+        """`allocate` without its checks, given the hit ids of the one walk (the Scheduler's path)."""
+        used, blocks, table = self.used_block_ids, self.blocks, seq.block_table
         for block_id in hit_block_ids:
-            block = self.blocks[block_id]
-            if block_id in self.used_block_ids:
+            block = blocks[block_id]
+            if block_id in used:
                 block.ref_count += 1  # shared with a running sequence
             else:
                 block.ref_count = 1  # freed but not yet overwritten: bring it back
                 self.free_block_ids.remove(block_id)
-                self.used_block_ids.add(block_id)
-            seq.block_table.append(block_id)
-        for _ in range(num_cached_blocks, seq.num_blocks):
-            seq.block_table.append(self._allocate_block())
-        seq.num_cached_tokens = num_cached_blocks * self.block_size
+                used.add(block_id)
+            table.append(block_id)
+        for _ in range(len(hit_block_ids), seq.num_blocks):
+            table.append(self._allocate_block())
+        seq.num_cached_tokens = len(hit_block_ids) * self.block_size
 
     # --- free
     def deallocate(self, seq: Sequence) -> None:
@@ -215,12 +235,25 @@ class BlockManager:
             raise ValueError(
                 f"sequence {seq.seq_id} schedules tokens up to block {end - 1} but holds only {len(seq.block_table)} blocks"
             )
-        h = self.blocks[seq.block_table[start - 1]].hash if start > 0 else -1
+        self._register_blocks(seq, start, end)
+
+    def _register_blocks(self, seq: Sequence, start: int, end: int) -> None:
+        """`hash_blocks` without its checks: register blocks start..end-1 of the sequence.
+
+        nano-vllm chains from the hash stored on block start-1; on every path through the
+        scheduler that is the sequence's own chain, so the kept hashes are used. Should a caller
+        have left block start-1 unregistered, the chain starts from what it stores, as upstream.
+        """
+        bs = self.block_size
+        blocks, table, token_ids = self.blocks, seq.block_table, seq.token_ids
+        hashes = self._block_hashes(seq, end)
+        h = blocks[table[start - 1]].hash if start > 0 else -1
+        own_chain = start == 0 or hashes[start - 1] == h
         for i in range(start, end):
-            block = self.blocks[seq.block_table[i]]
-            token_ids = seq.block(i)
-            h = compute_hash(token_ids, h)
-            block.update(h, token_ids)
+            block = blocks[table[i]]
+            block_tokens = token_ids[i * bs : (i + 1) * bs]
+            h = hashes[i] if own_chain else compute_hash(block_tokens, h)
+            block.update(h, block_tokens)
             self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
 
     # --- views

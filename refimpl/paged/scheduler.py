@@ -52,6 +52,7 @@ class Scheduler:
         )
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
+        self._queued: set[Sequence] = set()  # sequences add() accepted and that have not finished
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
 
@@ -66,12 +67,18 @@ class Scheduler:
         return (longest + self.block_size - 1) // self.block_size
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence; reject one that could never fit in the whole pool."""
+        """Queue a new sequence; reject one that could never fit in the whole pool.
+
+        Arguments are checked here, once per sequence, so that `schedule` and `postprocess` can
+        call the block manager's unchecked internals step after step.
+        """
         if seq.block_size != self.block_size:
             raise ValueError(f"sequence block_size {seq.block_size} != scheduler kvcache_block_size {self.block_size}")
         if seq.status != SequenceStatus.WAITING or seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again")
-        if any(s is seq for s in self.waiting) or any(s is seq for s in self.running):
+        # `_queued` remembers what add() accepted, so the usual case needs no scan of the queues;
+        # a remembered sequence is looked for in them (code may have taken it out by hand).
+        if seq in self._queued and (seq in self.waiting or seq in self.running):
             raise ValueError(f"sequence {seq.seq_id} is already scheduled")
         need = self.max_blocks_needed(seq)
         if need > self.block_manager.num_blocks:
@@ -80,6 +87,7 @@ class Scheduler:
                 f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has only "
                 f"{self.block_manager.num_blocks}; it could never run"
             )
+        self._queued.add(seq)
         self.waiting.append(seq)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
@@ -87,35 +95,48 @@ class Scheduler:
 
         Sets each scheduled sequence's `num_scheduled_tokens` (the prompt tokens not served by the
         prefix cache, or a chunk of them; 1 for a decode) for the model runner and `postprocess`.
+
+        The block-manager moves are nano-vllm's (`can_allocate` + `allocate`, `can_append` +
+        `may_append`) through their unchecked internals: the prefix walk runs once per admission
+        and its hit ids go straight to the allocation.
         """
         if self.is_finished():
             raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
+        bm = self.block_manager
+        free_block_ids = bm.free_block_ids
+        used_block_ids = bm.used_block_ids
+        block_size = self.block_size
+        max_num_seqs = self.max_num_seqs
         scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
 
         # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
-        while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
-            seq = self.waiting[0]
+        waiting = self.waiting
+        while waiting and len(scheduled_seqs) < max_num_seqs:
+            seq = waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
                 break
             if not seq.block_table:  # new, or preempted: find cached blocks and room for the rest
-                num_cached_blocks = self.block_manager.can_allocate(seq)
-                if num_cached_blocks == -1:
+                # can_allocate: the cached leading blocks (never the last one), and whether the free
+                # queue covers the rest; a hit on a block in use needs no free block.
+                hit_block_ids = bm._prefix_hits(seq, seq.num_blocks - 1)
+                num_new_blocks = seq.num_blocks - sum(1 for block_id in hit_block_ids if block_id in used_block_ids)
+                if len(free_block_ids) < num_new_blocks:
                     break
-                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
+                num_tokens = seq.num_tokens - len(hit_block_ids) * block_size
             else:  # the rest of a prompt that an earlier step cut into a chunk
                 num_tokens = seq.num_tokens - seq.num_cached_tokens
             if remaining < num_tokens and scheduled_seqs:  # only the first sequence of a step may be chunked
                 break
             if not seq.block_table:
-                self.block_manager.allocate(seq, num_cached_blocks)
+                bm._allocate_hits(seq, hit_block_ids)  # allocate
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
             if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
                 seq.status = SequenceStatus.RUNNING
-                self.waiting.popleft()
+                waiting.popleft()
                 self.running.append(seq)
             # else: a partial prefill stays first in `waiting`, holding all its blocks.
             scheduled_seqs.append(seq)
@@ -123,22 +144,24 @@ class Scheduler:
             return scheduled_seqs, True
 
         # Decode: one token per running sequence, preempting from the back when blocks run out.
-        while self.running and len(scheduled_seqs) < self.max_num_seqs:
-            seq = self.running.popleft()
-            while not self.block_manager.can_append(seq):
-                if self.running:
-                    self.preempt(self.running.pop())
-                else:
-                    self.preempt(seq)
-                    break
-            else:
-                seq.num_scheduled_tokens = 1
-                seq.is_prefill = False
-                self.block_manager.may_append(seq)
-                scheduled_seqs.append(seq)
+        running = self.running
+        while running and len(scheduled_seqs) < max_num_seqs:
+            seq = running.popleft()
+            # can_append / may_append: the newest token starts a new block (nano-vllm's
+            # `len % block_size == 1`, written so that it also holds for block_size 1).
+            if (seq.num_tokens - 1) % block_size == 0:
+                while not free_block_ids and running:
+                    self.preempt(running.pop())
+                if not free_block_ids:
+                    self.preempt(seq)  # nothing left to take blocks from: wait for recomputation
+                    continue
+                seq.block_table.append(bm._allocate_block())
+            seq.num_scheduled_tokens = 1
+            seq.is_prefill = False
+            scheduled_seqs.append(seq)
         if not scheduled_seqs:
             raise InvariantError("schedule() found nothing to run although sequences are queued")
-        self.running.extendleft(reversed(scheduled_seqs))
+        running.extendleft(reversed(scheduled_seqs))
         return scheduled_seqs, False
 
     def preempt(self, seq: Sequence) -> None:
@@ -159,25 +182,37 @@ class Scheduler:
     def postprocess(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> list[bool]:
         """Record a step's results; returns, per sequence, whether it finished.
 
-        Blocks filled this step are registered in the prefix cache, then the computed tokens
-        count as cached. A sampled token is kept only when the whole prompt has been computed
-        (a chunk in the middle of a prompt produces no usable token).
+        Blocks filled this step are registered in the prefix cache (`hash_blocks`), then the
+        computed tokens count as cached. A sampled token is kept only when the whole prompt has
+        been computed (a chunk in the middle of a prompt produces no usable token).
         """
         if len(seqs) != len(token_ids):
             raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
+        bm = self.block_manager
+        block_size = self.block_size
+        caching = bm.enable_prefix_caching
+        eos = self.eos
         finished = []
         for seq, token_id in zip(seqs, token_ids):
-            self.block_manager.hash_blocks(seq)
-            seq.num_cached_tokens += seq.num_scheduled_tokens
+            cached = seq.num_cached_tokens
+            computed = cached + seq.num_scheduled_tokens
+            if caching and computed // block_size != cached // block_size:  # hash_blocks: blocks filled now
+                bm._register_blocks(seq, cached // block_size, computed // block_size)
+            seq.num_cached_tokens = computed
             seq.num_scheduled_tokens = 0
-            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
+            if is_prefill and computed < seq.num_tokens:
                 finished.append(False)
                 continue
-            seq.append_token(token_id)
-            done = (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens
-            if done:
+            # seq.append_token(token_id), inlined: this loop runs once per sequence per step.
+            seq.token_ids.append(token_id)
+            seq.last_token = token_id
+            seq.num_tokens += 1
+            if (token_id == eos and not seq.ignore_eos) or seq.num_tokens - seq.num_prompt_tokens == seq.max_tokens:
                 seq.status = SequenceStatus.FINISHED
-                self.block_manager.deallocate(seq)
+                bm.deallocate(seq)
                 self.running.remove(seq)
-            finished.append(done)
+                self._queued.discard(seq)
+                finished.append(True)
+            else:
+                finished.append(False)
         return finished

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from copy import copy
 from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
@@ -54,20 +53,24 @@ class Sequence:
         *,
         block_size: int = 256,
     ) -> None:
-        token_ids = list(token_ids)
+        token_ids = list(token_ids)  # our own copy: the caller's list is never changed
         if not token_ids:
             raise ValueError("a sequence needs at least one prompt token, got an empty prompt")
         self.block_size = check_block_size(block_size)
         self.seq_id = next(Sequence.counter)
         self.status = SequenceStatus.WAITING
-        self.token_ids = copy(token_ids)
+        self.token_ids = token_ids
         self.last_token = token_ids[-1]
-        self.num_tokens = len(self.token_ids)
+        self.num_tokens = len(token_ids)
         self.num_prompt_tokens = len(token_ids)
         self.num_cached_tokens = 0  # tokens whose K/V are already in the cache
         self.num_scheduled_tokens = 0  # tokens this step computes
         self.is_prefill = True  # becomes False on the first decode step, True again on preemption
         self.block_table: list[int] = []
+        # block_hashes[i]: the chained prefix-cache hash of full block i, filled in by the BlockManager
+        # the first time it needs it and kept, as vLLM keeps block hashes on its Request (nano-vllm
+        # recomputes them on every walk). Full blocks never change, so the hashes stay valid.
+        self.block_hashes: list[int] = []
         self.temperature = sampling_params.temperature
         self.max_tokens = sampling_params.max_tokens
         self.ignore_eos = sampling_params.ignore_eos
@@ -136,6 +139,7 @@ class Sequence:
 
     def __setstate__(self, state) -> None:
         *fields, last_state, self.block_size = state
+        self.block_hashes = []  # the scheduler's business; workers never hash
         for name, value in zip(self._STATE_FIELDS, fields):
             setattr(self, name, value)
         if isinstance(last_state, list):
