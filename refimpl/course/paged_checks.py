@@ -339,7 +339,10 @@ def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]
     `compute_hash` for this to reach it.
     """
     aliases = {_hash_input(a): _hash_input(b) for a, b in pairs}
-    fake = type("xxhash", (), {"xxh64": staticmethod(lambda: _CollidingXXH64(aliases))})
+    fake = type("xxhash", (), {  # both the streaming and the one-shot API, whichever compute_hash uses
+        "xxh64": staticmethod(lambda: _CollidingXXH64(aliases)),
+        "xxh64_intdigest": staticmethod(lambda data: xxhash.xxh64_intdigest(aliases.get(bytes(data), bytes(data)))),
+    })
     with mock.patch.object(hashing, "xxhash", fake):
         if hashing.compute_hash(pairs[0][0]) != hashing.compute_hash(pairs[0][1]):
             raise RuntimeError("colliding_hashes no longer reaches compute_hash; fix the grader")
