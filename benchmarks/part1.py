@@ -72,32 +72,30 @@ def refimpl_scheduler(setup: dict, num_blocks: int, block_size: int) -> Schedule
                                      max_num_batched_tokens=setup["max_num_batched_tokens"]))
 
 
-def refimpl_loop(setup: dict, workload, num_blocks: int, block_size: int, trace: list | None = None) -> float:
-    """CPU seconds to add every request and run refimpl's scheduler to the end."""
-    scheduler = refimpl_scheduler(setup, num_blocks, block_size)
+def run_loop(scheduler, make_sequence, workload, trace: list | None) -> float:
+    """CPU seconds to add every request and run `scheduler` to the end; `trace` records each step."""
     start = time.process_time()
     for prompt, max_tokens in workload:
-        scheduler.add(Sequence(prompt, SamplingParams(max_tokens=max_tokens), block_size=block_size))
+        scheduler.add(make_sequence(prompt, max_tokens))
     while not scheduler.is_finished():
         seqs, is_prefill = scheduler.schedule()
         if trace is not None:
             trace.append((is_prefill, [(s.seq_id, s.num_scheduled_tokens) for s in seqs]))
         scheduler.postprocess(seqs, fake_model(seqs), is_prefill)
     return time.process_time() - start
+
+
+def refimpl_loop(setup: dict, workload, num_blocks: int, block_size: int, trace: list | None = None) -> float:
+    """CPU seconds for the whole workload through refimpl's Scheduler."""
+    return run_loop(refimpl_scheduler(setup, num_blocks, block_size),
+                    lambda prompt, n: Sequence(prompt, SamplingParams(max_tokens=n), block_size=block_size),
+                    workload, trace)
 
 
 def nano_loop(setup: dict, workload, num_blocks: int, block_size: int, trace: list | None = None) -> float:
     """The same with nano-vllm's logic."""
     scheduler = NanoScheduler(num_blocks, block_size, setup["max_num_seqs"], setup["max_num_batched_tokens"], eos=EOS)
-    start = time.process_time()
-    for prompt, max_tokens in workload:
-        scheduler.add(NanoSequence(prompt, block_size, max_tokens))
-    while not scheduler.is_finished():
-        seqs, is_prefill = scheduler.schedule()
-        if trace is not None:
-            trace.append((is_prefill, [(s.seq_id, s.num_scheduled_tokens) for s in seqs]))
-        scheduler.postprocess(seqs, fake_model(seqs), is_prefill)
-    return time.process_time() - start
+    return run_loop(scheduler, lambda prompt, n: NanoSequence(prompt, block_size, n), workload, trace)
 
 
 def same_schedule(setup: dict, workload, num_blocks: int, block_size: int) -> bool:

@@ -58,17 +58,20 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=main, parser_error=parser.error)
 
 
-def expand_folders(paths: list[Path]) -> list[Path]:
-    """Folders stand for the notebooks directly inside them (sorted); files are kept as given."""
+def expand_folders(paths: list[Path], error) -> list[Path]:
+    """Folders stand for the notebooks directly inside them (sorted); files are kept as given.
+
+    `error(message)` reports a folder with no notebook (the parser's one-line error).
+    """
     expanded: list[Path] = []
     for path in paths:
-        if path.is_dir():
-            notebooks = sorted(p for p in path.glob("*.ipynb") if p.is_file())
-            if not notebooks:
-                raise argparse.ArgumentTypeError(f"folder {path} holds no .ipynb notebooks")
-            expanded.extend(notebooks)
-        else:
+        if not path.is_dir():
             expanded.append(path)
+            continue
+        notebooks = sorted(p for p in path.glob("*.ipynb") if p.is_file())
+        if not notebooks:
+            error(f"folder {path} holds no .ipynb notebooks")
+        expanded.extend(notebooks)
     return expanded
 
 
@@ -76,10 +79,7 @@ def main(args: argparse.Namespace) -> int:
     from refimpl.course.exercises import EXERCISES
     from refimpl.course.grading import NotebookGrade, grade_missing, grade_notebook
 
-    try:
-        paths = expand_folders(args.notebooks)
-    except argparse.ArgumentTypeError as exc:
-        args.parser_error(str(exc))
+    paths = expand_folders(args.notebooks, args.parser_error)
 
     grades: list[NotebookGrade] = []
     for path in paths:

@@ -18,7 +18,7 @@ import sys
 from refimpl.cli import DefaultsHelpFormatter
 from refimpl.hybrid import comparison, deepseek_v4
 from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
-from refimpl.hybrid.layout import MAX_MEMORY_BYTES, get_kv_cache_config, parse_memory, summarize_groups
+from refimpl.hybrid.layout import MAX_MEMORY_BYTES, bytes_per_block, get_kv_cache_config, parse_memory, summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
 LAYOUTS = ("grouped", "mla+swa")
@@ -97,7 +97,7 @@ def build_plan(args: argparse.Namespace) -> dict:
         groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
     else:
         groups = comparison.two_group_layout(specs)
-    stride = get_kv_cache_config(groups, 0, num_blocks_override=2).block_stride  # the stride needs no budget
+    stride = bytes_per_block(groups)  # what each block id costs, the divisor of --memory
     if args.num_blocks is None and memory < 2 * stride:
         raise ValueError(f"--memory {memory:,} B leaves no usable block: one block takes {stride:,} B and "
                          f"block 0 is the null block, so give at least {2 * stride:,} B")
