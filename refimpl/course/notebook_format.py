@@ -59,7 +59,25 @@ def lab_form(notebook):
     for cell in result.cells:
         cell.metadata.pop("execution", None)  # run timestamps: they change at every execution
         if cell.cell_type == "code":
-            cell.outputs = [nbformat.from_dict(o) for o in merge_streams(cell.outputs)]
+            cell.outputs = [nbformat.from_dict(o) for o in merge_streams(static_widgets(cell.outputs))]
+    result.metadata.pop("widgets", None)  # live widget state: new model ids at every execution
+    return result
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_PLACEHOLDER = ("[interactive stepper: run this cell in JupyterLab to play it; "
+                      "the static strip shows the same frames]")
+
+
+def static_widgets(outputs: list) -> list:
+    """Widget views replaced by one fixed line: a saved view names a model id that changes at every
+    run and that no static viewer (GitHub, nbval) can show; running the cell brings the widget back."""
+    result = []
+    for output in outputs:
+        if WIDGET_VIEW in output.get("data", {}):
+            output = {"output_type": "display_data", "metadata": {},
+                      "data": {"text/plain": WIDGET_PLACEHOLDER}}
+        result.append(output)
     return result
 
 

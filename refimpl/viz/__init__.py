@@ -3,7 +3,8 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 `X_text` that returns a deterministic string describing the same state. Shared colours live in
 `palette`.
 
-Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
+`show_source(obj)` shows the live lines a chapter teaches; `Stepper` plays recorded frames with a
+slider and shows them as a static strip. Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
 `engine` (one engine step's slots and block tables), `kernels` (pages, prefill mask, reuse),
 `hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time).
 """
@@ -32,3 +33,8 @@ def _show_figures_inline() -> None:
 
 
 _show_figures_inline()
+
+from refimpl.viz.source import SourceView, show_source  # noqa: E402  (after the inline set-up)
+from refimpl.viz.stepper import Frame, Stepper, record_frames  # noqa: E402
+
+__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "show_source"]

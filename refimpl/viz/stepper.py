@@ -1,0 +1,104 @@
+"""Step through a mechanism: frames recorded from the real objects, played with a slider or shown as a strip.
+
+A chapter records frames by running real calls (`record_frames`), each frame a snapshot of the
+objects' state after one call. In JupyterLab `Stepper.widget()` plays them with Play/Prev/Next
+buttons and a slider while the picture redraws; `Stepper.strip()` shows the very same frames as a
+static strip of pictures (and `strip_text()` as text), for GitHub, nbval and print, where widgets
+do not run. Tests check that each frame equals the state of freshly stepped real objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterable, TypeVar
+
+State = TypeVar("State")
+
+
+@dataclass(frozen=True)
+class Frame(Generic[State]):
+    """One step: what was done (`label`) and a snapshot of the state after it."""
+
+    label: str
+    state: State
+
+
+def record_frames(snapshot: Callable[[], State],
+                  actions: Iterable[tuple[str, Callable[[], Any]]],
+                  initial_label: str = "start") -> list[Frame[State]]:
+    """Frame 0 is the state before any action; frame i is the state after the i-th action.
+
+    `snapshot()` must return an immutable copy of the state (the objects keep changing).
+    """
+    frames = [Frame(initial_label, snapshot())]
+    for label, action in actions:
+        action()
+        frames.append(Frame(label, snapshot()))
+    return frames
+
+
+class Stepper(Generic[State]):
+    """Frames plus how to draw one (`draw(state) -> Figure`) and describe it (`describe(state) -> str`)."""
+
+    def __init__(self, frames: list[Frame[State]], draw: Callable[[State], Any],
+                 describe: Callable[[State], str]) -> None:
+        if not frames:
+            raise ValueError("Stepper needs at least one frame")
+        self.frames = list(frames)
+        self.draw = draw
+        self.describe = describe
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def figure(self, index: int):
+        """The picture of frame `index`, titled with its step number and label."""
+        frame = self.frames[index]
+        figure = self.draw(frame.state)
+        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left")
+        return figure
+
+    def caption(self, index: int) -> str:
+        return f"step {index}/{len(self.frames) - 1}: {self.frames[index].label}"
+
+    def strip_text(self) -> str:
+        """Every frame as text: the static twin that nbval checks."""
+        blocks = []
+        for index, frame in enumerate(self.frames):
+            blocks.append(f"--- {self.caption(index)}\n{self.describe(frame.state)}")
+        return "\n".join(blocks)
+
+    def strip(self, every: int = 1) -> None:
+        """Show every `every`-th frame's picture, one under another (the last frame always)."""
+        from IPython.display import display
+
+        indices = list(range(0, len(self.frames), every))
+        if indices[-1] != len(self.frames) - 1:
+            indices.append(len(self.frames) - 1)
+        for index in indices:
+            display(self.figure(index))
+
+    def widget(self):
+        """An ipywidgets player: Play, a slider and the picture and text of the current frame."""
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        last = len(self.frames) - 1
+        slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=False)
+        play = widgets.Play(value=0, min=0, max=last, interval=1200, description="play")
+        widgets.jslink((play, "value"), (slider, "value"))
+        previous = widgets.Button(description="◀ prev", layout=widgets.Layout(width="80px"))
+        following = widgets.Button(description="next ▶", layout=widgets.Layout(width="80px"))
+        output = widgets.Output()
+
+        def render(index: int) -> None:
+            output.clear_output(wait=True)
+            with output:
+                display(self.figure(index))
+                print(self.describe(self.frames[index].state))
+
+        previous.on_click(lambda _: setattr(slider, "value", max(0, slider.value - 1)))
+        following.on_click(lambda _: setattr(slider, "value", min(last, slider.value + 1)))
+        slider.observe(lambda change: render(change["new"]), names="value")
+        render(0)
+        return widgets.VBox([widgets.HBox([play, previous, following, slider]), output])

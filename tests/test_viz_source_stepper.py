@@ -1,0 +1,82 @@
+"""show_source shows the live lines it is asked for; the Stepper's strip and frames are the recorded states."""
+
+from __future__ import annotations
+
+import inspect
+
+import matplotlib
+import pytest
+from matplotlib.figure import Figure
+
+from refimpl.course.notebook_format import WIDGET_PLACEHOLDER, WIDGET_VIEW, static_widgets
+from refimpl.paged.block_manager import BlockManager
+from refimpl.viz.source import show_source
+from refimpl.viz.stepper import Frame, Stepper, record_frames
+
+matplotlib.use("Agg")
+
+
+def test_show_source_numbers_are_the_files_own():
+    view = show_source(BlockManager.deallocate)
+    lines, first = inspect.getsourcelines(BlockManager.deallocate)
+    assert view.path == "refimpl/paged/block_manager.py"
+    assert view.numbers == tuple(range(first, first + len(lines)))
+    assert view.lines[0].startswith("def deallocate(")
+    text = view.text().splitlines()
+    assert text[0] == f"# refimpl/paged/block_manager.py, lines {first}-{first + len(lines) - 1}"
+    assert text[1].startswith(f" {first}  def deallocate(")
+
+
+def test_show_source_excerpt_marks_and_docstring():
+    full = show_source(BlockManager.allocate)
+    bare = show_source(BlockManager.allocate, docstring=False, mark=["free_block_ids"])
+    assert len(bare.lines) < len(full.lines)
+    assert '"""' not in "\n".join(bare.lines)
+    marked = [bare.lines[i] for i in sorted(bare.marked)]
+    assert len(marked) == 1 and "free_block_ids" in marked[0]
+    assert bare.text().splitlines()[1 + min(bare.marked)].startswith(">")
+    html = bare._repr_html_()
+    assert "background:#fff3a8" in html and html.count("\n") == len(bare.lines) - 1
+    excerpt = show_source(BlockManager.allocate, start="needed =", stop="if len(")
+    assert len(excerpt.lines) == 2 and excerpt.lines[0].lstrip().startswith("needed =")
+
+
+def test_show_source_rejects_what_it_cannot_find():
+    with pytest.raises(ValueError, match="'no such line'"):
+        show_source(BlockManager.allocate, mark=["no such line"])
+    with pytest.raises(ValueError, match="no Python source"):
+        show_source(len)
+
+
+def _draw(state: tuple[int, ...]) -> Figure:
+    figure = Figure(figsize=(2, 1))
+    figure.add_subplot().bar(range(len(state)), state)
+    return figure
+
+
+def test_frames_are_the_states_after_each_action():
+    pool: list[int] = []
+    frames = record_frames(lambda: tuple(pool), [("push 1", lambda: pool.append(1)),
+                                                 ("push 2", lambda: pool.append(2)),
+                                                 ("pop", lambda: pool.pop())])
+    assert frames == [Frame("start", ()), Frame("push 1", (1,)), Frame("push 2", (1, 2)), Frame("pop", (1,))]
+    stepper = Stepper(frames, _draw, lambda state: f"pool {list(state)}")
+    assert stepper.strip_text().splitlines() == [
+        "--- step 0/3: start", "pool []", "--- step 1/3: push 1", "pool [1]",
+        "--- step 2/3: push 2", "pool [1, 2]", "--- step 3/3: pop", "pool [1]"]
+    assert stepper.figure(2).texts[0].get_text() == "step 2/3: push 2"
+    widget = stepper.widget()
+    slider = widget.children[0].children[3]
+    slider.value = 3
+    assert slider.max == 3
+    with pytest.raises(ValueError):
+        Stepper([], _draw, str)
+
+
+def test_saved_widget_views_become_one_fixed_line():
+    outputs = [{"output_type": "display_data", "metadata": {},
+                "data": {"text/plain": "VBox(...)", WIDGET_VIEW: {"model_id": "abc"}}},
+               {"output_type": "stream", "name": "stdout", "text": "kept\n"}]
+    assert static_widgets(outputs) == [
+        {"output_type": "display_data", "metadata": {}, "data": {"text/plain": WIDGET_PLACEHOLDER}},
+        outputs[1]]
