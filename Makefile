@@ -43,13 +43,14 @@ test-notebooks: $(STAMP)
 
 # Re-execute every chapter and exercise solution in place (outputs committed), rewrite figures/,
 # store each notebook as JupyterLab would save it, and regenerate the student copies.
+# NB="notebooks/03_block_manager.ipynb ..." re-executes only those.
 EXECUTE := jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False
 notebooks: $(STAMP)
-	for nb in $(NOTEBOOKS); do \
+	for nb in $(or $(NB),$(NOTEBOOKS)); do \
 	  echo "executing $$nb"; \
 	  (cd $$(dirname $$nb) && $(CURDIR)/$(BIN)/$(EXECUTE) $$(basename $$nb)) || exit 1; \
 	done
-	$(BIN)/python -m refimpl.course.notebook_format $(NOTEBOOKS)
+	$(BIN)/python -m refimpl.course.notebook_format $(or $(NB),$(NOTEBOOKS))
 	$(BIN)/python -m refimpl.course.exercises generate
 
 figures: notebooks
