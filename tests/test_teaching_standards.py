@@ -1,0 +1,133 @@
+"""Every chapter keeps the course's teaching standards (CONTRIBUTING.md, "Teaching standards").
+
+Learning goals up front; the code being taught shown from the live package; self-checks that ask
+first and reveal after; a Summary and a Next link; no private shorthand ("seed") in anything a
+reader sees. Each rule is checked per chapter, so a failure names the notebook and the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CHAPTERS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+TEACHING_CHAPTERS = [path for path in CHAPTERS if not path.name.startswith("00_")]
+
+# "seed" is allowed only as a random seed: "seed=0", "seed 3", "random seed(s)", "seeded".
+ALLOWED_SEED = re.compile(r"(?i)random seeds?|\bseeds?\s*=|\bseeds?\s+\d|manual_seed|_seed\b|\bseed_")
+ANY_SEED = re.compile(r"(?i)\bseeds?\b|seed's")
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def text(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def output_text(cell: dict) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if "text" in output:
+            parts.append("".join(output["text"]))
+        for mime, value in output.get("data", {}).items():
+            if mime.startswith("text/"):
+                parts.append("".join(value))
+    return "\n".join(parts)
+
+
+def sections(path: Path) -> dict[str, list[dict]]:
+    """Cells grouped under their `## ` heading (the heading's own cell included)."""
+    grouped: dict[str, list[dict]] = {"": []}
+    current = ""
+    for cell in cells(path):
+        if cell["cell_type"] == "markdown":
+            for line in text(cell).splitlines():
+                if line.startswith("## "):
+                    current = line[3:].strip()
+                    grouped.setdefault(current, [])
+        grouped[current].append(cell)
+    return grouped
+
+
+def ids(paths: list[Path]) -> list[str]:
+    return [path.stem for path in paths]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_opens_with_title_and_learning_goals(path):
+    first = cells(path)[0]
+    assert first["cell_type"] == "markdown", "cell 0 must be markdown"
+    lines = text(first).splitlines()
+    number = path.name.split("_")[0]
+    assert lines[0].startswith(f"# {number} · "), f"title line must start with '# {number} · '"
+    assert "You will learn:" in lines, "cell 0 needs a 'You will learn:' line"
+    goals = lines[lines.index("You will learn:") + 1:]
+    bullets = [line for line in goals if line.startswith(("- ", "* "))]
+    assert 2 <= len(bullets) <= 6, f"2-6 learning goals expected, found {len(bullets)}"
+
+
+@pytest.mark.parametrize("path", TEACHING_CHAPTERS, ids=ids(TEACHING_CHAPTERS))
+def test_shows_the_code_it_teaches(path):
+    shown = [cell for cell in cells(path) if cell["cell_type"] == "code" and "show_source(" in text(cell)]
+    assert shown, "a chapter shows the package code it teaches with show_source(...)"
+
+
+@pytest.mark.parametrize("path", TEACHING_CHAPTERS, ids=ids(TEACHING_CHAPTERS))
+def test_self_check_asks_first_and_reveals_after(path):
+    grouped = sections(path)
+    assert "Self-check" in grouped, "no '## Self-check' section"
+    questions = 0
+    waiting = False  # a question was asked and its reveal cell has not come yet
+    for cell in grouped["Self-check"]:
+        source = text(cell)
+        if cell["cell_type"] == "markdown":
+            asked = len(re.findall(r"^\*\*Q\d+\.\*\*", source, flags=re.M))
+            questions += asked
+            waiting = waiting or asked > 0
+        else:
+            assert source.startswith("# Reveal"), (
+                f"a self-check code cell must start with '# Reveal' (the answer runs after the reader "
+                f"predicts); found: {source.splitlines()[0] if source else '(empty)'!r}")
+            assert waiting, "a '# Reveal' cell must follow the question it answers"
+            waiting = False
+    assert questions >= 2, f"at least 2 self-check questions (**Q1.** ...), found {questions}"
+
+
+@pytest.mark.parametrize("path", TEACHING_CHAPTERS, ids=ids(TEACHING_CHAPTERS))
+def test_summary_after_the_self_check(path):
+    grouped = sections(path)
+    names = list(grouped)
+    assert "Summary" in grouped, "no '## Summary' section"
+    assert names.index("Summary") > names.index("Self-check"), "Summary comes after the Self-check"
+    bullets = [line for cell in grouped["Summary"] if cell["cell_type"] == "markdown"
+               for line in text(cell).splitlines() if line.startswith(("- ", "* "))]
+    assert 4 <= len(bullets) <= 6, f"a Summary has 4-6 bullet lines, found {len(bullets)}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_next_link_points_at_the_next_chapter(path):
+    markdown = [cell for cell in cells(path) if cell["cell_type"] == "markdown"]
+    links = re.findall(r"\*\*Next:\*\* \[[^\]]+\]\(([^)]+)\)", text(markdown[-1]))
+    position = CHAPTERS.index(path)
+    if position == len(CHAPTERS) - 1:
+        assert not links, "the last chapter has no Next link"
+    else:
+        assert links == [CHAPTERS[position + 1].name], (
+            f"the last markdown cell must link **Next:** [..]({CHAPTERS[position + 1].name})")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_no_seed_in_reader_visible_text(path):
+    for index, cell in enumerate(cells(path)):
+        for visible in (text(cell), output_text(cell)):
+            leftover = ALLOWED_SEED.sub("", visible)
+            match = ANY_SEED.search(leftover)
+            assert match is None, (
+                f"cell {index} says {leftover[max(0, match.start() - 40):match.end() + 40]!r}: cite the "
+                "article by title instead of 'seed'")
