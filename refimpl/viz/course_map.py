@@ -182,8 +182,9 @@ GLOSSARY: tuple[Term, ...] = (
          "together; the unit the cache hands out and frees.", ("refimpl.paged.Block", "refimpl.hybrid.KVCacheBlock"), "02"),
     Term("page", "The bytes one block takes in one layer's cache: `block_size` times that layer's bytes per token. "
          "The same block id names one page in every layer of a group.", ("refimpl.hybrid.AttentionSpec.page_size_bytes",), "08"),
-    Term("page size", "`page_size_bytes` of a cache spec, rounded up where the kernel wants aligned pages; layers of "
-         "one group may have different page sizes in Part II.", ("refimpl.hybrid.AttentionSpec.page_size_bytes",), "08"),
+    Term("page size", "`page_size_bytes` of a cache spec: the real page, or the larger padded page a spec reserves "
+         "(`page_size_padded`) for aligned kernels. In Part II one group's layers may differ in page size.",
+         ("refimpl.hybrid.AttentionSpec.page_size_bytes", "refimpl.hybrid.AttentionSpec.real_page_size_bytes"), "08"),
     Term("slot", "One token's place in a layer's cache: `block_id * block_size + offset`, the offset counting "
          "positions inside the block.", ("refimpl.hybrid.addressing.slot_for_position",), "06"),
     Term("slot mapping", "For each token computed in a step, the slot its key and value are written to; the "
@@ -229,8 +230,8 @@ GLOSSARY: tuple[Term, ...] = (
     Term("SWA", "Sliding-window attention: a token attends only to the last W tokens, so blocks that fall out "
          "of the window can be given back (the null block takes their place).",
          ("refimpl.hybrid.SlidingWindowSpec", "refimpl.hybrid.SlidingWindowManager"), "08"),
-    Term("compressor", "A DeepSeek V4 module that turns each run of tokens into one compressed entry (ratio 4 "
-         "or 128), so long context costs fewer cache entries; its running state is cached too.",
+    Term("compressor", "A DeepSeek V4 module that writes one compressed entry per 4 (or 128) tokens, so long "
+         "context costs fewer entries; ratio-4 windows are 8 tokens and overlap. Its running state is cached too.",
          ("refimpl.hybrid.addressing.compressed_slot_for_position",), "08"),
     Term("indexer", "A DeepSeek V4 module that scores the compressed entries and picks the top-k a token "
          "attends to, so attention reads only a few of them.", ("refimpl.kernels.compute_global_topk_indices_and_lens",), "08"),
