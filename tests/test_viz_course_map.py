@@ -54,6 +54,11 @@ def test_every_notebook_on_disk_is_listed():
     assert len(ON_DISK) >= 12  # the glob found the notebooks (not an empty, vacuous list)
 
 
+def test_readme_links_every_chapter():
+    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    assert [c.file for c in CHAPTERS if f"(notebooks/{c.file})" not in readme] == []
+
+
 def title_matches(listed: str, on_disk: str) -> bool:
     """The notebook's title starts with the listed one ("The BlockManager: allocate, append, free"
     for "The BlockManager"), or, for a chapter being retitled, the listed title starts with the

@@ -218,7 +218,11 @@ def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:
 
 
 def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
-    """The spec's cross-layer example: (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3), one page size."""
+    """A cross-layer packed layout: groups (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3), one page size.
+
+    vLLM packs these only with `enable_cross_layers_blocks`; the small case shows that each group
+    starts again at byte 0 of a block and that layers at one offset are listed in group order.
+    """
     full = FullAttentionSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16")
     window = SlidingWindowSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16", sliding_window=128)
     return [
