@@ -27,8 +27,10 @@ from refimpl.viz.course_map import (
     missing_api_names,
     part_table_markdown,
     resolve,
+    route_text,
     total_minutes,
 )
+from refimpl.viz.stepper import Stepper, record_frames
 
 matplotlib.use("Agg")
 
@@ -135,8 +137,9 @@ def test_markdown_table_links_every_chapter():
 # --- the picture
 
 
-def test_picture_reads_at_notebook_width():
-    fig = draw_course_map()
+@pytest.mark.parametrize("read", [None, ("00", "01", "02", "03", "04", "08")], ids=["map", "route"])
+def test_picture_reads_at_notebook_width(read):
+    fig = draw_course_map(read=read)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
@@ -145,7 +148,7 @@ def test_picture_reads_at_notebook_width():
     ax = fig.axes[0]
     texts = [t for t in ax.texts if t.get_text()]
     legend = ax.get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [
+    assert [t.get_text() for t in legend.get_texts()][:4] == [
         "Start: how the course works (15 min)", "Part I: nano-vllm's paged cache (275 min)",
         "Part II: vLLM's hybrid cache for DeepSeek V4 (200 min)", "Part III: a tiny DeepSeek V4 runs on it (45 min)"]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]
@@ -164,6 +167,36 @@ def test_picture_reads_at_notebook_width():
     for patch in ax.patches:
         if type(patch).__name__ == "FancyBboxPatch":
             assert not legend_box.overlaps(patch.get_window_extent(renderer))
+
+
+def test_route_stepper_frames_are_the_route_read_so_far():
+    """Chapter 00's stepper: frame i is the first i chapters of the route, as a fresh list stepped by hand."""
+    route = all_needs("12") + ["12"]
+    read: list[str] = []
+    frames = record_frames(lambda: tuple(read), [(f"read {n}", lambda n=n: read.append(n)) for n in route])
+    fresh: list[str] = []
+    expected = [tuple(fresh)]
+    for number in route:
+        fresh.append(number)
+        expected.append(tuple(fresh))
+    assert [f.state for f in frames] == expected
+    stepper = Stepper(frames, draw=lambda state: draw_course_map(read=state), describe=route_text)
+    assert stepper.strip_text().splitlines()[-1] == "just read 12 · The hybrid allocator; 13 chapters, 460 min so far"
+    assert route_text(["00"]) == "just read 00 · Start here; 1 chapter, 15 min so far"
+    assert route_text([]) == "nothing read yet; 0 chapters, 0 min so far"
+
+
+def test_route_picture_marks_read_and_unread():
+    fig = draw_course_map(read=["00", "01"])
+    ax = fig.axes[0]
+    boxes = [p for p in ax.patches if type(p).__name__ == "FancyBboxPatch"]
+    assert [p.get_linestyle() for p in boxes].count("-") == 2
+    assert sum(p.get_linewidth() == 3.0 for p in boxes) == 1
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-2:] == ["not read yet", "the chapter just read"]
+    assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
+    with pytest.raises(ValueError, match="no chapter '99'"):
+        draw_course_map(read=["99"])
 
 
 def test_one_arrow_per_need():

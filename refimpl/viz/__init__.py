@@ -6,7 +6,8 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 `show_source(obj)` shows the live lines a chapter teaches; `Stepper` plays recorded frames with a
 slider and shows them as a static strip. Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
 `engine` (one engine step's slots and block tables), `kernels` (pages, prefill mask, reuse),
-`hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time).
+`hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time),
+`course_map` (the chapter list, the map of which chapter needs which, the glossary).
 """
 
 from __future__ import annotations

@@ -107,6 +107,13 @@ def total_minutes(part: str | None = None) -> int:
     return sum(c.minutes for c in CHAPTERS if part is None or c.part == part)
 
 
+def route_text(read: tuple[str, ...] | list[str]) -> str:
+    """One line about a route's progress: what was read, the minutes so far, what is left."""
+    done = sum(chapter(number).minutes for number in read)
+    last = f"just read {read[-1]} · {chapter(read[-1]).title}" if read else "nothing read yet"
+    return f"{last}; {len(read)} chapter{'' if len(read) == 1 else 's'}, {done} min so far"
+
+
 def course_map_text() -> str:
     """The chapter list by part: number, title, minutes, direct needs, and the total time."""
     lines = []
@@ -130,11 +137,17 @@ def chapters_markdown() -> str:
     return "\n".join(rows)
 
 
-def draw_course_map(title: str = "The course: an arrow goes from a chapter to one that needs it") -> Figure:
+def draw_course_map(title: str = "The course: an arrow goes from a chapter to one that needs it",
+                    read: tuple[str, ...] | list[str] | None = None) -> Figure:
     """Every chapter as a box coloured by part, with an arrow from each chapter to those needing it.
 
-    Nine columns on a 9-inch-wide figure: at a notebook's width every label stays at 8 pt or more.
+    `read`: chapters read so far, in reading order (for a stepper along a route); the others are
+    drawn white and dashed, the last one read is outlined in black. Nine columns on a 9-inch-wide
+    figure: at a notebook's width every label stays at 8 pt or more.
     """
+    if read is not None:
+        for number in read:
+            chapter(number)  # ValueError for an unknown number
     fig = Figure(figsize=(9.0, 3.9))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.9))
     ax.set_xlim(-0.5, 8.5)
@@ -144,8 +157,12 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
     boxes = {}
     for c in CHAPTERS:
         x, y = _POSITION[c.number]
+        unread = read is not None and c.number not in read
+        latest = read is not None and len(read) > 0 and c.number == read[-1]
         box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.08",
-                             facecolor=PART_FILL[c.part], edgecolor=PART_EDGE[c.part], linewidth=1.4, zorder=2)
+                             facecolor="white" if unread else PART_FILL[c.part],
+                             edgecolor="black" if latest else PART_EDGE[c.part], linewidth=3.0 if latest else 1.4,
+                             linestyle="--" if unread else "-", zorder=2)
         ax.add_patch(box)
         boxes[c.number] = box
         label = "\n".join(textwrap.wrap(c.short, 12))
@@ -159,6 +176,9 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
                                          color="#333333", linewidth=1.1, shrinkA=1, shrinkB=1, zorder=1))
     handles = [Patch(facecolor=PART_FILL[p], edgecolor=PART_EDGE[p], label=f"{heading} ({total_minutes(p)} min)")
                for p, heading in PARTS.items()]
+    if read is not None:
+        handles += [Patch(facecolor="white", edgecolor="#6f6f6f", linestyle="--", label="not read yet"),
+                    Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="the chapter just read")]
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.02), fontsize=8, frameon=False,
               title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours", title_fontsize=8, alignment="left")
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
@@ -203,7 +223,7 @@ GLOSSARY: tuple[Term, ...] = (
     Term("KV cache spec", "What one layer stores per token and per block (kind, block size, heads, dtype, window "
          "or compression ratio); specs decide page sizes and grouping.", ("refimpl.hybrid.KVCacheSpec",), "08"),
     Term("null block", "Block 0 of the hybrid pool: a placeholder put in a sliding-window group's table where a "
-         "block has left the window. It is never handed out, hashed or freed.",
+         "block has left the window. It is never handed out, never hashed, never put back in the free queue.",
          ("refimpl.hybrid.BlockPool.get_new_blocks",), "12"),
     Term("hash block size", "How many tokens one prefix hash covers in Part II; by default the gcd of the group "
          "block sizes, so every group's block is a whole number of hashes.",
@@ -294,7 +314,7 @@ PART_PAIRS: tuple[PartPair, ...] = (
               "refimpl.hybrid.KVCacheManager.allocate_slots")),
     PartPair("where hits may end",
              "any block boundary (the last block is never looked up)",
-             "multiples of the lcm of the group block sizes (256 for DeepSeek V4)",
+             "by default multiples of the lcm of the group block sizes (256 for DeepSeek V4)",
              ("refimpl.hybrid.KVCacheManager.scheduler_block_size",)),
     PartPair("tokens out of a window", "none: every layer keeps every token",
              "sliding-window groups put the null block in their tables and free the real block",
