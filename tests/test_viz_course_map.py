@@ -58,7 +58,7 @@ def test_every_notebook_on_disk_is_listed():
 
 def test_readme_links_every_chapter():
     readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
-    assert [c.file for c in CHAPTERS if f"(notebooks/{c.file})" not in readme] == []
+    assert [c.file for c in CHAPTERS if f"[{c.title}](notebooks/{c.file})" not in readme] == []
 
 
 def title_matches(listed: str, on_disk: str) -> bool:
