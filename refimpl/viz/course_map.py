@@ -247,6 +247,10 @@ GLOSSARY: tuple[Term, ...] = (
          "cached instead of separate keys and values per head.", ("refimpl.hybrid.MLAAttentionSpec",), "08"),
     Term("RoPE / NoPE", "Rotary position embedding rotates part of each key by its position; NoPE dimensions "
          "carry no position. DeepSeek V4 caches both parts in one entry.", (), "08"),
+    Term("fp8_ds_mla", "DeepSeek V4's fp8 cache format for MLA: one 584-byte row per token (448 fp8 NoPE bytes, "
+         "64 bf16 RoPE values, 8 scale bytes).", ("refimpl.hybrid.specs.DSV4_FP8_DS_MLA_TOKEN_BYTES",), "08"),
+    Term("UE8M0", "An 8-bit scale that stores only an exponent (a power of two); fp8 and fp4 caches keep one per "
+         "group of values.", (), "08"),
     Term("SWA", "Sliding-window attention: a token attends only to the last W tokens, so blocks that fall out "
          "of the window can be given back (the null block takes their place).",
          ("refimpl.hybrid.SlidingWindowSpec", "refimpl.hybrid.SlidingWindowManager"), "08"),
