@@ -323,7 +323,7 @@ PART_PAIRS: tuple[PartPair, ...] = (
     PartPair("tokens out of a window", "none: every layer keeps every token",
              "sliding-window groups put the null block in their tables and free the real block",
              ("refimpl.hybrid.SlidingWindowManager",)),
-    PartPair("memory", "every layer has the same page; one tensor per layer",
+    PartPair("memory", "every layer has the same page size, and block b is the same token range in every layer",
              "groups of layers with different pages in one packed slab, `block stride` bytes per block id",
              ("refimpl.hybrid.get_kv_cache_config",)),
 )
