@@ -152,11 +152,12 @@ def swa_window_text(block_ids: Sequence[int], block_size: int, position: int, wi
     return "\n".join(rows)
 
 
-def _block_legend(ax, block_ids: Sequence[int], n_blocks: int, extra: list) -> None:
+def _block_legend(ax, block_ids: Sequence[int], used: Sequence[int], extra: list) -> None:
+    """Legend of the block colours that appear (`used`: table indices), then `extra` entries."""
     handles = [Patch(facecolor=FALLBACK_COLORS[j % len(FALLBACK_COLORS)], edgecolor="black",
-                     label=f"block_table[{j}] = block {block_ids[j]}") for j in range(n_blocks)]
+                     label=f"block_table[{j}] = block {block_ids[j]}") for j in sorted(set(used))]
     ax.legend(handles=handles + extra, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02),
-              ncol=min(len(handles) + len(extra), 4), frameon=False)
+              ncol=2, frameon=False)
 
 
 def _cells(ax, n: int, per_block: int, block_ids: Sequence[int], selected, slot_of) -> None:
@@ -169,7 +170,7 @@ def _cells(ax, n: int, per_block: int, block_ids: Sequence[int], selected, slot_
         ax.text(x + 0.5, 1.08, str(x), ha="center", va="bottom", fontsize=8)
         if x in selected:
             ax.text(x + 0.5, 0.5, str(slot_of(x)), ha="center", va="center", fontsize=8)
-    for j in range(0, n + 1, per_block):
+    for j in [*range(0, n, per_block), n]:
         ax.plot([j, j], [-0.15, 1.15], color="black", lw=2.2)
         if j < n:
             ax.text(j + 0.08, -0.12, f"block {block_ids[j // per_block]}", fontsize=8, va="top")
@@ -185,13 +186,14 @@ def draw_swa_window(block_ids: Sequence[int], block_size: int, position: int, wi
     """
     n = position + 1
     start = max(position - window + 1, 0)
-    fig = Figure(figsize=(min(0.5 * n + 1.2, 16), 2.6))
+    fig = Figure(figsize=(min(max(0.5 * n + 1.2, 7.0), 16), 3.0))
     ax = fig.add_subplot()
     _cells(ax, n, block_size, block_ids, set(range(start, n)),
            lambda p: slot_for_position(block_ids, p, block_size))
     grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="outside the window")
-    _block_legend(ax, block_ids, -(-n // block_size), [grey])
-    ax.set_title(title or f"window of the token at position {position}: positions on top, slots inside", fontsize=9)
+    _block_legend(ax, block_ids, [p // block_size for p in range(start, n)], [grey])
+    ax.set_title(title or f"window of the token at position {position}\n(positions on top, slots inside, "
+                 "thick lines: block boundaries)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -216,13 +218,13 @@ def draw_topk(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int
     storage = block_size // compress_ratio
     usable = (position + 1) // compress_ratio
     chosen = {x for x in local_topk if x >= 0}
-    fig = Figure(figsize=(min(0.5 * max(usable, 1) + 1.2, 16), 2.6))
+    fig = Figure(figsize=(min(max(0.5 * max(usable, 1) + 1.2, 7.0), 16), 3.0))
     ax = fig.add_subplot()
     _cells(ax, max(usable, 1), storage, mla_block_ids, chosen,
            lambda x: slot_for_position(mla_block_ids, x, storage))
     grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="usable, not chosen")
-    _block_legend(ax, mla_block_ids, -(-max(usable, 1) // storage), [grey])
-    ax.set_title(title or f"entries usable by the token at position {position} (numbers on top); "
-                 "chosen ones show their slot", fontsize=9)
+    _block_legend(ax, mla_block_ids, [x // storage for x in chosen], [grey])
+    ax.set_title(title or f"compressed entries usable by the token at position {position}\n(entry numbers on top, "
+                 "chosen ones show their slot, thick lines: block boundaries)", fontsize=9)
     fig.tight_layout()
     return fig

@@ -432,41 +432,47 @@ def position_strip_text(num_positions: int = 16) -> str:
 def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Figure:
     """Token positions left to right, one row per cache: a filled cell where the position writes.
 
-    The c4 and idx rows also draw, under each entry, the 8-token window it summarises (the
-    windows of consecutive entries overlap by 4 tokens).
+    An extra row under the c4 row draws, for each ratio-4 entry, the 8-token window it
+    summarises (consecutive windows overlap by 4 tokens, so they alternate between two lines).
     """
     if num_positions < 1:
         raise ValueError(f"num_positions must be >= 1, got {num_positions}")
     n = num_positions
-    fig = Figure(figsize=(min(0.5 * n + 2.6, 13), 0.5 * len(STRIP_ROWS) + 1.6))
+    rows = list(STRIP_ROWS)
+    rows.insert(rows.index("c4") + 1, "window")
+    fig = Figure(figsize=(min(0.5 * n + 2.8, 13), 0.5 * len(rows) + 1.7))
     ax = fig.add_subplot()
-    for row, kind in enumerate(STRIP_ROWS):
+    for row, kind in enumerate(rows):
         y = -row
+        if kind == "window":
+            for p in range(3, n, 4):
+                j = p // 4
+                lo = max(0, 4 * j - 4)
+                level = y + 0.22 - 0.44 * (j % 2)
+                ax.plot([lo + 0.08, p + 0.92], [level, level], color="black", lw=1.5)
+                ax.text(lo + 0.1, level + 0.04, f"entry {j}", fontsize=8, va="bottom")
+            continue
         for p in range(n):
             what = dict(_writes_at(p)).get(kind)
             face = KIND_COLORS[kind] if what else "white"
             ax.add_patch(Rectangle((p, y - 0.4), 1, 0.8, facecolor=face, edgecolor="#999999", lw=0.5))
             if what and kind in ("c4", "idx", "c128"):
                 ax.text(p + 0.5, y, what.split(" (")[0].split()[-1], ha="center", va="center", fontsize=8)
-                if kind == "c4":
-                    j = p // 4
-                    lo = max(0, 4 * j - 4)
-                    level = y - 0.55 - 0.12 * (j % 2)
-                    ax.plot([lo + 0.1, p + 0.9], [level, level], color="black", lw=1.2)
         if kind == "c128" and n < 128:
             ax.text(0.2, y, "nothing yet: entry 0 is written by position 127 (tokens 0..127)",
-                    va="center", fontsize=8)
+                    va="center", fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     for p in range(n):
-        ax.text(p + 0.5, 0.65, str(p), ha="center", va="bottom", fontsize=8)
-    ax.set_yticks([-r for r in range(len(STRIP_ROWS))], [KIND_LABELS[k] for k in STRIP_ROWS], fontsize=8)
+        ax.text(p + 0.5, 0.55, str(p), ha="center", va="bottom", fontsize=8)
+    labels = [KIND_LABELS[k] if k != "window" else "tokens each c4 entry summarises" for k in rows]
+    ax.set_yticks([-r for r in range(len(rows))], labels, fontsize=8)
     ax.tick_params(axis="y", length=0)
     ax.set_xticks([])
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     ax.set_xlim(0, n)
-    ax.set_ylim(-len(STRIP_ROWS) + 0.2, 1.3)
-    ax.set_title(title or "token positions (top) and the caches each one writes; "
-                 "black bars under c4 entries: the 8 tokens each entry summarises", fontsize=9)
+    ax.set_ylim(-len(rows) + 0.5, 1.1)
+    ax.set_title(title or "token positions (top): a coloured cell where the position writes that cache, "
+                 "white where it writes nothing", fontsize=9)
     fig.tight_layout()
     return fig
 

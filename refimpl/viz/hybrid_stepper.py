@@ -127,35 +127,41 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
 
 
 def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = "") -> Figure:
-    """Pool grid (left) with a legend, and each live request's block table per group (right)."""
-    n_table_rows = sum(len(groups) + 1 for _, groups in state.tables) or 1
+    """The pool grid with its legend (top) and each live request's block table per group (below)."""
+    n_table_rows = sum(len(groups) + 1 for _, groups in state.tables)
     nrows = -(-len(state.owners) // ncols)
-    widest = max([len(ids) for _, groups in state.tables for ids in groups] + [4])
-    fig = Figure(figsize=(7.0 + 0.42 * widest + 1.2, max(0.62 * nrows + 1.6, 0.3 * n_table_rows + 1.0)))
-    grid_ax, table_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [ncols * 0.42, 0.42 * widest + 1.2]})
+    widest = max([len(ids) for _, groups in state.tables for ids in groups] + [ncols])
+    grid_h, legend_h, table_h = 0.5 * nrows, 0.75, 0.3 * n_table_rows
+    fig = Figure(figsize=(10, grid_h + legend_h + table_h + 0.9))
+    if state.tables:
+        grid_ax, table_ax = fig.subplots(2, 1, gridspec_kw={"height_ratios": [grid_h + legend_h, table_h]})
+    else:
+        grid_ax, table_ax = fig.add_subplot(), None
     draw_pool_grid(grid_ax, state, ncols)
     handles = [Patch(facecolor=_color(label, i), edgecolor="black", label=label) for i, label in enumerate(state.labels)]
     handles += [Patch(facecolor=CACHED_COLOR, edgecolor="black", label="free, hashed (evicted last)"),
                 Patch(facecolor=FREE_COLOR, edgecolor="black", label="free"),
                 Patch(facecolor=NULL_COLOR, edgecolor="black", label="null block"),
                 Patch(facecolor="white", edgecolor="black", lw=1.6, label="thick border: has a hash")]
-    grid_ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, frameon=False)
-    grid_ax.set_title(title or "the pool (id; owning request, or head / tail of the free queue)", fontsize=9)
-    y = 0
-    for rid, groups in state.tables:
-        table_ax.text(0, y, f"request {rid}", fontsize=9, fontweight="bold", va="center")
-        y -= 1
-        for g, (label, ids) in enumerate(zip(state.labels, groups)):
-            table_ax.text(0, y, label, fontsize=8, va="center")
-            for col, b in enumerate(ids):
-                face = NULL_COLOR if b == 0 else _color(label, g)
-                table_ax.add_patch(Rectangle((3 + col, y - 0.42), 0.92, 0.84, facecolor=face, edgecolor="black", lw=0.5))
-                table_ax.text(3.46 + col, y, "." if b == 0 else str(b), ha="center", va="center", fontsize=8)
+    grid_ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, frameon=False)
+    grid_ax.set_title(title or "the pool: block id on top; below it the owning request, or head / tail of the free queue",
+                      fontsize=9)
+    if table_ax is not None:
+        y = 0
+        for rid, groups in state.tables:
+            table_ax.text(-0.2, y, f"request {rid}: block table of each group (grey '.': null block)",
+                          fontsize=9, fontweight="bold", va="center")
             y -= 1
-    table_ax.set_xlim(0, 3 + widest)
-    table_ax.set_ylim(min(y, -1) + 0.4, 0.6)
-    table_ax.axis("off")
-    table_ax.set_title("block tables per group (grey '.': null block)", fontsize=9)
+            for g, (label, ids) in enumerate(zip(state.labels, groups)):
+                table_ax.text(-0.2, y, label, fontsize=8, va="center", ha="right")
+                for col, b in enumerate(ids):
+                    face = NULL_COLOR if b == 0 else _color(label, g)
+                    table_ax.add_patch(Rectangle((col, y - 0.45), 0.92, 0.9, facecolor=face, edgecolor="black", lw=0.5))
+                    table_ax.text(col + 0.46, y, "." if b == 0 else str(b), ha="center", va="center", fontsize=8)
+                y -= 1
+        table_ax.set_xlim(-4, widest)
+        table_ax.set_ylim(y + 0.5, 0.6)
+        table_ax.axis("off")
     fig.tight_layout()
     return fig
 
