@@ -268,7 +268,8 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
 
     Solid: bytes a layer really uses (page borders drawn); grey hatch: bytes of the block that
     this group never touches (the block stride is set by the widest group). At full scale the
-    alignment padding (at most 560 B of 1.4 MB) is thinner than a pixel, so it is not drawn;
+    alignment padding (at most 560 B of 1.4 MB) is thinner than a pixel, so each page is drawn
+    at its reserved (padded) size with no padding mark;
     `upto` zooms in on bytes [0, upto), draws the padding in red and labels wide pages with
     their start offset.
     """
@@ -282,7 +283,11 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
             if offset >= end:
                 break
             color = KIND_COLORS.get(kind, "#888888")
-            ax.add_patch(Rectangle((offset, row - 0.35), real, 0.7, facecolor=color, edgecolor="black", lw=0.15))
+            # Full width is drawn as the padded page without anti-aliasing, so sub-pixel seams between
+            # neighbouring pages do not show up as stray light lines.
+            width = real if upto is not None else page
+            ax.add_patch(Rectangle((offset, row - 0.35), width, 0.7, facecolor=color, edgecolor="black", lw=0.15,
+                                   antialiased=upto is not None))
             if page > real and upto is not None:  # at full scale padding is under a pixel: not drawn
                 ax.add_patch(Rectangle((offset + real, row - 0.35), min(page, end - offset) - real, 0.7,
                                        facecolor=PADDING_COLOR, lw=0))
