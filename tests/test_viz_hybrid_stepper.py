@@ -75,3 +75,39 @@ def test_text_picture_and_bad_labels():
     assert stepper.strip_text().count("--- step") == 3
     with pytest.raises(ValueError):
         allocator_state(manager, LABELS[:2], ["A"])
+
+
+def life_with_a_prefix_hit(manager: KVCacheManager):
+    """Chapter 12's stepper script: A in chunks, a decode token, B from A's prefix, then free(A)."""
+    a = manager.make_request("A", simulate.prompt_tokens(40, seed=1))
+    b = manager.make_request("B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
+
+    def start_b():
+        hit, hit_len = manager.get_computed_blocks(b)
+        assert hit_len == 32
+        assert manager.allocate_slots(b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit)
+        b.num_computed_tokens = b.num_tokens
+
+    def decode_a():
+        a.append_output_token_ids([5])
+        step(manager, a, 1)
+
+    return [("A 16", lambda: step(manager, a, 16)), ("A 16", lambda: step(manager, a, 16)),
+            ("A 8", lambda: step(manager, a, 8)), ("A decode", decode_a), ("B hit", start_b),
+            ("free A", lambda: manager.free(a))]
+
+
+def test_prefix_hit_frames_show_shared_owners_and_hashes():
+    recorded = fresh()
+    frames = record_allocator_frames(recorded, LABELS, ["A", "B"], life_with_a_prefix_hit(recorded))
+    replay = fresh()
+    for frame, (_, action) in zip(frames[1:], life_with_a_prefix_hit(replay)):
+        action()
+        assert frame.state == allocator_state(replay, LABELS, ["A", "B"])
+    with_b = frames[5].state
+    assert with_b.owners[1] == "MLA:A+B" and with_b.owners[32] == "MLA:A+B"  # A's first two MLA blocks, shared
+    assert with_b.usage == round(54 / 63, 6) and with_b.owners.count("cached") == 9
+    after = frames[6].state
+    assert [rid for rid, _ in after.tables] == ["B"] and after.owners[1] == "MLA:B"
+    assert after.free_queue[:3] == (7, 21, 10)  # A's unhashed blocks go to the front of the queue
+    assert set(after.hashed) >= {1, 32}
