@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
@@ -46,22 +45,29 @@ def tables_text(manager, request_id: str, labels: Sequence[str]) -> str:
 
 
 def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = "") -> Figure:
-    """Each group's block table as a row of cells; null blocks are grey and empty."""
+    """Each group's block table on one shared *token* axis: a cell spans its block's tokens.
+
+    Groups have different block sizes, so logical block j of one group and of another cover
+    different tokens; drawing every cell `block_size` tokens wide keeps each column one token
+    position. Null blocks are grey and marked '.'.
+    """
     tables = manager.get_block_ids(request_id)
-    n = max([len(t) for t in tables] + [1])
-    fig = Figure(figsize=(min(0.32 * n + 2.0, 16), 0.42 * len(tables) + 0.9))
+    sizes = [m.block_size for m in manager.coordinator.single_type_managers]
+    tokens = max([len(t) * bs for t, bs in zip(tables, sizes)] + [1])
+    fig = Figure(figsize=(min(0.26 * tokens + 2.2, 16), 0.5 * len(tables) + 1.1))
     ax = fig.add_subplot()
-    for row, (label, ids) in enumerate(zip(labels, tables)):
+    for row, (label, ids, bs) in enumerate(zip(labels, tables, sizes)):
         for col, b in enumerate(ids):
             color = NULL_COLOR if b == 0 else _color(label, row)
-            ax.add_patch(Rectangle((col, -row - 0.9), 0.95, 0.8, color=color))
-            if b != 0:
-                ax.text(col + 0.47, -row - 0.5, str(b), ha="center", va="center", fontsize=6)
-    ax.set_xlim(0, n)
+            ax.add_patch(Rectangle((col * bs, -row - 0.9), bs, 0.8, facecolor=color, edgecolor="black", lw=0.6))
+            ax.text(col * bs + bs / 2, -row - 0.5, "." if b == 0 else str(b), ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, tokens)
     ax.set_ylim(-len(tables), 0.1)
-    ax.set_yticks([-r - 0.5 for r in range(len(tables))], list(labels), fontsize=8)
-    ax.set_xlabel("logical block index (grey: null block, out of the window)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_yticks([-r - 0.5 for r in range(len(tables))],
+                  [f"{label} ({bs} tok/block)" for label, bs in zip(labels, sizes)], fontsize=8)
+    ax.set_xlabel("token position (each cell is one block, as wide as its group's block size; "
+                  "grey '.': null block)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_title(title or f"block tables of request {request_id}", fontsize=9)
     fig.tight_layout()
     return fig
@@ -94,25 +100,14 @@ def pool_text(manager, labels: Sequence[str], request_ids: Sequence[str]) -> str
 
 
 def draw_pool(manager, labels: Sequence[str], request_ids: Sequence[str], title: str = "", ncols: int | None = None) -> Figure:
-    """All blocks of the pool as a grid (block 0 top left), coloured by owner."""
-    owner = _owners(manager, labels, request_ids)
-    kinds = list(labels) + ["cached", "free", "null"]
-    colors = [_color(label, i) for i, label in enumerate(labels)] + ["#fdd0a2", "white", "black"]
-    code = np.array([kinds.index(o) for o in owner])
-    ncols = ncols or int(np.ceil(np.sqrt(len(code))))
-    nrows = int(np.ceil(len(code) / ncols))
-    grid = np.full(nrows * ncols, len(kinds) - 2)  # pad with "free" colour
-    grid[: len(code)] = code
-    fig = Figure(figsize=(6.5, 6.5 * nrows / ncols + 0.9))
-    ax = fig.add_subplot()
-    ax.imshow(grid.reshape(nrows, ncols), cmap=ListedColormap(colors), vmin=0, vmax=len(kinds) - 1, interpolation="nearest")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    handles = [Patch(facecolor=c, edgecolor="#555555", label=k) for k, c in zip(kinds, colors)]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-    ax.set_title(title or f"one pool of {len(owner)} blocks, row by row", fontsize=9)
-    fig.tight_layout()
-    return fig
+    """All blocks of the pool as a grid of bordered cells (block 0 top left): id, owner, queue ends.
+
+    The same picture as a frame of `refimpl.viz.hybrid_stepper`, for one moment.
+    """
+    from refimpl.viz.hybrid_stepper import allocator_state, draw_allocator_state
+
+    state = allocator_state(manager, labels, request_ids)
+    return draw_allocator_state(state, ncols or 16, title=title)
 
 
 # --- blocks over time
@@ -157,26 +152,48 @@ def swa_window_text(block_ids: Sequence[int], block_size: int, position: int, wi
     return "\n".join(rows)
 
 
+def _block_legend(ax, block_ids: Sequence[int], used: Sequence[int], extra: list) -> None:
+    """Legend of the block colours that appear (`used`: table indices), then `extra` entries."""
+    handles = [Patch(facecolor=FALLBACK_COLORS[j % len(FALLBACK_COLORS)], edgecolor="black",
+                     label=f"block_table[{j}] = block {block_ids[j]}") for j in sorted(set(used))]
+    ax.legend(handles=handles + extra, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02),
+              ncol=2, frameon=False)
+
+
+def _cells(ax, n: int, per_block: int, block_ids: Sequence[int], selected, slot_of) -> None:
+    """Cells 0..n-1 (label on top), selected ones coloured by block with their slot inside;
+    thick lines at block boundaries."""
+    for x in range(n):
+        j = x // per_block
+        face = FALLBACK_COLORS[j % len(FALLBACK_COLORS)] if x in selected else NULL_COLOR
+        ax.add_patch(Rectangle((x, 0), 1, 1, facecolor=face, edgecolor="black", lw=0.5))
+        ax.text(x + 0.5, 1.08, str(x), ha="center", va="bottom", fontsize=8)
+        if x in selected:
+            ax.text(x + 0.5, 0.5, str(slot_of(x)), ha="center", va="center", fontsize=8)
+    for j in [*range(0, n, per_block), n]:
+        ax.plot([j, j], [-0.15, 1.15], color="black", lw=2.2)
+        if j < n:
+            ax.text(j + 0.08, -0.12, f"block {block_ids[j // per_block]}", fontsize=8, va="top")
+    ax.set_xlim(-0.1, n + 0.1)
+    ax.set_ylim(-0.5, 1.5)
+    ax.axis("off")
+
+
 def draw_swa_window(block_ids: Sequence[int], block_size: int, position: int, window: int, title: str = "") -> Figure:
-    """Positions 0..position as cells, one colour per block; the window is outlined, with slots."""
+    """Positions 0..position as cells; the window's cells are coloured by block and show their slot.
+
+    Thick lines are block boundaries; grey cells lie outside the window (never read again).
+    """
     n = position + 1
     start = max(position - window + 1, 0)
-    fig = Figure(figsize=(min(0.42 * n + 1.5, 16), 2.0))
+    fig = Figure(figsize=(min(max(0.5 * n + 1.2, 7.0), 16), 3.0))
     ax = fig.add_subplot()
-    for p in range(n):
-        j = p // block_size
-        inside = p >= start
-        face = FALLBACK_COLORS[j % len(FALLBACK_COLORS)] if inside else NULL_COLOR
-        ax.add_patch(Rectangle((p, 0), 0.95, 1, facecolor=face, edgecolor="black" if inside else "none", lw=0.6))
-        ax.text(p + 0.47, 1.15, str(p), ha="center", fontsize=6)
-        if inside:
-            ax.text(p + 0.47, 0.5, str(slot_for_position(block_ids, p, block_size)), ha="center", va="center", fontsize=6, rotation=90)
-    for j in range(0, n, block_size):
-        ax.text(j + 0.1, -0.35, f"block {block_ids[j // block_size]}", fontsize=7)
-    ax.set_xlim(0, n)
-    ax.set_ylim(-0.6, 1.5)
-    ax.axis("off")
-    ax.set_title(title or f"window of the token at position {position} (numbers inside: slots)", fontsize=9)
+    _cells(ax, n, block_size, block_ids, set(range(start, n)),
+           lambda p: slot_for_position(block_ids, p, block_size))
+    grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="outside the window")
+    _block_legend(ax, block_ids, [p // block_size for p in range(start, n)], [grey])
+    ax.set_title(title or f"window of the token at position {position}\n(positions on top, slots inside, "
+                 "thick lines: block boundaries)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -197,24 +214,17 @@ def topk_text(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int
 
 
 def draw_topk(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int, position: int, local_topk: Sequence[int], title: str = "") -> Figure:
-    """Compressed entries 0..usable-1 (coloured by block); chosen ones are outlined with slots."""
+    """Compressed entries 0..usable-1; the chosen ones are coloured by block and show their slot."""
     storage = block_size // compress_ratio
     usable = (position + 1) // compress_ratio
     chosen = {x for x in local_topk if x >= 0}
-    fig = Figure(figsize=(min(0.42 * max(usable, 1) + 1.5, 16), 2.0))
+    fig = Figure(figsize=(min(max(0.5 * max(usable, 1) + 1.2, 7.0), 16), 3.0))
     ax = fig.add_subplot()
-    for x in range(usable):
-        j = x // storage
-        face = FALLBACK_COLORS[j % len(FALLBACK_COLORS)] if x in chosen else NULL_COLOR
-        ax.add_patch(Rectangle((x, 0), 0.95, 1, facecolor=face, edgecolor="black" if x in chosen else "none", lw=0.6))
-        ax.text(x + 0.47, 1.15, str(x), ha="center", fontsize=6)
-        if x in chosen:
-            ax.text(x + 0.47, 0.5, str(slot_for_position(mla_block_ids, x, storage)), ha="center", va="center", fontsize=6, rotation=90)
-    for j in range(0, usable, storage):
-        ax.text(j + 0.1, -0.35, f"block {mla_block_ids[j // storage]}", fontsize=7)
-    ax.set_xlim(0, max(usable, 1))
-    ax.set_ylim(-0.6, 1.5)
-    ax.axis("off")
-    ax.set_title(title or f"top-k entries of the token at position {position} (numbers inside: slots)", fontsize=9)
+    _cells(ax, max(usable, 1), storage, mla_block_ids, chosen,
+           lambda x: slot_for_position(mla_block_ids, x, storage))
+    grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="usable, not chosen")
+    _block_legend(ax, mla_block_ids, [x // storage for x in chosen], [grey])
+    ax.set_title(title or f"compressed entries usable by the token at position {position}\n(entry numbers on top, "
+                 "chosen ones show their slot, thick lines: block boundaries)", fontsize=9)
     fig.tight_layout()
     return fig

@@ -6,7 +6,10 @@
 - `draw_padding_curve` / `padding_curve_text`: the approximate gcd's padding for every d;
 - `draw_slab` / `slab_text`: one block of the packed slab, to scale, one row per group
   (`upto=` zooms in on the first bytes, where offsets and padding are visible);
-- `draw_blocks_per_budget` / `blocks_per_budget_text`: blocks that fit a budget, per layout.
+- `draw_blocks_per_budget` / `blocks_per_budget_text`: blocks that fit a budget, per layout;
+- `draw_v4_layer` / `v4_layer_text`: the caches one V4 layer writes, with writer and reader;
+- `draw_position_strip` / `position_strip_text`: which caches each token position writes;
+- `draw_layer_view` / `layer_view_text`: one layer's pages in the slab, a block stride apart.
 """
 
 from __future__ import annotations
@@ -263,10 +266,12 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
               title: str | None = None, upto: int | None = None) -> Figure:
     """One block of the packed slab drawn to scale: a row per group, a box per layer page.
 
-    Solid: bytes a layer really uses; red: its alignment padding; grey hatch: bytes of the
-    block that this group never touches (the block stride is set by the widest group).
-    At full scale the padding (at most 560 B of 1.4 MB) is thinner than a pixel; `upto`
-    zooms in on bytes [0, upto) and labels each page with its start offset.
+    Solid: bytes a layer really uses (page borders drawn); grey hatch: bytes of the block that
+    this group never touches (the block stride is set by the widest group). At full scale the
+    alignment padding (at most 560 B of 1.4 MB) is thinner than a pixel, so each page is drawn
+    at its reserved (padded) size with no padding mark;
+    `upto` zooms in on bytes [0, upto), draws the padding in red and labels wide pages with
+    their start offset.
     """
     stride = max(g.width_bytes for g in groups)
     end = stride if upto is None else min(upto, stride)
@@ -278,11 +283,16 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
             if offset >= end:
                 break
             color = KIND_COLORS.get(kind, "#888888")
-            ax.add_patch(Rectangle((offset, row - 0.35), real, 0.7, facecolor=color, edgecolor="black", lw=0.15))
-            if page > real:
-                ax.add_patch(Rectangle((offset + real, row - 0.35), page - real, 0.7, facecolor=PADDING_COLOR, lw=0))
-            if upto is not None and real > 0.03 * end:
-                ax.text(offset + 0.01 * end, row + 0.5, f"{offset:,}", fontsize=6, va="top")
+            # Full width is drawn as the padded page without anti-aliasing, so sub-pixel seams between
+            # neighbouring pages do not show up as stray light lines.
+            width = real if upto is not None else page
+            ax.add_patch(Rectangle((offset, row - 0.35), width, 0.7, facecolor=color, edgecolor="black", lw=0.15,
+                                   antialiased=upto is not None))
+            if page > real and upto is not None:  # at full scale padding is under a pixel: not drawn
+                ax.add_patch(Rectangle((offset + real, row - 0.35), min(page, end - offset) - real, 0.7,
+                                       facecolor=PADDING_COLOR, lw=0))
+            if upto is not None and real > 0.06 * end and offset + 0.1 * end < end:
+                ax.text(offset + 0.005 * end, row - 0.42, f"{offset:,}", fontsize=8, va="bottom")
             seen.add(kind)
         if g.width_bytes < end:
             ax.add_patch(Rectangle((g.width_bytes, row - 0.35), stride - g.width_bytes, 0.7, facecolor="#eeeeee",
@@ -290,11 +300,12 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
         if upto is None:
             ax.text(stride * 1.005, row, f"{g.width_bytes:,} B", va="center", fontsize=8)
     ax.set_xlim(0, end * (1.12 if upto is None else 1.0))
-    ax.set_ylim(len(groups) - 0.5, -0.5)
+    ax.set_ylim(len(groups) - 0.5, -0.75)
     ax.set_yticks(range(len(groups)), [f"G{i} {group_kind(g)}" for i, g in enumerate(groups)], fontsize=8)
     ax.set_xlabel("byte offset inside one block" + ("" if upto is None else f" (first {end:,} B only)"))
     handles = [Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen]
-    handles.append(Patch(color=PADDING_COLOR, label="alignment padding"))
+    if upto is not None:
+        handles.append(Patch(color=PADDING_COLOR, label="alignment padding"))
     handles.append(Patch(facecolor="#eeeeee", edgecolor="#999999", hatch="xx", label="unused by this group"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title or f"one block of the packed slab, stride {stride:,} B")
@@ -324,5 +335,194 @@ def draw_blocks_per_budget(bytes_per_block: Mapping[str, int], memory: int, titl
     ax.set_xlim(0, max(blocks) * 1.6)
     ax.set_xlabel("blocks that fit")
     ax.set_title(title or f"blocks in {memory / (1 << 30):g} GiB")
+    fig.tight_layout()
+    return fig
+
+
+# --- the Part II primer: one V4 layer, and which caches each token position writes
+
+#: The caches one V4 layer writes, in registration order: (cache kind, who writes it, who reads it).
+V4_LAYER_CACHES: dict[int, tuple[tuple[str, str, str], ...]] = {
+    4: (
+        ("idx", "indexer compressor", "indexer: scores every complete c4 entry, keeps the top-k"),
+        ("idx_state", "indexer compressor", "the indexer compressor, while its window is open"),
+        ("swa", "KV projection (every token)", "attention: the last 128 tokens"),
+        ("c4", "compressor (ratio 4)", "attention: only the top-k entries the indexer chose"),
+        ("c4_state", "compressor (ratio 4)", "the compressor, while its window is open"),
+    ),
+    128: (
+        ("swa", "KV projection (every token)", "attention: the last 128 tokens"),
+        ("c128", "compressor (ratio 128)", "attention: every entry (no indexer)"),
+        ("c128_state", "compressor (ratio 128)", "the compressor, while its window is open"),
+    ),
+    0: (("swa", "KV projection (every token)", "attention: the last 128 tokens"),),
+}
+_LAYER_NAMES = {4: "ratio-4 layer (CSA)", 128: "ratio-128 layer (HCA)", 0: "sliding-window-only layer"}
+
+
+def _check_ratios(ratios: Sequence[int]) -> None:
+    unknown = [r for r in ratios if r not in V4_LAYER_CACHES]
+    if not ratios or unknown:
+        raise ValueError(f"ratios must be a non-empty selection of {sorted(V4_LAYER_CACHES)}, got {list(ratios)}")
+
+
+def v4_layer_text(ratios: Sequence[int] = (4, 128)) -> str:
+    """The caches each kind of V4 layer writes, in registration order, with writer and reader."""
+    _check_ratios(ratios)
+    lines = []
+    for ratio in ratios:
+        lines.append(f"{_LAYER_NAMES[ratio]}: {len(V4_LAYER_CACHES[ratio])} caches")
+        for i, (kind, writer, reader) in enumerate(V4_LAYER_CACHES[ratio], start=1):
+            lines.append(f"  {i}. {kind:<10} written by {writer:<28} read by {reader}")
+    return "\n".join(lines)
+
+
+def draw_v4_layer(ratios: Sequence[int] = (4, 128), title: str = "What one DeepSeek V4 layer writes") -> Figure:
+    """One panel per layer kind: writer -> cache (coloured by kind) -> reader, in registration order."""
+    _check_ratios(ratios)
+    heights = [len(V4_LAYER_CACHES[r]) + 1.2 for r in ratios]
+    fig = Figure(figsize=(11, 0.55 * sum(heights) + 0.9))
+    axes = fig.subplots(len(ratios), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
+    for ax, ratio in zip(axes, ratios):
+        rows = V4_LAYER_CACHES[ratio]
+        for i, (kind, writer, reader) in enumerate(rows):
+            y = -i
+            ax.add_patch(Rectangle((0.0, y - 0.38), 2.7, 0.76, facecolor="white", edgecolor="#555555"))
+            ax.text(1.35, y, writer, ha="center", va="center", fontsize=8)
+            ax.annotate("", xy=(3.3, y), xytext=(2.72, y), arrowprops={"arrowstyle": "->", "lw": 1})
+            ax.add_patch(Rectangle((3.3, y - 0.38), 2.9, 0.76, facecolor=KIND_COLORS[kind], edgecolor="black"))
+            ax.text(4.75, y, f"{i + 1}. {kind}", ha="center", va="center", fontsize=9, fontweight="bold")
+            ax.annotate("", xy=(6.8, y), xytext=(6.22, y), arrowprops={"arrowstyle": "->", "lw": 1})
+            ax.text(6.85, y, reader, ha="left", va="center", fontsize=8)
+        ax.text(0.0, 0.75, _LAYER_NAMES[ratio] + "  (writer  ->  cache, numbered in registration order  ->  reader)",
+                fontsize=9, fontweight="bold", va="center")
+        ax.set_xlim(0, 12.5)
+        ax.set_ylim(-len(rows) + 0.4, 1.1)
+        ax.axis("off")
+    kinds = [k for r in ratios for k, _, _ in V4_LAYER_CACHES[r]]
+    handles = [Patch(color=KIND_COLORS[k], label=f"{k}: {KIND_LABELS[k]}") for k in dict.fromkeys(kinds)]
+    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=3, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 + 0.02 * len(handles) / 3, 1, 0.97))
+    return fig
+
+
+def _writes_at(position: int) -> list[tuple[str, str]]:
+    """(cache kind, what position `position` writes there) for the caches of a ratio-4 and a ratio-128 layer."""
+    out = [("swa", f"row {position}"), ("c4_state", "state row"), ("idx_state", "state row")]
+    if (position + 1) % 4 == 0:
+        j = position // 4
+        span = f"tokens {max(0, 4 * j - 4)}..{4 * j + 3}"
+        out += [("c4", f"entry {j} ({span})"), ("idx", f"key {j} ({span})")]
+    out.append(("c128_state", "state row"))
+    if (position + 1) % 128 == 0:
+        j = position // 128
+        out.append(("c128", f"entry {j} (tokens {128 * j}..{128 * j + 127})"))
+    return out
+
+
+STRIP_ROWS = ("swa", "c4_state", "idx_state", "c4", "idx", "c128_state", "c128")
+
+
+def position_strip_text(num_positions: int = 16) -> str:
+    """For each token position 0..n-1: the caches it writes (ratio-4 and ratio-128 layers)."""
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be >= 1, got {num_positions}")
+    lines = []
+    for p in range(num_positions):
+        lines.append(f"pos {p:>3}: " + ", ".join(f"{kind} {what}" for kind, what in _writes_at(p)))
+    return "\n".join(lines)
+
+
+def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Figure:
+    """Token positions left to right, one row per cache: a filled cell where the position writes.
+
+    An extra row under the c4 row draws, for each ratio-4 entry, the 8-token window it
+    summarises (consecutive windows overlap by 4 tokens, so they alternate between two lines).
+    """
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be >= 1, got {num_positions}")
+    n = num_positions
+    rows = list(STRIP_ROWS)
+    rows.insert(rows.index("c4") + 1, "window")
+    fig = Figure(figsize=(min(0.5 * n + 2.8, 13), 0.5 * len(rows) + 1.7))
+    ax = fig.add_subplot()
+    for row, kind in enumerate(rows):
+        y = -row
+        if kind == "window":
+            for p in range(3, n, 4):
+                j = p // 4
+                lo = max(0, 4 * j - 4)
+                level = y + 0.22 - 0.44 * (j % 2)
+                ax.plot([lo + 0.08, p + 0.92], [level, level], color="black", lw=1.5)
+                ax.text(lo + 0.1, level + 0.04, f"entry {j}", fontsize=8, va="bottom")
+            continue
+        for p in range(n):
+            what = dict(_writes_at(p)).get(kind)
+            face = KIND_COLORS[kind] if what else "white"
+            ax.add_patch(Rectangle((p, y - 0.4), 1, 0.8, facecolor=face, edgecolor="#999999", lw=0.5))
+            if what and kind in ("c4", "idx", "c128"):
+                ax.text(p + 0.5, y, what.split(" (")[0].split()[-1], ha="center", va="center", fontsize=8)
+        if kind == "c128" and n < 128:
+            ax.text(0.2, y, "nothing yet: entry 0 is written by position 127 (tokens 0..127)",
+                    va="center", fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    for p in range(n):
+        ax.text(p + 0.5, 0.55, str(p), ha="center", va="bottom", fontsize=8)
+    labels = [KIND_LABELS[k] if k != "window" else "tokens each c4 entry summarises" for k in rows]
+    ax.set_yticks([-r for r in range(len(rows))], labels, fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlim(0, n)
+    ax.set_ylim(-len(rows) + 0.5, 1.1)
+    ax.set_title(title or "token positions (top): a coloured cell where the position writes that cache, "
+                 "white where it writes nothing", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# --- one layer's view of the slab
+
+def layer_view_text(name: str, offset: int, page: int, stride: int, num_blocks: int) -> str:
+    """Where one layer's page lies in each block: a block stride apart, at the same offset."""
+    if offset < 0 or page <= 0 or offset + page > stride:
+        raise ValueError(f"a page at offset {offset} of {page} B does not fit a {stride} B block")
+    if num_blocks < 1:
+        raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+    lines = [f"{name}: one page of {page:,} B per block, at offset {offset:,}; blocks are {stride:,} B apart"]
+    for b in range(num_blocks):
+        start = b * stride + offset
+        lines.append(f"  block {b}: bytes {start:,}..{start + page - 1:,} of the slab")
+    return "\n".join(lines)
+
+
+def draw_layer_view(name: str, offset: int, page: int, stride: int, num_blocks: int,
+                    title: str | None = None) -> Figure:
+    """The slab as `num_blocks` consecutive blocks; the layer's page is drawn inside each one.
+
+    Widths are to scale, except that a page narrower than 2 % of a block is widened to stay
+    visible (the label gives its true size).
+    """
+    layer_view_text(name, offset, page, stride, num_blocks)  # validates
+    fig = Figure(figsize=(11, 2.4))
+    ax = fig.add_subplot()
+    shown = max(page, 0.02 * stride)
+    for b in range(num_blocks):
+        ax.add_patch(Rectangle((b * stride, 0), stride, 1, facecolor="#eeeeee", edgecolor="black", lw=1))
+        ax.text(b * stride + stride / 2, 1.12, f"block {b}", ha="center", fontsize=8)
+        ax.add_patch(Rectangle((b * stride + offset, 0), shown, 1, facecolor="#2ca02c", edgecolor="black", lw=0.6))
+        ax.text(b * stride + offset + shown / 2, -0.12, f"{b * stride + offset:,}", ha="center", va="top", fontsize=8)
+    for b in range(num_blocks - 1):
+        ax.annotate("", xy=((b + 1) * stride + offset, 0.5), xytext=(b * stride + offset, 0.5),
+                    arrowprops={"arrowstyle": "->", "lw": 1})
+        ax.text(b * stride + offset + stride / 2, 0.58, f"+{stride:,} B (block stride)", ha="center", fontsize=8)
+    ax.set_xlim(0, num_blocks * stride)
+    ax.set_ylim(-0.5, 1.4)
+    ax.axis("off")
+    handles = [Patch(color="#2ca02c", label=f"{name}: its page ({page:,} B)"),
+               Patch(facecolor="#eeeeee", edgecolor="black", label="the rest of each block (other layers)")]
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2, frameon=False)
+    ax.set_title(title or f"one layer's view: {name}, byte offsets of its page in each block", fontsize=9)
     fig.tight_layout()
     return fig

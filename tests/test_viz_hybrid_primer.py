@@ -1,0 +1,69 @@
+"""The Part II primer pictures and the toy: exact contents of the text twins, figures build."""
+
+from __future__ import annotations
+
+import pytest
+from matplotlib.figure import Figure
+
+from refimpl.hybrid import deepseek_v4 as v4
+from refimpl.hybrid.grouping import get_kv_cache_groups
+from refimpl.hybrid.layout import get_packed_kv_cache_layout, group_kind
+from refimpl.hybrid.toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
+from refimpl.viz.hybrid_layout import (
+    V4_LAYER_CACHES, draw_layer_view, draw_position_strip, draw_v4_layer, layer_view_text, position_strip_text,
+    v4_layer_text,
+)
+
+
+def test_layer_caches_follow_the_registration_order_of_the_model():
+    specs = v4.kv_cache_specs("pro")
+    for layer in (2, 3):  # Pro's layer 2 has ratio 4, layer 3 ratio 128
+        ratio = v4.PRO.compress_ratios[layer]
+        registered = [v4.short_name(n, s).split(".", 1)[1] for n, s in specs.items() if v4.parse_layer_name(n)[0] == layer]
+        assert registered == [kind for kind, _, _ in V4_LAYER_CACHES[ratio]]
+
+
+def test_v4_layer_text_lists_every_cache_once():
+    text = v4_layer_text((4,))
+    assert text.splitlines()[0] == "ratio-4 layer (CSA): 5 caches"
+    assert [line.split()[1] for line in text.splitlines()[1:]] == ["idx", "idx_state", "swa", "c4", "c4_state"]
+    with pytest.raises(ValueError):
+        v4_layer_text((8,))
+    assert isinstance(draw_v4_layer(), Figure)
+
+
+def test_position_strip_marks_ratio_4_entries_and_their_overlapping_windows():
+    lines = position_strip_text(8).splitlines()
+    assert lines[2] == "pos   2: swa row 2, c4_state state row, idx_state state row, c128_state state row"
+    assert "c4 entry 0 (tokens 0..3)" in lines[3]
+    assert "c4 entry 1 (tokens 0..7)" in lines[7]  # windows of 8 tokens overlap by 4
+    assert "c128" not in lines[7].replace("c128_state", "")
+    last = position_strip_text(128).splitlines()[127]
+    assert "c4 entry 31 (tokens 120..127)" in last and "c128 entry 0 (tokens 0..127)" in last
+    with pytest.raises(ValueError):
+        position_strip_text(0)
+    assert isinstance(draw_position_strip(16), Figure)
+
+
+def test_layer_view_places_one_page_per_block_a_stride_apart():
+    text = layer_view_text("L", offset=100, page=50, stride=1000, num_blocks=3).splitlines()
+    assert text[1:] == ["  block 0: bytes 100..149 of the slab", "  block 1: bytes 1,100..1,149 of the slab",
+                        "  block 2: bytes 2,100..2,149 of the slab"]
+    for bad in ({"offset": 990}, {"offset": -1}, {"num_blocks": 0}):
+        args = {"offset": 100, "page": 50, "stride": 1000, "num_blocks": 3, **bad}
+        with pytest.raises(ValueError):
+            layer_view_text("L", **args)
+    assert isinstance(draw_layer_view("L", 100, 50, 1000, 3), Figure)
+
+
+def test_toy_has_the_same_five_groups_as_pro():
+    toy = toy_v4_specs()
+    assert len(toy) == 14 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
+    pro_groups = get_kv_cache_groups(v4.kv_cache_specs("pro"))
+    toy_groups = get_kv_cache_groups(toy)
+    assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
+    assert len(toy_groups) == len(TOY_GROUP_LABELS)
+    assert get_packed_kv_cache_layout(toy_groups)[0] == max(g.width_bytes for g in toy_groups)
+    for bad in (0, 62, 2.0, True):
+        with pytest.raises(ValueError):
+            toy_v4_specs(bad)
