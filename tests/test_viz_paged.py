@@ -1,6 +1,7 @@
 """Part I pictures: every figure builds; text twins are exact for the write-up's fixed state."""
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from refimpl.paged import BlockManager, Sequence
 from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
@@ -54,7 +55,21 @@ def test_block_pool_text_and_figure():
     assert "free queue (head -> tail): #7 #4" in text
     assert text.endswith("request: L0->#1 L1->#3 L2->#6  (len 12, cached 8)")
     ax = draw_block_pool(bm, {**holders, "request": request}).axes[0]
-    assert sum(p.get_hatch() == "//" for p in ax.patches) == 1  # exactly one shared block
+    pool = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_y() == 0]
+    assert sum(p.get_linewidth() == 3.0 for p in pool) == 1  # exactly one shared block, thick border
+    assert not any(p.get_hatch() for p in ax.patches)  # nothing hatched over the labels
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "free, empty" in labels and "shared (ref > 1)" in labels
+
+
+def test_block_pool_legend_lists_only_states_in_the_picture_and_mutes_others():
+    bm = BlockManager(4, 4)
+    subject, other = Sequence([1, 2, 3, 4, 5], block_size=4), Sequence([9], block_size=4)
+    for seq in (subject, other):
+        bm.allocate(seq, bm.can_allocate(seq))
+    ax = draw_block_pool(bm, {"other": other, "subject": subject}, muted=["other"]).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["subject", "other requests", "free, empty"]  # nothing shared, nothing cached
 
 
 def test_block_pool_unnamed_sequences_and_empty_pool():
