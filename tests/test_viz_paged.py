@@ -14,7 +14,9 @@ from refimpl.viz.paged import (
     reusable_tokens_text,
     draw_block_pool,
     draw_fragmentation,
+    draw_prefix_lookup,
     draw_prefix_match,
+    prefix_lookup_text,
     draw_reusable_tokens,
     short_hash,
 )
@@ -115,3 +117,33 @@ def test_fragmentation_and_reuse_plots():
         "       256     512                 88"
     )
     assert isinstance(draw_reusable_tokens(600, 700, [1, 16, 256]), Figure)
+
+
+def test_prefix_lookup_text_and_figure():
+    bm, holders, request = prefix_cache_example()
+    m = explain_prefix_match(bm, request)
+    text = prefix_lookup_text(bm, m, holders)
+    assert text.splitlines()[:3] == [
+        "L0 [101 102 103 104]   hash 1835 -> hash_to_block_id -> #1 -> tokens equal => in use: share #1 ref 1\u21922",
+        "L1 [201 202 203 204]   hash a7dc -> hash_to_block_id -> #3 -> tokens equal => freed: pull #3 from the free queue",
+        "L2 [301 302 303 304]   last block -> never looked up => fresh #6 from the queue head",
+    ]
+    assert text.endswith(EXAMPLE_POOL)
+    ax = draw_prefix_lookup(bm, m, holders).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["hit, in use", "hit, freed", "last block", "in use (holders under it)", "free, hash kept", "free, empty"]
+    shown = [t.get_text() for t in ax.texts]
+    assert "\u2192 hash_to_block_id" in shown and "#6" in shown  # the flow and the free queue are drawn
+    assert min(t.get_fontsize() for t in ax.texts) >= 8
+
+
+def test_prefix_lookup_collision_and_miss():
+    bm, _, _ = prefix_cache_example()
+    from refimpl.paged import compute_hash
+    from refimpl.paged.scenarios import EXAMPLE_C
+    fake = compute_hash(EXAMPLE_C)
+    bm.hash_to_block_id[fake] = 1
+    bm.blocks[1].hash = fake
+    m = explain_prefix_match(bm, Sequence(EXAMPLE_C + [9], block_size=4))
+    assert prefix_lookup_text(bm, m, {}).splitlines()[0] == (
+        "L0 [301 302 303 304]   hash a45d -> hash_to_block_id -> #1 -> tokens differ => fresh #6 from the queue head")

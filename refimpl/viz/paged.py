@@ -314,15 +314,13 @@ def draw_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: S
 def _lookup_steps(bm: BlockManager, b) -> list[str]:
     """The lookup of one logical block as a chain of short steps (what can_allocate does)."""
     if b.outcome is MatchOutcome.LAST_BLOCK:
-        steps = ["last block:", "never looked up"]
-    elif b.outcome is MatchOutcome.NOT_LOOKED_UP:
-        steps = ["after a miss:", "not looked up"]
-    else:
-        found = f"-> #{b.cached_block_id}" if b.cached_block_id is not None else "-> not found"
-        steps = [f"hash {short_hash(b.hash)}", f"hash_to_block_id {found}"]
-        if b.cached_block_id is not None:
-            same = b.outcome is not MatchOutcome.MISS
-            steps.append("tokens equal" if same else "tokens differ")
+        return ["last block", "never looked up"]
+    if b.outcome is MatchOutcome.NOT_LOOKED_UP:
+        return ["after a miss", "not looked up"]
+    found = f"#{b.cached_block_id}" if b.cached_block_id is not None else "not found"
+    steps = [f"hash {short_hash(b.hash)}", "hash_to_block_id", found]
+    if b.cached_block_id is not None:
+        steps.append("tokens equal" if b.outcome is not MatchOutcome.MISS else "tokens differ")
     return steps
 
 
@@ -332,7 +330,7 @@ def _lookup_result(b) -> str:
     if b.outcome is MatchOutcome.HIT_IN_USE:
         return f"in use: share #{b.block_id}\nref {b.ref_count_before}\u2192{b.ref_count_after}"
     if b.outcome is MatchOutcome.HIT_FREE:
-        return f"freed: pull #{b.block_id}\nout of the free queue"
+        return f"freed: pull #{b.block_id}\nfrom the free queue"
     return f"fresh #{b.block_id}\nfrom the queue head"
 
 
@@ -340,10 +338,13 @@ def prefix_lookup_text(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, 
     """Text twin of `draw_prefix_lookup`: each block's lookup steps and result, then the pool."""
     lines = []
     for b in match.blocks:
-        flow = " -> ".join(_lookup_steps(bm, b)).replace(" -> -> ", " -> ")
+        flow = " -> ".join(_lookup_steps(bm, b))
         lines.append(f"L{b.index} {_tokens_text(b.token_ids):<19} {flow} => {_lookup_result(b).replace(chr(10), ' ')}")
     lines.append(block_pool_text(bm, seqs))
     return "\n".join(lines)
+
+
+IN_USE = "#9fb3c8"  # a block some running sequence holds (its holders are written under it)
 
 
 def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, Sequence], *,
@@ -351,19 +352,18 @@ def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, 
     """A new request's lookup, block by block (top), and the pool with its free queue (bottom).
 
     Each logical block goes hash -> hash_to_block_id -> token check -> result, coloured by
-    outcome, with an arrow to the physical block it would get. The pool row shows who holds each
-    block (in use), which freed blocks still keep a hash (green) and the free-queue positions.
+    outcome, with an arrow to the physical block it would get. In the pool, blocks in use carry
+    their holders' names; freed blocks that keep a hash are green; the free queue is drawn in order.
     """
     named = list(seqs.items())
     holders, _, queue_pos = _pool_rows(bm, named)
-    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, (name, _) in enumerate(named)}
     n_pool, n_req = bm.num_blocks, len(match.blocks)
-    col = max(2.4, n_pool / n_req)  # width of one request column, in pool-block units
+    col = max(1.9, n_pool / n_req)  # width of one request column, in pool-block units
     width = max(n_pool, col * n_req)
-    fig = Figure(figsize=(max(8.0, 1.0 * width + 1.6), 6.2))
+    fig = Figure(figsize=(0.8 * (width + 1.7), 6.4))
     ax = fig.add_subplot()
     ax.set_xlim(-1.6, width + 0.1)
-    ax.set_ylim(-1.9, 7.4)
+    ax.set_ylim(-2.6, 7.3)
     ax.axis("off")
     outcomes_present = []
     for b in match.blocks:
@@ -371,52 +371,52 @@ def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, 
         colour = OUTCOME_COLORS[b.outcome]
         if b.outcome not in outcomes_present:
             outcomes_present.append(b.outcome)
-        ax.add_patch(Rectangle((x - col / 2 + 0.15, 6.3), col - 0.3, 0.8, facecolor="white", edgecolor="black"))
-        ax.text(x, 6.7, f"L{b.index} {_tokens_text(b.token_ids, 4)}", ha="center", va="center", fontsize=8)
-        y = 5.9
-        for step in _lookup_steps(bm, b):
-            ax.text(x, y, step, ha="center", va="center", fontsize=8, family="monospace")
-            y -= 0.45
-        ax.add_patch(Rectangle((x - col / 2 + 0.15, 3.0), col - 0.3, 1.0, facecolor=colour, edgecolor="black"))
-        ax.text(x, 3.5, _lookup_result(b), ha="center", va="center", fontsize=8, color="white", weight="bold")
+        ax.add_patch(Rectangle((x - col / 2 + 0.1, 6.3), col - 0.2, 0.8, facecolor="white", edgecolor="black"))
+        ax.text(x, 6.7, f"L{b.index}\n{_tokens_text(b.token_ids, 4)}", ha="center", va="center", fontsize=8)
+        y = 5.85
+        for i, step in enumerate(_lookup_steps(bm, b)):
+            ax.text(x, y, step if i == 0 else "\u2192 " + step, ha="center", va="center", fontsize=8, family="monospace")
+            y -= 0.42
+        ax.add_patch(Rectangle((x - col / 2 + 0.1, 3.0), col - 0.2, 0.9, facecolor=colour, edgecolor="black"))
+        ax.text(x, 3.45, _lookup_result(b), ha="center", va="center", fontsize=8, color="white")
         if b.block_id is not None:
             ax.add_patch(FancyArrowPatch((x, 3.0), (b.block_id + 0.5, 1.25), arrowstyle="-|>", mutation_scale=10,
                                          color=colour, linewidth=1.6, zorder=2))
     ax.text(-0.1, 6.7, "request", ha="right", va="center", fontsize=9)
     ax.text(-0.1, 5.2, "lookup", ha="right", va="center", fontsize=9)
-    ax.text(-0.1, 3.5, "result", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 3.45, "result", ha="right", va="center", fontsize=9)
     ax.text(-0.1, 0.6, "pool", ha="right", va="center", fontsize=9)
     present = set()
     for block in bm.blocks:
         b = block.block_id
-        owners = holders[b]
         if b in queue_pos:
             face = FREE_CACHED if block.hash != -1 else EMPTY
             present.add("cached" if block.hash != -1 else "empty")
         else:
-            face = colour_of[owners[0]] if owners else "#999999"
+            face = IN_USE
+            present.add("in use")
+            ax.text(b + 0.5, -0.2, "+".join(holders[b]), ha="center", va="center", fontsize=8)
         ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1.2, facecolor=face, edgecolor="black", zorder=3))
-        ink = "white" if face in SEQ_COLORS else "black"
-        ax.text(b + 0.5, 0.95, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
-        ax.text(b + 0.5, 0.6, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
-        ax.text(b + 0.5, 0.25, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace",
-                color=ink, zorder=4)
-    ax.text(-0.1, -0.9, "free queue\nhead \u2192 tail", ha="right", va="center", fontsize=8)
+        ax.text(b + 0.5, 0.95, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", zorder=4)
+        ax.text(b + 0.5, 0.6, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, zorder=4)
+        ax.text(b + 0.5, 0.25, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace", zorder=4)
+    ax.text(-0.1, -1.05, "free queue\nhead \u2192 tail", ha="right", va="center", fontsize=8)
     for position, b in enumerate(bm.free_block_ids):
         face = FREE_CACHED if bm.blocks[b].hash != -1 else EMPTY
-        ax.add_patch(Rectangle((position * 0.8 + 0.05, -1.2), 0.7, 0.6, facecolor=face, edgecolor="#2d6a4f", zorder=3))
-        ax.text(position * 0.8 + 0.4, -0.9, f"#{b}", ha="center", va="center", fontsize=8, zorder=4)
+        ax.add_patch(Rectangle((position * 0.8 + 0.05, -1.35), 0.7, 0.6, facecolor=face, edgecolor="#2d6a4f", zorder=3))
+        ax.text(position * 0.8 + 0.4, -1.05, f"#{b}", ha="center", va="center", fontsize=8, zorder=4)
     handles = [Patch(facecolor=OUTCOME_COLORS[o], label=o.value) for o in outcomes_present]
-    handles += [Patch(facecolor=colour_of[name], label=f"held by {name}") for name, seq in named if seq.block_table]
+    if "in use" in present:
+        handles.append(Patch(facecolor=IN_USE, edgecolor="black", label="in use (holders under it)"))
     if "cached" in present:
         handles.append(Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept"))
     if "empty" in present:
         handles.append(Patch(facecolor=EMPTY, edgecolor="black", label="free, empty"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=min(5, len(handles)),
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
               fontsize=8, frameon=False)
     summary = (f"{match.num_tokens} tokens, block_size {match.block_size}: {match.num_cached_blocks} cached blocks, "
                f"{match.num_free_blocks_needed} of {match.num_free_blocks} free blocks needed -> "
                f"can_allocate = {match.can_allocate}")
     ax.set_title(title or summary, fontsize=10)
-    fig.subplots_adjust(left=0.01, right=0.99, top=0.93, bottom=0.02)
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.94, bottom=0.01)
     return fig
