@@ -2,14 +2,16 @@
 
 from matplotlib.figure import Figure
 
-from refimpl.paged import BlockManager, check_invariants
+from refimpl.paged import BlockManager, Sequence, check_invariants
 from refimpl.paged.running_example import requests
 from refimpl.viz import Stepper, record_frames
 from refimpl.viz.paged_stepper import (
     draw_pool_snapshot,
     pool_snapshot,
     pool_snapshot_text,
+    prefix_cache_actions,
     running_example_actions,
+    second_turn_prompt,
 )
 
 
@@ -89,3 +91,48 @@ def test_text_and_picture_of_each_frame():
     assert "   #0    2  " in pool_snapshot_text(frames[3].state)
     for index in (0, 3, 8, 11):
         assert isinstance(stepper.figure(index), Figure)
+
+
+def test_prefix_cache_frames_equal_the_real_state_stepped_afresh():
+    def fresh():
+        seqs = requests()
+        seqs["A2"] = Sequence(second_turn_prompt(), block_size=4)
+        return BlockManager(8, 4), seqs
+
+    bm, seqs = fresh()
+    frames = record_frames(lambda: pool_snapshot(bm, seqs), prefix_cache_actions(bm, seqs))
+
+    bm, seqs = fresh()
+    a, b, a2 = seqs["A"], seqs["B"], seqs["A2"]
+    states = [pool_snapshot(bm, seqs)]
+
+    def compute(seq, n):
+        seq.num_scheduled_tokens = n
+        bm.hash_blocks(seq)
+        seq.num_cached_tokens += n
+        seq.num_scheduled_tokens = 0
+
+    def after(_=None):
+        check_invariants(bm, [s for s in seqs.values() if s.block_table])
+        states.append(pool_snapshot(bm, seqs))
+
+    after(bm.allocate(a, bm.can_allocate(a)))
+    after(compute(a, 6))
+    after(compute(a, 5))
+    for token in (211, 212):
+        a.append_token(token)
+        bm.may_append(a)
+        after(compute(a, 1))
+    assert bm.can_allocate(b) == 2
+    after(bm.allocate(b, 2))
+    after(compute(b, len(b) - b.num_cached_tokens))
+    after(bm.deallocate(a))
+    assert bm.can_allocate(a2) == 3
+    after(bm.allocate(a2, 3))
+    after(compute(a2, len(a2) - a2.num_cached_tokens))
+    assert [frame.state for frame in frames] == states
+    assert second_turn_prompt() == a.token_ids + [221, 222, 223, 224, 225]
+    # registration: chunk 1 registers block 0 only, chunk 2 block 1, token 211 block 2
+    assert [frames[i].state.cached for i in (2, 3, 4, 5)] == [1, 2, 3, 3]
+    assert dict(frames[9].state.tables)["A2"] == (0, 1, 2, 6, 7)
+    assert frames[9].state.free_queue == (3,)

@@ -115,7 +115,7 @@ def draw_block_pool(
         starts.append(x)
         x += max(len(seq.block_table), 1) + 0.5
     width = max(n, x - 0.5)
-    fig = Figure(figsize=(max(6.0, 0.95 * width + 2.2), 4.4))
+    fig = Figure(figsize=(max(6.0, 0.8 * width + 1.9), 4.2))
     ax = fig.add_subplot()
     ax.set_xlim(-2.2, width + 0.1)
     ax.set_ylim(-1.4, 3.6)

@@ -4,8 +4,9 @@
 ref_count, hash and tokens, every named block table, the free-queue order) into frozen tuples,
 so frames recorded with `refimpl.viz.record_frames` keep their state while the objects move on.
 `draw_pool_snapshot` pictures one snapshot and `pool_snapshot_text` is its text twin; together
-they make the `Stepper` of chapter 03. `running_example_actions` is the list of real calls that
-chapter steps through (users A, B and C of `refimpl.paged.running_example`).
+they make the `Stepper`s of chapters 03 and 04. `running_example_actions` (chapter 03) and
+`prefix_cache_actions` (chapter 04) are the lists of real calls those chapters step through, on
+users A, B and C of `refimpl.paged.running_example` (and A's second turn, `A2`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Mapping
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from refimpl.paged import running_example
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence
 from refimpl.paged.steps import compute_tokens, decode_step
@@ -24,6 +26,13 @@ from refimpl.viz.palette import EMPTY, SEQ_COLORS
 
 #: Tokens generated in the running example's decode steps (2xx/3xx like the users' questions).
 DECODE_TOKENS = {"A": [211, 212], "B": [311, 312]}
+#: A's second turn (chapter 04): A's prompt, A's answer, then a new 5-token question.
+SECOND_TURN_QUESTION = [221, 222, 223, 224, 225]
+
+
+def second_turn_prompt() -> list[int]:
+    """The 18 tokens of A's second turn: the system prompt, A's question, A's answer, a new question."""
+    return running_example.prompt("A") + DECODE_TOKENS["A"] + SECOND_TURN_QUESTION
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,38 @@ def running_example_actions(bm: BlockManager, seqs: Mapping[str, Sequence]) -> l
     ]
 
 
+def prefix_cache_actions(bm: BlockManager, seqs: Mapping[str, Sequence]) -> list[tuple[str, Callable[[], object]]]:
+    """The calls chapter 04 steps through: registration chunk by chunk, then lookups that hit.
+
+    A is prefilled in two chunks (6, then 5 tokens) and decodes two tokens, each step registering
+    the blocks it filled; B shares the two system-prompt blocks; A finishes; A's second turn
+    (`seqs["A2"]`, built from `second_turn_prompt()`) hits two blocks in use, pulls A's freed
+    third block out of the free queue, and misses on the fourth.
+    """
+    a, b, a2 = seqs["A"], seqs["B"], seqs["A2"]
+
+    def admit(seq: Sequence) -> None:
+        bm.allocate(seq, bm.can_allocate(seq))
+
+    def decode(seq: Sequence, token: int) -> None:
+        seq.append_token(token)
+        bm.may_append(seq)
+        compute_tokens(bm, seq, 1)
+
+    return [
+        ("A: allocate(A, can_allocate(A))", lambda: admit(a)),
+        ("A, chunk 1: 6 tokens computed, hash_blocks(A)", lambda: compute_tokens(bm, a, 6)),
+        ("A, chunk 2: 5 tokens computed, hash_blocks(A)", lambda: compute_tokens(bm, a, 5)),
+        (f"A decodes {DECODE_TOKENS['A'][0]}: block L2 is full", lambda: decode(a, DECODE_TOKENS["A"][0])),
+        (f"A decodes {DECODE_TOKENS['A'][1]}: a new block L3", lambda: decode(a, DECODE_TOKENS["A"][1])),
+        ("B: allocate, 2 hits in use", lambda: admit(b)),
+        ("B's prompt computed: hash_blocks(B)", lambda: compute_tokens(bm, b, len(b) - b.num_cached_tokens)),
+        ("A finishes: deallocate(A)", lambda: bm.deallocate(a)),
+        ("A2: allocate, 2 hits in use + 1 freed hit", lambda: admit(a2)),
+        ("A2's prompt computed: hash_blocks(A2)", lambda: compute_tokens(bm, a2, len(a2) - a2.num_cached_tokens)),
+    ]
+
+
 def pool_snapshot_text(state: PoolSnapshot) -> str:
     """Text twin of `draw_pool_snapshot`: one line per block, the free queue, each block table."""
     queue_pos = {b: i for i, b in enumerate(state.free_queue)}
@@ -118,11 +159,13 @@ def draw_pool_snapshot(state: PoolSnapshot) -> Figure:
     and its holders written under it; green = freed but still cached; grey = free and empty.
     """
     names = [name for name, _ in state.tables]
-    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, name in enumerate(names)}
+    # The running example's users keep their colours in every chapter; other names follow them.
+    order = list(running_example.NAMES) + [name for name in names if name not in running_example.NAMES]
+    colour_of = {name: SEQ_COLORS[order.index(name) % len(SEQ_COLORS)] for name in names}
     n = len(state.blocks)
     queue_pos = {b: i for i, b in enumerate(state.free_queue)}
     width = max(n, sum(max(len(t), 1) + 0.5 for _, t in state.tables))
-    fig = Figure(figsize=(max(7.5, 1.05 * width + 1.6), 4.6))
+    fig = Figure(figsize=(max(7.0, 0.8 * width + 1.4), 4.4))
     ax = fig.add_subplot()
     ax.set_xlim(-1.6, width + 0.1)
     ax.set_ylim(-2.0, 3.5)
