@@ -1,7 +1,7 @@
 """Small worked scenarios on a real BlockManager that the notebooks replay and the tests pin.
 
-- `prefix_cache_example`: the block_size=4 picture of the nano-vllm write-up "3.4 KV Cache and
-  BlockManager" (a 12-token request that hits one block in use and one freed block);
+- `prefix_cache_example`: the block_size=4 picture of the article "3.4 KV Cache and BlockManager"
+  (about nano-vllm): a 12-token request that hits one block in use and one freed block;
 - `reusable_prefix_tokens` / `measure_reusable_prefix_tokens`: how much of a shared prefix a
   block size lets a second prompt reuse, as a formula and measured;
 - `cached_prefix_after_reuse`: what freeing a sequence's blocks last-to-first buys.
@@ -15,14 +15,15 @@ from refimpl.paged.sequence import Sequence
 from refimpl.paged.steps import prefill
 from refimpl.validation import check_int_at_least, check_positive_int
 
-# Token ids of the write-up's example: three 4-token blocks A, B, C of a 12-token request.
+# Token ids of the article's example: three 4-token blocks it calls A, B, C, of a 12-token request.
+# (The letters are the article's; they are not the running example's users A, B and C.)
 EXAMPLE_A = [101, 102, 103, 104]
 EXAMPLE_B = [201, 202, 203, 204]
 EXAMPLE_C = [301, 302, 303, 304]
 
 
 def prefix_cache_example() -> tuple[BlockManager, dict[str, Sequence], Sequence]:
-    """The nano-vllm write-up's block_size=4 picture: (block manager, sequences holding blocks, new request).
+    """The article's block_size=4 picture: (block manager, sequences holding blocks, new request).
 
     Built with real calls on an 8-block pool: `other0` takes #0; `holder` = A + 1 token takes
     #1 (A) and #2; `finished` = A + B + 1 token shares #1 and takes #3 (B) and #4, then finishes

@@ -2,6 +2,8 @@
 
 - `draw_block_pool` / `block_pool_text`: physical blocks (ref count, short hash, fill),
   the free-queue order, and every sequence's logical -> physical block table.
+- `draw_prefix_lookup` / `prefix_lookup_text`: chapter 04's lookup flow (hash -> hash_to_block_id
+  -> token check -> in use / pulled from the free queue / miss) above the pool and free queue.
 - `draw_prefix_match` / `prefix_match_text`: what prefix matching does with each logical
   block of one request (from `refimpl.paged.prefix_match.explain_prefix_match`).
 - `draw_fragmentation` / `fragmentation_text`: notebook 01's reserve-max vs paged memory.
@@ -27,6 +29,8 @@ from refimpl.paged.sequence import Sequence
 from refimpl.viz.palette import EMPTY, SEQ_COLORS
 
 FREE_CACHED = "#b7e4c7"
+#: Background requests in a picture about one subject: drawn quietly.
+MUTED = "#d9d9d9"
 OUTCOME_COLORS = {
     MatchOutcome.HIT_IN_USE: "#4c72b0",
     MatchOutcome.HIT_FREE: "#55a868",
@@ -87,15 +91,23 @@ def block_pool_text(bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Se
 
 
 def draw_block_pool(
-    bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence], *, title: str | None = None
+    bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence], *, title: str | None = None,
+    muted: Iterable[str] = (),
 ) -> Figure:
-    """Physical blocks in a row (colour = holder, hatched = shared, green = freed but still
+    """Physical blocks in a row (colour = holder, thick border = shared, green = freed but still
     cached, grey = free and empty) with the free-queue position under each free block (q0 is
     the head, reused first); above them every sequence's block table, one box per logical
-    block, with an arrow to the physical block it maps to."""
+    block, with an arrow to the physical block it maps to.
+
+    `muted`: names drawn in light grey (background sequences), so the subject stands out. The
+    legend lists only the states that occur in the picture.
+    """
     named = _named(seqs)
+    muted = set(muted)
     holders, _, queue_pos = _pool_rows(bm, named)
-    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, (name, _) in enumerate(named)}
+    bright = [name for name, _ in named if name not in muted]
+    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, name in enumerate(bright)}
+    colour_of.update({name: MUTED for name in muted})
     n = bm.num_blocks
     # logical boxes of all sequences side by side in one row, a small gap between sequences
     starts, x = [], 0.0
@@ -103,26 +115,31 @@ def draw_block_pool(
         starts.append(x)
         x += max(len(seq.block_table), 1) + 0.5
     width = max(n, x - 0.5)
-    fig = Figure(figsize=(max(6.0, 0.95 * width + 2.2), 4.4))
+    fig = Figure(figsize=(max(6.0, 0.8 * width + 1.9), 4.2))
     ax = fig.add_subplot()
     ax.set_xlim(-2.2, width + 0.1)
     ax.set_ylim(-1.4, 3.6)
     ax.axis("off")
 
     ax.text(-0.15, 0.5, "physical\nblocks", ha="right", va="center", fontsize=9)
+    present: set[str] = set()
     for block in bm.blocks:
         b = block.block_id
         owners = holders[b]
         if b in queue_pos:
             face = FREE_CACHED if block.hash != -1 else EMPTY
+            present.add("cached" if block.hash != -1 else "empty")
         else:
             face = colour_of[owners[0]] if owners else "#999999"
+        shared = len(owners) > 1
+        if shared:
+            present.add("shared")
         ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1, facecolor=face, edgecolor="black", zorder=3,
-                               hatch="//" if len(owners) > 1 else None))
+                               linewidth=3.0 if shared else 1.0))
         ink = "white" if face in SEQ_COLORS else "black"
         ax.text(b + 0.5, 0.72, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
         ax.text(b + 0.5, 0.42, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
-        ax.text(b + 0.5, 0.16, short_hash(block.hash), ha="center", va="center", fontsize=7, family="monospace", color=ink, zorder=4)
+        ax.text(b + 0.5, 0.16, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace", color=ink, zorder=4)
         if b in queue_pos:
             ax.text(b + 0.5, -0.25, f"q{queue_pos[b]}", ha="center", va="center", fontsize=8, color="#2d6a4f")
     if len(bm.free_block_ids):
@@ -135,18 +152,28 @@ def draw_block_pool(
     for start, (name, seq) in zip(starts, named):
         colour = colour_of[name]
         span = max(len(seq.block_table), 1)
-        ax.text(start + span / 2, y + 0.9, f"{name} ({len(seq)} tok)", ha="center", va="center", fontsize=8, color=colour)
+        quiet = name in muted
+        ax.text(start + span / 2, y + 0.9, f"{name} ({len(seq)} tok)", ha="center", va="center", fontsize=8,
+                color="#777777" if quiet else colour, weight="normal" if quiet else "bold")
         for i, b in enumerate(seq.block_table):
-            ax.add_patch(Rectangle((start + i + 0.1, y), 0.8, 0.6, facecolor="white", edgecolor=colour, linewidth=2, zorder=3))
-            ax.text(start + i + 0.5, y + 0.3, f"L{i}\u2192#{b}", ha="center", va="center", fontsize=8, zorder=4)
+            ax.add_patch(Rectangle((start + i + 0.1, y), 0.8, 0.6, facecolor="white", edgecolor=colour,
+                                   linewidth=1 if quiet else 2, zorder=3))
+            ax.text(start + i + 0.5, y + 0.3, f"L{i}\u2192#{b}", ha="center", va="center", fontsize=8, zorder=4,
+                    color="#777777" if quiet else "black")
             ax.add_patch(FancyArrowPatch((start + i + 0.5, y), (b + 0.5, 1.0), arrowstyle="-|>", mutation_scale=9,
-                                         color=colour, alpha=0.75, linewidth=1.2, zorder=2))
-    legend = [Patch(facecolor=colour_of[name], label=name) for name, _ in named]
-    legend += [Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept (can still hit)"),
-               Patch(facecolor=EMPTY, edgecolor="black", label="free, empty")]
-    if any(len(h) > 1 for h in holders.values()):
-        legend.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="shared (ref > 1)"))
-    ax.legend(handles=legend, loc="lower right", fontsize=7, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.1))
+                                         color=colour, alpha=0.5 if quiet else 0.85, linewidth=0.8 if quiet else 1.6,
+                                         zorder=2))
+    legend = [Patch(facecolor=colour_of[name], label=name) for name, seq in named
+              if name not in muted and seq.block_table]
+    if muted:
+        legend.append(Patch(facecolor=MUTED, edgecolor="black", label="other requests"))
+    if "shared" in present:
+        legend.append(Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="shared (ref > 1)"))
+    if "cached" in present:
+        legend.append(Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept (can still hit)"))
+    if "empty" in present:
+        legend.append(Patch(facecolor=EMPTY, edgecolor="black", label="free, empty"))
+    ax.legend(handles=legend, loc="lower right", fontsize=8, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.1))
     ax.set_title(title or f"{n} blocks of {bm.block_size} tokens: pool and block tables", fontsize=10)
     fig.tight_layout()
     return fig
@@ -280,4 +307,116 @@ def draw_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: S
     ax.set_title(f"A {prompt_len}-token prompt sharing a cached {shared_prefix_len}-token prefix", fontsize=10)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
+    return fig
+
+
+# --- chapter 04: the lookup flow over the pool and the free queue
+def _lookup_steps(bm: BlockManager, b) -> list[str]:
+    """The lookup of one logical block as a chain of short steps (what can_allocate does)."""
+    if b.outcome is MatchOutcome.LAST_BLOCK:
+        return ["last block", "never looked up"]
+    if b.outcome is MatchOutcome.NOT_LOOKED_UP:
+        return ["after a miss", "not looked up"]
+    found = f"#{b.cached_block_id}" if b.cached_block_id is not None else "not found"
+    steps = [f"hash {short_hash(b.hash)}", "hash_to_block_id", found]
+    if b.cached_block_id is not None:
+        steps.append("tokens equal" if b.outcome is not MatchOutcome.MISS else "tokens differ")
+    return steps
+
+
+def _lookup_result(b) -> str:
+    if b.block_id is None:
+        return "does not fit"
+    if b.outcome is MatchOutcome.HIT_IN_USE:
+        return f"in use: share #{b.block_id}\nref {b.ref_count_before}\u2192{b.ref_count_after}"
+    if b.outcome is MatchOutcome.HIT_FREE:
+        return f"freed: pull #{b.block_id}\nfrom the free queue"
+    return f"fresh #{b.block_id}\nfrom the queue head"
+
+
+def prefix_lookup_text(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, Sequence]) -> str:
+    """Text twin of `draw_prefix_lookup`: each block's lookup steps and result, then the pool."""
+    lines = []
+    for b in match.blocks:
+        flow = " -> ".join(_lookup_steps(bm, b))
+        lines.append(f"L{b.index} {_tokens_text(b.token_ids):<19} {flow} => {_lookup_result(b).replace(chr(10), ' ')}")
+    lines.append(block_pool_text(bm, seqs))
+    return "\n".join(lines)
+
+
+IN_USE = "#9fb3c8"  # a block some running sequence holds (its holders are written under it)
+
+
+def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, Sequence], *,
+                       title: str | None = None) -> Figure:
+    """A new request's lookup, block by block (top), and the pool with its free queue (bottom).
+
+    Each logical block goes hash -> hash_to_block_id -> token check -> result, coloured by
+    outcome, with an arrow to the physical block it would get. In the pool, blocks in use carry
+    their holders' names; freed blocks that keep a hash are green; the free queue is drawn in order.
+    """
+    named = list(seqs.items())
+    holders, _, queue_pos = _pool_rows(bm, named)
+    n_pool, n_req = bm.num_blocks, len(match.blocks)
+    col = max(1.9, n_pool / n_req)  # width of one request column, in pool-block units
+    width = max(n_pool, col * n_req)
+    fig = Figure(figsize=(0.8 * (width + 1.7), 6.4))
+    ax = fig.add_subplot()
+    ax.set_xlim(-1.6, width + 0.1)
+    ax.set_ylim(-2.6, 7.3)
+    ax.axis("off")
+    outcomes_present = []
+    for b in match.blocks:
+        x = b.index * col + col / 2
+        colour = OUTCOME_COLORS[b.outcome]
+        if b.outcome not in outcomes_present:
+            outcomes_present.append(b.outcome)
+        ax.add_patch(Rectangle((x - col / 2 + 0.1, 6.3), col - 0.2, 0.8, facecolor="white", edgecolor="black"))
+        ax.text(x, 6.7, f"L{b.index}\n{_tokens_text(b.token_ids, 4)}", ha="center", va="center", fontsize=8)
+        y = 5.85
+        for i, step in enumerate(_lookup_steps(bm, b)):
+            ax.text(x, y, step if i == 0 else "\u2192 " + step, ha="center", va="center", fontsize=8, family="monospace")
+            y -= 0.42
+        ax.add_patch(Rectangle((x - col / 2 + 0.1, 3.0), col - 0.2, 0.9, facecolor=colour, edgecolor="black"))
+        ax.text(x, 3.45, _lookup_result(b), ha="center", va="center", fontsize=8, color="white")
+        if b.block_id is not None:
+            ax.add_patch(FancyArrowPatch((x, 3.0), (b.block_id + 0.5, 1.25), arrowstyle="-|>", mutation_scale=10,
+                                         color=colour, linewidth=1.6, zorder=2))
+    ax.text(-0.1, 6.7, "request", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 5.2, "lookup", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 3.45, "result", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 0.6, "pool", ha="right", va="center", fontsize=9)
+    present = set()
+    for block in bm.blocks:
+        b = block.block_id
+        if b in queue_pos:
+            face = FREE_CACHED if block.hash != -1 else EMPTY
+            present.add("cached" if block.hash != -1 else "empty")
+        else:
+            face = IN_USE
+            present.add("in use")
+            ax.text(b + 0.5, -0.2, "+".join(holders[b]), ha="center", va="center", fontsize=8)
+        ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1.2, facecolor=face, edgecolor="black", zorder=3))
+        ax.text(b + 0.5, 0.95, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", zorder=4)
+        ax.text(b + 0.5, 0.6, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, zorder=4)
+        ax.text(b + 0.5, 0.25, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace", zorder=4)
+    ax.text(-0.1, -1.05, "free queue\nhead \u2192 tail", ha="right", va="center", fontsize=8)
+    for position, b in enumerate(bm.free_block_ids):
+        face = FREE_CACHED if bm.blocks[b].hash != -1 else EMPTY
+        ax.add_patch(Rectangle((position * 0.8 + 0.05, -1.35), 0.7, 0.6, facecolor=face, edgecolor="#2d6a4f", zorder=3))
+        ax.text(position * 0.8 + 0.4, -1.05, f"#{b}", ha="center", va="center", fontsize=8, zorder=4)
+    handles = [Patch(facecolor=OUTCOME_COLORS[o], label=o.value) for o in outcomes_present]
+    if "in use" in present:
+        handles.append(Patch(facecolor=IN_USE, edgecolor="black", label="in use (holders under it)"))
+    if "cached" in present:
+        handles.append(Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept"))
+    if "empty" in present:
+        handles.append(Patch(facecolor=EMPTY, edgecolor="black", label="free, empty"))
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(handles)),
+              fontsize=8, frameon=False)
+    summary = (f"{match.num_tokens} tokens, block_size {match.block_size}: {match.num_cached_blocks} cached blocks, "
+               f"{match.num_free_blocks_needed} of {match.num_free_blocks} free blocks needed -> "
+               f"can_allocate = {match.can_allocate}")
+    ax.set_title(title or summary, fontsize=10)
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.94, bottom=0.01)
     return fig
