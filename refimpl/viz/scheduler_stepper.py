@@ -195,7 +195,7 @@ def draw_scheduler_state(state: SchedulerState) -> Figure:
         for block_id in r.block_table:
             holders.setdefault(block_id, []).append(r.name)
     n = state.num_blocks
-    fig = Figure(figsize=(max(6.0, 0.55 * n + 1.5), 2.9), layout="constrained")
+    fig = Figure(figsize=(max(6.0, 0.55 * n + 1.5), 2.6), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[1.0, 1.25])
     ax = fig.add_subplot(grid[0])
     for block_id in range(n):
@@ -209,7 +209,7 @@ def draw_scheduler_state(state: SchedulerState) -> Figure:
         ax.add_patch(Rectangle((block_id, 0), 1, 1, facecolor="none", edgecolor="black", linewidth=0.8))
         ax.text(block_id + 0.5, 1.12, str(block_id), ha="center", va="bottom", fontsize=8)
         ax.text(block_id + 0.5, 0.5, "+".join(owners) if owners else "free", ha="center", va="center",
-                fontsize=8 if owners else 7.5, color="white" if owners else "#555555")
+                fontsize=8, color="white" if owners else "#555555")
     ax.set_xlim(-0.1, n + 0.1)
     ax.set_ylim(-0.05, 1.45)
     ax.axis("off")

@@ -101,7 +101,7 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
     row = {seq_id: i for i, seq_id in enumerate(seq_ids)}
     first = steps[0].step
     labelled = len(steps) <= MAX_LABELLED_STEPS
-    width = min(16.0, max(6.0, 0.45 * len(steps) + 2))
+    width = min(16.0, max(7.0, 0.45 * len(steps) + 3))
     height = 2.2 + 0.4 * len(seq_ids)
     fig = Figure(figsize=(width, height), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[max(1.0, 0.4 * len(seq_ids)), 1.2])
