@@ -60,7 +60,7 @@ def softmax_drawer(all_scores: torch.Tensor | list[float], final_output: torch.T
     final = [float(v) for v in (final_output.tolist() if torch.is_tensor(final_output) else final_output)][:dims]
 
     def draw(state: SoftmaxState) -> Figure:
-        fig = Figure(figsize=(7.0, 2.9), layout="constrained")
+        fig = Figure(figsize=(7.0, 3.2), layout="constrained")
         ax, out_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.5, 1.0]})
         done = state.positions_done
         tile = state.tile or (done, done)
@@ -74,11 +74,11 @@ def softmax_drawer(all_scores: torch.Tensor | list[float], final_output: torch.T
         ax.set_ylabel("score q·k / sqrt(d)", fontsize=9)
         ax.tick_params(labelsize=8)
         ax.set_title(f"scores read: {done} of {len(scores)}", fontsize=9)
-        ax.legend(handles=[Patch(facecolor=READ_COLOR, label="read earlier"),
-                           Patch(facecolor=TILE_COLOR, label="this tile"),
-                           Patch(facecolor=UNREAD_COLOR, label="not read yet"),
-                           Line2D([], [], color="black", linestyle="--", label="running max m")],
-                  fontsize=8, loc="lower left", frameon=True, framealpha=0.9)
+        fig.legend(handles=[Patch(facecolor=READ_COLOR, label="score read earlier"),
+                            Patch(facecolor=TILE_COLOR, label="score in this tile"),
+                            Patch(facecolor=UNREAD_COLOR, label="not read yet"),
+                            Line2D([], [], color="black", linestyle="--", label="running max m")],
+                   fontsize=8, loc="outside lower center", ncol=4, frameon=False)
         xs = range(len(final))
         out_ax.plot(xs, final, marker="o", linestyle="none", color=FINAL_COLOR, markersize=7, fillstyle="none",
                     label="full softmax")
