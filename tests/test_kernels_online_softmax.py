@@ -13,7 +13,7 @@ import refimpl.kernels as kernels
 from refimpl.kernels import reference
 from refimpl.kernels.online_softmax import OnlineSoftmax, paged_decode_online
 from refimpl.viz import Stepper
-from refimpl.viz.softmax_stepper import softmax_drawer, softmax_frames, softmax_state_text
+from refimpl.viz.softmax_stepper import draw_softmax_state, softmax_drawer, softmax_frames, softmax_state_text
 
 
 def paged_case(seed, block_size, seqlens, num_kv_heads=2, group=2, head_dim=8):
@@ -82,6 +82,8 @@ def test_stepper_frames_follow_the_walk_and_end_at_the_twin():
     stepper = Stepper(frames, softmax_drawer(keys @ q[0, 3] / math.sqrt(8), twin), softmax_state_text)
     assert stepper.strip_text().count("--- step") == 4
     assert stepper.figure(2).axes[0].get_title() == "scores read: 8 of 10"
+    with pytest.raises(ValueError, match="3 scores given"):
+        draw_softmax_state(frames[2].state, [0.0, 1.0, 2.0], twin.tolist())
 
 
 def test_bad_input():
