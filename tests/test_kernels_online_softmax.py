@@ -12,6 +12,10 @@ from hypothesis import strategies as st
 import refimpl.kernels as kernels
 from refimpl.kernels import reference
 from refimpl.kernels.online_softmax import OnlineSoftmax, paged_decode_online
+from refimpl.kernels.triton_setup import INTERPRET
+
+# Where the Triton kernel runs: the interpreter takes CPU tensors, compiled Triton needs a GPU.
+TRITON_DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
 from refimpl.viz import Stepper
 from refimpl.viz.softmax_stepper import draw_softmax_state, softmax_drawer, softmax_frames, softmax_state_text
 
@@ -45,8 +49,9 @@ def test_online_softmax_equals_the_torch_twin(seed, block_size, block_n, seqlens
 
 def test_online_softmax_equals_the_triton_kernel():
     q, k, v, lens, table = paged_case(3, 4, [10, 6, 1])
+    on_device = [t.to(TRITON_DEVICE) for t in (q, k, v, lens, table)]
     torch.testing.assert_close(paged_decode_online(q, k, v, lens, table, block_n=32),
-                               kernels.paged_decode_attention(q, k, v, lens, table), atol=1e-5, rtol=1e-5)
+                               kernels.paged_decode_attention(*on_device).cpu(), atol=1e-5, rtol=1e-5)
 
 
 def test_invariants_after_every_tile():
