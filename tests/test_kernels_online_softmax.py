@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import refimpl.kernels as kernels
 from refimpl.kernels import reference
 from refimpl.kernels.online_softmax import OnlineSoftmax, paged_decode_online
-from refimpl.kernels.triton_setup import INTERPRET
+from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET
 
 # Where the Triton kernel runs: the interpreter takes CPU tensors, compiled Triton needs a GPU.
 TRITON_DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
@@ -47,6 +47,7 @@ def test_online_softmax_equals_the_torch_twin(seed, block_size, block_n, seqlens
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
 def test_online_softmax_equals_the_triton_kernel():
     q, k, v, lens, table = paged_case(3, 4, [10, 6, 1])
     on_device = [t.to(TRITON_DEVICE) for t in (q, k, v, lens, table)]
