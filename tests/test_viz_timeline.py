@@ -77,7 +77,7 @@ def test_figure_cells_markers_and_bars():
     grid, bars = fig.axes[:2]
     # One cell per (sequence, step) it ran in: 8 for seq 0, 2 + 2 + 3 + 2 for seq 1 (no hit bars here).
     assert len(grid.patches) == sum(len(r.seq_ids) for r in steps) == 17
-    chunk_cells = [p for p in grid.patches if p.get_hatch() == "//"]
+    chunk_cells = [p for p in grid.patches if p.get_gid() == "chunk"]
     assert [(p.get_x() + 0.45, p.get_y() + 0.4) for p in chunk_cells] == [(8.0, 1.0)]
     markers = sorted((line.get_marker(), float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in grid.lines)
     assert markers == [("X", 4.0, 1.0), ("o", 7.45, 0.0), ("o", 12.45, 1.0)]

@@ -4,7 +4,7 @@
 `Context` (after `ModelRunner.prepare_prefill` or `prepare_decode`) and show
   - the packed batch: every token this step computes, in order, with its position and slot;
   - the physical KV cache as a grid (one row per block, one column per offset): cells written
-    this step (solid), cells of the context only read through the block table (light, hatched),
+    this step (solid), cells of the context only read through the block table (grey, dashed border),
     untouched cells (grey).
 """
 
@@ -81,6 +81,9 @@ def step_inputs_text(
     return "\n".join(lines)
 
 
+CACHED_COLOR = "#d0d0d0"  # a cached slot: read this step, not written
+
+
 def draw_step_inputs(
     seqs: list[Sequence],
     ctx: Context,
@@ -98,44 +101,48 @@ def draw_step_inputs(
         color = SEQ_COLORS[i % len(SEQ_COLORS)]
         top.add_patch(Rectangle((x, 0), 0.95, 1, facecolor=color, edgecolor="white"))
         top.text(x + 0.47, 0.62, label(token), ha="center", va="center", color="white", fontsize=9, weight="bold")
-        top.text(x + 0.47, 0.25, f"p{pos}", ha="center", va="center", color="white", fontsize=7)
-        top.text(x + 0.47, -0.35, str(slot), ha="center", va="center", fontsize=7)
-    top.text(-0.2, -0.35, "slot", ha="right", va="center", fontsize=7)
+        top.text(x + 0.47, 0.25, f"p{pos}", ha="center", va="center", color="white", fontsize=8)
+        top.text(x + 0.47, -0.35, str(slot), ha="center", va="center", fontsize=8)
+    top.text(-0.2, -0.35, "slot", ha="right", va="center", fontsize=8)
     top.set_xlim(-1.2, max(len(new), 1))
     top.set_ylim(-0.7, 1.1)
     top.axis("off")
     kind = "prefill" if ctx.is_prefill else "decode"
     top.set_title(f"{kind} step: {len(new)} packed tokens (token, position) and the slot each K/V row is written to",
                   fontsize=9)
-    grid.set_title("physical KV cache: solid = written this step at its slot, hatched = read through the block table",
-                   fontsize=8)
+    grid.set_title("physical KV cache (coloured: written this step; grey, dashed: cached, only read)", fontsize=8)
 
     grid.set_xlim(0, block_size)
     grid.set_ylim(num_blocks, 0)
     for b in range(num_blocks):
         for off in range(block_size):
             grid.add_patch(Rectangle((off, b), 0.95, 0.9, facecolor=EMPTY, edgecolor="white"))
+    # A cached slot may be read by several sequences (a shared prefix): draw it once, in a neutral grey,
+    # with no hatching so its label stays readable.
+    readers: dict[int, tuple[int, int]] = {}
     for i, pos, token, slot in cached:
+        readers.setdefault(slot, (pos, token))
+    for slot, (pos, token) in sorted(readers.items()):
         b, off = divmod(slot, block_size)
-        color = SEQ_COLORS[i % len(SEQ_COLORS)]
-        grid.add_patch(Rectangle((off, b), 0.95, 0.9, facecolor=color, alpha=0.3, hatch="///", edgecolor=color))
-        grid.text(off + 0.47, b + 0.45, f"{label(token)}  p{pos}", ha="center", va="center", fontsize=7)
+        grid.add_patch(Rectangle((off, b), 0.95, 0.9, facecolor=CACHED_COLOR, edgecolor="#555555",
+                                 linestyle="--", linewidth=0.8))
+        grid.text(off + 0.47, b + 0.45, f"{label(token)}  p{pos}", ha="center", va="center", fontsize=8)
     for name, i, pos, token, slot in new:
         b, off = divmod(slot, block_size)
         grid.add_patch(Rectangle((off, b), 0.95, 0.9, facecolor=SEQ_COLORS[i % len(SEQ_COLORS)], edgecolor="white"))
         grid.text(off + 0.47, b + 0.45, f"{label(token)}  p{pos}", ha="center", va="center", color="white",
-                  fontsize=7)
-    grid.set_yticks([b + 0.45 for b in range(num_blocks)], [f"block {b}" for b in range(num_blocks)], fontsize=7)
-    grid.set_xticks([o + 0.47 for o in range(block_size)], [str(o) for o in range(block_size)], fontsize=7)
+                  fontsize=8)
+    grid.set_yticks([b + 0.45 for b in range(num_blocks)], [f"block {b}" for b in range(num_blocks)], fontsize=8)
+    grid.set_xticks([o + 0.47 for o in range(block_size)], [str(o) for o in range(block_size)], fontsize=8)
     grid.set_xlabel("offset in block", fontsize=8)
     grid.tick_params(length=0)
     for side in grid.spines.values():
         side.set_visible(False)
     handles = [Patch(facecolor=SEQ_COLORS[i % len(SEQ_COLORS)],
                      label=(names or {}).get(seq.seq_id, f"seq {seq.seq_id}")) for i, seq in enumerate(seqs)]
-    handles.append(Patch(facecolor="#bbbbbb", alpha=0.4, hatch="///", label="cached context, only read"))
+    handles.append(Patch(facecolor=CACHED_COLOR, edgecolor="#555555", linestyle="--", label="cached context, only read"))
     handles.append(Patch(facecolor=EMPTY, label="not in this step"))
     grid.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.09 - 1.0 / num_blocks),
-                ncol=len(handles), fontsize=7, frameon=False)
+                ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig

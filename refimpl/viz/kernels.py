@@ -16,6 +16,7 @@ from typing import Sequence as Seq
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.paged.scenarios import measure_reusable_prefix_tokens
@@ -63,14 +64,14 @@ def paged_layout_text(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_siz
 def draw_paged_layout(block_tables: Seq[Seq[int]], seq_lens: Seq[int], block_size: int, num_blocks: int) -> Figure:
     """The physical cache as a grid (one row per block, one column per offset), tokens coloured by sequence."""
     cells, _ = paged_layout(block_tables, seq_lens, block_size, num_blocks)
-    fig = Figure(figsize=(3.6 + 0.75 * block_size, 1.1 + 0.42 * num_blocks))
+    fig = Figure(figsize=(3.6 + 0.85 * block_size, 1.1 + 0.5 * num_blocks))
     ax = fig.add_subplot()
     for b, rows in enumerate(cells):
         for r, cell in enumerate(rows):
             color = EMPTY if cell is None else SEQ_COLORS[cell[0] % len(SEQ_COLORS)]
             ax.add_patch(Rectangle((r, b), 0.95, 0.9, facecolor=color, edgecolor="white"))
             label = f"slot {b * block_size + r}" if cell is None else f"t{cell[1]}\nslot {b * block_size + r}"
-            ax.text(r + 0.47, b + 0.45, label, ha="center", va="center", fontsize=6.5,
+            ax.text(r + 0.47, b + 0.45, label, ha="center", va="center", fontsize=8,
                     color="#555555" if cell is None else "white")
     ax.set_xlim(0, block_size)
     ax.set_ylim(num_blocks, 0)
@@ -120,14 +121,15 @@ def draw_prefill_mask(q_len: int, k_len: int) -> Figure:
             else:
                 color = EMPTY
             ax.add_patch(Rectangle((t, j), 0.92, 0.88, facecolor=color, edgecolor="white"))
-    ax.axvline(cached - 0.04, color="#c44e52", linewidth=1.5)
+    ax.axvline(cached - 0.04, color="#c44e52", linewidth=1.5)  # where the cached prefix ends
     ax.set_xlim(0, k_len)
     ax.set_ylim(q_len, 0)
-    ax.set_xticks([t + 0.46 for t in range(k_len)], [str(t) for t in range(k_len)], fontsize=7)
-    ax.set_yticks([j + 0.44 for j in range(q_len)], [f"q{j} @ {cached + j}" for j in range(q_len)], fontsize=7)
+    ax.set_xticks([t + 0.46 for t in range(k_len)], [str(t) for t in range(k_len)], fontsize=8)
+    ax.set_yticks([j + 0.44 for j in range(q_len)], [f"q{j} @ {cached + j}" for j in range(q_len)], fontsize=8)
     ax.set_xlabel("key position in the context")
     ax.legend(handles=[Patch(color="#8fb3d9", label="cached prefix key"), Patch(color="#4c72b0", label="key from this step"),
-                       Patch(color=EMPTY, label="masked (future)")],
+                       Patch(color=EMPTY, label="masked (future)"),
+                       Line2D([], [], color="#c44e52", linewidth=1.5, label="end of the cached prefix")],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     ax.set_title(f"Prefill with a cached prefix: {q_len} queries, {k_len} keys", fontsize=9)
     fig.tight_layout()
@@ -165,7 +167,7 @@ def draw_reuse_by_block_size(prefix_lens: Seq[int], suffix_len: int, block_sizes
         bars = ax.bar(x + (i + 1) * width, table[:, i], width, color=SEQ_COLORS[i % len(SEQ_COLORS)],
                       label=f"reused, block size {bs}")
         for rect, value in zip(bars, table[:, i]):
-            ax.text(rect.get_x() + rect.get_width() / 2, value, str(value), ha="center", va="bottom", fontsize=7)
+            ax.text(rect.get_x() + rect.get_width() / 2, value, str(value), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x + width * len(block_sizes) / 2, [str(p) for p in prefix_lens])
     ax.set_xlabel(f"shared prefix length (prompt = prefix + {suffix_len} tokens)")
     ax.set_ylabel("tokens")

@@ -3,10 +3,14 @@
 `draw_timeline` draws one row per sequence and one column per step (prefill, prefill chunk or
 decode; preemptions, finishes and prefix-cache hits marked) above the blocks in use after each
 step. `timeline_text` is its text twin: one line per step.
+
+Both take `names` (seq_id -> name, e.g. from `running_example.names_by_seq_id`) so that a row
+reads "A" instead of a global counter value that depends on how many sequences ran before.
 """
 
 from __future__ import annotations
 
+from typing import Mapping
 from typing import Sequence as Seq
 
 from matplotlib.figure import Figure
@@ -33,9 +37,15 @@ def _check_steps(steps: Seq[StepRecord]) -> list[StepRecord]:
     return steps
 
 
-def _cell_text(record: StepRecord, index: int) -> str:
+def _namer(names: Mapping[int, str] | None):
+    """seq_id -> its display name (the id itself where no name is given)."""
+    names = dict(names or {})
+    return lambda seq_id: names.get(seq_id, str(seq_id))
+
+
+def _cell_text(record: StepRecord, index: int, name=str) -> str:
     seq_id, n, hit = record.seq_ids[index], record.num_scheduled_tokens[index], record.prefix_hit_tokens[index]
-    text = f"{seq_id}:{n}"
+    text = f"{name(seq_id)}:{n}"
     if seq_id in record.chunked_seq_ids:
         text += "*"
     if hit:
@@ -43,13 +53,15 @@ def _cell_text(record: StepRecord, index: int) -> str:
     return text
 
 
-def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None) -> str:
+def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None,
+                  names: Mapping[int, str] | None = None) -> str:
     """One line per step: kind, batch as `seq:tokens`, preempted and finished sequences, blocks in use.
 
     `*` marks a prefill chunk that leaves part of the prompt for later; `(+n cached)` is the
     number of the sequence's tokens served by the prefix cache when its blocks were allocated.
     """
     steps = _check_steps(steps)
+    name = _namer(names)
     pool = f"/{num_blocks}" if num_blocks is not None else ""
     rows = [("step", "kind", "batch (seq:tokens)", "preempted", "finished", "blocks")]
     for r in steps:
@@ -57,9 +69,9 @@ def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None) -> str:
             (
                 str(r.step),
                 r.kind,
-                " ".join(_cell_text(r, i) for i in range(len(r.seq_ids))),
-                " ".join(map(str, r.preempted_seq_ids)) or "-",
-                " ".join(map(str, r.finished_seq_ids)) or "-",
+                " ".join(_cell_text(r, i, name) for i in range(len(r.seq_ids))),
+                " ".join(map(name, r.preempted_seq_ids)) or "-",
+                " ".join(map(name, r.finished_seq_ids)) or "-",
                 f"{r.num_blocks_in_use}{pool}",
             )
         )
@@ -76,57 +88,68 @@ def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, title: str | None = None) -> Figure:
-    """The step timeline as a figure: sequences by steps on top, blocks in use below."""
+def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, title: str | None = None,
+                  names: Mapping[int, str] | None = None) -> Figure:
+    """The step timeline as a figure: sequences by steps on top, blocks in use below.
+
+    A prefill chunk is a light cell with a dashed border (no hatching, so its label stays
+    readable); the legend lists only what the picture shows.
+    """
     steps = _check_steps(steps)
+    name = _namer(names)
     seq_ids = sorted({s for r in steps for s in r.seq_ids + r.preempted_seq_ids})
     row = {seq_id: i for i, seq_id in enumerate(seq_ids)}
     first = steps[0].step
     labelled = len(steps) <= MAX_LABELLED_STEPS
-    width = min(16.0, max(6.0, 0.45 * len(steps) + 2))
+    width = min(16.0, max(7.0, 0.45 * len(steps) + 3))
     height = 2.2 + 0.4 * len(seq_ids)
     fig = Figure(figsize=(width, height), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[max(1.0, 0.4 * len(seq_ids)), 1.2])
     ax = fig.add_subplot(grid[0])
     ax_blocks = fig.add_subplot(grid[1], sharex=ax)
 
+    shown: set[str] = set()  # what the picture holds, so the legend lists nothing else
     for r in steps:
         x = r.step - 0.5
         for i, seq_id in enumerate(r.seq_ids):
             y = row[seq_id] - 0.4
             chunk = seq_id in r.chunked_seq_ids
             color = DECODE_COLOR if not r.is_prefill else CHUNK_COLOR if chunk else PREFILL_COLOR
-            ax.add_patch(
-                Rectangle((x + 0.05, y), 0.9, 0.8, facecolor=color, edgecolor="black", linewidth=0.5,
-                          hatch="//" if chunk else None)
-            )
+            cell = Rectangle((x + 0.05, y), 0.9, 0.8, facecolor=color, edgecolor="black",
+                             linewidth=1.0 if chunk else 0.5, linestyle="--" if chunk else "-")
+            cell.set_gid("chunk" if chunk else "decode" if not r.is_prefill else "prefill")
+            ax.add_patch(cell)
+            shown.add(cell.get_gid())
             hit = r.prefix_hit_tokens[i]
             if hit:
                 ax.add_patch(Rectangle((x + 0.05, y), 0.9, 0.14, facecolor=HIT_COLOR, edgecolor="none"))
+                shown.add("hit")
             if labelled and r.is_prefill:
                 label = str(r.num_scheduled_tokens[i]) + (f"\n+{hit}" if hit else "")
-                box = dict(facecolor="white", edgecolor="none", pad=1.0) if chunk else None  # readable over hatching
-                ax.text(r.step, row[seq_id], label, ha="center", va="center", fontsize=7,
-                        color="black" if chunk else "white", bbox=box)
+                ax.text(r.step, row[seq_id], label, ha="center", va="center", fontsize=8,
+                        color="black" if chunk else "white")
             if seq_id in r.finished_seq_ids:
                 ax.plot(r.step + 0.45, row[seq_id], marker="o", color="black", markersize=4)
+                shown.add("finished")
         for seq_id in r.preempted_seq_ids:
             ax.plot(r.step, row[seq_id], marker="X", color=PREEMPT_COLOR, markersize=9)
+            shown.add("preempted")
 
     last = steps[-1].step
     ax.set_xlim(first - 0.6, last + 0.6)
     ax.set_ylim(len(seq_ids) - 0.5, -0.5)
-    ax.set_yticks(range(len(seq_ids)), [f"seq {s}" for s in seq_ids])
+    ax.set_yticks(range(len(seq_ids)), [name(s) if names else f"seq {s}" for s in seq_ids])
     ax.set_title(title or "Scheduler timeline: one column per step")
     ax.tick_params(labelbottom=False)
-    handles = [
-        Patch(facecolor=PREFILL_COLOR, edgecolor="black", label="prefill (prompt done)"),
-        Patch(facecolor=CHUNK_COLOR, edgecolor="black", hatch="//", label="prefill chunk"),
-        Patch(facecolor=DECODE_COLOR, edgecolor="black", label="decode (1 token)"),
-        Patch(facecolor=HIT_COLOR, label="prefix-cache hit"),
-        Line2D([], [], marker="X", color=PREEMPT_COLOR, linestyle="none", label="preempted"),
-        Line2D([], [], marker="o", color="black", linestyle="none", markersize=4, label="finished"),
-    ]
+    legend = {
+        "prefill": Patch(facecolor=PREFILL_COLOR, edgecolor="black", label="prefill (prompt done)"),
+        "chunk": Patch(facecolor=CHUNK_COLOR, edgecolor="black", linestyle="--", label="prefill chunk (prompt not done)"),
+        "decode": Patch(facecolor=DECODE_COLOR, edgecolor="black", label="decode (1 token)"),
+        "hit": Patch(facecolor=HIT_COLOR, label="prefix-cache hit (+n cached)"),
+        "preempted": Line2D([], [], marker="X", color=PREEMPT_COLOR, linestyle="none", label="preempted"),
+        "finished": Line2D([], [], marker="o", color="black", linestyle="none", markersize=4, label="finished"),
+    }
+    handles = [handle for key, handle in legend.items() if key in shown]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
     xs = [r.step for r in steps]
