@@ -18,8 +18,9 @@ def reference_generate(hf_model, prompt_ids: list[int], max_new_tokens: int) -> 
     with stable_topk_in_transformers():
         out = hf_model.generate(
             torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
-            output_logits=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0,
-            min_new_tokens=max_new_tokens,
+            output_logits=True, return_dict_in_generate=True, eos_token_id=None,
+            # a pad id that occurs in the prompt would silently mask those tokens: use one that cannot
+            pad_token_id=hf_model.config.vocab_size - 1 if hf_model.config.pad_token_id is None else hf_model.config.pad_token_id,
         )
     tokens = out.sequences[0, len(prompt_ids):].tolist()
     return tokens, [step[0] for step in out.logits]
