@@ -71,7 +71,7 @@ def test_resume_at_256_token_prefix_hit(name, budget):
 
 def test_preemption_recomputes_and_still_matches():
     """A pool that cannot hold three long requests at once preempts one and recomputes it."""
-    llm = make_llm("A", num_kvcache_blocks=20, max_num_batched_tokens=64, enable_prefix_caching=False)
+    llm = make_llm("A", num_kvcache_blocks=60, max_num_batched_tokens=64, enable_prefix_caching=False)
     names = ["P1", "P3", "P2"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
     assert llm.stats.preemptions >= 1
