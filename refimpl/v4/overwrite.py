@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from refimpl.v4.paged import read_rows, slots, write_rows
+from refimpl.v4.paged import read_rows, recording_reads, slots, write_rows
 
 CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
 
@@ -47,3 +47,36 @@ def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index
     rows[:, mask] = float("nan")
     write_rows(ref, slot_mapping, rows)
     return int(mask.sum()) * len(slot_mapping)
+
+
+def rows_read_after_hit(llm, first: Sequence[int], second: Sequence[int], sampling_params) -> dict:
+    """Run `first`, then `second` (which shares a prefix with it) and record, for every cache,
+    which rows of the blocks the hit reused were read while `second` ran.
+
+    Returns {"hit": tokens, "caches": {name: {"ratio", "block_size", "reused", "read"}}} where
+    `reused` and `read` are sorted token positions (per-token caches) or entry numbers
+    (compressed caches) inside the reused blocks.
+    """
+    llm.generate([list(first)], sampling_params)
+    tables, hit = hit_block_tables(llm, second)
+    with recording_reads() as log:
+        llm.generate([list(second)], sampling_params)
+    null = llm.manager.block_pool.null_block.block_id
+    caches = {}
+    for layer in llm.kv_cache.layers:
+        for kind in CACHE_KINDS:
+            ref = getattr(layer, kind)
+            if ref is None:
+                continue
+            per_block = ref.entries_per_block
+            index_of = {}  # slot -> position or entry number, for the reused (non-null) blocks
+            for i, block in enumerate(tables[ref.group]):
+                if block == null:
+                    continue
+                for row in range(per_block):
+                    index_of[block * per_block + row] = i * per_block + row
+            read = {index_of[s] for name, slot_mapping in log if name == ref.name
+                    for s in slot_mapping.tolist() if s in index_of}
+            caches[ref.name] = {"ratio": ref.ratio, "block_size": ref.block_size,
+                                "reused": sorted(index_of.values()), "read": sorted(read)}
+    return {"hit": hit, "caches": caches}

@@ -11,9 +11,13 @@ index vLLM's slot mappings use; reads and writes here go through slots only.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+_read_log: list[tuple[str, torch.Tensor]] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,5 +63,19 @@ def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) ->
 
 def read_rows(ref: CacheRef, slot_mapping: torch.Tensor) -> torch.Tensor:
     """The rows stored at `slot_mapping` (a copy)."""
+    if _read_log is not None:
+        _read_log.append((ref.name, slot_mapping.clone()))
     per_block = ref.entries_per_block
     return ref.view[slot_mapping // per_block, slot_mapping % per_block]
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Record every (cache name, slots) read while the block runs: which rows were used."""
+    global _read_log
+    log: list[tuple[str, torch.Tensor]] = []
+    previous, _read_log = _read_log, log
+    try:
+        yield log
+    finally:
+        _read_log = previous
