@@ -45,7 +45,7 @@ def capture_layer_inputs(hf_model, prompt_ids: Sequence[int]):
     return inputs, cache, outputs
 
 
-def _identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
+def identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
     """Block tables for one request alone in the pool: consecutive block ids, group after group.
 
     All groups draw from one pool and block b of every group is the same stretch of the slab,
@@ -72,7 +72,7 @@ def run_layer_paged(hf_model, layer: int, x: torch.Tensor, chunk_sizes: Sequence
     if kv is None:
         num_blocks = 2 + sum(1 + num_tokens // g.kv_cache_spec.block_size for g in build_kv_cache(hf_model.config, 2).config.kv_cache_groups)
         kv = build_kv_cache(hf_model.config, num_blocks)
-    tables = _identity_tables(kv, num_tokens)
+    tables = identity_tables(kv, num_tokens)
     attn = hf_model.model.layers[layer].self_attn
     rotary = hf_model.model.rotary_emb
     outs, start = [], 0
@@ -103,10 +103,10 @@ def transformers_rows(cache, layer: int, ratio: int, num_tokens: int, position_b
 
 
 def paged_rows(kv: V4KVCache, layer: int, ratio: int, num_tokens: int, window: int, head_dims: dict) -> dict[str, torch.Tensor]:
-    """This package's cache rows for one request laid out by `_identity_tables`."""
+    """This package's cache rows for one request laid out by `identity_tables`."""
     from refimpl.v4.paged import read_rows, slots
 
-    tables = _identity_tables(kv, num_tokens)
+    tables = identity_tables(kv, num_tokens)
     caches = kv.layers[layer]
 
     def rows_at(ref, index):

@@ -118,6 +118,9 @@ def make_tiny_v4(path: str | os.PathLike, seed: int = 0, **sizes) -> Path:
     (0 = sliding window only, 4 = CSA, 128 = HCA).
     """
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar in notebooks and tests
 
     config_dict = tiny_v4_config_dict(**sizes)
     fields = {k: v for k, v in config_dict.items() if k not in ("architectures", "model_type", "torch_dtype")}
