@@ -39,3 +39,34 @@ def test_hit_reads_text_and_figure():
     assert len(fig.axes[0].get_yticklabels()) == 3
     assert hit_reads_text(SUMMARY, layers=[1, 2]) == text  # deterministic
     assert torch.get_num_threads() >= 1
+
+
+def test_engine_stepper_frames_equal_a_fresh_engine_stepped_by_hand():
+    from refimpl.paged.sequence import SamplingParams
+    from refimpl.v4.llm import V4LLM
+    from refimpl.viz.stepper import Stepper, record_frames
+    from refimpl.viz.v4_engine import draw_engine_state, engine_snapshot, engine_state_text
+    from tests.v4_models import hf_model, model_dir, prompts
+
+    sp = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    names = ["A", "B", "C"]
+
+    def fresh():
+        llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=64)
+        return llm, [llm.add_request(prompts()[p], sp) for p in ("P1", "P2", "P3")]
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    again, reqs2 = fresh()
+    states = [engine_snapshot(again, reqs2, names)]
+    while again.has_unfinished_requests():
+        again.step()
+        states.append(engine_snapshot(again, reqs2, names))
+    llm, reqs = fresh()
+    frames = record_frames(lambda: engine_snapshot(llm, reqs, names),
+                           [(f"step {i + 1}", llm.step) for i in range(len(states) - 1)])
+    stepper = Stepper(frames, draw_engine_state, engine_state_text)
+    torch.set_num_threads(before)
+    assert [f.state for f in stepper.frames] == states
+    assert all(status == "finished" for _, status, *_ in states[-1][0])
+    assert isinstance(stepper.figure(3), Figure)

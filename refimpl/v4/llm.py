@@ -125,6 +125,17 @@ class V4LLM:
         self._next_id += 1
         return V4Request(self.manager.make_request(request_id, ids), sampling_params, index)
 
+    def add_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> V4Request:
+        """Check and queue one request (for stepping the engine by hand with `step()`)."""
+        req = self.make_request(prompt, sampling_params, len(self.waiting) + len(self.running))
+        if not hasattr(self, "_generator"):
+            self._generator = torch.Generator().manual_seed(0)
+        self.waiting.append(req)
+        return req
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
     # --- scheduling
     def _preempt(self, victim: V4Request) -> None:
         self.running.remove(victim)

@@ -2,7 +2,9 @@
 
 - `slot_table_text`: the slot each position writes in each cache of one layer;
 - `draw_hit_reads` / `hit_reads_text`: which rows of the blocks a 256-token prefix hit reused
-  were read again while the new request ran.
+  were read again while the new request ran;
+- `engine_snapshot`, `draw_engine_state` / `engine_state_text`: one step of the engine (tokens
+  computed and blocks held per request), the frames of the chapter's stepper.
 """
 
 from __future__ import annotations
@@ -109,5 +111,54 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
                        Patch(color=KEPT_COLOR, label="reused, never read"),
                        Patch(color=EMPTY, label="not kept (left the window)")],
               loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def engine_snapshot(llm, requests: Sequence, names: Sequence[str]) -> tuple:
+    """An immutable copy of what a step changes: per request (name, status, prompt tokens,
+    computed tokens, generated tokens, live blocks per group), then the free block count."""
+    null = llm.manager.block_pool.null_block
+    rows = []
+    for name, req in zip(names, requests):
+        r = req.request
+        held = llm.manager.get_blocks(r.request_id).blocks if r.status.value == "running" else ()
+        live = tuple(sum(1 for b in table if b is not null) for table in held)
+        rows.append((name, r.status.value, r.num_prompt_tokens, r.num_computed_tokens, len(r.output_token_ids), live))
+    return (tuple(rows), llm.manager.block_pool.get_num_free_blocks())
+
+
+def engine_state_text(state: tuple) -> str:
+    rows, free = state
+    lines = []
+    for name, status, prompt, computed, generated, live in rows:
+        blocks = "/".join(map(str, live)) if live else "-"
+        lines.append(f"{name}: {status:<8} prompt {prompt:>3}, kv computed or cached for {computed:>3} tokens, "
+                     f"generated {generated}, live blocks per group {blocks}")
+    lines.append(f"free blocks: {free}")
+    return "\n".join(lines)
+
+
+def draw_engine_state(state: tuple) -> Figure:
+    """One bar per request: prompt tokens computed (dark), still to compute (light), generated (orange)."""
+    rows, free = state
+    fig = Figure(figsize=(8, 0.5 * len(rows) + 1.0))
+    ax = fig.add_subplot()
+    longest = max(prompt + generated for _, _, prompt, _, generated, _ in rows) + 1
+    for y, (name, status, prompt, computed, generated, live) in enumerate(reversed(rows)):
+        done = min(computed, prompt)
+        ax.barh(y, done, color=READ_COLOR, height=0.6)
+        ax.barh(y, prompt - done, left=done, color=EMPTY, height=0.6, edgecolor="#999999", linewidth=0.5)
+        ax.barh(y, generated, left=prompt, color="#dd8452", height=0.6)
+        ax.text(longest, y, f" {status}", va="center", fontsize=9)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=9)
+    ax.set_xlim(0, longest * 1.15)
+    ax.set_xlabel(f"tokens (free blocks in the pool: {free})", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend(handles=[Patch(color=READ_COLOR, label="prompt computed or cached"),
+                       Patch(facecolor=EMPTY, edgecolor="#999999", label="prompt still to compute"),
+                       Patch(color="#dd8452", label="generated")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
