@@ -217,7 +217,7 @@ class V4LLM:
         for c, sc in zip(chunks, ctx.chunks):
             r = c.req.request
             prompt_part = max(0, min(r.num_prompt_tokens, c.first_position + c.num_tokens) - c.first_position)
-            prefill += prompt_part if c.num_tokens > 1 or prompt_part else 0
+            prefill += prompt_part
             r.num_computed_tokens += c.num_tokens
             if r.num_computed_tokens < r.num_tokens:
                 continue  # a prefill chunk that has not reached the end yet
