@@ -33,7 +33,7 @@ def one_thread():
 
 @functools.cache
 def captured(name: str):
-    return capture_layer_inputs(hf_model(name), prompts()["P1"][:NUM_TOKENS] if NUM_TOKENS <= 276 else None)
+    return capture_layer_inputs(hf_model(name), prompts()["P1"][:NUM_TOKENS])
 
 
 def layer_info(name: str, layer: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ def test_transformers_loads_it_with_the_layer_mix():
     ]
     assert model.config.mlp_layer_types == ["hash_moe", "hash_moe", "moe", "moe"]
     assert model.config.sliding_window == 16 and model.config.index_topk == 4
-    config = json.loads((__import__("pathlib").Path(model_dir("A")) / "config.json").read_text())
+    config = json.loads((Path(model_dir("A")) / "config.json").read_text())
     assert config["model_type"] == "deepseek_v4"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 
 import torch
@@ -22,6 +24,7 @@ def model_dir(name: str) -> str:
     kwargs = dict(CONFIGS[name])
     seed = kwargs.pop("seed")
     path = tempfile.mkdtemp(prefix=f"tiny_v4_{name}_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     make_tiny_v4(path, seed=seed, **kwargs)
     return path
 

@@ -23,9 +23,7 @@ from typing import Any
 from refimpl.hybrid.deepseek_v4 import compressor_state_block_size, layer_name
 from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
 
-ALLOWED_RATIOS = (0, 1, 4, 128)
 SWA_BLOCK_SIZE = 64  # vLLM's fixed SWA block (one SWA page = one c4 page in the fp8 layout)
-RATIO_OF_LAYER_TYPE = {"sliding_attention": 0, "compressed_sparse_attention": None, "heavily_compressed_attention": None}
 
 
 @dataclass(frozen=True)
