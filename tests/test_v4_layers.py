@@ -104,3 +104,18 @@ def test_torch_topk_breaks_ties_by_row_length():
     with stable_topk_in_transformers():
         assert torch.zeros(16).topk(3).indices.tolist() == [0, 1, 2]
     assert set(torch.zeros(16).topk(3).indices.tolist()) == picks_long  # restored afterwards
+
+
+def test_transformers_cached_generate_disagrees_with_itself_without_the_stable_rule(tmp_path):
+    """One indexer head: many scores are exactly 0.0, and transformers' cached generate() and a
+    full recompute of the same sequence pick different tied entries (logits off by ~0.7);
+    with the stable top-k on both they agree to float rounding."""
+    from refimpl.v4.model import load_hf_model
+    from refimpl.v4.reference import cached_vs_recompute
+    from refimpl.v4.tiny import make_tiny_v4
+
+    make_tiny_v4(tmp_path, seed=0, index_n_heads=1, compress_ratios=(4,), index_topk=2)
+    model = load_hf_model(str(tmp_path))
+    prompt = torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(0)).tolist()
+    assert cached_vs_recompute(model, prompt, 8, stable=False) > 0.1
+    assert cached_vs_recompute(model, prompt, 8, stable=True) < 1e-4

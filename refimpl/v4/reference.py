@@ -35,3 +35,27 @@ def reference_prefill(hf_model, prompt_ids: list[int]):
     with stable_topk_in_transformers():
         out = hf_model(torch.tensor([prompt_ids]), cache=cache, use_cache=True)
     return out.logits[0], cache
+
+
+@torch.no_grad()
+def cached_vs_recompute(hf_model, prompt_ids: list[int], max_new_tokens: int, stable: bool = True) -> float:
+    """Largest logit difference between transformers' cached greedy `generate()` and one full
+    forward over the same final sequence: the two should be the same model.
+
+    With `stable=False` transformers' own `torch.topk` breaks the indexer's ties, and with few
+    indexer heads (many scores exactly 0.0) the cached steps pick other entries than the
+    recompute does; with `stable=True` both use the stable rule and agree to float rounding.
+    """
+    import contextlib
+
+    guard = stable_topk_in_transformers() if stable else contextlib.nullcontext()
+    with guard:
+        out = hf_model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
+            return_dict_in_generate=True, eos_token_id=None,
+            pad_token_id=hf_model.config.vocab_size - 1 if hf_model.config.pad_token_id is None else hf_model.config.pad_token_id,
+        )
+        full = hf_model(out.sequences).logits[0]
+    cached = torch.stack([step[0] for step in out.logits])
+    n = len(prompt_ids)
+    return (full[n - 1 : n - 1 + max_new_tokens] - cached).abs().max().item()
