@@ -198,17 +198,14 @@ def paged_attention(attn, x: torch.Tensor, ctx: StepContext, caches: LayerCaches
         keys = read_rows(caches.swa, slots(caches.swa, chunk.block_tables[caches.swa.group], key_pos))
         allowed = (key_pos[None, :] <= pos[:, None]) & (key_pos[None, :] > pos[:, None] - window)
         if caches.ratio:
-            num_entries = chunk.end_position // caches.ratio
-            entry_ids = torch.arange(num_entries)
-            entries = read_rows(caches.attn, slots(caches.attn, chunk.block_tables[caches.attn.group], entry_ids))
             if picks is None:  # HCA: every closed window
+                entry_ids = torch.arange(chunk.end_position // caches.ratio)
                 seen = entry_ids[None, :] < ((pos + 1) // caches.ratio)[:, None]
-            else:  # CSA: the indexer's picks
-                seen = torch.zeros(chunk.num_tokens, num_entries + 1, dtype=torch.bool)
-                chosen = picks[i].clone()
-                chosen[chosen < 0] = num_entries
-                seen.scatter_(1, chosen, True)
-                seen = seen[:, :num_entries]
+            else:  # CSA: only the entries the indexer picked for some query of the chunk
+                chosen = picks[i]
+                entry_ids = torch.unique(chosen[chosen >= 0])
+                seen = (chosen[:, :, None] == entry_ids[None, None, :]).any(dim=1)
+            entries = read_rows(caches.attn, slots(caches.attn, chunk.block_tables[caches.attn.group], entry_ids))
             keys = torch.cat([keys, entries], dim=0)
             allowed = torch.cat([allowed, seen], dim=1)
         logits = torch.matmul(q[rows].transpose(0, 1), keys.T) * attn.scaling  # (heads, t, keys)
