@@ -1,0 +1,82 @@
+"""The overwrite experiment: which cached rows must survive a 256-token prefix hit?
+
+After a request finishes, its full blocks stay in the prefix cache. A new request that shares
+the first 256 tokens gets those blocks back and starts computing at position 256. Every window
+is closed there, so very little of the old state is read again. To see exactly what, poison
+chosen rows of the blocks the hit will reuse with NaN and run the new request: a row that is
+read turns the logits into NaN (or at least changes them); a row that is not read leaves the
+output bit for bit the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from refimpl.v4.paged import read_rows, recording_reads, slots, write_rows
+
+CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
+
+
+def hit_block_tables(llm, prompt_ids: Sequence[int]) -> tuple[tuple[list[int], ...], int]:
+    """The block table per group a new request with `prompt_ids` would get from the prefix cache,
+    and the hit length in tokens (nothing is allocated)."""
+    probe = llm.manager.make_request("overwrite-probe", list(prompt_ids))
+    blocks, hit = llm.manager.get_computed_blocks(probe)
+    return tuple([b.block_id for b in group] for group in blocks.blocks), hit
+
+
+def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index: Sequence[int],
+                columns: Sequence[slice] | None = None) -> int:
+    """Set rows `index` (token positions, or entry numbers for `attn`/`idx`) of one cache to NaN.
+
+    `columns` limits the poison to parts of the row (e.g. the first series of a ratio-4 state
+    row). Returns how many floats were poisoned.
+    """
+    if kind not in CACHE_KINDS:
+        raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
+    ref = getattr(llm.kv_cache.layers[layer], kind)
+    if ref is None:
+        raise ValueError(f"layer {layer} has no {kind} cache")
+    slot_mapping = slots(ref, tables[ref.group], torch.as_tensor(list(index), dtype=torch.long))
+    rows = read_rows(ref, slot_mapping)
+    mask = torch.zeros(rows.shape[-1], dtype=torch.bool)
+    for part in columns or [slice(None)]:
+        mask[part] = True
+    rows[:, mask] = float("nan")
+    write_rows(ref, slot_mapping, rows)
+    return int(mask.sum()) * len(slot_mapping)
+
+
+def rows_read_after_hit(llm, first: Sequence[int], second: Sequence[int], sampling_params) -> dict:
+    """Run `first`, then `second` (which shares a prefix with it) and record, for every cache,
+    which rows of the blocks the hit reused were read while `second` ran.
+
+    Returns {"hit": tokens, "caches": {name: {"ratio", "block_size", "reused", "read"}}} where
+    `reused` and `read` are sorted token positions (per-token caches) or entry numbers
+    (compressed caches) inside the reused blocks.
+    """
+    llm.generate([list(first)], sampling_params)
+    tables, hit = hit_block_tables(llm, second)
+    with recording_reads() as log:
+        llm.generate([list(second)], sampling_params)
+    null = llm.manager.block_pool.null_block.block_id
+    caches = {}
+    for layer in llm.kv_cache.layers:
+        for kind in CACHE_KINDS:
+            ref = getattr(layer, kind)
+            if ref is None:
+                continue
+            per_block = ref.entries_per_block
+            index_of = {}  # slot -> position or entry number, for the reused (non-null) blocks
+            for i, block in enumerate(tables[ref.group]):
+                if block == null:
+                    continue
+                for row in range(per_block):
+                    index_of[block * per_block + row] = i * per_block + row
+            read = {index_of[s] for name, slot_mapping in log if name == ref.name
+                    for s in slot_mapping.tolist() if s in index_of}
+            caches[ref.name] = {"ratio": ref.ratio, "block_size": ref.block_size,
+                                "reused": sorted(index_of.values()), "read": sorted(read)}
+    return {"hit": hit, "caches": caches}

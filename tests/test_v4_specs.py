@@ -1,0 +1,53 @@
+"""Float32 cache specs from an HF DeepSeek V4 config, planned by Part II into one packed slab."""
+
+from __future__ import annotations
+
+import pytest
+
+from refimpl.hybrid import get_kv_cache_groups
+from refimpl.v4.cache import build_kv_cache
+from refimpl.v4.specs import kv_cache_specs_from_hf
+from refimpl.v4.tiny import tiny_v4_config_dict
+
+
+def test_specs_names_sizes_and_groups():
+    config = tiny_v4_config_dict()  # layers 0 sliding, 1 CSA, 2 HCA, 3 CSA; head 32, indexer head 16
+    specs = kv_cache_specs_from_hf(config)
+    assert list(specs)[:6] == [
+        "layers.0.swa_cache", "layers.1.indexer.k_cache", "layers.1.indexer.compressor.state_cache",
+        "layers.1.swa_cache", "layers.1.attn", "layers.1.compressor.state_cache",
+    ]
+    pages = {name: spec.page_size_bytes for name, spec in specs.items()}
+    assert pages["layers.0.swa_cache"] == 64 * 32 * 4  # 64 tokens x 32 floats
+    assert pages["layers.1.attn"] == 64 * 32 * 4  # 256 tokens / 4 = 64 entries
+    assert pages["layers.2.attn"] == 2 * 32 * 4  # 256 / 128 = 2 entries
+    assert pages["layers.1.indexer.k_cache"] == 64 * 16 * 4
+    assert pages["layers.1.compressor.state_cache"] == 4 * (4 * 32) * 4  # 4 tokens x [kv_a kv_b s_a s_b]
+    assert pages["layers.2.compressor.state_cache"] == 8 * (2 * 32) * 4  # 8 tokens x [kv s]
+    assert pages["layers.1.indexer.compressor.state_cache"] == 4 * (4 * 16) * 4
+    groups = get_kv_cache_groups(specs)
+    assert [g.kv_cache_spec.block_size for g in groups] == [256, 64, 64, 4, 8]
+
+
+def test_views_alias_one_slab():
+    kv = build_kv_cache(tiny_v4_config_dict(), num_blocks=8)
+    assert kv.config.is_packed
+    pointers = {v.untyped_storage().data_ptr() for v in kv.views.values()}
+    assert len(pointers) == 1
+    swa = kv.layers[0].swa.view
+    swa[3, 5] = 7.0  # block 3 of layer 0's window cache ...
+    stride = kv.config.block_stride
+    assert swa.stride(0) * 4 == stride  # ... is 3 block strides into the slab
+
+
+@pytest.mark.parametrize("rates", [{"compressed_sparse_attention": 8, "heavily_compressed_attention": 128},
+                                   {"compressed_sparse_attention": 4, "heavily_compressed_attention": 64}])
+def test_other_compress_ratios_are_refused(rates):
+    config = dict(tiny_v4_config_dict(), compress_rates=rates)
+    with pytest.raises(ValueError, match="compress ratio"):
+        kv_cache_specs_from_hf(config)
+
+
+def test_pool_of_one_block_is_refused():
+    with pytest.raises(ValueError, match="num_blocks"):
+        build_kv_cache(tiny_v4_config_dict(), num_blocks=1)
