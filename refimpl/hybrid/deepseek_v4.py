@@ -110,6 +110,11 @@ def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
     return f"L{layer}.{kind}"
 
 
+#: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
+#: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for it).
+SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
+
+
 def kv_cache_specs(
     variant: str = "pro",
     cache_dtype: str = "fp8_ds_mla",
@@ -147,7 +152,7 @@ def kv_cache_specs(
         return MLAAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=row_dtype,
             compress_ratio=ratio, cache_dtype_str=cache_dtype, alignment=alignment,
-            model_version="deepseek_v4",
+            model_version="deepseek_v4", kernel_block_size=SPARSE_MLA_KERNEL_BLOCK_SIZE,
         )
 
     def indexer_cache() -> MLAAttentionSpec:
