@@ -116,7 +116,7 @@ SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
 
 
 def kv_cache_specs(
-    variant: str = "pro",
+    variant: str | DeepseekV4Config = "pro",
     cache_dtype: str = "fp8_ds_mla",
     indexer: str = "fp8",
     mtp: bool = False,
@@ -128,15 +128,15 @@ def kv_cache_specs(
     "bfloat16" gives plain element-size rows aligned to 512 bytes. `mtp=True` appends the
     multi-token-prediction layer, which has only an SWA cache and registers last.
     """
-    if variant not in CONFIGS:
-        raise ValueError(f"variant must be one of {sorted(CONFIGS)}, got {variant!r}")
+    if not isinstance(variant, DeepseekV4Config) and variant not in CONFIGS:
+        raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
     indexer_bytes = indexer_entry_bytes(indexer)
     if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
                          f"ratio), got {block_size!r}")
-    config = CONFIGS[variant]
+    config = variant if isinstance(variant, DeepseekV4Config) else CONFIGS[variant]
     fp8 = cache_dtype == "fp8_ds_mla"
     alignment = 576 if fp8 else 512
     row_dtype = "uint8" if fp8 else "bfloat16"
