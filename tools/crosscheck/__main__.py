@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle.json"
-RECORDED_STREAMS = range(11)  # one stream per group set
+RECORDED_STREAMS = range(12)  # one stream per group set
 RECORDED_CONFIGS = range(24)
 
 

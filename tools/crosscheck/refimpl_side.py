@@ -23,7 +23,8 @@ class RefimplAllocator:
             for i, d in enumerate(gs.groups)
         ]
         eagle = {"use_eagle": True} if gs.use_eagle else {}
-        self.m = KVCacheManager(groups, gs.num_blocks, gs.max_model_len, watermark=gs.watermark, **eagle)
+        self.m = KVCacheManager(groups, gs.num_blocks, gs.max_model_len, watermark=gs.watermark,
+                                enable_caching=gs.enable_caching, **eagle)
 
     def new_request(self, rid, tokens):
         return self.m.make_request(rid, tokens)

@@ -36,6 +36,7 @@ class GroupSet:
     eagle_groups: tuple[int, ...] = ()
     use_eagle: bool = False
     watermark: float = 0.0
+    enable_caching: bool = True
 
 
 GROUP_SETS: dict[str, GroupSet] = {
@@ -51,6 +52,7 @@ GROUP_SETS: dict[str, GroupSet] = {
         GroupSet("dsv4-like", (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8), ("swa", 1, 2)), 60),
         GroupSet("window-1", (("full", 4), ("swa", 4, 1)), 30),
         GroupSet("watermark", (("full", 4), ("swa", 4, 8)), 30, watermark=0.2),
+        GroupSet("no-prefix-cache", (("full", 4), ("swa", 4, 7)), 30, enable_caching=False),
         GroupSet("eagle-swa", (("full", 4), ("swa", 4, 8), ("swa", 4, 8)), 40, eagle_groups=(2,), use_eagle=True),
         GroupSet("eagle-all", (("full", 4), ("swa", 4, 6)), 30, use_eagle=True),
         GroupSet("eagle-dsv4-like", (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8)), 60,

@@ -38,7 +38,7 @@ class VllmAllocator:
         self.hash_block_size = math.gcd(*sizes)
         config = KVCacheConfig(num_blocks=gs.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
         self.m = KVCacheManager(config, gs.max_model_len, scheduler_block_size=math.lcm(*sizes),
-                                hash_block_size=self.hash_block_size, enable_caching=True,
+                                hash_block_size=self.hash_block_size, enable_caching=gs.enable_caching,
                                 use_eagle=gs.use_eagle, watermark=gs.watermark)
         self.hasher = get_request_block_hasher(self.hash_block_size, sha256)
 
