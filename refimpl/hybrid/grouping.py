@@ -1,6 +1,10 @@
 """Put layers into KV-cache groups: layers of one group share one block table.
 
-`get_kv_cache_groups(specs)` tries, in order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` does):
+Two planner versions. C (`layout_version="C"`, the default) is what vLLM 0.32/0.33 run: after the
+one-group cases, `get_packed_kv_cache_groups` buckets the layers greedily in registration order
+and splits only the balanced buckets (see its docstring). B (`layout_version="B"`) is the version
+the vLLM KV-cache article describes; `get_kv_cache_groups(specs, layout_version="B")` tries, in
+order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` did then):
 
 1. no layers                        -> no groups (an attention-free model);
 2. every spec equal                  -> one group;
