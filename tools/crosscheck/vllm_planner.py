@@ -6,7 +6,10 @@ from types import SimpleNamespace
 
 import torch
 from vllm.v1.attention.backend import MultipleOf
-from vllm.v1.core import kv_cache_utils
+try:  # vLLM 0.33 moved the planner out of kv_cache_utils
+    from vllm.v1.core import kv_cache_planning as kv_cache_utils
+except ImportError:  # vLLM 0.32
+    from vllm.v1.core import kv_cache_utils
 from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
@@ -48,6 +51,12 @@ def plan_vllm(case: dict) -> dict:
         assert specs[name].page_size_bytes == s.page_size_bytes, (name, specs[name].page_size_bytes, s.page_size_bytes)
     cfg = vllm_config(case["mtp"])
     groups = kv_cache_utils.get_kv_cache_groups(cfg, specs)
+    if case["mtp"] and "is_draft" in getattr(type(next(iter(specs.values()))), "__dataclass_fields__", {}):
+        # vLLM 0.33 flags eagle groups later, in get_kv_cache_configs, from the draft layers'
+        # `is_draft` specs (the MTP layer registers last): the same rule applied here
+        draft = {next(reversed(specs))}
+        for group in groups:
+            group.is_eagle_group = not draft.isdisjoint(group.layer_names)
     try:
         config = kv_cache_utils.get_kv_cache_config_from_groups(cfg, groups, case["memory"])
         if config.num_blocks < 1:
