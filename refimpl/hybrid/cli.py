@@ -145,8 +145,8 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
         f"{plan['model']}: cache {plan['cache_dtype']}, indexer {plan['indexer']}, "
         f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, grouping {plan['grouping']}, "
         f"planner {plan['layout']}",
-        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket {plan['layer_tuples_per_bucket']}, "
-        f"approximate gcd d = {plan['approximate_gcd']}",
+        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket (planner B's buckets) "
+        f"{plan['layer_tuples_per_bucket']}, approximate gcd d = {plan['approximate_gcd']}",
     ]
     planned = sum(g["num_layers"] for g in plan["groups"])
     if planned != plan["num_cache_layers"]:
