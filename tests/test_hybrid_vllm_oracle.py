@@ -48,3 +48,15 @@ def test_refimpl_allocator_replays_vllm(stream):
 @pytest.mark.parametrize("entry", ORACLE["planner"], ids=lambda e: f"config-{e['seed']}")
 def test_refimpl_planner_c_replays_vllm(entry):
     assert plan_refimpl(entry["case"]) == entry["plan"]
+
+
+def test_the_replay_catches_the_old_one_token_window_rule(monkeypatch):
+    """Before vLLM parity, a 1-token window hashed every block; the recorded stream exposes it."""
+    from refimpl.hybrid.managers import SlidingWindowManager
+
+    monkeypatch.setattr(SlidingWindowManager, "reachable_block_mask", lambda self, num_full_blocks: None)
+    (stream,) = [s for s in ORACLE["streams"] if s["group_set"] == "window-1"]
+    gs = GROUP_SETS["window-1"]
+    harness = Harness(RefimplAllocator(gs), gs.max_model_len)
+    replayed = [_jsonable((harness.play(tuple(op)), harness.observe())) for op in stream["ops"]]
+    assert replayed != stream["observations"]

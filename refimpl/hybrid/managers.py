@@ -11,6 +11,9 @@ One manager owns the block tables of one cache group. All managers draw block id
   replaced by the null block; a prefix hit only needs the last `window - 1` tokens before the hit
   point, so a hit may have nulls in front.
 
+With eagle/MTP speculative decoding, the managers of the eagle groups give up the last block of
+a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomputed.
+
 Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
 DeepSeek V4); a manager views them at its own block size by taking the hash at the last
 sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
