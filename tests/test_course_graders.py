@@ -214,7 +214,7 @@ def test_handing_in_the_reference_function_fails():
     assert curve_report.num_passed == 0 and "grouping.padding_curve" in curve_report.results[0].divergence.found
 
     def through_the_config(groups):  # the reference's answer, reached through a public entry point
-        config = get_kv_cache_config(groups, 2**30)
+        config = get_kv_cache_config(groups, 2**30, layout_version="B")
         return config.kv_cache_tensors[0].block_stride, {t.offset: list(t.shared_by) for t in config.kv_cache_tensors}
 
     layout_report = course.check_packed_layout(through_the_config, verbose=False)

@@ -72,7 +72,7 @@ def test_approximate_gcd_and_split():
         assert approximate_gcd(order, lower_bound=order[0]) == ARTICLE["gcd"]
     curve = padding_curve([31, 61, 31, 30], 31)
     assert {d: curve[d] for d in ARTICLE["gcd_padding"]} == ARTICLE["gcd_padding"]
-    groups = get_kv_cache_groups(PRO)
+    groups = get_kv_cache_groups(PRO, layout_version="B")
     assert [len(groups[1].layer_names), len(groups[2].layer_names)] == ARTICLE["swa_split"]
 
 
@@ -87,7 +87,7 @@ def test_gcd_walkthrough_per_value_and_round_up():
 
 
 def test_group_widths_same_set_different_order():
-    groups = get_kv_cache_groups(PRO)
+    groups = get_kv_cache_groups(PRO, layout_version="B")
     widths = [g.width_bytes for g in groups]
     article_widths = [w for _, w in ARTICLE["group_widths"]]
     assert widths == [1435968, 1160640, 1123200, 1017792, 1244160]
@@ -97,14 +97,14 @@ def test_group_widths_same_set_different_order():
 
 
 def test_five_group_stride_and_blocks():
-    cfg = get_kv_cache_config(get_kv_cache_groups(PRO), 10 * GIB)
+    cfg = get_kv_cache_config(get_kv_cache_groups(PRO, layout_version="B"), 10 * GIB, layout_version="B")
     assert cfg.block_stride == ARTICLE["five_group_stride"]
     assert cfg.num_blocks == ARTICLE["five_group_blocks_10gib"] and cfg.num_usable_blocks == 7476
 
 
 def test_hypothetical_two_group_layout():
     groups = comparison.two_group_layout(PRO)
-    cfg = get_kv_cache_config(groups, 10 * GIB)
+    cfg = get_kv_cache_config(groups, 10 * GIB, layout_version="B")
     assert cfg.block_stride == ARTICLE["two_group_stride"] == 61 * 37440
     assert cfg.num_blocks == ARTICLE["two_group_blocks_10gib"]
     _, by_offset = get_packed_kv_cache_layout(groups)
@@ -134,7 +134,7 @@ def test_article_offsets_need_the_article_layer_order():
 
 
 def test_swa_view_shape_and_strides():
-    cfg = get_kv_cache_config(comparison.two_group_layout(PRO), 0, num_blocks_override=2)
+    cfg = get_kv_cache_config(comparison.two_group_layout(PRO), 0, num_blocks_override=2, layout_version="B")
     views = allocate_kv_cache(cfg)
     swa = views["layers.1.swa_cache"]
     assert tuple(swa.shape[1:]) == ARTICLE["swa_view_shape"] and swa.dtype == torch.uint8
@@ -148,10 +148,10 @@ def test_swa_view_shape_and_strides():
 def test_blog_entries_per_block():
     assert PRO["layers.2.attn"].storage_block_size == 256 // 4 == 64
     assert PRO["layers.3.attn"].storage_block_size == 256 // 128 == 2
-    assert isinstance(get_kv_cache_groups(PRO)[0], KVCacheGroupSpec)
+    assert isinstance(get_kv_cache_groups(PRO, layout_version="B")[0], KVCacheGroupSpec)
 
 
 def test_swa2_and_swa3_share_an_offset_in_the_five_group_layout():
-    cfg = get_kv_cache_config(get_kv_cache_groups(PRO), 10 * GIB)
+    cfg = get_kv_cache_config(get_kv_cache_groups(PRO, layout_version="B"), 10 * GIB, layout_version="B")
     (tensor,) = [t for t in cfg.kv_cache_tensors if "layers.2.swa_cache" in t.shared_by]
     assert tensor.offset == 37440 and tensor.shared_by == ("layers.2.swa_cache", "layers.3.swa_cache")

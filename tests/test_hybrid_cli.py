@@ -10,7 +10,7 @@ from refimpl.__main__ import main
 
 
 def test_plan_pro_text(capsys):
-    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB"]) == 0
+    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB", "--layout", "B"]) == 0
     out = capsys.readouterr().out
     for text in ("approximate gcd d = 31", "1,435,968", "1,160,640", "1,123,200", "1,017,792", "1,244,160",
                  "block stride: 1,435,968 B", "7,477 blocks (7,476 usable", "206 distinct byte offsets",
@@ -19,19 +19,19 @@ def test_plan_pro_text(capsys):
 
 
 def test_plan_json_is_complete(capsys):
-    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB", "--json"]) == 0
+    assert main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB", "--json", "--layout", "B"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["layer_tuples_per_bucket"] == [31, 61, 31, 30]
     assert [g["width_bytes"] for g in plan["groups"]] == [1435968, 1160640, 1123200, 1017792, 1244160]
     assert (plan["block_stride"], plan["num_blocks"], plan["num_usable_blocks"]) == (1435968, 7477, 7476)
-    assert len(plan["offsets"]) == 206 and plan["offsets"][1] == {"offset": 1728, "shared_by": ["layers.1.attn"]}
+    assert len(plan["offsets"]) == 206 and plan["offsets"][1] == {"offset": 1728, "shared_by": ["layers.1.attn"], "layer_stride": None}
     assert sum(g["num_layers"] for g in plan["groups"]) == 243
 
 
 @pytest.mark.parametrize("argv, key, value", [
     (["--model", "deepseek-v4-flash"], "approximate_gcd", 22),
     (["--indexer", "fp4"], "num_blocks", 8165),
-    (["--layout", "mla+swa"], "num_blocks", 4701),
+    (["--grouping", "mla+swa"], "num_blocks", 4701),
     (["--num-blocks", "12"], "num_blocks", 12),
     (["--cache-dtype", "bfloat16"], "block_stride", 2290688),
     (["--cache-dtype", "fp8"], "block_stride", 1435968),
@@ -43,7 +43,7 @@ def test_plan_options(capsys, argv, key, value):
 
 
 def test_plan_article_layout_says_what_it_leaves_out(capsys):
-    assert main(["plan", "--layout", "mla+swa"]) == 0
+    assert main(["plan", "--grouping", "mla+swa"]) == 0
     out = capsys.readouterr().out
     assert "plans 152 of them; 91 caches (the compressor states) are left out" in out
     assert "2,283,840 B (the widest group)" in out and "4,701 blocks" in out
@@ -51,14 +51,37 @@ def test_plan_article_layout_says_what_it_leaves_out(capsys):
 
 
 def test_plan_mtp_marks_the_eagle_group(capsys):
-    assert main(["plan", "--mtp", "--json"]) == 0
+    assert main(["plan", "--mtp", "--json", "--layout", "B"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert [g["is_eagle_group"] for g in plan["groups"]] == [False, False, True, False, False]
     assert [g["num_layers"] for g in plan["groups"]][1:3] == [31, 31]
+    # planner C puts the two SWA groups first; the MTP layer's SWA cache lands in the second
+    assert main(["plan", "--mtp", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, True, False, False, False]
+    assert [g["num_layers"] for g in plan["groups"]] == [31, 31, 91, 31, 60]
+
+
+def test_plan_layout_c_is_the_default_and_lists_spec_runs(capsys):
+    assert main(["plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["layout"] == "C" and plan["grouping"] == "grouped"
+    assert [g["width_bytes"] for g in plan["groups"]] == [1160640, 1123200, 1435968, 1017792, 1244160]
+    assert (plan["block_stride"], plan["num_blocks"]) == (1435968, 7477)
+    # one tensor per (group, spec run): SWA-a, SWA-b, MLA x3 (ratio 128, indexer, ratio 4), C128 state, C4 state x2
+    assert [(t["offset"], len(t["shared_by"]), t["layer_stride"]) for t in plan["offsets"]] == [
+        (0, 31, 37440), (0, 30, 37440), (0, 31, 1728), (53568, 30, 8640), (312768, 30, 37440),
+        (0, 31, 32832), (0, 30, 8640), (259200, 30, 32832)]
+    assert main(["plan", "--block-size", "512", "--memory", "20GiB", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    # C rounds the stride up to a multiple of lcm(37,440, 1,728): the 256-token kernel pages
+    assert plan["block_stride"] == 2920320 and plan["block_stride"] % 112320 == 0
+    assert main(["plan", "--block-size", "512", "--memory", "20GiB", "--json", "--layout", "B"]) == 0
+    assert json.loads(capsys.readouterr().out)["block_stride"] == 2854080
 
 
 def test_plan_all_offsets(capsys):
-    assert main(["plan", "--offsets", "-1"]) == 0
+    assert main(["plan", "--offsets", "-1", "--layout", "B"]) == 0
     out = capsys.readouterr().out
     assert "more (--offsets" not in out
     assert len(out.split("distinct byte offsets in a block:\n")[1].strip().splitlines()) == 206

@@ -30,7 +30,7 @@ def test_groups_draw_from_one_pool_and_counts_add_up():
     coord = KVCacheCoordinator(groups, 30)
     assert coord.scheduler_block_size == 4 and coord.hash_block_size == 4
     assert [type(m) for m in coord.single_type_managers] == [FullAttentionManager, SlidingWindowManager, SlidingWindowManager]
-    assert [ids for _, ids in coord.attention_groups] == [[0], [1, 2]]  # equal specs looked up together
+    assert [g.group_ids for g in coord.attention_groups] == [[0], [1, 2]]  # equal specs looked up together
     assert coord.get_num_blocks_to_allocate("a", 10, None, 0) == 9
     new = coord.allocate_new_blocks("a", 10)
     assert [ids(g) for g in new] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]

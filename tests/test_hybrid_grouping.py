@@ -53,7 +53,7 @@ def test_approximate_gcd_against_brute_force(values, lower):
 
 def _groups(variant="pro", **kw):
     specs = v4.kv_cache_specs(variant, **kw)
-    return specs, get_kv_cache_groups(specs, use_eagle=kw.get("mtp", False))
+    return specs, get_kv_cache_groups(specs, use_eagle=kw.get("mtp", False), layout_version="B")
 
 
 def test_pro_buckets_in_first_appearance_order():
@@ -93,20 +93,20 @@ def test_mtp_makes_even_swa_split_and_flags_eagle_group():
     assert [len(g.layer_names) for g in groups] == [91, 31, 31, 31, 60]
     assert [g.is_eagle_group for g in groups] == [False, False, True, False, False]
     assert "layers.61.swa_cache" in groups[2].layer_names
-    assert not any(g.is_eagle_group for g in get_kv_cache_groups(specs))
+    assert not any(g.is_eagle_group for g in get_kv_cache_groups(specs, layout_version="B"))
 
 
 def test_empty_and_single_spec_paths():
-    assert get_kv_cache_groups({}) == []
+    assert get_kv_cache_groups({}, layout_version="B") == []
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16")
-    (group,) = get_kv_cache_groups({"l0": full, "l1": full})
+    (group,) = get_kv_cache_groups({"l0": full, "l1": full}, layout_version="B")
     assert group.layer_names == ("l0", "l1") and group.kv_cache_spec == full
 
 
 def test_v32_mla_plus_indexer_is_one_uniform_type_group():
     mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="uint8", cache_dtype_str="fp8_ds_mla")
     idx = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=132, dtype="uint8")
-    (group,) = get_kv_cache_groups({"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx})
+    (group,) = get_kv_cache_groups({"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx}, layout_version="B")
     assert isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs)
     assert group.kv_cache_spec.page_size_bytes == 2 * (64 * 656 + 64 * 132)
 
@@ -120,7 +120,7 @@ def test_general_hybrid_path_n_to_1_pattern():
     specs = {}
     for i in range(12):  # 5 sliding-window layers then 1 full, twice (Gemma-3 style)
         specs[f"l{i}"] = full if i % 6 == 5 else _sw()
-    groups = get_kv_cache_groups(specs)
+    groups = get_kv_cache_groups(specs, layout_version="B")
     # group size = 2 (the full-attention count); the 10 window layers are dealt out i::5
     assert [g.layer_names for g in groups] == [
         ("l0", "l6"), ("l1", "l7"), ("l2", "l8"), ("l3", "l9"), ("l4", "l10"), ("l5", "l11")]
@@ -130,22 +130,22 @@ def test_general_hybrid_path_n_to_1_pattern():
 def test_general_hybrid_path_close_counts_use_the_larger_size():
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16")
     specs = {f"s{i}": _sw() for i in range(12)} | {f"f{i}": full for i in range(13)}
-    groups = get_kv_cache_groups(specs)
+    groups = get_kv_cache_groups(specs, layout_version="B")
     assert [len(g.layer_names) for g in groups] == [12, 13]
 
 
 def test_general_path_unifies_page_sizes_by_growing_blocks():
     full = FullAttentionSpec(block_size=32, num_kv_heads=2, head_size=64, dtype="bfloat16")
-    groups = get_kv_cache_groups({"s0": _sw(), "f0": full})
+    groups = get_kv_cache_groups({"s0": _sw(), "f0": full}, layout_version="B")
     assert {g.kv_cache_spec.page_size_bytes for g in groups} == {full.page_size_bytes}
     assert sorted(g.block_size for g in groups) == [32, 32]
     odd = FullAttentionSpec(block_size=16, num_kv_heads=3, head_size=64, dtype="bfloat16")
     with pytest.raises(ValueError, match="cannot unify page sizes.*does not divide"):
-        get_kv_cache_groups({"s0": _sw(), "f0": odd})
+        get_kv_cache_groups({"s0": _sw(), "f0": odd}, layout_version="B")
     padded = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=128,
                                page_size_padded=_sw().page_size_bytes)
     with pytest.raises(ValueError, match="cannot unify page sizes.*padded"):
-        get_kv_cache_groups({"s0": padded, "f0": full})
+        get_kv_cache_groups({"s0": padded, "f0": full}, layout_version="B")
 
 
 @pytest.mark.parametrize("variant", ["pro", "flash"])
@@ -156,7 +156,7 @@ def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mt
     from refimpl.hybrid.layout import get_packed_kv_cache_layout
 
     specs = v4.kv_cache_specs(variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
-    groups = get_kv_cache_groups(specs, use_eagle=mtp)
+    groups = get_kv_cache_groups(specs, use_eagle=mtp, layout_version="B")
     names = [n for g in groups for n in g.layer_names]
     assert sorted(names) == sorted(specs) and len(names) == len(set(names))  # each cache exactly once
     assert all(g.kv_cache_spec.kv_cache_specs[n] == specs[n] for g in groups for n in g.layer_names)
@@ -183,7 +183,7 @@ def test_v4_path_is_skipped_without_window_mla_or_with_one_page_size():
     swa = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=128)
     assert group_and_unify_kv_cache_specs({"a": mla}) is None
     assert group_and_unify_kv_cache_specs({"a": mla, "b": swa}) is None  # same page size
-    groups = get_kv_cache_groups({"a": mla, "b": swa})  # -> general path, one group per spec
+    groups = get_kv_cache_groups({"a": mla, "b": swa}, layout_version="B")  # -> general path, one group per spec
     assert [g.layer_names for g in groups] == [("a",), ("b",)]
     with pytest.raises(ValueError, match="at least one MLAAttentionSpec"):
         big = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=128, dtype="bfloat16", sliding_window=8)

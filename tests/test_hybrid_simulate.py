@@ -15,7 +15,7 @@ def test_pro_manager_has_five_groups_in_one_pool():
     assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [256, 64, 64, 8, 4]
     assert m.scheduler_block_size == 256 and m.hash_block_size == 4
     # the two SWA groups have equal scheduler specs, so they are looked up together
-    assert [ids for _, ids in m.coordinator.attention_groups] == [[0], [1, 2], [3], [4]]
+    assert [g.group_ids for g in m.coordinator.attention_groups] == [[0], [1, 2], [3], [4]]
 
 
 def test_one_8192_token_chunk_needs_3360_blocks():

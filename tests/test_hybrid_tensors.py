@@ -27,8 +27,8 @@ from refimpl.hybrid.tensors import (
 )
 
 PRO = v4.kv_cache_specs("pro")
-GROUPS = get_kv_cache_groups(PRO)
-CONFIG = get_kv_cache_config(GROUPS, 0, num_blocks_override=3)
+GROUPS = get_kv_cache_groups(PRO, layout_version="B")
+CONFIG = get_kv_cache_config(GROUPS, 0, num_blocks_override=3, layout_version="B")
 STRIDE = 1435968
 
 
@@ -100,7 +100,7 @@ def test_two_groups_own_different_blocks_of_one_slab():
 def test_padded_views_use_as_strided_and_skip_padding():
     members = {n: PRO[n] for n in ("layers.0.attn", "layers.2.attn")}
     group = KVCacheGroupSpec(list(members), UniformTypeKVCacheSpecs.from_specs(members))
-    cfg = get_kv_cache_config([group], 0, num_blocks_override=4)
+    cfg = get_kv_cache_config([group], 0, num_blocks_override=4, layout_version="B")
     views = allocate_kv_cache(cfg)
     c128 = views["layers.0.attn"]
     assert view_kind(cfg, "layers.0.attn") == "padded"
@@ -115,7 +115,7 @@ def test_padded_views_use_as_strided_and_skip_padding():
 
 def test_contiguous_views_for_ordinary_attention():
     full = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8, dtype="float32")
-    cfg = get_kv_cache_config([KVCacheGroupSpec(["a", "b"], full)], 2 * full.page_size_bytes * 5)
+    cfg = get_kv_cache_config([KVCacheGroupSpec(["a", "b"], full)], 2 * full.page_size_bytes * 5, layout_version="B")
     views = allocate_kv_cache(cfg)
     assert tuple(views["a"].shape) == (5, 2, 4, 2, 8) == kv_cache_shape(full, 5)
     assert view_kind(cfg, "a") == "contiguous" and views["a"].is_contiguous()
@@ -129,7 +129,7 @@ def test_contiguous_views_for_ordinary_attention():
 def test_general_layout_shares_tensor_i_between_groups():
     full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, dtype="float32")
     groups = [KVCacheGroupSpec(["f.0", "f.1"], full), KVCacheGroupSpec(["g.0", "g.1"], full)]
-    cfg = get_kv_cache_config(groups, 2 * full.page_size_bytes * 3)
+    cfg = get_kv_cache_config(groups, 2 * full.page_size_bytes * 3, layout_version="B")
     views = allocate_kv_cache(cfg)
     storage = {n: v.untyped_storage().data_ptr() for n, v in views.items()}
     assert storage["f.0"] == storage["g.0"] != storage["f.1"] == storage["g.1"]
@@ -157,3 +157,22 @@ def test_inconsistent_config_is_an_invariant_error():
                           CONFIG.kv_cache_groups)
     with pytest.raises(InvariantError, match="two KVCacheTensors"):
         allocate_kv_cache(twice)
+
+
+def test_planner_c_views_sit_layer_stride_apart_and_match_byte_address():
+    groups = get_kv_cache_groups(PRO)  # planner C, the default
+    config = get_kv_cache_config(groups, 0, num_blocks_override=3)
+    views = allocate_kv_cache(config)
+    (mla_c4,) = [t for t in config.kv_cache_tensors if "layers.2.attn" in t.shared_by]
+    # the MLA group's third run: 31 ratio-128 pages (1,728 B) and 30 indexer pages (8,640 B) come first
+    assert (mla_c4.offset, mla_c4.layer_stride, mla_c4.shared_by[:2]) == (312768, 37440, ("layers.2.attn", "layers.4.attn"))
+    assert byte_address(config, "layers.4.attn", 1, 0) == 1435968 + 312768 + 37440
+    for group in groups:
+        for name in group.layer_names[:3] + group.layer_names[-2:]:
+            for block, token in ((0, 0), (2, 1)):
+                assert byte_address(config, name, block, token) == view_byte_address(views[name], block, token)
+    # within a group no two layers overlap: pages [start, start + page) are disjoint and inside the stride
+    for group in groups:
+        spans = sorted((t.layer_offset(n), t.layer_offset(n) + group.page_size_of(n))
+                       for t in config.kv_cache_tensors for n in t.shared_by if n in group.layer_names)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= config.block_stride

@@ -2,6 +2,7 @@
 
     python -m refimpl plan --model deepseek-v4-pro --memory 10GiB
     python -m refimpl plan --model deepseek-v4-flash --indexer fp4 --json
+    python -m refimpl plan --layout B        # the planner the vLLM KV-cache article describes
 
 Shows the groups (kind, block size, layers, width in bytes), the block stride, how many blocks
 fit in the memory budget, and the byte offsets of the packed slab.
@@ -21,7 +22,8 @@ from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_
 from refimpl.hybrid.layout import MAX_MEMORY_BYTES, bytes_per_block, get_kv_cache_config, parse_memory, summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
-LAYOUTS = ("grouped", "mla+swa")
+GROUPINGS = ("grouped", "mla+swa")
+LAYOUT_VERSIONS = ("B", "C")
 CACHE_DTYPE_ALIASES = {"fp8": "fp8_ds_mla", "fp8_ds_mla": "fp8_ds_mla", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 
 
@@ -71,9 +73,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="logical block size in tokens (a multiple of 128)")
     parser.add_argument("--num-blocks", type=int_at_least(2, "block 0 is the null block, so 1 block leaves none usable"),
                         default=None, help="use this many blocks instead of filling --memory")
-    parser.add_argument("--layout", choices=LAYOUTS, default="grouped",
+    parser.add_argument("--grouping", choices=GROUPINGS, default="grouped",
                         help="grouped: the real grouping; mla+swa: the vLLM KV-cache article's hypothetical "
                              "two-group plan (MLA + one unsplit SWA group)")
+    parser.add_argument("--layout", choices=LAYOUT_VERSIONS, default="C",
+                        help="planner version: C is what vLLM 0.32/0.33 run (sliding-window groups first, "
+                             "one tensor per group and spec run); B is the version the vLLM KV-cache article "
+                             "describes (MLA group first, one tensor per byte offset)")
     parser.add_argument("--offsets", type=int_at_least(-1, "-1 prints all"), default=10,
                         help="offset rows to print (-1 for all)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -93,17 +99,17 @@ def build_plan(args: argparse.Namespace) -> dict:
     specs = deepseek_v4.kv_cache_specs(MODELS[args.model], cache_dtype=CACHE_DTYPE_ALIASES[args.cache_dtype],
                                        indexer=args.indexer, mtp=args.mtp, block_size=args.block_size)
     memory = args.memory
-    if args.layout == "grouped":
-        groups = get_kv_cache_groups(specs, use_eagle=args.mtp)
+    if args.grouping == "grouped":
+        groups = get_kv_cache_groups(specs, use_eagle=args.mtp, layout_version=args.layout)
     else:
         groups = comparison.two_group_layout(specs)
-    stride = bytes_per_block(groups)  # what each block id costs, the divisor of --memory
+    stride = bytes_per_block(groups, layout_version=args.layout)  # what each block id costs, the divisor of --memory
     if args.num_blocks is None and memory < 2 * stride:
         raise ValueError(f"--memory {memory:,} B leaves no usable block: one block takes {stride:,} B and "
                          f"block 0 is the null block, so give at least {2 * stride:,} B")
     if args.num_blocks is not None and args.num_blocks * stride > MAX_MEMORY_BYTES:
         raise ValueError(f"--num-blocks {args.num_blocks:,} needs {args.num_blocks * stride:,} B, more than 1 PiB")
-    config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks)
+    config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks, layout_version=args.layout)
     tuples = [b.get_num_layer_tuples() for b in group_and_unify_kv_cache_specs(specs)]
     summary = summarize_groups(groups)
     return {
@@ -112,6 +118,7 @@ def build_plan(args: argparse.Namespace) -> dict:
         "indexer": args.indexer,
         "mtp": args.mtp,
         "block_size": args.block_size,
+        "grouping": args.grouping,
         "layout": args.layout,
         "num_cache_layers": len(specs),
         "layer_tuples_per_bucket": tuples,
@@ -128,16 +135,18 @@ def build_plan(args: argparse.Namespace) -> dict:
         "num_blocks": config.num_blocks,
         "num_usable_blocks": config.num_usable_blocks,
         "slab_bytes": config.block_stride * config.num_blocks,
-        "offsets": [{"offset": t.offset, "shared_by": list(t.shared_by)} for t in config.kv_cache_tensors],
+        "offsets": [{"offset": t.offset, "shared_by": list(t.shared_by), "layer_stride": t.layer_stride}
+                    for t in config.kv_cache_tensors],
     }
 
 
 def format_plan(plan: dict, max_offsets: int = 10) -> str:
     lines = [
         f"{plan['model']}: cache {plan['cache_dtype']}, indexer {plan['indexer']}, "
-        f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, layout {plan['layout']}",
-        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket {plan['layer_tuples_per_bucket']}, "
-        f"approximate gcd d = {plan['approximate_gcd']}",
+        f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, grouping {plan['grouping']}, "
+        f"planner {plan['layout']}",
+        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket (planner B's buckets) "
+        f"{plan['layer_tuples_per_bucket']}, approximate gcd d = {plan['approximate_gcd']}",
     ]
     planned = sum(g["num_layers"] for g in plan["groups"])
     if planned != plan["num_cache_layers"]:
@@ -156,11 +165,18 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
         f"block stride: {plan['block_stride']:,} B (the widest group)",
         f"memory {plan['available_memory']:,} B -> {plan['num_blocks']:,} blocks "
         f"({plan['num_usable_blocks']:,} usable; block 0 is the null block), slab {plan['slab_bytes']:,} B",
-        f"{len(plan['offsets'])} distinct byte offsets in a block:",
+        f"{len(plan['offsets'])} distinct byte offsets in a block:" if plan["layout"] == "B" else
+        f"{len(plan['offsets'])} tensors (one per group and spec run; layer i of a run starts at "
+        f"offset + i x layer stride):",
     ]
     shown = plan["offsets"] if max_offsets < 0 else plan["offsets"][:max_offsets]
     for row in shown:
-        lines.append(f"  {row['offset']:>10,}  {', '.join(row['shared_by'])}")
+        if row["layer_stride"] is None:
+            lines.append(f"  {row['offset']:>10,}  {', '.join(row['shared_by'])}")
+        else:
+            names = row["shared_by"]
+            listed = ", ".join(names) if len(names) <= 3 else f"{names[0]}, {names[1]}, ... {names[-1]}"
+            lines.append(f"  {row['offset']:>10,}  {len(names)} x {row['layer_stride']:,} B: {listed}")
     if len(shown) < len(plan["offsets"]):
         lines.append(f"  ... {len(plan['offsets']) - len(shown)} more (--offsets -1 prints all)")
     return "\n".join(lines)

@@ -21,10 +21,14 @@ from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, S
 
 
 class SpecGroup(NamedTuple):
-    """Cache groups whose specs are equal, looked up together in one pass (vLLM's `SpecGroup`)."""
+    """Cache groups whose specs are equal, looked up together in one pass (vLLM's `SpecGroup`).
+
+    `use_eagle`: one of the groups holds the eagle/MTP draft layer, so the lookup drops the last
+    hit block for all of them."""
 
     kv_cache_spec: AttentionSpec
     group_ids: list[int]
+    use_eagle: bool = False
 
 
 class KVCacheCoordinator:
@@ -36,6 +40,9 @@ class KVCacheCoordinator:
     `alignment_tokens`: where hits may end; defaults to the lcm of the block sizes. A smaller
     value (a multiple of `hash_block_size`) lets full-attention hits end inside a block, which
     then costs a copy-on-write block.
+    `use_eagle`: speculative decoding with an eagle/MTP drafter. The groups flagged
+    `is_eagle_group` (or every group, when none is flagged) drop the last block of a prefix hit,
+    because the drafter needs the hidden states of those tokens recomputed.
     """
 
     def __init__(
@@ -47,6 +54,7 @@ class KVCacheCoordinator:
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
         max_in_flight_tokens: int | None = None,
+        use_eagle: bool = False,
     ) -> None:
         if not kv_cache_groups:
             raise ValueError("need at least one KV-cache group")
@@ -81,61 +89,106 @@ class KVCacheCoordinator:
         # Groups with equal specs are looked up together; full attention first (its hit is an
         # upper bound for everybody and is cheap to trim).
         # (Specs are compared with ==, so a list is used rather than a dict: specs may be unhashable.)
+        self.eagle_group_ids: set[int] = {
+            gid for gid, g in enumerate(kv_cache_groups) if getattr(g, "is_eagle_group", False)
+        }
+        if use_eagle and not self.eagle_group_ids:  # nobody flagged: be safe, drop everywhere
+            self.eagle_group_ids = set(range(len(specs)))
         spec_groups: list[SpecGroup] = []
         for gid, spec in enumerate(specs):
-            for seen in spec_groups:
+            eagle = gid in self.eagle_group_ids
+            for idx, seen in enumerate(spec_groups):
                 if seen.kv_cache_spec == spec:
                     seen.group_ids.append(gid)
+                    if eagle and not seen.use_eagle:
+                        spec_groups[idx] = seen._replace(use_eagle=True)
                     break
             else:
-                spec_groups.append(SpecGroup(spec, [gid]))
+                spec_groups.append(SpecGroup(spec, [gid], eagle))
         self.attention_groups: list[SpecGroup] = sorted(
             spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
         )
+        for group in self.attention_groups:  # the whole spec group drops, as in vLLM
+            for gid in group.group_ids:
+                self.single_type_managers[gid].use_eagle = group.use_eagle
 
     # --- lookup
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
-        """Blocks per group and the hit length in tokens that every group can serve."""
+        """Blocks per group and the hit length in tokens that every group can serve.
+
+        A fixed point: each spec group may shorten the candidate length, and the loop repeats
+        until nobody shortens it. Full attention is looked up once (its hits only shrink). An
+        eagle spec group looks one block further (`max_length + block_size`) and drops a block,
+        at most once per candidate length, so it lands back on the candidate.
+        """
         num_groups = len(self.specs)
-        hit_length = (max_cache_hit_length // self.scheduler_block_size) * self.scheduler_block_size
+        hit_length = max_cache_hit_length
+        hits: list[list[KVCacheBlock] | None] = [None] * num_groups
+        hit_tokens = [0] * num_groups
+        simple_hybrid = len(self.attention_groups) == 2 and not isinstance(
+            self.attention_groups[0].kv_cache_spec, SlidingWindowSpec
+        )
+        eagle_verified: set[int] = set()
+        hashed_tokens = len(block_hashes) * self.hash_block_size
         while True:
             candidate = hit_length
-            hits: list[list[KVCacheBlock]] = [[] for _ in range(num_groups)]
-            for spec, group_ids in self.attention_groups:
-                manager = self.single_type_managers[group_ids[0]]
+            for idx, (spec, group_ids, use_eagle) in enumerate(self.attention_groups):
+                first = group_ids[0]
+                manager = self.single_type_managers[first]
+                full_attention = isinstance(manager, FullAttentionManager)
+                if full_attention and hits[first] is not None:
+                    candidate = min(candidate, hit_tokens[first])
+                    continue
+                drop = use_eagle and idx not in eagle_verified
+                max_length = min(candidate + spec.block_size, hashed_tokens) if drop else candidate
                 manager_cls = type(manager)
+                fine = manager.is_fine_grained and full_attention
                 found = manager_cls.find_longest_cache_hit(
                     block_hashes,
-                    candidate,
+                    max_length,
                     group_ids,
                     self.block_pool,
                     spec,
                     hash_block_size=self.hash_block_size,
                     alignment_tokens=self.scheduler_block_size,
+                    drop_eagle_block=drop and not fine,
                 )
                 found_tokens = len(found[0]) * spec.block_size
-                if manager.is_fine_grained and isinstance(manager, FullAttentionManager) and found_tokens < candidate:
+                if fine and found_tokens < max_length:
                     partial = manager_cls.find_partial_block_hit(
-                        block_hashes, len(found[0]), candidate, group_ids, self.block_pool, spec,
+                        block_hashes, len(found[0]), max_length, group_ids, self.block_pool, spec,
                         self.hash_block_size, self.scheduler_block_size,
                     )
                     if partial is not None:
                         for blocks, block in zip(found, partial[0]):
                             blocks.append(block)
                         found_tokens += partial[1]
+                    if drop and found_tokens > 0:  # drop one hash unit, then re-trim the blocks
+                        found_tokens -= min(self.scheduler_block_size, spec.block_size)
+                        found_tokens -= found_tokens % self.scheduler_block_size
+                        for blocks in found:
+                            del blocks[-(-found_tokens // spec.block_size) :]
+                if drop:
+                    eagle_verified.add(idx)
+                elif found_tokens < candidate:
+                    eagle_verified.clear()
+                candidate = found_tokens
                 for gid, blocks in zip(group_ids, found):
                     hits[gid] = blocks
-                candidate = min(candidate, found_tokens)
+                    hit_tokens[gid] = found_tokens
             if candidate >= hit_length:
                 break
             hit_length = candidate
-        # Every group's hit must cover exactly hit_length tokens (full attention may be longer);
-        # a hit ending inside a block keeps that block (the manager copies it on write).
-        for gid, spec in enumerate(self.specs):
-            del hits[gid][-(-hit_length // spec.block_size) :]
-        return tuple(hits), hit_length
+            if simple_hybrid:
+                break
+        # Full attention may have found more than the agreed length: trim it. Sliding-window
+        # hits already end at the agreed length.
+        for gid, manager in enumerate(self.single_type_managers):
+            if isinstance(manager, FullAttentionManager) and hits[gid] is not None:
+                del hits[gid][-(-hit_length // self.specs[gid].block_size) :]
+        return tuple(blocks if blocks is not None else [] for blocks in hits), hit_length
 
     # --- allocation (sums over groups)
     def get_num_blocks_to_allocate(
@@ -171,10 +224,15 @@ class KVCacheCoordinator:
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
 
     def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_computed_tokens: int) -> None:
-        """Cache full blocks, but only up to an alignment boundary: a hit can never end elsewhere."""
+        """Cache full blocks, but only up to an alignment boundary: a hit can never end elsewhere
+        (eagle groups one block further, the block their lookup matches and drops)."""
         aligned = (num_computed_tokens // self.scheduler_block_size) * self.scheduler_block_size
         for manager in self.single_type_managers:
-            manager.cache_blocks(request_id, block_hashes, aligned)
+            num_tokens = aligned
+            if manager.use_eagle and aligned > 0:
+                # an eagle lookup matches one block past the boundary (then drops it): cache it
+                num_tokens = min(num_computed_tokens, aligned + manager.block_size)
+            manager.cache_blocks(request_id, block_hashes, num_tokens)
 
     def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
         return sum(m.num_freeable_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers)

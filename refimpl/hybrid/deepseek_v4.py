@@ -110,8 +110,13 @@ def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
     return f"L{layer}.{kind}"
 
 
+#: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
+#: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for it).
+SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
+
+
 def kv_cache_specs(
-    variant: str = "pro",
+    variant: str | DeepseekV4Config = "pro",
     cache_dtype: str = "fp8_ds_mla",
     indexer: str = "fp8",
     mtp: bool = False,
@@ -123,15 +128,15 @@ def kv_cache_specs(
     "bfloat16" gives plain element-size rows aligned to 512 bytes. `mtp=True` appends the
     multi-token-prediction layer, which has only an SWA cache and registers last.
     """
-    if variant not in CONFIGS:
-        raise ValueError(f"variant must be one of {sorted(CONFIGS)}, got {variant!r}")
+    if not isinstance(variant, DeepseekV4Config) and variant not in CONFIGS:
+        raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
     indexer_bytes = indexer_entry_bytes(indexer)
     if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
                          f"ratio), got {block_size!r}")
-    config = CONFIGS[variant]
+    config = variant if isinstance(variant, DeepseekV4Config) else CONFIGS[variant]
     fp8 = cache_dtype == "fp8_ds_mla"
     alignment = 576 if fp8 else 512
     row_dtype = "uint8" if fp8 else "bfloat16"
@@ -147,7 +152,7 @@ def kv_cache_specs(
         return MLAAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=row_dtype,
             compress_ratio=ratio, cache_dtype_str=cache_dtype, alignment=alignment,
-            model_version="deepseek_v4",
+            model_version="deepseek_v4", kernel_block_size=SPARSE_MLA_KERNEL_BLOCK_SIZE,
         )
 
     def indexer_cache() -> MLAAttentionSpec:

@@ -1,6 +1,10 @@
 """Put layers into KV-cache groups: layers of one group share one block table.
 
-`get_kv_cache_groups(specs)` tries, in order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` does):
+Two planner versions. C (`layout_version="C"`, the default) is what vLLM 0.32/0.33 run: after the
+one-group cases, `get_packed_kv_cache_groups` buckets the layers greedily in registration order
+and splits only the balanced buckets (see its docstring). B (`layout_version="B"`) is the version
+the vLLM KV-cache article describes; `get_kv_cache_groups(specs, layout_version="B")` tries, in
+order (as vLLM v1's `get_kv_cache_groups` in `kv_cache_utils.py` did then):
 
 1. no layers                        -> no groups (an attention-free model);
 2. every spec equal                  -> one group;
@@ -22,6 +26,7 @@ from refimpl.hybrid.specs import (
     KVCacheSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
+    SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     cdiv,
 )
@@ -134,9 +139,15 @@ def _get_kv_cache_groups_uniform_groups(
     return groups
 
 
-def annotate_eagle_groups(specs: Mapping[str, KVCacheSpec], groups: list[KVCacheGroupSpec]) -> list[KVCacheGroupSpec]:
-    """Flag the group holding the last registered layer (the MTP layer's SWA cache)."""
-    if not specs or not any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()):
+def annotate_eagle_groups(
+    specs: Mapping[str, KVCacheSpec], groups: list[KVCacheGroupSpec], require_deepseek_v4: bool = True
+) -> list[KVCacheGroupSpec]:
+    """Flag the group holding the last registered layer (the MTP layer's SWA cache).
+
+    Planner B does this only for DeepSeek V4 specs (`require_deepseek_v4`)."""
+    if not specs:
+        return groups
+    if require_deepseek_v4 and not any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()):
         return groups
     last = next(reversed(list(specs)))
     return [
@@ -201,14 +212,117 @@ def _get_kv_cache_groups_uniform_page_size(specs: Mapping[str, KVCacheSpec]) -> 
     return groups
 
 
+LAYOUT_VERSIONS = ("B", "C")
+
+
+def check_layout_version(layout_version: str) -> str:
+    """"B" (the planner the vLLM KV-cache article describes) or "C" (vLLM 0.32/0.33)."""
+    if layout_version not in LAYOUT_VERSIONS:
+        raise ValueError(f"layout_version must be one of {LAYOUT_VERSIONS}, got {layout_version!r}")
+    return layout_version
+
+
+def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupSpec] | None:
+    """Planner C's grouping (vLLM 0.32/0.33 `_get_packed_kv_cache_groups`), or None when every
+    page has one size.
+
+    1. Buckets are found greedily in registration order: a layer joins the first bucket it keeps
+       uniform-type (same block size and kind, same window), else opens a new one. So the first
+       layer decides the order: DeepSeek V4 registers a sliding-window cache first, and the SWA
+       groups come before the MLA group (B put MLA first by construction).
+    2. A bucket is *balanced* when each of its page sizes has the same number of layers (a
+       repeating pattern, one layer of each size per repeat). Unbalanced buckets stay whole.
+    3. The repeats per group: `approximate_gcd` of the balanced buckets' repeat counts, never
+       below the largest balanced bucket that mixes page sizes (that one cannot be split).
+    4. Balanced buckets are split into `cdiv(repeats, d)` groups, taking every n-th repeat.
+       Without any mixed balanced bucket, sliding-window buckets are split instead so each group
+       fits into the widest group's block.
+    """
+    if len({s.page_size_bytes for s in specs.values()}) <= 1:
+        return None
+    buckets: list[dict[str, KVCacheSpec]] = []
+    for name, spec in specs.items():
+        for bucket in buckets:
+            if UniformTypeKVCacheSpecs.is_uniform_type({**bucket, name: spec}):
+                bucket[name] = spec
+                break
+        else:
+            buckets.append({name: spec})
+
+    bucketed = []
+    for bucket in buckets:
+        merged = UniformTypeKVCacheSpecs.from_specs(bucket)
+        if merged is None:  # a spec type that cannot be merged at all
+            raise ValueError(f"cannot pack layer specs of type {type(next(iter(bucket.values()))).__name__}")
+        by_page: dict[int, list[str]] = {}
+        for name, spec in bucket.items():
+            by_page.setdefault(spec.page_size_bytes, []).append(name)
+        balanced = len({len(names) for names in by_page.values()}) == 1
+        bucketed.append((merged, by_page, balanced))
+
+    min_repeats = max(
+        (m.get_num_layer_tuples() for m, by_page, balanced in bucketed if balanced and len(by_page) > 1),
+        default=0,
+    )
+    repeats = (
+        approximate_gcd([m.get_num_layer_tuples() for m, _, balanced in bucketed if balanced], lower_bound=min_repeats)
+        if min_repeats
+        else None
+    )
+
+    def num_groups_for(merged: UniformTypeKVCacheSpecs, balanced: bool) -> int:
+        return cdiv(merged.get_num_layer_tuples(), repeats) if balanced and repeats is not None else 1
+
+    def widest_group_bytes(by_page: dict[int, list[str]], n: int) -> int:
+        return sum(cdiv(len(names), n) * page for page, names in by_page.items())
+
+    def is_state_bucket(merged: UniformTypeKVCacheSpecs) -> bool:
+        return repeats is None and isinstance(merged.first_spec, SlidingWindowSpec)
+
+    anchor_bytes = max(
+        widest_group_bytes(by_page, len(m.kv_cache_specs) if is_state_bucket(m) else num_groups_for(m, balanced))
+        for m, by_page, balanced in bucketed
+    )
+    groups: list[KVCacheGroupSpec] = []
+    for merged, by_page, balanced in bucketed:
+        n = num_groups_for(merged, balanced)
+        if anchor_bytes and is_state_bucket(merged):
+            per_block = max(anchor_bytes // merged.first_spec.page_size_bytes, 1)
+            n = max(n, cdiv(len(merged.kv_cache_specs), per_block))
+        if n == 1:
+            groups.append(KVCacheGroupSpec(list(merged.kv_cache_specs), merged))
+            continue
+        repeats_list = list(zip(*by_page.values()))
+        for i in range(n):
+            names = [name for repeat in repeats_list[i::n] for name in repeat]
+            members = {name: merged.kv_cache_specs[name] for name in names}
+            groups.append(KVCacheGroupSpec(names, UniformTypeKVCacheSpecs.from_specs(members)))
+    return groups
+
+
+def annotate_last_layer_eagle_group(
+    specs: Mapping[str, KVCacheSpec], groups: list[KVCacheGroupSpec]
+) -> list[KVCacheGroupSpec]:
+    """Planner C's eagle rule: the MTP layer registers last, so flag the group that holds the
+    last registered layer, but only when the groups cover every layer exactly once."""
+    names = [n for g in groups for n in g.layer_names]
+    if len(names) != len(specs) or set(names) != set(specs):
+        return groups
+    return annotate_eagle_groups({**specs}, groups, require_deepseek_v4=False)
+
+
 def get_kv_cache_groups(
-    specs: Mapping[str, KVCacheSpec], *, use_eagle: bool = False
+    specs: Mapping[str, KVCacheSpec], *, use_eagle: bool = False, layout_version: str = "C"
 ) -> list[KVCacheGroupSpec]:
     """Group the layers of `specs` ({layer name: spec}, registration order) into cache groups.
 
+    `layout_version`: "C" (default) is what vLLM 0.32/0.33 run (`get_packed_kv_cache_groups`);
+    "B" is the version the vLLM KV-cache article describes (one MLA group first, then the
+    sliding-window buckets split by the approximate gcd).
     `use_eagle=True` (speculative decoding with an MTP/eagle layer) flags the group that holds
-    the last registered layer, for DeepSeek V4 specs.
+    the last registered layer (B: only for DeepSeek V4 specs).
     """
+    check_layout_version(layout_version)
     if not specs:
         return []
     values = list(specs.values())
@@ -217,6 +331,11 @@ def get_kv_cache_groups(
     uniform = UniformTypeKVCacheSpecs.from_specs(specs)
     if uniform is not None:
         return [KVCacheGroupSpec(list(specs), uniform)]
+    if layout_version == "C":
+        groups = get_packed_kv_cache_groups(specs)
+        if groups is None:
+            groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+        return annotate_last_layer_eagle_group(specs, groups) if use_eagle else groups
     grouped = group_and_unify_kv_cache_specs(specs)
     if grouped is not None:
         groups = _get_kv_cache_groups_uniform_groups(grouped)

@@ -39,7 +39,9 @@ class KVCacheManager:
 
     `kv_cache_groups` and `num_blocks` usually come from a `KVCacheConfig`
     (see `from_config`). `watermark` is a fraction of the pool kept free when admitting new
-    requests while others are running, so running requests can still grow.
+    requests while others are running, so running requests can still grow. `use_eagle`:
+    speculative decoding with an eagle/MTP drafter (prefix hits drop their last block in the
+    eagle groups, see `KVCacheCoordinator`).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class KVCacheManager:
         alignment_tokens: int | None = None,
         watermark: float = 0.0,
         max_num_batched_tokens: int | None = None,
+        use_eagle: bool = False,
     ) -> None:
         check_positive_int("max_model_len", max_model_len)
         if not 0.0 <= watermark < 1.0:
@@ -66,6 +69,7 @@ class KVCacheManager:
             hash_block_size=hash_block_size,
             alignment_tokens=alignment_tokens,
             max_in_flight_tokens=max_num_batched_tokens,
+            use_eagle=use_eagle,
         )
         self.block_pool = self.coordinator.block_pool
         self.num_gpu_blocks = num_blocks
@@ -114,19 +118,24 @@ class KVCacheManager:
         delay_cache_blocks: bool = False,
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
-        has_scheduled_reqs: bool = False,
+        has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """Make room for `num_new_tokens` more tokens of `request` in every group.
 
-        Returns the newly allocated blocks per group, or None if the pool cannot hold them; on
-        None nothing has changed. Blocks that already left a sliding window count as free for
-        the check (vLLM frees them before checking, even when the check then fails; here they
-        are freed only once the allocation is sure to succeed, with the same decision).
+        Returns the newly allocated blocks per group, or None if the pool cannot hold them.
+        As in vLLM, the blocks that already left a sliding window are freed *before* the check
+        (they are garbage whatever the answer), so even a None answer may have returned blocks
+        to the pool; apart from that, None changes nothing.
+
+        `has_scheduled_reqs` defaults to True as in vLLM: the watermark then holds back a
+        waiting or preempted request unless the caller says that nothing else is running.
+        `num_new_tokens` may be 0 when the step only adopts a prefix hit
+        (`num_new_computed_tokens > 0`), as vLLM allows.
         """
         if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0 or reserved_blocks < 0:
             raise ValueError("token and block counts passed to allocate_slots must be >= 0")
-        if num_new_tokens == 0:
-            raise ValueError("num_new_tokens must be > 0: there is nothing to allocate for")
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         hits = new_computed_blocks.blocks if new_computed_blocks is not None else None
         if num_new_computed_tokens and hits is None:
             raise ValueError("num_new_computed_tokens > 0 needs the new_computed_blocks from get_computed_blocks")
@@ -153,17 +162,16 @@ class KVCacheManager:
                 return None
 
         num_tokens_need_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        # Blocks outside the window are garbage whatever happens next: free them first, so
+        # they count as free for the check below (and stay freed if it fails).
+        coordinator.remove_skipped_blocks(request.request_id, total_computed)
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slots, hits, total_computed
         )
-        num_free = self.block_pool.get_num_free_blocks() + coordinator.num_freeable_skipped_blocks(
-            request.request_id, total_computed
-        )
-        if num_blocks_to_allocate + watermark > num_free - reserved_blocks:
+        if num_blocks_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
-        coordinator.remove_skipped_blocks(request.request_id, total_computed)
 
-        if hits is not None and num_new_computed_tokens > 0:
+        if hits is not None:  # first allocation: adopt the hits (possibly none) and start the tables
             coordinator.add_local_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
 

@@ -1,6 +1,8 @@
 """Turn cache groups and a memory budget into a `KVCacheConfig` (how many blocks, which tensors).
 
-Four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B: the one the DeepSeek V4 KV-cache article describes):
+Two planner versions. C (the default) is what vLLM 0.32/0.33 run: one block-outermost slab, one
+tensor per group and spec run (`get_kv_cache_config_c`). B is the version the DeepSeek V4
+KV-cache article describes; four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B):
 
 - no groups (attention-free model): one block, for the block pool's null block, no tensors;
 - one group of one `UniformTypeKVCacheSpecs`: one tensor per layer, sized by its own page;
@@ -13,16 +15,19 @@ Four cases (vLLM v1 `get_kv_cache_config_from_groups`, version B: the one the De
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from refimpl.hybrid.grouping import check_layout_version
 from refimpl.hybrid.specs import (
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheTensor,
     UniformTypeKVCacheSpecs,
+    round_up,
 )
 from refimpl.validation import check_int_at_least, check_positive_int
 
@@ -83,11 +88,56 @@ def uniform_page_size(groups: Sequence[KVCacheGroupSpec]) -> int:
     return pages.pop()
 
 
-def bytes_per_block(groups: Sequence[KVCacheGroupSpec], enable_cross_layers_blocks: bool = False) -> int:
+def get_kv_cache_bytes_per_block_c(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """Planner C's block stride: the widest group, rounded up to a common multiple of every
+    layer's `block_stride_alignment` (its page at the kernel block size when the backend splits
+    a block into smaller kernel blocks; 1 otherwise)."""
+    widest = max(g.width_bytes for g in groups)
+    if widest <= 0:
+        raise ValueError("a packed layout needs at least one layer with a non-empty page")
+    alignments = [g.layer_spec(n).block_stride_alignment() for g in groups for n in g.layer_names]
+    return round_up(widest, math.lcm(*alignments))
+
+
+def get_kv_cache_config_c(
+    groups: Sequence[KVCacheGroupSpec], available_memory: int, num_blocks_override: int | None = None
+) -> KVCacheConfig:
+    """Planner C (vLLM 0.32/0.33 `get_kv_cache_config_from_groups`, block-outermost layout).
+
+    Every group starts at byte 0 of a block (groups overlay, as in B). Inside a group, the
+    layers are taken spec by spec: all layers with one (equal) spec form a run, in first-seen
+    order, and one `KVCacheTensor` per run lists them with `layer_stride` = their page. B instead
+    lists, per byte offset, the layers of all groups that start there.
+    """
+    if not groups:
+        return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=())
+    block_stride = get_kv_cache_bytes_per_block_c(groups)
+    num_blocks = _num_blocks(available_memory, block_stride, num_blocks_override)
+    size = block_stride * num_blocks
+    tensors = []
+    for group in groups:
+        runs: dict[object, list[str]] = {}
+        for name in group.layer_names:
+            runs.setdefault(group.layer_spec(name), []).append(name)
+        offset = 0
+        for spec, names in runs.items():
+            page = spec.page_size_bytes
+            tensors.append(KVCacheTensor(size=size, shared_by=tuple(names), offset=offset,
+                                         block_stride=block_stride, layer_stride=page))
+            offset += len(names) * page
+    return KVCacheConfig(num_blocks, tensors, groups)
+
+
+def bytes_per_block(
+    groups: Sequence[KVCacheGroupSpec], enable_cross_layers_blocks: bool = False, *, layout_version: str = "C"
+) -> int:
     """Bytes that one more block id costs for these groups (the divisor of the memory budget)."""
+    check_layout_version(layout_version)
     groups = list(groups)
     if not groups:
         return 0
+    if layout_version == "C":
+        return get_kv_cache_bytes_per_block_c(groups)
     if len(groups) == 1 and isinstance(groups[0].kv_cache_spec, UniformTypeKVCacheSpecs):
         return groups[0].kv_cache_spec.page_size_bytes
     if use_packed_kv_cache_config(groups, enable_cross_layers_blocks):
@@ -101,18 +151,24 @@ def get_kv_cache_config(
     num_blocks_override: int | None = None,
     *,
     enable_cross_layers_blocks: bool = False,
+    layout_version: str = "C",
 ) -> KVCacheConfig:
     """Plan the cache tensors for `groups` within `available_memory` bytes.
 
     Any list of groups is accepted, so hand-made layouts (such as the vLLM KV-cache article's MLA + one
     unsplit SWA group) can be compared with the real grouping. Raises ValueError when the budget is
     smaller than one block (unless `num_blocks_override` is given).
+    `layout_version`: "C" (default, vLLM 0.32/0.33: one tensor per group and spec run, with a
+    `layer_stride`) or "B" (the article's version: one tensor per byte offset).
     """
+    check_layout_version(layout_version)
     _check_memory(available_memory)
     groups = list(groups)
     names = [n for g in groups for n in g.layer_names]
     if len(names) != len(set(names)):
         raise ValueError("a layer appears in more than one group")
+    if layout_version == "C":
+        return get_kv_cache_config_c(groups, available_memory, num_blocks_override)
     if not groups:
         # An attention-free model still needs one block: the block pool's null block.
         return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=())

@@ -11,6 +11,9 @@ One manager owns the block tables of one cache group. All managers draw block id
   replaced by the null block; a prefix hit only needs the last `window - 1` tokens before the hit
   point, so a hit may have nulls in front.
 
+With eagle/MTP speculative decoding, the managers of the eagle groups give up the last block of
+a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomputed.
+
 Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
 DeepSeek V4); a manager views them at its own block size by taking the hash at the last
 sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
@@ -48,11 +51,12 @@ class BlockHashListWithBlockSize:
 
 
 class PeriodicBlockMask(Sequence):
-    """`mask[i]` is True for the last `keep` blocks of every `period` blocks (no list is built,
-    so masking a long prompt's table costs nothing)."""
+    """`mask[i]` is True for the last `keep` blocks of every `period` blocks, counted from block
+    `shift` (no list is built, so masking a long prompt's table costs nothing). With eagle the
+    hit run ends one block later, so the kept blocks move right by `shift = 1`."""
 
-    def __init__(self, length: int, period: int, keep: int) -> None:
-        self.length, self.period, self.keep = length, period, keep
+    def __init__(self, length: int, period: int, keep: int, shift: int = 0) -> None:
+        self.length, self.period, self.keep, self.shift = length, period, keep, shift
 
     def __len__(self) -> int:
         return self.length
@@ -62,7 +66,8 @@ class PeriodicBlockMask(Sequence):
             return [self[j] for j in range(*i.indices(self.length))]
         if not -self.length <= i < self.length:
             raise IndexError(i)
-        return (i % self.length) % self.period >= self.period - self.keep
+        i %= self.length
+        return i >= self.shift and (i - self.shift) % self.period >= self.period - self.keep
 
 
 class SingleTypeKVCacheManager:
@@ -99,6 +104,8 @@ class SingleTypeKVCacheManager:
         self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
         self.pending_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
         self._null_block = block_pool.null_block
+        # Eagle/MTP: set by the coordinator for the groups that drop the last hit block.
+        self.use_eagle = False
 
     @property
     def is_fine_grained(self) -> bool:
@@ -137,7 +144,7 @@ class SingleTypeKVCacheManager:
         if cap is not None:
             required = min(required, cap)
         req_blocks = self.req_to_blocks.get(request_id, [])
-        if request_id in self.req_to_blocks:  # running: hits only count on the first allocation
+        if request_id in self.num_cached_block:  # running: hits only count on the first allocation
             return max(required - len(req_blocks), 0)
         skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         local_blocks = len(new_computed_blocks) + len(req_blocks)
@@ -161,16 +168,18 @@ class SingleTypeKVCacheManager:
         `allocate_new_blocks` swaps in a private copy (copy-on-write), because this request will
         write the rest of the block.
         """
-        if request_id in self.req_to_blocks or not new_computed_blocks:
+        if request_id in self.num_cached_block:
             return
-        skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(new_computed_blocks))
+        # Not capped at the number of hits: a window that starts past the hit still gets nulls
+        # up to its start (vLLM does the same; the rest of the table is allocated fresh).
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         kept = list(new_computed_blocks[skipped:])
         self.block_pool.touch(kept)
         table = self.req_to_blocks[request_id]
         table.extend([self._null_block] * skipped)
         table.extend(kept)
         self.num_cached_block[request_id] = len(table)
-        if total_computed_tokens % self.block_size:
+        if kept and total_computed_tokens % self.block_size:
             idx = total_computed_tokens // self.block_size
             self._partial_hit_reqs[request_id] = (idx, table[idx])
             self.num_cached_block[request_id] = idx
@@ -297,8 +306,14 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[KVCacheBlock], ...]:
-        """Cached blocks from the start, stopping at the first miss, trimmed to the alignment."""
+        """Cached blocks from the start, stopping at the first miss, trimmed to the alignment.
+
+        `drop_eagle_block`: eagle/MTP drafting needs the hidden states of the tokens just before
+        the generation point, so one block (one alignment unit if smaller) of the hit is given
+        up and recomputed.
+        """
         bs = kv_cache_spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
@@ -309,9 +324,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 break
             for table, block in zip(computed, cached):
                 table.append(block)
-        while computed[0] and (len(computed[0]) * bs) % alignment != 0:
-            for table in computed:
-                table.pop()
+        hit_length = len(computed[0]) * bs
+        if drop_eagle_block and hit_length > 0:
+            hit_length -= min(alignment, bs)
+        hit_length -= hit_length % alignment
+        for table in computed:
+            del table[cdiv(hit_length, bs) :]
         return computed
 
     @classmethod
@@ -360,14 +378,26 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             return None
         return cdiv(self.sliding_window - 1 + self.max_in_flight_tokens, self.block_size) + 1
 
+    @staticmethod
+    def contiguous_blocks_for_hit(sliding_window: int, block_size: int, use_eagle: bool) -> int:
+        """Cached blocks a hit needs right before its end: the last W - 1 tokens, plus one block
+        with eagle (that block is matched and then dropped, see `find_longest_cache_hit`)."""
+        return cdiv(sliding_window - 1, block_size) + (1 if use_eagle else 0)
+
     def reachable_block_mask(self, num_full_blocks: int) -> Sequence[bool] | None:
         """Hash only the blocks just before each alignment boundary: a hit can end only there
-        and needs only the last `cdiv(W - 1, block_size)` blocks before it."""
+        and needs only the last `cdiv(W - 1, block_size)` blocks before it.
+
+        A window of one token needs no earlier block at all, so nothing is hashed (vLLM's rule;
+        hashing anyway would create hits vLLM never finds).
+        """
+        if self.alignment_tokens % self.block_size:
+            return None  # the mask is per block; a finer alignment cannot be expressed
         per_segment = self.alignment_tokens // self.block_size
-        sliding_window_contiguous_blocks = cdiv(self.sliding_window - 1, self.block_size)
-        if per_segment <= 1 or sliding_window_contiguous_blocks >= per_segment:
+        need = self.contiguous_blocks_for_hit(self.sliding_window, self.block_size, self.use_eagle)
+        if need >= per_segment:
             return None
-        return PeriodicBlockMask(num_full_blocks, per_segment, sliding_window_contiguous_blocks)
+        return PeriodicBlockMask(num_full_blocks, per_segment, need, shift=1 if self.use_eagle else 0)
 
     @classmethod
     def find_longest_cache_hit(
@@ -379,24 +409,33 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         kv_cache_spec: AttentionSpec,
         hash_block_size: int | None = None,
         alignment_tokens: int | None = None,
+        drop_eagle_block: bool = False,
     ) -> tuple[list[KVCacheBlock], ...]:
         """Scan right to left for `cdiv(W - 1, block_size)` contiguous cached blocks ending on an
-        alignment boundary; everything before the run is the null block."""
+        alignment boundary; everything before the run is the null block.
+
+        `drop_eagle_block`: the run needs one more block, which ends on the boundary and is
+        then dropped (eagle recomputes it), so the hit still ends on an alignment boundary.
+        """
         block_size = kv_cache_spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or block_size, block_size)
         alignment = alignment_tokens or block_size
-        sliding_window_contiguous_blocks = cdiv(kv_cache_spec.sliding_window - 1, block_size)
+        sliding_window_contiguous_blocks = cls.contiguous_blocks_for_hit(
+            kv_cache_spec.sliding_window, block_size, drop_eagle_block
+        )
         max_num_blocks = min(max_length // block_size, len(hashes))
         computed_blocks = tuple([block_pool.null_block] * max_num_blocks for _ in kv_cache_group_ids)
         num_contiguous_blocks = 0
         match_found = False
         for i in range(max_num_blocks - 1, -1, -1):
-            if num_contiguous_blocks == 0 and ((i + 1) * block_size) % alignment != 0:
-                continue  # a hit may only end on an alignment boundary
             cached_blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
             if cached_blocks is None:
                 num_contiguous_blocks = 0
                 continue
+            if num_contiguous_blocks == 0:
+                end_after_drop = i if drop_eagle_block else i + 1
+                if (end_after_drop * block_size) % alignment != 0:
+                    continue  # a hit may only end on an alignment boundary
             for computed, cached in zip(computed_blocks, cached_blocks):
                 computed[i] = cached
             num_contiguous_blocks += 1
@@ -410,6 +449,12 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             # is needed), trimmed down to the alignment.
             for computed in computed_blocks:
                 del computed[num_contiguous_blocks:]
+            while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
+                for computed in computed_blocks:
+                    computed.pop()
+        if drop_eagle_block and computed_blocks[0]:
+            for computed in computed_blocks:
+                computed.pop()
             while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
                 for computed in computed_blocks:
                     computed.pop()

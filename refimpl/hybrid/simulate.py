@@ -47,10 +47,16 @@ def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> l
     return labels
 
 
-def pro_kv_cache_config(available_memory: int = 10 * GIB, variant: str = "pro", **spec_kwargs):
-    """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab)."""
-    groups = get_kv_cache_groups(kv_cache_specs(variant, **spec_kwargs))
-    return get_kv_cache_config(groups, available_memory)
+def pro_kv_cache_config(
+    available_memory: int = 10 * GIB, variant: str = "pro", *, layout_version: str = "B", **spec_kwargs
+):
+    """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab).
+
+    Planner B by default: chapter 12 follows the vLLM KV-cache article's group order (MLA
+    first). Planner C (vLLM 0.32/0.33) only reorders the groups; blocks and strides are equal.
+    """
+    groups = get_kv_cache_groups(kv_cache_specs(variant, **spec_kwargs), layout_version=layout_version)
+    return get_kv_cache_config(groups, available_memory, layout_version=layout_version)
 
 
 def pro_kv_cache_manager(

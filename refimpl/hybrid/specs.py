@@ -12,6 +12,7 @@ Dtypes are stored as names ("uint8", "bfloat16", ...) so planning never needs to
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -81,9 +82,12 @@ class AttentionSpec(KVCacheSpec):
     dtype: str
     compress_ratio: int = 1
     page_size_padded: int | None = None
+    kernel_block_size: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.kernel_block_size is not None:
+            check_positive_int("kernel_block_size", self.kernel_block_size)
         check_positive_int("num_kv_heads", self.num_kv_heads)
         check_positive_int("head_size", self.head_size)
         check_positive_int("compress_ratio", self.compress_ratio)
@@ -113,6 +117,30 @@ class AttentionSpec(KVCacheSpec):
     def real_page_size_bytes(self) -> int:
         """Key and value rows for every stored entry of one block (2 x entries x heads x dim)."""
         return 2 * self.storage_block_size * self.num_kv_heads * self.head_size * self.dtype_size
+
+    def block_stride_alignment(self) -> int:
+        """Bytes the distance between two blocks must be a multiple of (planner C).
+
+        `kernel_block_size` is the largest block the attention backend's kernel takes (vLLM's
+        `MultipleOf(n)` from `get_supported_kernel_block_sizes`). A larger block is split into
+        kernel blocks of `gcd(kernel, block_size)` tokens, so the block stride must be a whole
+        number of such kernel pages. None (or a kernel that takes the whole block): 1.
+        """
+        if self.kernel_block_size is None:
+            return 1
+        kernel = math.gcd(self.kernel_block_size, self.block_size)
+        if kernel == self.block_size:
+            return 1
+        return self.with_block_size(kernel).page_size_bytes
+
+    def with_block_size(self, block_size: int) -> "AttentionSpec":
+        """The same spec for another block size (page padding recomputed, vLLM's
+        `copy_with_new_block_size`)."""
+        from dataclasses import replace
+
+        if getattr(self, "alignment", None) is not None:
+            return replace(self, block_size=block_size, page_size_padded=None)
+        return replace(self, block_size=block_size)
 
     @property
     def page_size_bytes(self) -> int:
@@ -436,18 +464,40 @@ class KVCacheTensor:
     """One backing allocation of `size` bytes and the layers that view it.
 
     For the packed layout (`block_stride > 0`) every tensor aliases one slab: block b of a
-    layer starts at byte `offset + b * block_stride`.
+    layer starts at byte `layer_offset(layer) + b * block_stride`. Version B lists the layers
+    that share one offset (`layer_stride` None); version C (vLLM 0.32/0.33) lists a run of layers
+    with one spec, laid side by side `layer_stride` bytes apart.
     """
 
     size: int
     shared_by: tuple[str, ...]
     offset: int = 0
     block_stride: int = 0
+    layer_stride: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shared_by", tuple(self.shared_by))
         if self.size < 0 or self.offset < 0 or self.block_stride < 0:
             raise ValueError("size, offset and block_stride must be >= 0")
+        if self.layer_stride is not None and self.layer_stride <= 0:
+            raise ValueError("layer_stride must be > 0 (or None when the layers share the bytes)")
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """vLLM 0.32's name for `shared_by`."""
+        return self.shared_by
+
+    def layer_offset(self, layer_name: str) -> int:
+        """Byte offset of the layer's page inside a block.
+
+        Version B: every listed layer sits at `offset` (they share the bytes; `layer_stride`
+        is None). Version C: the layers sit side by side, the i-th at `offset + i * layer_stride`.
+        """
+        if layer_name not in self.shared_by:
+            raise ValueError(f"layer {layer_name!r} is not in this tensor")
+        if self.layer_stride is None:
+            return self.offset
+        return self.offset + self.shared_by.index(layer_name) * self.layer_stride
 
 
 @dataclass(frozen=True)

@@ -94,22 +94,23 @@ def allocate_kv_cache(config: KVCacheConfig, device: str | torch.device = "cpu")
     for group in config.kv_cache_groups:
         for name in group.layer_names:
             tensor = layer_tensor[name]
-            views[name] = _layer_view(raw_of[id(tensor)], tensor, group.layer_spec(name))
+            views[name] = _layer_view(raw_of[id(tensor)], tensor, group.layer_spec(name), tensor.layer_offset(name))
     return views
 
 
-def _layer_view(raw: torch.Tensor, tensor: KVCacheTensor, spec: AttentionSpec) -> torch.Tensor:
+def _layer_view(raw: torch.Tensor, tensor: KVCacheTensor, spec: AttentionSpec, offset: int | None = None) -> torch.Tensor:
     dtype, size = spec.torch_dtype, spec.dtype_size
     if tensor.block_stride > 0:
         num_blocks = raw.numel() // tensor.block_stride
         shape = kv_cache_shape(spec, num_blocks)
         page_bytes = prod(shape[1:]) * size
-        if tensor.block_stride % size or tensor.offset % size:
+        offset = tensor.offset if offset is None else offset
+        if tensor.block_stride % size or offset % size:
             raise ValueError(
                 f"a {spec.dtype} view needs block_stride {tensor.block_stride} and offset "
-                f"{tensor.offset} to be multiples of {size} bytes"
+                f"{offset} to be multiples of {size} bytes"
             )
-        rows = raw.view(-1, tensor.block_stride)[:, tensor.offset : tensor.offset + page_bytes]
+        rows = raw.view(-1, tensor.block_stride)[:, offset : offset + page_bytes]
         return rows.view(dtype).view(shape)
     num_blocks = raw.numel() // spec.page_size_bytes
     shape = kv_cache_shape(spec, num_blocks)
@@ -148,7 +149,7 @@ def byte_address(config: KVCacheConfig, layer_name: str, block_id: int, token_of
         raise ValueError(f"token_offset {token_offset} outside [0, {entries}) for {layer_name}")
     if kv not in (0, 1) or (kv == 1 and _is_row_cache(spec)):
         raise ValueError("kv must be 0 (key), or 1 (value) for layers that store a value row")
-    block_start = tensor.offset + block_id * (tensor.block_stride or spec.page_size_bytes)
+    block_start = tensor.layer_offset(layer_name) + block_id * (tensor.block_stride or spec.page_size_bytes)
     value_shift = kv * spec.storage_block_size * entry_stride_bytes(spec)
     return block_start + value_shift + token_offset * entry_stride_bytes(spec)
 

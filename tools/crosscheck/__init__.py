@@ -1,0 +1,1 @@
+"""Differential checks of refimpl.hybrid against an installed vLLM (see `make crosscheck`)."""

@@ -1,0 +1,71 @@
+"""`python -m tools.crosscheck [--streams N] [--configs M]` inside `.venv-vllm` (`make crosscheck`):
+run the allocator and planner crosschecks against the installed vLLM and print the figures.
+
+`python -m tools.crosscheck record` (`make crosscheck-record`): write vLLM's answers for a fixed
+set of streams and configurations to tests/data/vllm_oracle.json, which
+tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle.json"
+RECORDED_STREAMS = range(12)  # one stream per group set
+RECORDED_CONFIGS = range(24)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.crosscheck", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", nargs="?", choices=["run", "record"], default="run")
+    parser.add_argument("--streams", type=int, default=500, help="allocator streams to compare")
+    parser.add_argument("--configs", type=int, default=300, help="planner configurations to compare")
+    args = parser.parse_args(argv)
+
+    import vllm
+
+    from tools.crosscheck.allocator import crosscheck_allocator, run_stream, stream_for
+    from tools.crosscheck.planner import plan_refimpl, random_config
+    from tools.crosscheck.vllm_planner import plan_vllm
+    from tools.crosscheck.vllm_side import VllmAllocator
+
+    if args.command == "record":
+        streams = []
+        for seed in RECORDED_STREAMS:
+            gs, ops = stream_for(seed)
+            record, _, _ = run_stream(gs, ops, VllmAllocator)
+            streams.append({"seed": seed, "group_set": gs.name, "ops": ops, "observations": record})
+        planner = [{"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))} for s in RECORDED_CONFIGS]
+        ORACLE.parent.mkdir(parents=True, exist_ok=True)
+        ORACLE.write_text(json.dumps({"vllm_version": vllm.__version__, "streams": streams, "planner": planner},
+                                     separators=(",", ":")) + "\n")
+        print(f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams, {len(planner)} "
+              f"planner configurations, answered by vLLM {vllm.__version__}")
+        return 0
+
+    print(f"crosscheck against vLLM {vllm.__version__}", flush=True)
+    agreed, failures = crosscheck_allocator(args.streams, VllmAllocator)
+    ops = sum(len(stream_for(seed)[1]) for seed in range(args.streams))
+    print(f"allocator: {agreed} of {args.streams} streams agree ({ops:,} operations; every output and the pool "
+          f"state compared after each)", flush=True)
+    plan_failures = []
+    for seed in range(args.configs):
+        case = random_config(seed)
+        theirs, ours = plan_vllm(case), plan_refimpl(case)
+        if theirs != ours:
+            keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            plan_failures.append(f"configuration {seed} {case}: differs in {keys}\n"
+                                 f"    vLLM:    { {k: theirs.get(k) for k in keys} }\n"
+                                 f"    refimpl: { {k: ours.get(k) for k in keys} }")
+            print(plan_failures[-1])
+    print(f"planner C: {args.configs - len(plan_failures)} of {args.configs} configurations agree "
+          f"(groups, order, eagle flag, block count, stride, every tensor's layers, offset and layer stride)")
+    return 1 if failures or plan_failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
