@@ -25,8 +25,10 @@ def test_specs_names_sizes_and_groups():
     assert pages["layers.1.compressor.state_cache"] == 4 * (4 * 32) * 4  # 4 tokens x [kv_a kv_b s_a s_b]
     assert pages["layers.2.compressor.state_cache"] == 8 * (2 * 32) * 4  # 8 tokens x [kv s]
     assert pages["layers.1.indexer.compressor.state_cache"] == 4 * (4 * 16) * 4
-    groups = get_kv_cache_groups(specs)
-    assert [g.kv_cache_spec.block_size for g in groups] == [256, 64, 64, 4, 8]
+    groups = get_kv_cache_groups(specs)  # planner C, as vLLM 0.32/0.33 run it: sliding-window groups first
+    assert [g.kv_cache_spec.block_size for g in groups] == [64, 64, 256, 4, 8]
+    article = get_kv_cache_groups(specs, layout_version="B")  # the article's version keeps registration order
+    assert [g.kv_cache_spec.block_size for g in article] == [256, 64, 64, 4, 8]
 
 
 def test_views_alias_one_slab():

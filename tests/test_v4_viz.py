@@ -24,9 +24,12 @@ def test_slot_table_text_exact():
     text = slot_table_text(kv.layers[2], tables, [126, 127])
     lines = text.splitlines()
     assert lines[0].split() == ["position", "swa", "attn", "attn_state"]
-    # HCA: position 127 closes entry 0, written to row 0 of the group-0 block 1 (2 entries per block)
-    assert lines[2].split() == ["126", str(tables[1][1] * 64 + 62), "-", str(tables[4][15] * 8 + 6)]
-    assert lines[3].split()[2] == f"e0->{tables[0][0] * 2}"
+    # HCA: position 127 closes entry 0, written to row 0 of the attention group's block 0 (2 entries
+    # per block); each cache is addressed by its own group's table, wherever the planner put that group
+    hca = kv.layers[2]
+    swa, attn, state = tables[hca.swa.group], tables[hca.attn.group], tables[hca.attn_state.group]
+    assert lines[2].split() == ["126", str(swa[1] * 64 + 62), "-", str(state[15] * 8 + 6)]
+    assert lines[3].split()[2] == f"e0->{attn[0] * 2}"
 
 
 def test_hit_reads_text_and_figure():

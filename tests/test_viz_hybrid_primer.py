@@ -59,8 +59,8 @@ def test_layer_view_places_one_page_per_block_a_stride_apart():
 def test_toy_has_the_same_five_groups_as_pro():
     toy = toy_v4_specs()
     assert len(toy) == 14 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
-    pro_groups = get_kv_cache_groups(v4.kv_cache_specs("pro"))
-    toy_groups = get_kv_cache_groups(toy)
+    pro_groups = get_kv_cache_groups(v4.kv_cache_specs("pro"), layout_version="B")  # the article's planner
+    toy_groups = get_kv_cache_groups(toy, layout_version="B")
     assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
     assert len(toy_groups) == len(TOY_GROUP_LABELS)
     assert get_packed_kv_cache_layout(toy_groups)[0] == max(g.width_bytes for g in toy_groups)

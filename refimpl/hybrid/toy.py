@@ -1,9 +1,10 @@
 """The Part II toy: the first four decoder layers of DeepSeek V4-Pro, carried through chapters 09-12.
 
 Four layers are enough to meet every cache kind and every group of the full model: layers 0, 1
-and 3 compress with ratio 128, layer 2 with ratio 4 (and so has an indexer). Planned like Pro,
-the toy's 14 caches form the same five groups in the same order (MLA, SWA-a, SWA-b, C128 state,
-C4 state), small enough to print every layer name.
+and 3 compress with ratio 128, layer 2 with ratio 4 (and so has an indexer). Planned like Pro by
+the article's planner (`layout_version="B"`, as chapters 09-12 use it), the toy's 14 caches form
+the same five groups in the same order (MLA, SWA-a, SWA-b, C128 state, C4 state), small enough to
+print every layer name.
 """
 
 from __future__ import annotations
