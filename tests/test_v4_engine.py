@@ -11,19 +11,11 @@ import pytest
 import torch
 
 from refimpl.paged.sequence import SamplingParams
-from tests.v4_models import CONFIGS, hf_model, model_dir, prompts, reference
+from tests.v4_models import CONFIGS, hf_model, model_dir, prompts, reference, one_thread  # noqa: F401  (autouse fixture)
 
 MAX_TOKENS = 6
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: one thread is ~100x faster than two contending ones."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def make_llm(name: str, **kwargs):

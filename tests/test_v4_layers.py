@@ -18,17 +18,10 @@ from hypothesis import strategies as st
 
 from refimpl.v4.oracle import capture_layer_inputs, paged_rows, run_layer_paged, transformers_rows
 from refimpl.v4.topk import stable_topk, stable_topk_in_transformers
-from tests.v4_models import CONFIGS, hf_model, prompts
+from tests.v4_models import CONFIGS, hf_model, prompts, one_thread  # noqa: F401  (autouse fixture)
 
 NUM_TOKENS = 270  # two HCA windows, 67 CSA entries, 2 tokens of an unfinished window
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @functools.cache

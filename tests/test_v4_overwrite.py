@@ -11,7 +11,7 @@ import torch
 
 from refimpl.paged.sequence import SamplingParams
 from refimpl.v4.overwrite import hit_block_tables, poison_rows
-from tests.v4_models import hf_model, model_dir, prompts
+from tests.v4_models import hf_model, model_dir, prompts, one_thread  # noqa: F401  (autouse fixture)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 D, DI = 32, 16
@@ -19,13 +19,6 @@ FIRST_HALF = [slice(0, D), slice(2 * D, 3 * D)]  # kv_a and score_a of a ratio-4
 SECOND_HALF = [slice(D, 2 * D), slice(3 * D, 4 * D)]
 IDX_FIRST_HALF = [slice(0, DI), slice(2 * DI, 3 * DI)]
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run_p3(poison=None):

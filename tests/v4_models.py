@@ -7,6 +7,7 @@ import functools
 import shutil
 import tempfile
 
+import pytest
 import torch
 
 # Three tiny configurations: sliding windows 16 and 128, different layer mixes and indexer top-k.
@@ -15,6 +16,16 @@ CONFIGS = {
     "B": dict(seed=1, compress_ratios=(4, 128), sliding_window=128, index_topk=8),
     "C": dict(seed=2, compress_ratios=(128, 0, 4), sliding_window=16, index_topk=2),
 }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: one torch thread is ~100x faster than two contending ones. A test module
+    that imports this fixture runs all its tests with it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from tqdm import TqdmWarning, tqdm
 
 from refimpl.engine.config import Config
 from refimpl.engine.model_runner import ModelRunner
+from refimpl.engine.prompts import checked_request_tokens
 from refimpl.paged.scheduler import Scheduler, SchedulerConfig
 from refimpl.paged.sequence import SamplingParams, Sequence
 
@@ -85,32 +86,10 @@ class LLMEngine:
         return self.model_runner.attention_backend
 
     # --- requests
-    def _prompt_token_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(f"{self.config.model} has no tokenizer; pass prompts as lists of token ids")
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
-        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise ValueError(f"a prompt must be a string or a list of token ids (ints), got {prompt!r:.80}")
-        return list(prompt)
-
     def make_sequence(self, prompt: str | list[int], sampling_params: SamplingParams) -> Sequence:
         """Tokenize and check a request without queueing it."""
-        if not isinstance(sampling_params, SamplingParams):
-            raise ValueError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
-        token_ids = self._prompt_token_ids(prompt)
-        if not token_ids:
-            raise ValueError("a prompt must have at least one token, got an empty prompt")
-        vocab_size = self.config.hf_config.vocab_size
-        bad = [t for t in token_ids if not 0 <= t < vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
-        longest = len(token_ids) + sampling_params.max_tokens
-        if longest > self.config.max_model_len:
-            raise ValueError(
-                f"prompt of {len(token_ids)} tokens + max_tokens={sampling_params.max_tokens} exceeds "
-                f"max_model_len={self.config.max_model_len}"
-            )
+        token_ids = checked_request_tokens(prompt, sampling_params, self.tokenizer, self.config.model,
+                                           self.config.hf_config.vocab_size, self.config.max_model_len)
         seq = Sequence(token_ids, sampling_params, block_size=self.config.kvcache_block_size)
         need = self.scheduler.max_blocks_needed(seq)
         if need > self.scheduler.block_manager.num_blocks:

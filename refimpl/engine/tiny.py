@@ -75,6 +75,20 @@ def build_byte_tokenizer(vocab_size: int = TINY_DEFAULTS["vocab_size"]) -> Token
     return tokenizer
 
 
+def save_byte_tokenizer(path: Path, tokenizer: Tokenizer, model_max_length: int) -> None:
+    """Write tokenizer.json and the tokenizer_config.json that lets AutoTokenizer load it offline."""
+    tokenizer.save(str(path / "tokenizer.json"))
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": EOS_TOKEN,
+        "pad_token": EOS_TOKEN,
+        "bos_token": None,
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+
+
 def _random_weights(config: Qwen3ModelConfig, seed: int) -> dict[str, torch.Tensor]:
     """Seeded weights with Hugging Face's names, scaled so activations and logits stay O(1).
 
@@ -152,14 +166,5 @@ def make_tiny_model(path: str | os.PathLike, seed: int = 0, dtype: str = "float3
     (path / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
     weights = {name: t.to(_DTYPES[dtype]).contiguous() for name, t in _random_weights(config, seed).items()}
     save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save(str(path / "tokenizer.json"))
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": EOS_TOKEN,
-        "pad_token": EOS_TOKEN,
-        "bos_token": None,
-        "model_max_length": config.max_position_embeddings,
-        "clean_up_tokenization_spaces": False,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    save_byte_tokenizer(path, tokenizer, config.max_position_embeddings)
     return path

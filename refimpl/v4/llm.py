@@ -22,6 +22,7 @@ from typing import Sequence as SequenceLike
 import torch
 
 from refimpl.engine.llm import EngineStats, load_tokenizer
+from refimpl.engine.prompts import checked_request_tokens
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.paged.sequence import SamplingParams
@@ -93,30 +94,11 @@ class V4LLM:
         self._next_id = 0
 
     # --- requests
-    def _token_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError(f"{self.model_dir} has no tokenizer; pass prompts as lists of token ids")
-            return self.tokenizer.encode(prompt, add_special_tokens=False)
-        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise ValueError(f"a prompt must be a string or a list of token ids (ints), got {prompt!r:.80}")
-        return list(prompt)
-
     def make_request(self, prompt: str | list[int], sampling_params: SamplingParams, index: int = 0) -> V4Request:
         """Tokenize and check one request without queueing it (ValueError on bad input)."""
-        if not isinstance(sampling_params, SamplingParams):
-            raise ValueError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
-        ids = self._token_ids(prompt)
-        if not ids:
-            raise ValueError("a prompt must have at least one token, got an empty prompt")
-        vocab = self.hf_model.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        ids = checked_request_tokens(prompt, sampling_params, self.tokenizer, self.model_dir,
+                                     self.hf_model.config.vocab_size, self.max_model_len)
         longest = len(ids) + sampling_params.max_tokens
-        if longest > self.max_model_len:
-            raise ValueError(f"prompt of {len(ids)} tokens + max_tokens={sampling_params.max_tokens} exceeds "
-                             f"max_model_len={self.max_model_len}")
         request_id = f"req-{self._next_id}"
         need = self.manager.coordinator.get_num_blocks_to_allocate(request_id, longest, None, 0, apply_admission_cap=True)
         usable = self.kv_cache.config.num_blocks - 1  # block 0 is the null block

@@ -9,7 +9,6 @@ hyper-connection bases and scales and every norm weight are random, not 0 or 1.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from refimpl.engine.tiny import EOS_TOKEN, EOS_TOKEN_ID, NUM_BYTE_TOKENS, SPECIAL_TOKENS, build_byte_tokenizer
+from refimpl.engine.tiny import (EOS_TOKEN_ID, NUM_BYTE_TOKENS, SPECIAL_TOKENS, build_byte_tokenizer,
+                                 save_byte_tokenizer)
 
 LAYER_TYPE_OF_RATIO = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 
@@ -140,14 +140,5 @@ def make_tiny_v4(path: str | os.PathLike, seed: int = 0, **sizes) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.save_pretrained(str(path))
-    build_byte_tokenizer(config.vocab_size).save(str(path / "tokenizer.json"))
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": EOS_TOKEN,
-        "pad_token": EOS_TOKEN,
-        "bos_token": None,
-        "model_max_length": config.max_position_embeddings,
-        "clean_up_tokenization_spaces": False,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    save_byte_tokenizer(path, build_byte_tokenizer(config.vocab_size), config.max_position_embeddings)
     return path

@@ -3,11 +3,14 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 `X_text` that returns a deterministic string describing the same state. Shared colours live in
 `palette`.
 
-`show_source(obj)` shows the live lines a chapter teaches; `Stepper` plays recorded frames with a
-slider and shows them as a static strip. Modules: `paged` (block pool, prefix match, fragmentation), `timeline` (scheduler steps),
-`engine` (one engine step's slots and block tables), `kernels` (pages, prefill mask, reuse),
-`hybrid_layout` (DeepSeek V4 pages, grouping, slab), `allocator` (hybrid pool over time),
-`course_map` (the chapter list, the map of which chapter needs which, the glossary).
+`show_source(obj)` shows the live lines a chapter teaches (`source`); `Stepper` plays frames recorded
+from real calls with a slider and shows them as a static strip (`stepper`). Drawing modules:
+`paged` (block pool, prefix lookup, fragmentation), `paged_stepper` (block manager and prefix cache
+frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
+block tables), `kernels` (pages, prefill mask, reuse), `softmax_stepper` (the decode kernel's online
+softmax tile by tile), `hybrid_layout` (DeepSeek V4 layer, pages, grouping, slab, one layer's view),
+`allocator` and `hybrid_stepper` (the hybrid pool over time), `v4_engine` (Part III's slots and
+steps), `course_map` (the chapter list, the map of which chapter needs which, the glossary).
 """
 
 from __future__ import annotations
