@@ -5,10 +5,8 @@ from matplotlib.figure import Figure
 from refimpl.paged import BlockManager, Sequence, check_invariants
 from refimpl.paged.running_example import requests
 from refimpl.viz import Stepper, record_frames
+from refimpl.viz.paged import draw_pool_snapshot, pool_snapshot, pool_snapshot_text
 from refimpl.viz.paged_stepper import (
-    draw_pool_snapshot,
-    pool_snapshot,
-    pool_snapshot_text,
     prefix_cache_actions,
     running_example_actions,
     second_turn_prompt,

@@ -21,7 +21,7 @@ from tqdm import TqdmWarning, tqdm
 
 from refimpl.engine.config import Config
 from refimpl.engine.model_runner import ModelRunner
-from refimpl.engine.prompts import checked_request_tokens
+from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
 from refimpl.paged.scheduler import Scheduler, SchedulerConfig
 from refimpl.paged.sequence import SamplingParams, Sequence
 
@@ -147,16 +147,7 @@ class LLMEngine:
 
         Every prompt is checked before any is queued, so a bad one leaves the engine untouched.
         """
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            raise ValueError("prompts must be a list of prompts (strings or token-id lists), not a single prompt")
-        prompts = list(prompts)
-        if sampling_params is None:
-            sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompts)
-        sampling_params = list(sampling_params)
-        if len(sampling_params) != len(prompts):
-            raise ValueError(f"got {len(sampling_params)} SamplingParams for {len(prompts)} prompts")
+        prompts, sampling_params = pair_prompts_with_params(prompts, sampling_params)
         seqs = [self.make_sequence(p, sp) for p, sp in zip(prompts, sampling_params)]
         self.stats = EngineStats()
         for seq in seqs:

@@ -1,4 +1,4 @@
-"""Turn a prompt into checked token ids: the request checks both engines (Part I and Part III) share.
+"""Turn prompts into checked token ids: the request checks both engines (Part I and Part III) share.
 
 Both reject bad input the same way, before anything is queued: a prompt must be a string (with a
 tokenizer) or a list of ints, non-empty, inside the vocabulary, and short enough that the prompt
@@ -7,7 +7,7 @@ plus `max_tokens` fits `max_model_len`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from refimpl.paged.sequence import SamplingParams
 
@@ -39,3 +39,21 @@ def checked_request_tokens(prompt: str | list[int], sampling_params: SamplingPar
         raise ValueError(f"prompt of {len(token_ids)} tokens + max_tokens={sampling_params.max_tokens} exceeds "
                          f"max_model_len={max_model_len}")
     return token_ids
+
+
+def pair_prompts_with_params(prompts: Sequence[str | list[int]],
+                             sampling_params: SamplingParams | Sequence[SamplingParams] | None
+                             ) -> tuple[list[str | list[int]], list[SamplingParams]]:
+    """`generate`'s arguments as two equal-length lists: one SamplingParams (or None, the default)
+    applies to every prompt; a single prompt passed bare is refused rather than read token by token."""
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        raise ValueError("prompts must be a list of prompts (strings or token-id lists), not a single prompt")
+    prompts = list(prompts)
+    if sampling_params is None:
+        sampling_params = SamplingParams()
+    if isinstance(sampling_params, SamplingParams):
+        sampling_params = [sampling_params] * len(prompts)
+    sampling_params = list(sampling_params)
+    if len(sampling_params) != len(prompts):
+        raise ValueError(f"got {len(sampling_params)} SamplingParams for {len(prompts)} prompts")
+    return prompts, sampling_params

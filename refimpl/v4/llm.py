@@ -22,7 +22,7 @@ from typing import Sequence as SequenceLike
 import torch
 
 from refimpl.engine.llm import EngineStats, load_tokenizer
-from refimpl.engine.prompts import checked_request_tokens
+from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.paged.sequence import SamplingParams
@@ -238,16 +238,7 @@ class V4LLM:
         Every prompt is checked before any is queued, so a bad one leaves the engine untouched.
         `use_tqdm` is accepted for Part I's signature; this engine shows no progress bar.
         """
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            raise ValueError("prompts must be a list of prompts (strings or token-id lists), not a single prompt")
-        prompts = list(prompts)
-        if sampling_params is None:
-            sampling_params = SamplingParams()
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompts)
-        sampling_params = list(sampling_params)
-        if len(sampling_params) != len(prompts):
-            raise ValueError(f"got {len(sampling_params)} SamplingParams for {len(prompts)} prompts")
+        prompts, sampling_params = pair_prompts_with_params(prompts, sampling_params)
         next_id = self._next_id
         try:
             reqs = [self.make_request(p, sp, i) for i, (p, sp) in enumerate(zip(prompts, sampling_params))]

@@ -2,6 +2,8 @@
 
 - `draw_block_pool` / `block_pool_text`: physical blocks (ref count, short hash, fill),
   the free-queue order, and every sequence's logical -> physical block table.
+- `pool_snapshot`, `draw_pool_snapshot` / `pool_snapshot_text`: the same picture of a frozen
+  copy of that state, which `draw_block_pool` draws and the steppers of chapters 03-04 record.
 - `draw_prefix_lookup` / `prefix_lookup_text`: chapter 04's lookup flow (hash -> hash_to_block_id
   -> token check -> in use / pulled from the free queue / miss) above the pool and free queue.
 - `draw_prefix_match` / `prefix_match_text`: what prefix matching does with each logical
@@ -14,12 +16,14 @@ Figures are built with `matplotlib.figure.Figure` (not pyplot) so nothing leaks 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence as Seq
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
+from refimpl.paged import running_example
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.fragmentation import MemoryUse, RequestLengths, format_memory_table
 from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch
@@ -94,88 +98,156 @@ def draw_block_pool(
     bm: BlockManager, seqs: Mapping[str, Sequence] | Iterable[Sequence], *, title: str | None = None,
     muted: Iterable[str] = (),
 ) -> Figure:
-    """Physical blocks in a row (colour = holder, thick border = shared, green = freed but still
-    cached, grey = free and empty) with the free-queue position under each free block (q0 is
-    the head, reused first); above them every sequence's block table, one box per logical
-    block, with an arrow to the physical block it maps to.
+    """The picture of `draw_pool_snapshot` for the pool as it is now (`block_pool_text` is its twin)."""
+    return draw_pool_snapshot(pool_snapshot(bm, dict(_named(seqs))), title=title, muted=muted)
 
-    `muted`: names drawn in light grey (background sequences), so the subject stands out. The
-    legend lists only the states that occur in the picture.
+
+# --- snapshots of the pool (pictures of one moment, and the frames of the steppers)
+@dataclass(frozen=True)
+class BlockSnapshot:
+    """One physical block after a call: who references it and what the prefix cache knows of it."""
+
+    block_id: int
+    ref_count: int
+    hash: int  # -1: not registered
+    token_ids: tuple[int, ...]  # the registered tokens (empty until the block is full and hashed)
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """The BlockManager and its sequences' block tables, frozen after one call."""
+
+    block_size: int
+    blocks: tuple[BlockSnapshot, ...]
+    tables: tuple[tuple[str, tuple[int, ...]], ...]  # (name, block table), in name order given
+    lengths: tuple[tuple[str, int], ...]  # (name, len(seq))
+    free_queue: tuple[int, ...]  # head first
+    cached: int  # entries in hash_to_block_id
+
+    def holders(self, block_id: int) -> list[str]:
+        """The names whose block tables point at `block_id`."""
+        return [name for name, table in self.tables if block_id in table]
+
+
+def pool_snapshot(bm: BlockManager, seqs: Mapping[str, Sequence]) -> PoolSnapshot:
+    """Copy the state of `bm` and the named sequences (names, not global seq ids) into frozen tuples,
+    so a recorded frame keeps its state while the objects move on."""
+    blocks = tuple(BlockSnapshot(b.block_id, b.ref_count, b.hash, tuple(b.token_ids)) for b in bm.blocks)
+    tables = tuple((name, tuple(seq.block_table)) for name, seq in seqs.items())
+    lengths = tuple((name, len(seq)) for name, seq in seqs.items())
+    return PoolSnapshot(bm.block_size, blocks, tables, lengths, tuple(bm.free_block_ids), len(bm.hash_to_block_id))
+
+
+def pool_snapshot_text(state: PoolSnapshot) -> str:
+    """Text twin of `draw_pool_snapshot`: one line per block, the free queue, each block table."""
+    queue_pos = {b: i for i, b in enumerate(state.free_queue)}
+    lines = [f"pool: {len(state.blocks)} blocks x {state.block_size} tokens | free {len(state.free_queue)}, "
+             f"cached hashes {state.cached}", "block  ref  hash  registered tokens  state"]
+    for block in state.blocks:
+        b = block.block_id
+        tokens = " ".join(map(str, block.token_ids)) or "-"
+        if b in queue_pos:
+            state_text = ("free, cached" if block.hash != -1 else "free") + f" (queue position {queue_pos[b]})"
+        else:
+            state_text = "in use by " + ", ".join(state.holders(b))
+        lines.append(f"{'#' + str(b):>5} {block.ref_count:>4}  {short_hash(block.hash):<4}  {tokens:<17}  {state_text}")
+    lines.append("free queue (head -> tail): " + (" ".join(f"#{b}" for b in state.free_queue) or "empty"))
+    lengths = dict(state.lengths)
+    for name, table in state.tables:
+        shown = " ".join(f"L{i}->#{b}" for i, b in enumerate(table)) or "no blocks"
+        lines.append(f"{name}: {shown}  (len {lengths[name]})")
+    return "\n".join(lines)
+
+
+def draw_pool_snapshot(state: PoolSnapshot, *, title: str | None = None, muted: Iterable[str] = ()) -> Figure:
+    """Block tables (top), the physical pool (middle) and the free queue (bottom) of one snapshot.
+
+    A block's colour is its first holder's; a shared block (ref > 1) gets a thick black border
+    and its holders written under it; green = freed but still cached; grey = free and empty.
+    `muted`: names drawn in light grey (background requests), so the subject stands out. The
+    legend lists only what occurs in the picture.
     """
-    named = _named(seqs)
     muted = set(muted)
-    holders, _, queue_pos = _pool_rows(bm, named)
-    bright = [name for name, _ in named if name not in muted]
-    colour_of = {name: SEQ_COLORS[i % len(SEQ_COLORS)] for i, name in enumerate(bright)}
+    names = [name for name, _ in state.tables if name not in muted]
+    # The running example's users keep their colours in every chapter; other names follow them.
+    order = list(running_example.NAMES) + [name for name in names if name not in running_example.NAMES]
+    colour_of = {name: SEQ_COLORS[order.index(name) % len(SEQ_COLORS)] for name in names}
     colour_of.update({name: MUTED for name in muted})
-    n = bm.num_blocks
-    # logical boxes of all sequences side by side in one row, a small gap between sequences
-    starts, x = [], 0.0
-    for _, seq in named:
-        starts.append(x)
-        x += max(len(seq.block_table), 1) + 0.5
-    width = max(n, x - 0.5)
-    fig = Figure(figsize=(max(6.0, 0.8 * width + 1.9), 4.2))
+    n = len(state.blocks)
+    queue_pos = {b: i for i, b in enumerate(state.free_queue)}
+    width = max(n, sum(max(len(t), 1) + 0.5 for _, t in state.tables))
+    fig = Figure(figsize=(max(7.0, 0.8 * width + 1.4), 4.4))
     ax = fig.add_subplot()
-    ax.set_xlim(-2.2, width + 0.1)
-    ax.set_ylim(-1.4, 3.6)
+    ax.set_xlim(-1.6, width + 0.1)
+    ax.set_ylim(-2.0, 3.5)
     ax.axis("off")
 
-    ax.text(-0.15, 0.5, "physical\nblocks", ha="right", va="center", fontsize=9)
-    present: set[str] = set()
-    for block in bm.blocks:
+    ax.text(-0.1, 0.6, "pool", ha="right", va="center", fontsize=9)
+    present = set()
+    for block in state.blocks:
         b = block.block_id
-        owners = holders[b]
+        owners = state.holders(b)
         if b in queue_pos:
-            face = FREE_CACHED if block.hash != -1 else EMPTY
-            present.add("cached" if block.hash != -1 else "empty")
+            face, kind = (FREE_CACHED, "cached") if block.hash != -1 else (EMPTY, "empty")
+            present.add(kind)
         else:
-            face = colour_of[owners[0]] if owners else "#999999"
-        shared = len(owners) > 1
+            face = colour_of[owners[0]] if owners else "#999999"  # held by a request not shown
+        shared = block.ref_count > 1
+        ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1.2, facecolor=face, edgecolor="black",
+                               linewidth=3.0 if shared else 1.0, zorder=3))
+        ink = "white" if face in SEQ_COLORS else "black"
+        ax.text(b + 0.5, 1.0, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
+        ax.text(b + 0.5, 0.74, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
+        tokens = block.token_ids
+        if tokens:
+            half = (len(tokens) + 1) // 2
+            ax.text(b + 0.5, 0.3, " ".join(map(str, tokens[:half])) + "\n" + " ".join(map(str, tokens[half:])),
+                    ha="center", va="center", fontsize=8, family="monospace", color=ink, zorder=4, linespacing=1.0)
         if shared:
             present.add("shared")
-        ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1, facecolor=face, edgecolor="black", zorder=3,
-                               linewidth=3.0 if shared else 1.0))
-        ink = "white" if face in SEQ_COLORS else "black"
-        ax.text(b + 0.5, 0.72, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
-        ax.text(b + 0.5, 0.42, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
-        ax.text(b + 0.5, 0.16, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace", color=ink, zorder=4)
-        if b in queue_pos:
-            ax.text(b + 0.5, -0.25, f"q{queue_pos[b]}", ha="center", va="center", fontsize=8, color="#2d6a4f")
-    if len(bm.free_block_ids):
-        ax.text(-0.15, -0.25, "free-queue\nposition", ha="right", va="center", fontsize=8, color="#2d6a4f")
-    order = " -> ".join(f"#{b}" for b in bm.free_block_ids) or "empty"
-    ax.text(-2.1, -1.0, f"free queue, head first: {order}", ha="left", va="center", fontsize=8)
+            ax.text(b + 0.5, -0.18, "+".join(owners), ha="center", va="center", fontsize=8, zorder=4)
+    # free queue: the ids in order, head first
+    ax.text(-0.1, -1.1, "free queue\nhead \u2192 tail", ha="right", va="center", fontsize=8)
+    for position, b in enumerate(state.free_queue):
+        block = state.blocks[b]
+        face = FREE_CACHED if block.hash != -1 else EMPTY
+        ax.add_patch(Rectangle((position * 0.8 + 0.05, -1.4), 0.7, 0.6, facecolor=face, edgecolor="#2d6a4f", zorder=3))
+        ax.text(position * 0.8 + 0.4, -1.1, f"#{b}", ha="center", va="center", fontsize=8, zorder=4)
+    if not state.free_queue:
+        ax.text(0.05, -1.1, "empty", ha="left", va="center", fontsize=8)
 
-    y = 2.3
-    ax.text(-0.15, y + 0.3, "block\ntables", ha="right", va="center", fontsize=9)
-    for start, (name, seq) in zip(starts, named):
+    y, x = 2.2, 0.0
+    lengths = dict(state.lengths)
+    ax.text(-0.1, y + 0.3, "block\ntables", ha="right", va="center", fontsize=9)
+    for name, table in state.tables:
         colour = colour_of[name]
-        span = max(len(seq.block_table), 1)
+        span = max(len(table), 1)
         quiet = name in muted
-        ax.text(start + span / 2, y + 0.9, f"{name} ({len(seq)} tok)", ha="center", va="center", fontsize=8,
+        label = f"{name} ({lengths[name]} tok)" if table else f"{name}: no blocks"
+        ax.text(x + span / 2, y + 0.95, label, ha="center", va="center", fontsize=8,
                 color="#777777" if quiet else colour, weight="normal" if quiet else "bold")
-        for i, b in enumerate(seq.block_table):
-            ax.add_patch(Rectangle((start + i + 0.1, y), 0.8, 0.6, facecolor="white", edgecolor=colour,
+        for i, b in enumerate(table):
+            ax.add_patch(Rectangle((x + i + 0.1, y), 0.8, 0.6, facecolor="white", edgecolor=colour,
                                    linewidth=1 if quiet else 2, zorder=3))
-            ax.text(start + i + 0.5, y + 0.3, f"L{i}\u2192#{b}", ha="center", va="center", fontsize=8, zorder=4,
+            ax.text(x + i + 0.5, y + 0.3, f"L{i}\u2192#{b}", ha="center", va="center", fontsize=8, zorder=4,
                     color="#777777" if quiet else "black")
-            ax.add_patch(FancyArrowPatch((start + i + 0.5, y), (b + 0.5, 1.0), arrowstyle="-|>", mutation_scale=9,
-                                         color=colour, alpha=0.5 if quiet else 0.85, linewidth=0.8 if quiet else 1.6,
+            ax.add_patch(FancyArrowPatch((x + i + 0.5, y), (b + 0.5, 1.2), arrowstyle="-|>", mutation_scale=9,
+                                         color=colour, alpha=0.5 if quiet else 0.6, linewidth=0.8 if quiet else 1.1,
                                          zorder=2))
-    legend = [Patch(facecolor=colour_of[name], label=name) for name, seq in named
-              if name not in muted and seq.block_table]
+        x += span + 0.5
+    legend = [Patch(facecolor=colour_of[name], label=name) for name, table in state.tables if table and name not in muted]
     if muted:
         legend.append(Patch(facecolor=MUTED, edgecolor="black", label="other requests"))
     if "shared" in present:
         legend.append(Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="shared (ref > 1)"))
     if "cached" in present:
-        legend.append(Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept (can still hit)"))
+        legend.append(Patch(facecolor=FREE_CACHED, edgecolor="black", label="free, hash kept"))
     if "empty" in present:
         legend.append(Patch(facecolor=EMPTY, edgecolor="black", label="free, empty"))
-    ax.legend(handles=legend, loc="lower right", fontsize=8, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.1))
-    ax.set_title(title or f"{n} blocks of {bm.block_size} tokens: pool and block tables", fontsize=10)
-    fig.tight_layout()
+    ax.legend(handles=legend, loc="lower right", fontsize=8, ncol=3, frameon=False, bbox_to_anchor=(1.0, -0.02))
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.9, bottom=0.02)
     return fig
 
 

@@ -15,6 +15,7 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
 from vllm.v1.request import Request, RequestStatus
 
+from tools.crosscheck.adapter import ManagerAdapter
 from tools.crosscheck.streams import GroupSet
 
 init_none_hash(sha256)
@@ -27,7 +28,9 @@ def make_spec(desc: tuple):
     return SlidingWindowSpec(block_size=desc[1], sliding_window=desc[2], **common)
 
 
-class VllmAllocator:
+class VllmAllocator(ManagerAdapter):
+    RequestStatus = RequestStatus
+
     def __init__(self, gs: GroupSet) -> None:
         groups = []
         for i, d in enumerate(gs.groups):
@@ -45,34 +48,9 @@ class VllmAllocator:
     def new_request(self, rid, tokens):
         return Request(rid, list(tokens), SamplingParams(max_tokens=1000), None, block_hasher=self.hasher)
 
-    def append_tokens(self, req, tokens):
-        if tokens:
-            req.append_output_token_ids(tokens)
-
-    def set_state(self, req, num_computed, running, preempted):
-        req.num_computed_tokens = num_computed
-        req.status = RequestStatus.RUNNING if running else (RequestStatus.PREEMPTED if preempted else RequestStatus.WAITING)
-
-    def get_computed_blocks(self, req):
+    def _computed_blocks(self, req):
         blocks, n, _shared = self.m.get_computed_blocks(req)
-        return blocks, [list(g) for g in blocks.get_block_ids()], n
+        return blocks, n
 
-    def allocate_slots(self, req, n, n_computed, hits, lookahead, must_fit, has_scheduled):
-        out = self.m.allocate_slots(req, n, num_new_computed_tokens=n_computed, new_computed_blocks=hits,
-                                    num_lookahead_tokens=lookahead, full_sequence_must_fit=must_fit,
-                                    has_scheduled_reqs=has_scheduled)
-        return None if out is None else [list(g) for g in out.get_block_ids()]
-
-    def free(self, req):
-        self.m.free(req)
-
-    def tables(self, rid):
-        return [list(g) for g in self.m.get_block_ids(rid)]
-
-    def pool_state(self):
-        pool = self.m.block_pool
-        return {
-            "free": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-            "ref_cnt": [b.ref_cnt for b in pool.blocks[1:]],
-            "hashed": [b.block_id for b in pool.blocks if b.block_hash is not None],
-        }
+    def _free_block_ids(self):
+        return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]

@@ -1,0 +1,58 @@
+"""What both wrapped allocators share: the harness's calls made on a `KVCacheManager` (`self.m`).
+
+vLLM's and refimpl's managers take the same calls with the same argument names; they differ only in
+how requests are built, what `get_computed_blocks` returns and how the free queue is listed, so the
+sides implement just those (`RequestStatus`, `_computed_blocks`, `_free_block_ids`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ManagerAdapter:
+    """The `Allocator` interface of `streams.Harness`, on top of a KVCacheManager in `self.m`."""
+
+    RequestStatus: Any  # the side's request-status enum
+    m: Any
+
+    def _computed_blocks(self, req) -> tuple[Any, int]:
+        """(KVCacheBlocks of the prefix hit, number of hit tokens)."""
+        raise NotImplementedError
+
+    def _free_block_ids(self) -> list[int]:
+        """The pool's free queue, head first."""
+        raise NotImplementedError
+
+    def append_tokens(self, req, tokens):
+        if tokens:
+            req.append_output_token_ids(tokens)
+
+    def set_state(self, req, num_computed, running, preempted):
+        status = self.RequestStatus
+        req.num_computed_tokens = num_computed
+        req.status = status.RUNNING if running else (status.PREEMPTED if preempted else status.WAITING)
+
+    def get_computed_blocks(self, req):
+        blocks, n = self._computed_blocks(req)
+        return blocks, [list(g) for g in blocks.get_block_ids()], n
+
+    def allocate_slots(self, req, n, n_computed, hits, lookahead, must_fit, has_scheduled):
+        out = self.m.allocate_slots(req, n, num_new_computed_tokens=n_computed, new_computed_blocks=hits,
+                                    num_lookahead_tokens=lookahead, full_sequence_must_fit=must_fit,
+                                    has_scheduled_reqs=has_scheduled)
+        return None if out is None else [list(g) for g in out.get_block_ids()]
+
+    def free(self, req):
+        self.m.free(req)
+
+    def tables(self, rid):
+        return [list(g) for g in self.m.get_block_ids(rid)]
+
+    def pool_state(self):
+        pool = self.m.block_pool
+        return {
+            "free": self._free_block_ids(),
+            "ref_cnt": [b.ref_cnt for b in pool.blocks[1:]],
+            "hashed": [b.block_id for b in pool.blocks if b.block_hash is not None],
+        }
