@@ -8,7 +8,6 @@ prefix hit. The logits that chose every token must agree to 1e-4 (measured: abou
 from __future__ import annotations
 
 import pytest
-import torch
 
 from refimpl.paged.sequence import SamplingParams
 from tests.v4_models import CONFIGS, hf_model, model_dir, prompts, reference, one_thread  # noqa: F401  (autouse fixture)
