@@ -30,8 +30,15 @@ def best_ms(fn: Callable[[], object], repeats: int) -> float:
     return min(times) * 1e3
 
 
-def chapter_inputs() -> dict[str, tuple]:
-    """The arguments chapters 07 and 11 time: a 2-sequence paged decode and a 5-token SWA batch."""
+def chapter_inputs(device: str = "cpu") -> dict[str, tuple]:
+    """The arguments chapters 07 and 11 time (a 2-sequence paged decode and a 5-token SWA batch), on `device`."""
+    with torch.device("cpu"):  # drawn on the CPU: the same numbers on every machine
+        inputs = _chapter_inputs()
+    return {name: (kernel, twin, tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args))
+            for name, (kernel, twin, args) in inputs.items()}
+
+
+def _chapter_inputs() -> dict[str, tuple]:
     torch.manual_seed(0)
     num_blocks, block_size, num_kv_heads, num_heads, head_dim = 8, 4, 2, 4, 8
     k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim)
@@ -66,13 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    if not triton_setup.HAS_TRITON:
-        print("Triton is not installed here (it is Linux-only); nothing to time.")
+    device = triton_setup.TRITON_DEVICE
+    if device is None:
+        print("The Triton kernels cannot run here (Triton is not installed, or compiled mode without CUDA); "
+              "nothing to time.")
         return 0
     mode = "interpreter" if triton_setup.INTERPRET else "compiled (GPU)"
-    print(f"Triton {mode} vs torch twin, best of {args.repeats} calls, milliseconds")
+    print(f"Triton {mode} vs torch twin on {device} tensors, best of {args.repeats} calls, milliseconds")
     print(f"{'kernel':40s} {'Triton':>9s} {'twin':>9s} {'ratio':>7s}")
-    for name, (kernel, twin, kernel_args) in chapter_inputs().items():
+    for name, (kernel, twin, kernel_args) in chapter_inputs(device).items():
         kernel(*kernel_args), twin(*kernel_args)  # warm-up: first calls pay for lazy initialisation
         t_kernel = best_ms(lambda: kernel(*kernel_args), args.repeats)
         t_twin = best_ms(lambda: twin(*kernel_args), args.repeats)

@@ -1,5 +1,15 @@
 """Shared test settings and fixtures: small, reproducible hypothesis runs, single-threaded torch
-per worker, and one tiny checkpoint per worker session.
+per worker, one tiny checkpoint per worker session, and the device a test's kernels run on.
+
+Where tests run: a test that calls a Triton kernel takes the `kernel_device` fixture and puts its
+tensors there ("cpu" under Triton's interpreter, "cuda" where the kernels compile for a GPU); every
+other test that builds tensors or an engine names its device itself. With REFIMPL_FAKE_CUDA=1
+(`tests/test_device_neutral.py` runs it) the tests run as if on a GPU machine, to find a test that
+assumes the CPU on a machine that has none: torch reports a CUDA device, the kernels still run in
+the interpreter, and the default device is "meta" (a device that holds no data), so a tensor
+made without saying where it goes cannot be computed with, just as on a GPU machine it would be a
+CPU tensor the compiled kernels refuse. Tests that take no `kernel_device` run with the CPU as
+default device (as there), and may launch no Triton kernel.
 
 Literal restatements of upstream and workload strategies live in `paged_reference.py` (Part I)
 and `hybrid_reference.py` (Part II); test files import those, never each other.
@@ -10,12 +20,18 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+FAKE_CUDA = os.environ.get("REFIMPL_FAKE_CUDA") == "1"
+
 # Two xdist workers share two cores: one torch thread each avoids oversubscription.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 try:
     import torch
 
     torch.set_num_threads(1)
+    if FAKE_CUDA:  # before refimpl is imported: it reads both at import time
+        os.environ["TRITON_INTERPRET"] = "1"  # the kernels still run, in the interpreter
+        torch.cuda.is_available = lambda: True
+        torch.set_default_device("meta")
 except ImportError:  # pragma: no cover - torch is a hard dependency, but keep collection alive
     pass
 
@@ -35,4 +51,52 @@ def tiny_dir(tmp_path_factory):
     """A tiny random Qwen3 checkpoint (config, safetensors, offline tokenizer), built once per worker."""
     from refimpl.engine import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+    with torch.device("cpu"):
+        return make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def kernel_device() -> str:
+    """The device the Triton kernels take here: "cpu" (interpreter) or "cuda" (compiled); skips without Triton."""
+    from refimpl.kernels.triton_setup import TRITON_DEVICE
+
+    if TRITON_DEVICE is None:
+        pytest.skip("the Triton kernels cannot run in this process (Triton missing, or compiled mode without CUDA)")
+    return TRITON_DEVICE
+
+
+_launches_allowed = [not FAKE_CUDA]
+
+
+@pytest.fixture(autouse=True)
+def _default_device_as_on_a_gpu_machine(request):
+    """Under REFIMPL_FAKE_CUDA: a test with `kernel_device` keeps the meta default device and may launch
+    kernels; any other test runs with the CPU as default device (as on a GPU machine) and may not."""
+    if not FAKE_CUDA:
+        yield
+        return
+    states_device = "kernel_device" in request.fixturenames
+    if not states_device:
+        torch.set_default_device("cpu")
+    _launches_allowed[0] = states_device
+    try:
+        yield
+    finally:
+        torch.set_default_device("meta")
+        _launches_allowed[0] = False
+
+
+if FAKE_CUDA:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    _interpreted_run = InterpretedFunction.run
+
+    def _guarded_run(self, *args, **kwargs):
+        if not _launches_allowed[0]:
+            raise AssertionError(
+                "this test launches a Triton kernel but does not take the `kernel_device` fixture: on a GPU "
+                "machine the kernels are compiled and refuse the CPU tensors it builds"
+            )
+        return _interpreted_run(self, *args, **kwargs)
+
+    InterpretedFunction.run = _guarded_run

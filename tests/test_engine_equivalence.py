@@ -75,7 +75,7 @@ def expected(name: str, prompts, max_tokens) -> list[list[int]]:
 
 
 def run(name: str, prompts, max_tokens, **kwargs):
-    llm = LLM(model_dir(name), dtype="float32", **kwargs)
+    llm = LLM(model_dir(name), device="cpu", dtype="float32", **kwargs)
     params = [SamplingParams(temperature=0, max_tokens=n) for n in max_tokens]
     outputs = llm.generate(prompts, params, use_tqdm=False)
     return llm, [o["token_ids"] for o in outputs]

@@ -9,7 +9,7 @@ from refimpl.engine import LLM, SamplingParams
 
 @pytest.fixture
 def llm(tiny_dir):
-    return LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=32, enable_prefix_caching=False)
+    return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32, enable_prefix_caching=False)
 
 
 def test_outputs_in_prompt_order_strings_equal_their_token_ids(llm):
@@ -45,7 +45,7 @@ def test_max_tokens_one_finishes_in_the_prefill_step(llm):
 
 
 def test_prefix_cache_counts_served_tokens(tiny_dir):
-    llm = LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=32)
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32)
     prompt = [list(range(1, 15))]  # 14 tokens: 3 full blocks, the last is never looked up
     sp = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
     first = llm.generate(prompt, sp, use_tqdm=False)
@@ -59,7 +59,7 @@ def test_seeded_sampling_is_reproducible(tiny_dir):
     sp = SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True)
 
     def sample(seed):
-        return LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=32, seed=seed).generate(
+        return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32, seed=seed).generate(
             ["sampling"], sp, use_tqdm=False)[0]["token_ids"]
 
     assert sample(7) == sample(7)
@@ -95,20 +95,20 @@ def test_bad_requests_are_rejected_before_anything_is_queued(llm):
 
 def test_bad_engine_arguments(tiny_dir, tmp_path):
     with pytest.raises(ValueError, match="unknown LLM arguments \\['block_size'\\]"):
-        LLM(tiny_dir, block_size=16)
+        LLM(tiny_dir, device="cpu", block_size=16)
     with pytest.raises(ValueError, match="local checkpoint directory"):
-        LLM(tmp_path / "nowhere")
+        LLM(tmp_path / "nowhere", device="cpu")
     with pytest.raises(ValueError, match="block_size must be a positive integer"):
-        LLM(tiny_dir, kvcache_block_size=0)
+        LLM(tiny_dir, device="cpu", kvcache_block_size=0)
     with pytest.raises(ValueError, match="dtype must be one of"):
-        LLM(tiny_dir, num_kvcache_blocks=4, dtype="float8")
-    long = LLM(tiny_dir, num_kvcache_blocks=64, max_model_len=20)
+        LLM(tiny_dir, device="cpu", num_kvcache_blocks=4, dtype="float8")
+    long = LLM(tiny_dir, device="cpu", num_kvcache_blocks=64, max_model_len=20)
     with pytest.raises(ValueError, match="exceeds max_model_len=20"):
         long.generate([[1] * 15], SamplingParams(max_tokens=6), use_tqdm=False)
 
 
 def test_bfloat16_runs_with_a_bfloat16_cache(tiny_dir):
-    llm = LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=16, dtype="bfloat16")
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16, dtype="bfloat16")
     out = llm.generate(["bf16"], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     assert len(out[0]["token_ids"]) == 4
     import torch

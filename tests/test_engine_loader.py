@@ -27,7 +27,7 @@ def copy_without_weights(src, dst):
 
 
 def greedy(path, prompt="Paged KV", n=8):
-    llm = LLM(path, kvcache_block_size=4, num_kvcache_blocks=16)
+    llm = LLM(path, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16)
     return llm, llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n), use_tqdm=False)[0]["token_ids"]
 
 
@@ -46,7 +46,7 @@ def test_pickled_weights_are_refused_never_opened(tiny_dir, tmp_path):
     marker = tmp_path / "unpickled.txt"
     (path / "pytorch_model.bin").write_bytes(pickle.dumps(_Boom(marker)))
     with pytest.raises(ValueError, match="never unpickles"):
-        LLM(path)
+        LLM(path, device="cpu")
     assert not marker.exists()
 
 
@@ -62,10 +62,10 @@ def test_missing_unexpected_and_misshapen_tensors(tiny_dir, tmp_path):
         path = copy_without_weights(tiny_dir, tmp_path / name)
         save_file(tensors, str(path / "model.safetensors"))
         with pytest.raises(ValueError, match=message):
-            LLM(path)
+            LLM(path, device="cpu")
     empty = copy_without_weights(tiny_dir, tmp_path / "empty")
     with pytest.raises(ValueError, match="no \\*.safetensors"):
-        LLM(empty)
+        LLM(empty, device="cpu")
 
 
 def test_sharded_checkpoint_loads_like_one_file(tiny_dir, tmp_path):
@@ -164,4 +164,4 @@ def test_a_hub_style_checkpoint_directory_loads_and_matches_transformers(tmp_pat
     # An index naming a shard that is not there is a clear error.
     (path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ValueError, match="names shard files that are not there"):
-        LLM(path)
+        LLM(path, device="cpu")

@@ -12,7 +12,7 @@ from refimpl.paged.sequence import Sequence
 
 @pytest.fixture(scope="module")
 def runner(tiny_dir):
-    return LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=16).model_runner
+    return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16).model_runner
 
 
 def seq_with(token_ids, block_table, num_cached_tokens, num_scheduled_tokens):
@@ -103,29 +103,29 @@ def test_kv_cache_sized_from_blocks_or_budget(tiny_dir, runner):
     layers = runner.model.attention_layers()
     assert layers[1].k_cache.data_ptr() == runner.kv_cache[0, 1].data_ptr()
     assert layers[1].v_cache.data_ptr() == runner.kv_cache[1, 1].data_ptr()
-    llm = LLM(tiny_dir, kvcache_block_size=4, kv_cache_memory_bytes=10_000)
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, kv_cache_memory_bytes=10_000)
     assert llm.model_runner.num_kvcache_blocks == 4 == llm.scheduler.block_manager.num_blocks
     with pytest.raises(ValueError, match="holds no block"):
-        LLM(tiny_dir, kvcache_block_size=4, kv_cache_memory_bytes=1000)
+        LLM(tiny_dir, device="cpu", kvcache_block_size=4, kv_cache_memory_bytes=1000)
 
 
 def test_attention_backend_choice(tiny_dir):
-    assert LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=4).attention_backend == "torch"  # CPU default
+    # the automatic choice on a CPU is torch (Triton's interpreter is never picked by itself)
+    assert LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=4).attention_backend == "torch"
     with pytest.raises(ValueError, match="attention_backend must be one of"):
-        LLM(tiny_dir, attention_backend="cuda-magic")
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="flash-attn"):
-            LLM(tiny_dir, kvcache_block_size=256, num_kvcache_blocks=4, attention_backend="flash-attn")
+        LLM(tiny_dir, device="cpu", attention_backend="cuda-magic")
+    with pytest.raises(RuntimeError, match="flash-attn runs only on CUDA"):
+        LLM(tiny_dir, device="cpu", kvcache_block_size=256, num_kvcache_blocks=4, attention_backend="flash-attn")
     # flash-attn pages only multiples of 256 tokens: a smaller block size is refused on any machine.
     with pytest.raises(ValueError, match="multiple of 256"):
-        LLM(tiny_dir, kvcache_block_size=16, num_kvcache_blocks=4, attention_backend="flash-attn")
+        LLM(tiny_dir, device="cpu", kvcache_block_size=16, num_kvcache_blocks=4, attention_backend="flash-attn")
 
 
 def test_prefill_and_decode_logits_match_transformers(tiny_dir):
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
-    llm = LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=16)
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16)
     runner, scheduler = llm.model_runner, llm.scheduler
     ids = list(b"paged attention")
     seq = Sequence(ids, SamplingParams(temperature=0, max_tokens=3), block_size=4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,10 +37,11 @@ MAX_TOKENS = [5, 5, 4, 6, 7, 3, 4]
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    path = make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=5, num_attention_heads=4, num_key_value_heads=1,
-                           head_dim=8, hidden_size=32, intermediate_size=64)
-    hf = load_hf_model(path)
-    expected = [hf_greedy(hf, p, n) for p, n in zip(POOL, MAX_TOKENS)]
+    with torch.device("cpu"):  # the checkpoint and the transformers oracle live on the CPU
+        path = make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=5, num_attention_heads=4, num_key_value_heads=1,
+                               head_dim=8, hidden_size=32, intermediate_size=64)
+        hf = load_hf_model(path)
+        expected = [hf_greedy(hf, p, n) for p, n in zip(POOL, MAX_TOKENS)]
     return path, expected
 
 
@@ -59,6 +61,7 @@ def test_random_settings_never_change_greedy_output(setup, data):
                      label="num_kvcache_blocks")
     llm = LLM(
         path,
+        device="cpu",
         kvcache_block_size=block_size,
         num_kvcache_blocks=pool,
         max_num_batched_tokens=data.draw(st.integers(4, 64), label="max_num_batched_tokens"),

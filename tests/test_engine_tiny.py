@@ -66,7 +66,7 @@ def test_sizes_and_errors(tmp_path):
 
 
 def test_refimpl_llm_loads_it_and_greedy_output_is_not_one_repeated_token(tiny_dir):
-    llm = LLM(tiny_dir, kvcache_block_size=8, num_kvcache_blocks=32)
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=8, num_kvcache_blocks=32)
     out = llm.generate(["Hello, paged world"], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)
     assert len(set(out[0]["token_ids"])) > 4
     assert out[0]["text"] == llm.tokenizer.decode(out[0]["token_ids"])

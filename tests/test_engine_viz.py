@@ -10,7 +10,7 @@ from refimpl.viz.engine import byte_label, step_inputs_text, draw_step_inputs
 
 
 def test_prefill_with_cached_prefix_then_decode(tiny_dir):
-    llm = LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=10)
+    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=10)
     sp = SamplingParams(temperature=0, max_tokens=2)
     llm.generate([[10, 11, 12, 13, 14, 15, 16, 17, 18]], sp, use_tqdm=False)  # caches blocks 0 and 1
     b = llm.add_request([10, 11, 12, 13, 14, 15, 16, 17, 40, 41], sp)

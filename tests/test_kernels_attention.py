@@ -2,14 +2,17 @@
 fast torch backend against twins.
 
 The torch twins are proven against the textbook formula softmax(Q K^T * scale + causal mask) V
-on contexts read token by token; the Triton kernels (CPU interpreter here, compiled under
-the ``gpu`` marker) are then compared with the twins. Every cache slot that is not part of
-some context is filled with NaN, so a kernel that reads outside its context (a padded
-block-table entry, a row past the sequence end, an unused block) produces NaN and fails.
+on contexts read token by token; the Triton kernels are then compared with the twins. Every test
+runs on ``kernel_device`` (the CPU under Triton's interpreter, CUDA where the kernels compile), the
+twins included; the random data is drawn on the CPU, so it is the same on every machine. Every
+cache slot that is not part of some context is filled with NaN, so a kernel that reads outside its
+context (a padded block-table entry, a row past the sequence end, an unused block) produces NaN and
+fails.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -41,31 +44,43 @@ def make_paged_context(
     spare_blocks: int = 2,
     pad: int = -1,
     seed: int = 0,
-    device: str = "cpu",
+    device: str,
 ):
-    """A paged cache holding random contexts of the given lengths in shuffled blocks.
+    """A paged cache on ``device`` holding random contexts of the given lengths in shuffled blocks.
 
     Returns ``(k_cache, v_cache, block_table, cache_seqlens)``. Slots outside every context
     (spare blocks, the tail of each last block) hold NaN; block-table padding is ``pad``.
     """
-    gen = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [math.ceil(n / block_size) for n in seq_lens]
-    num_blocks = sum(blocks_per_seq) + spare_blocks
-    order = torch.randperm(num_blocks, generator=gen).tolist()
-    width = max(blocks_per_seq, default=0) + 1  # one column of padding at least
-    block_table = torch.full((len(seq_lens), width), pad, dtype=torch.int32)
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.full(shape, float("nan"))
-    v_cache = torch.full(shape, float("nan"))
-    for b, n in enumerate(seq_lens):
-        for i in range(blocks_per_seq[b]):
-            block_table[b, i] = order.pop()
-        for t in range(n):
-            block, row = int(block_table[b, t // block_size]), t % block_size
-            k_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
-            v_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
-    seqlens = torch.tensor(seq_lens, dtype=torch.int32)
+    with torch.device("cpu"):  # drawn on the CPU: the same numbers on every machine
+        gen = torch.Generator().manual_seed(seed)
+        blocks_per_seq = [math.ceil(n / block_size) for n in seq_lens]
+        num_blocks = sum(blocks_per_seq) + spare_blocks
+        order = torch.randperm(num_blocks, generator=gen).tolist()
+        width = max(blocks_per_seq, default=0) + 1  # one column of padding at least
+        block_table = torch.full((len(seq_lens), width), pad, dtype=torch.int32)
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        k_cache = torch.full(shape, float("nan"))
+        v_cache = torch.full(shape, float("nan"))
+        for b, n in enumerate(seq_lens):
+            for i in range(blocks_per_seq[b]):
+                block_table[b, i] = order.pop()
+            for t in range(n):
+                block, row = int(block_table[b, t // block_size]), t % block_size
+                k_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
+                v_cache[block, row] = torch.randn(num_kv_heads, head_dim, generator=gen)
+        seqlens = torch.tensor(seq_lens, dtype=torch.int32)
     return (k_cache.to(dtype).to(device), v_cache.to(dtype).to(device), block_table.to(device), seqlens.to(device))
+
+
+def randn(*shape: int, seed: int, device: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Seeded normal samples drawn on the CPU (the same on every machine), then put on ``device``."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen, device="cpu").to(dtype).to(device)
+
+
+def on(device: str, *values):
+    """Each tensor of ``values`` moved to ``device`` (other values unchanged)."""
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def context_rows(cache: torch.Tensor, block_table_row: torch.Tensor, length: int) -> torch.Tensor:
@@ -82,19 +97,20 @@ def dense_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
     values = values.double().repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.double(), keys) * scale
     q_len, k_len = q.shape[0], keys.shape[0]
-    causal = torch.arange(k_len)[None, :] <= torch.arange(k_len - q_len, k_len)[:, None]
+    positions = torch.arange(k_len, device=q.device)
+    causal = positions[None, :] <= positions[k_len - q_len :, None]
     scores = scores.masked_fill(~causal, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), values)
 
 
-def make_prefill_case(seq_lens, q_lens, block_size, num_kv_heads, group, head_dim, dtype, seed=0, pad=-1):
+def make_prefill_case(seq_lens, q_lens, block_size, num_kv_heads, group, head_dim, dtype, seed=0, pad=-1, *,
+                      device: str):
     k_cache, v_cache, block_table, _ = make_paged_context(
-        seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=seed, pad=pad
+        seq_lens, block_size, num_kv_heads, head_dim, dtype, seed=seed, pad=pad, device=device
     )
-    gen = torch.Generator().manual_seed(seed + 1)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen).to(dtype)
-    cu_q = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0).tolist()), dtype=torch.int32)
-    cu_k = torch.tensor([0] + list(torch.tensor(seq_lens).cumsum(0).tolist()), dtype=torch.int32)
+    q = randn(sum(q_lens), num_kv_heads * group, head_dim, seed=seed + 1, dtype=dtype, device=device)
+    cu_q = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, *itertools.accumulate(seq_lens)], dtype=torch.int32, device=device)
     args = (q, k_cache, v_cache, cu_q, cu_k, max(q_lens), max(seq_lens), block_table)
     return args
 
@@ -131,21 +147,21 @@ def prefill_cases(draw, max_len: int = 20):
     return case
 
 
-def run_decode(impl, case):
+def run_decode(impl, case, device):
     k_cache, v_cache, block_table, seqlens = make_paged_context(
         case["seq_lens"], case["block_size"], case["num_kv_heads"], case["head_dim"], case["dtype"],
-        seed=case["seed"], pad=case["pad"],
+        seed=case["seed"], pad=case["pad"], device=device,
     )
-    gen = torch.Generator().manual_seed(case["seed"] + 1)
     num_heads = case["num_kv_heads"] * case["group"]
-    q = torch.randn(len(case["seq_lens"]), num_heads, case["head_dim"], generator=gen).to(case["dtype"])
+    q = randn(len(case["seq_lens"]), num_heads, case["head_dim"], seed=case["seed"] + 1, dtype=case["dtype"],
+              device=device)
     return q, k_cache, v_cache, block_table, seqlens, impl(q, k_cache, v_cache, seqlens, block_table)
 
 
-def run_prefill(impl, case):
+def run_prefill(impl, case, device):
     args = make_prefill_case(
         case["seq_lens"], case["q_lens"], case["block_size"], case["num_kv_heads"], case["group"],
-        case["head_dim"], case["dtype"], seed=case["seed"], pad=case["pad"],
+        case["head_dim"], case["dtype"], seed=case["seed"], pad=case["pad"], device=device,
     )
     return args, impl(*args)
 
@@ -154,8 +170,8 @@ def run_prefill(impl, case):
 
 
 @given(decode_cases())
-def test_reference_decode_matches_dense_attention(case):
-    q, k_cache, v_cache, block_table, seqlens, out = run_decode(reference.paged_decode_attention, case)
+def test_reference_decode_matches_dense_attention(kernel_device, case):
+    q, k_cache, v_cache, block_table, seqlens, out = run_decode(reference.paged_decode_attention, case, kernel_device)
     scale = case["head_dim"] ** -0.5
     for b, n in enumerate(case["seq_lens"]):
         keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
@@ -164,8 +180,8 @@ def test_reference_decode_matches_dense_attention(case):
 
 
 @given(prefill_cases())
-def test_reference_prefill_matches_dense_causal_attention(case):
-    args, out = run_prefill(reference.paged_prefill_attention, case)
+def test_reference_prefill_matches_dense_causal_attention(kernel_device, case):
+    args, out = run_prefill(reference.paged_prefill_attention, case, kernel_device)
     q, k_cache, v_cache, block_table = args[0], args[1], args[2], args[7]
     start = 0
     for b, (n, m) in enumerate(zip(case["seq_lens"], case["q_lens"])):
@@ -175,18 +191,18 @@ def test_reference_prefill_matches_dense_causal_attention(case):
         start += m
 
 
-def test_reference_decode_equals_last_row_of_prefill():
+def test_reference_decode_equals_last_row_of_prefill(kernel_device):
     """Decode is prefill with one query: the newest token's row of a full prefill."""
-    args = make_prefill_case([9, 4], [9, 4], 4, 2, 2, 8, torch.float32, seed=3)
+    args = make_prefill_case([9, 4], [9, 4], 4, 2, 2, 8, torch.float32, seed=3, device=kernel_device)
     q, k_cache, v_cache, cu_q, cu_k, _, _, block_table = args
     full = reference.paged_prefill_attention(*args)
     last_rows = cu_q[1:].long() - 1
-    decode = reference.paged_decode_attention(q[last_rows], k_cache, v_cache, torch.tensor([9, 4]), block_table)
+    decode = reference.paged_decode_attention(q[last_rows], k_cache, v_cache, cu_k[1:] - cu_k[:-1], block_table)
     torch.testing.assert_close(decode, full[last_rows])
 
 
-def test_softmax_scale_is_used():
-    args = make_prefill_case([5], [2], 2, 1, 1, 4, torch.float32, seed=5)
+def test_softmax_scale_is_used(kernel_device):
+    args = make_prefill_case([5], [2], 2, 1, 1, 4, torch.float32, seed=5, device=kernel_device)
     q, k_cache, v_cache, _, _, _, _, block_table = args
     keys, values = context_rows(k_cache, block_table[0], 5), context_rows(v_cache, block_table[0], 5)
     for impl in (reference.paged_prefill_attention, triton_kernels.paged_prefill_attention):
@@ -205,16 +221,15 @@ def share_leading_blocks(block_table: torch.Tensor, seq_lens: list[int], block_s
 
 
 @given(decode_cases(max_len=40), st.integers(0, 6))
-def test_torch_backend_decode_matches_twin(case, shared_columns):
+def test_torch_backend_decode_matches_twin(kernel_device, case, shared_columns):
     """Including batches whose block tables start with the same blocks (attended once for all)."""
     k_cache, v_cache, block_table, seqlens = make_paged_context(
         case["seq_lens"], case["block_size"], case["num_kv_heads"], case["head_dim"], case["dtype"],
-        seed=case["seed"], pad=case["pad"],
+        seed=case["seed"], pad=case["pad"], device=kernel_device,
     )
     share_leading_blocks(block_table, case["seq_lens"], case["block_size"], shared_columns)
-    gen = torch.Generator().manual_seed(case["seed"] + 1)
-    q = torch.randn(len(case["seq_lens"]), case["num_kv_heads"] * case["group"], case["head_dim"],
-                    generator=gen).to(case["dtype"])
+    q = randn(len(case["seq_lens"]), case["num_kv_heads"] * case["group"], case["head_dim"], seed=case["seed"] + 1,
+              dtype=case["dtype"], device=kernel_device)
     expected = reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
     assert_close(torch_backend.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table), expected, case["dtype"])
     # A later layer of the same step: same metadata objects, unchecked, another layer's cache.
@@ -224,37 +239,37 @@ def test_torch_backend_decode_matches_twin(case, shared_columns):
 
 
 @given(prefill_cases(max_len=30))
-def test_torch_backend_prefill_matches_twin(case):
-    args, expected = run_prefill(reference.paged_prefill_attention, case)
+def test_torch_backend_prefill_matches_twin(kernel_device, case):
+    args, expected = run_prefill(reference.paged_prefill_attention, case, kernel_device)
     assert_close(torch_backend.paged_prefill_attention(*args), expected, case["dtype"])
     assert_close(torch_backend.paged_prefill_attention(*args, check=False), expected, case["dtype"])
 
 
 @pytest.mark.parametrize("batched", [True, False], ids=["one-padded-batch", "one-sequence-at-a-time"])
-def test_torch_backend_prefill_both_ways(monkeypatch, batched):
+def test_torch_backend_prefill_both_ways(kernel_device, monkeypatch, batched):
     """Small prefills run as one padded batch, large ones sequence by sequence: both equal the twin."""
     if not batched:
         monkeypatch.setattr(torch_backend, "BATCHED_PREFILL_MAX_SCORES", 0)
-    args = make_prefill_case([12, 5, 1, 9], [4, 5, 1, 0], 4, 2, 2, 8, torch.float32, seed=9)
+    args = make_prefill_case([12, 5, 1, 9], [4, 5, 1, 0], 4, 2, 2, 8, torch.float32, seed=9, device=kernel_device)
     assert_close(torch_backend.paged_prefill_attention(*args), reference.paged_prefill_attention(*args), torch.float32)
 
 
-def test_unchecked_decode_recomputes_its_plan_for_new_metadata():
+def test_unchecked_decode_recomputes_its_plan_for_new_metadata(kernel_device):
     """The plan is reused only for the very same metadata tensors: a new step gets its own."""
-    k_cache, v_cache, block_table, seqlens = make_paged_context([9, 5, 12], 4, 2, 8, seed=7)
-    q = torch.randn(3, 4, 8, generator=torch.Generator().manual_seed(2))
+    k_cache, v_cache, block_table, seqlens = make_paged_context([9, 5, 12], 4, 2, 8, seed=7, device=kernel_device)
+    q = randn(3, 4, 8, seed=2, device=kernel_device)
     torch_backend.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
-    shorter, table = torch.tensor([3, 5, 1], dtype=torch.int32), block_table.clone()
+    shorter, table = torch.tensor([3, 5, 1], dtype=torch.int32, device=kernel_device), block_table.clone()
     share_leading_blocks(table, [9, 5, 12], 4, 1)
     for lens, bt in ((shorter, block_table), (seqlens, table)):
         got = torch_backend.paged_decode_attention(q, k_cache, v_cache, lens, bt, check=False)
         assert_close(got, reference.paged_decode_attention(q, k_cache, v_cache, lens, bt), torch.float32)
 
 
-def test_gather_blocks_and_slots_copy_from_any_cache_view():
-    cache = torch.arange(5 * 2 * 3 * 4, dtype=torch.float32).view(5, 2, 3, 4)  # 5 blocks of 2 slots
-    ids = torch.tensor([[4, 0], [2, 2]])
-    slots = torch.tensor([[9, 0, 3], [4, 4, 1]])
+def test_gather_blocks_and_slots_copy_from_any_cache_view(kernel_device):
+    cache = torch.arange(5 * 2 * 3 * 4, dtype=torch.float32, device=kernel_device).view(5, 2, 3, 4)  # 5 blocks of 2
+    ids = torch.tensor([[4, 0], [2, 2]], device=kernel_device)
+    slots = torch.tensor([[9, 0, 3], [4, 4, 1]], device=kernel_device)
     by_slot = cache[slots // 2, slots % 2]
     assert torch.equal(torch_backend.gather_blocks(cache, ids), cache[ids])
     assert torch.equal(torch_backend.gather_slots(cache, slots), by_slot)
@@ -269,18 +284,18 @@ def test_gather_blocks_and_slots_copy_from_any_cache_view():
 @pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(decode_cases())
-def test_triton_decode_matches_twin(case):
-    *_, expected = run_decode(reference.paged_decode_attention, case)
-    *_, actual = run_decode(triton_kernels.paged_decode_attention, case)
+def test_triton_decode_matches_twin(kernel_device, case):
+    *_, expected = run_decode(reference.paged_decode_attention, case, kernel_device)
+    *_, actual = run_decode(triton_kernels.paged_decode_attention, case, kernel_device)
     assert_close(actual, expected, case["dtype"])
 
 
 @pytest.mark.slow  # Triton interpreter
 @settings(max_examples=15)
 @given(prefill_cases(max_len=24))
-def test_triton_prefill_matches_twin(case):
-    _, expected = run_prefill(reference.paged_prefill_attention, case)
-    _, actual = run_prefill(triton_kernels.paged_prefill_attention, case)
+def test_triton_prefill_matches_twin(kernel_device, case):
+    _, expected = run_prefill(reference.paged_prefill_attention, case, kernel_device)
+    _, actual = run_prefill(triton_kernels.paged_prefill_attention, case, kernel_device)
     assert_close(actual, expected, case["dtype"])
 
 
@@ -298,10 +313,11 @@ BOTH = [
     [([1], 4), ([8, 12], 4), ([5, 1, 7], 3), ([16], 16)],
     ids=["one-token", "multiple-of-block", "mixed", "one-full-block"],
 )
-def test_decode_edge_cases_against_dense(impl, group, seq_lens, block_size):
+def test_decode_edge_cases_against_dense(kernel_device, impl, group, seq_lens, block_size):
     """Context of 1 token, contexts that end exactly on a block boundary, GQA ratios 1/2/4."""
-    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, block_size, 2, 8, seed=11)
-    q = torch.randn(len(seq_lens), 2 * group, 8, generator=torch.Generator().manual_seed(1))
+    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, block_size, 2, 8, seed=11,
+                                                                device=kernel_device)
+    q = randn(len(seq_lens), 2 * group, 8, seed=1, device=kernel_device)
     out = impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
     for b, n in enumerate(seq_lens):
         keys, values = context_rows(k_cache, block_table[b], n), context_rows(v_cache, block_table[b], n)
@@ -314,9 +330,9 @@ def test_decode_edge_cases_against_dense(impl, group, seq_lens, block_size):
     [([8], [8]), ([8], [1]), ([12, 5], [4, 5]), ([1, 9], [1, 3]), ([7, 6, 4], [0, 6, 2]), ([40], [33])],
     ids=["full-prompt", "one-new-token", "cached-prefix", "one-token-seq", "empty-query-seq", "tiles"],
 )
-def test_prefill_edge_cases_against_dense(impl, seq_lens, q_lens):
+def test_prefill_edge_cases_against_dense(kernel_device, impl, seq_lens, q_lens):
     """Cached prefixes (q_len < k_len), whole prompts, a sequence with no queries this step."""
-    args = make_prefill_case(seq_lens, q_lens, 4, 1, 2, 8, torch.float32, seed=21)
+    args = make_prefill_case(seq_lens, q_lens, 4, 1, 2, 8, torch.float32, seed=21, device=kernel_device)
     q, k_cache, v_cache, block_table = args[0], args[1], args[2], args[7]
     args = list(args)
     args[5] = max(q_lens)
@@ -329,14 +345,14 @@ def test_prefill_edge_cases_against_dense(impl, seq_lens, q_lens):
 
 
 @pytest.mark.parametrize("impl", BOTH)
-def test_non_contiguous_query_and_cache_views(impl):
+def test_non_contiguous_query_and_cache_views(kernel_device, impl):
     """q sliced out of a fused QKV tensor and caches that are views into one larger slab."""
     seq_lens = [6, 3]
-    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, 4, 2, 8, seed=4, pad=0)
-    slab = torch.full((2, k_cache.shape[0], 4, 2, 8), float("nan"))  # [k|v, blocks, ...]
+    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, 4, 2, 8, seed=4, pad=0, device=kernel_device)
+    slab = torch.full((2, k_cache.shape[0], 4, 2, 8), float("nan"), device=kernel_device)  # [k|v, blocks, ...]
     slab[0], slab[1] = k_cache, v_cache
     k_view, v_view = slab[0], slab[1]
-    qkv = torch.randn(2, 3, 4, 8)
+    qkv = randn(2, 3, 4, 8, seed=0, device=kernel_device)
     q = qkv[:, 0]  # [batch, heads, dim], batch stride 96
     assert not q.is_contiguous()
     out = impl.paged_decode_attention(q, k_view, v_view, seqlens, block_table)
@@ -345,29 +361,28 @@ def test_non_contiguous_query_and_cache_views(impl):
 
 
 @pytest.mark.parametrize("impl", BOTH)
-def test_empty_batch(impl):
-    k_cache, v_cache, _, _ = make_paged_context([], 4, 1, 8)
-    q = torch.zeros(0, 2, 8)
-    out = impl.paged_decode_attention(q, k_cache, v_cache, torch.zeros(0, dtype=torch.int32),
-                                      torch.zeros(0, 3, dtype=torch.int32))
+def test_empty_batch(kernel_device, impl):
+    k_cache, v_cache, _, _ = make_paged_context([], 4, 1, 8, device=kernel_device)
+    q = torch.zeros(0, 2, 8, device=kernel_device)
+    out = impl.paged_decode_attention(q, k_cache, v_cache, torch.zeros(0, dtype=torch.int32, device=kernel_device),
+                                      torch.zeros(0, 3, dtype=torch.int32, device=kernel_device))
     assert out.shape == (0, 2, 8)
 
 
 # --- errors
 
 
-def _decode_args(**override):
-    k_cache, v_cache, block_table, seqlens = make_paged_context([5, 2], 4, 2, 8, seed=2)
-    args = dict(q=torch.randn(2, 4, 8), k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens,
+def _decode_args(device, **override):
+    k_cache, v_cache, block_table, seqlens = make_paged_context([5, 2], 4, 2, 8, seed=2, device=device)
+    args = dict(q=randn(2, 4, 8, seed=0, device=device), k_cache=k_cache, v_cache=v_cache, cache_seqlens=seqlens,
                 block_table=block_table)
-    args.update(override)
+    args.update({name: value.to(device) if isinstance(value, torch.Tensor) else value
+                 for name, value in override.items()})
     return args
 
 
-@pytest.mark.parametrize("impl", BOTH)
-@pytest.mark.parametrize(
-    "override,message",
-    [
+with torch.device("cpu"):  # the bad arguments, built here and moved to the kernel's device in the test
+    BAD_DECODE_ARGS = [
         (dict(q=torch.randn(2, 3, 8)), "multiple of num_kv_heads"),
         (dict(q=torch.randn(2, 4, 6)), "head_dim"),
         (dict(q=torch.randn(2, 4, 8, dtype=torch.float64)), "dtype"),
@@ -380,10 +395,13 @@ def _decode_args(**override):
         (dict(k_cache=torch.zeros(5, 4, 2, 8, dtype=torch.float16)), "dtypes"),
         (dict(v_cache=torch.zeros(5, 4, 2)), "4-D"),
         (dict(softmax_scale="big"), "softmax_scale"),
-    ],
-)
-def test_decode_rejects_bad_input(impl, override, message):
-    args = _decode_args(**override)
+    ]
+
+
+@pytest.mark.parametrize("impl", BOTH)
+@pytest.mark.parametrize("override,message", BAD_DECODE_ARGS)
+def test_decode_rejects_bad_input(kernel_device, impl, override, message):
+    args = _decode_args(kernel_device, **override)
     with pytest.raises(ValueError, match=None) as info:
         impl.paged_decode_attention(**args)
     assert message in str(info.value)
@@ -391,30 +409,31 @@ def test_decode_rejects_bad_input(impl, override, message):
 
 @pytest.mark.parametrize("impl", BOTH)
 @pytest.mark.parametrize(
-    "change,message",
+    "position,value,message",
     [
-        (lambda a: a.__setitem__(3, torch.tensor([0, 2, 3], dtype=torch.int32)), "cu_seqlens_q ends at 3"),
-        (lambda a: a.__setitem__(4, torch.tensor([0, 1, 6], dtype=torch.int32)), "only 1 keys"),
-        (lambda a: a.__setitem__(4, torch.tensor([1, 5, 6], dtype=torch.int32)), "start at 0"),
-        (lambda a: a.__setitem__(5, 1), "max_seqlen_q"),
-        (lambda a: a.__setitem__(6, 3.5), "max_seqlen_k"),
-        (lambda a: a.__setitem__(4, torch.tensor([0, 5], dtype=torch.int32)), "[batch + 1]"),
+        (3, [0, 2, 3], "cu_seqlens_q ends at 3"),
+        (4, [0, 1, 6], "only 1 keys"),
+        (4, [1, 5, 6], "start at 0"),
+        (5, 1, "max_seqlen_q"),
+        (6, 3.5, "max_seqlen_k"),
+        (4, [0, 5], "[batch + 1]"),
     ],
 )
-def test_prefill_rejects_bad_input(impl, change, message):
-    args = list(make_prefill_case([5, 3], [2, 2], 4, 1, 1, 8, torch.float32))
-    change(args)
+def test_prefill_rejects_bad_input(kernel_device, impl, position, value, message):
+    args = list(make_prefill_case([5, 3], [2, 2], 4, 1, 1, 8, torch.float32, device=kernel_device))
+    args[position] = torch.tensor(value, dtype=torch.int32, device=kernel_device) if isinstance(value, list) else value
     with pytest.raises(ValueError) as info:
         impl.paged_prefill_attention(*args)
     assert message in str(info.value)
 
 
-def test_triton_rejects_head_dim_above_256():
-    k_cache, v_cache, block_table, seqlens = make_paged_context([2], 2, 1, 264)
+def test_triton_rejects_head_dim_above_256(kernel_device):
+    k_cache, v_cache, block_table, seqlens = make_paged_context([2], 2, 1, 264, device=kernel_device)
+    q = randn(1, 1, 264, seed=0, device=kernel_device)
     with pytest.raises(ValueError, match="up to 256"):
-        triton_kernels.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
+        triton_kernels.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
     # the torch twin has no such limit
-    reference.paged_decode_attention(torch.randn(1, 1, 264), k_cache, v_cache, seqlens, block_table)
+    reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
 
 
 # --- compiled on CUDA
@@ -426,8 +445,7 @@ def test_triton_rejects_head_dim_above_256():
 @pytest.mark.parametrize("block_size,head_dim,group", [(16, 64, 1), (7, 96, 4), (256, 128, 2), (32, 256, 8)])
 def test_compiled_attention_matches_twin_on_cuda(dtype, block_size, head_dim, group):
     seq_lens, q_lens = [1, 300, 77, 512], [1, 300, 13, 64]
-    args = make_prefill_case(seq_lens, q_lens, block_size, 2, group, head_dim, dtype, seed=7)
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+    args = make_prefill_case(seq_lens, q_lens, block_size, 2, group, head_dim, dtype, seed=7, device="cuda")
     atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (6e-3, 6e-3), torch.bfloat16: (4e-2, 4e-2)}[dtype]
     expected = reference.paged_prefill_attention(*args)
     actual = triton_kernels.paged_prefill_attention(*args)

@@ -59,11 +59,19 @@ def test_missing_triton_is_reported_when_a_kernel_is_called(monkeypatch):
         module.store_kvcache(rows, rows, torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 1, 8), torch.tensor([0]))
 
 
-def test_cpu_backends_and_best_choice():
-    assert backend.available_attention_backends("cpu") == ["triton", "torch"]
+@pytest.mark.parametrize("interpret", [True, False], ids=["interpreter", "compiled"])
+def test_cpu_backends_and_best_choice(monkeypatch, interpret):
+    """On CPU tensors: Triton only in interpreter mode (a CPU-only machine), never in compiled mode
+    (a GPU machine, where Triton compiles for CUDA); torch is the automatic choice either way."""
+    monkeypatch.setattr(backend, "INTERPRET", interpret)
+    assert backend.available_attention_backends("cpu") == (["triton", "torch"] if interpret else ["torch"])
     assert backend.best_attention_backend("cpu") == "torch"  # the interpreter is never picked by itself
     assert backend.check_attention_backend("auto", "cpu", 16) == "torch"
-    assert backend.check_attention_backend("triton", "cpu", 7) == "triton"
+    if interpret:
+        assert backend.check_attention_backend("triton", "cpu", 7) == "triton"
+    else:
+        with pytest.raises(backend.BackendUnavailableError, match="TRITON_INTERPRET=1"):
+            backend.check_attention_backend("triton", "cpu", 7)
 
 
 def test_flash_attn_needs_cuda_and_the_package():
@@ -108,7 +116,7 @@ def test_unknown_backend_name():
         backend.check_attention_backend("cuda-graphs", "cpu")
 
 
-def test_attention_ops_bundle_the_three_functions():
+def test_attention_ops_bundle_the_three_functions(kernel_device):
     # The torch backend runs the fast versions of the twins (tests/test_kernels_torch_backend.py
     # holds them to the twins) and lets the engine check a step's arguments once.
     ops = backend.attention_ops("torch", "cpu")
@@ -118,7 +126,7 @@ def test_attention_ops_bundle_the_three_functions():
     assert ops.check_once_per_step
     import refimpl.kernels as kernels
 
-    ops = backend.attention_ops("triton", "cpu", block_size=3)
+    ops = backend.attention_ops("triton", kernel_device, block_size=3)
     assert ops.paged_prefill_attention is kernels.paged_prefill_attention
     assert not ops.check_once_per_step  # the kernels check every call
 

@@ -36,7 +36,7 @@ def test_smoke_run_on_cpu_checks_every_kernel(monkeypatch, capsys):
         assert line in out
 
 
-def test_cpu_benchmark_times_every_chapter_kernel(capsys):
+def test_cpu_benchmark_times_every_chapter_kernel(kernel_device, capsys):
     """benchmarks/kernels_cpu.py prints the interpreter/twin times that chapters 07 and 11 leave out."""
     spec = importlib.util.spec_from_file_location("kernels_cpu_benchmark", SCRIPT.with_name("kernels_cpu.py"))
     module = importlib.util.module_from_spec(spec)

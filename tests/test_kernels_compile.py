@@ -49,6 +49,7 @@ def compile_for_cuda(kernel, pointers, constexprs):
 def attention_pointers(dtype, index_names):
     pointers = {name: "*" + TYPES[dtype] for name in ("q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr")}
     pointers.update({name: "*i32" for name in index_names})
+    pointers.update({name: "*fp32" for name in ("part_m_ptr", "part_l_ptr", "part_acc_ptr")})
     return pointers
 
 report = {}
@@ -57,11 +58,18 @@ pointers["slot_mapping_ptr"] = "*i64"
 compiled = compile_for_cuda(store._store_kvcache_kernel, pointers, {"BLOCK_H": 8, "BLOCK_D": 128})
 report["store bf16"] = compiled.metadata.shared
 
-block_n, block_d = attention.decode_tiles(128, interpret=False)
-compiled = compile_for_cuda(attention._paged_decode_kernel,
-                            attention_pointers(torch.bfloat16, ["cache_seqlens_ptr", "block_table_ptr"]),
-                            {"BLOCK_N": block_n, "BLOCK_D": block_d})
-report["decode bf16 d128"] = compiled.metadata.shared
+for dtype, head_dim, group, split in ((torch.bfloat16, 128, 4, True), (torch.float16, 128, 1, False),
+                                      (torch.float32, 256, 64, True)):
+    block_g, block_n, block_d = attention.decode_tiles(head_dim, group, dtype, interpret=False)
+    compiled = compile_for_cuda(attention._paged_decode_kernel,
+                                attention_pointers(dtype, ["cache_seqlens_ptr", "block_table_ptr"]),
+                                {"BLOCK_G": block_g, "BLOCK_N": block_n, "BLOCK_D": block_d, "SPLIT": split,
+                                 "DOT_IN_FP32": dtype == torch.float32})
+    report[f"decode {TYPES[dtype]} d{head_dim} gqa{group}"] = compiled.metadata.shared
+compiled = compile_for_cuda(attention._merge_decode_splits_kernel,
+                            dict(attention_pointers(torch.bfloat16, ["cache_seqlens_ptr"]), out_ptr="*bf16"),
+                            {"BLOCK_S": attention.MAX_SPLITS, "BLOCK_D": 256})
+report["merge bf16 d256"] = compiled.metadata.shared
 
 for dtype, head_dim in ((torch.bfloat16, 128), (torch.float32, 256)):
     block_m, block_n, block_d = attention.prefill_tiles(head_dim, dtype, interpret=False)
@@ -83,7 +91,8 @@ def test_kernels_compile_for_sm80_within_shared_memory():
         pytest.skip("this Triton install has no ptxas to compile for NVIDIA GPUs")
     assert done.returncode == 0, done.stderr[-3000:]
     shared = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"store bf16", "decode bf16 d128", "prefill bf16 d128", "prefill fp32 d256"}
+    assert set(shared) == {"store bf16", "decode bf16 d128 gqa4", "decode fp16 d128 gqa1", "decode fp32 d256 gqa64",
+                           "merge bf16 d256", "prefill bf16 d128", "prefill fp32 d256"}
     assert all(0 <= size <= SHARED_MEMORY_LIMIT for size in shared.values()), shared
 
 
@@ -99,13 +108,15 @@ attention = sys.modules["refimpl.kernels.paged_attention"]
 DATA = ("key_ptr", "value_ptr", "q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr")
 kernels = {
     "store": (store._store_kvcache_kernel, {"BLOCK_H": 8, "BLOCK_D": 128}),
-    "decode": (attention._paged_decode_kernel, {"BLOCK_N": 64, "BLOCK_D": 128}),
+    "decode": (attention._paged_decode_kernel,
+               {"BLOCK_G": 16, "BLOCK_N": 64, "BLOCK_D": 128, "SPLIT": True, "DOT_IN_FP32": False}),
     "prefill": (attention._paged_prefill_kernel, {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_D": 128, "DOT_IN_FP32": False}),
 }
 report = {}
 for name, (kernel, constexprs) in kernels.items():
     # Every index tensor and every stride is int32: any widening to int64 is the kernel's own doing.
-    signature = {arg: ("*bf16" if arg in DATA else "*i32") if arg.endswith("_ptr") else
+    signature = {arg: ("*bf16" if arg in DATA else "*fp32" if arg.startswith("part_") else "*i32")
+                 if arg.endswith("_ptr") else
                  "constexpr" if arg in constexprs else "fp32" if arg == "scale_log2" else "i32"
                  for arg in kernel.arg_names}
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),

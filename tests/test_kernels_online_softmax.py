@@ -12,15 +12,18 @@ from hypothesis import strategies as st
 import refimpl.kernels as kernels
 from refimpl.kernels import reference
 from refimpl.kernels.online_softmax import OnlineSoftmax, paged_decode_online
-from refimpl.kernels.triton_setup import HAS_TRITON, INTERPRET
-
-# Where the Triton kernel runs: the interpreter takes CPU tensors, compiled Triton needs a GPU.
-TRITON_DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
+from refimpl.kernels.triton_setup import HAS_TRITON
 from refimpl.viz import Stepper
 from refimpl.viz.softmax_stepper import draw_softmax_state, softmax_drawer, softmax_frames, softmax_state_text
 
 
 def paged_case(seed, block_size, seqlens, num_kv_heads=2, group=2, head_dim=8):
+    """(q, k_cache, v_cache, seqlens, block_table) on the CPU: the walk is a CPU teaching tool."""
+    with torch.device("cpu"):
+        return _paged_case(seed, block_size, seqlens, num_kv_heads, group, head_dim)
+
+
+def _paged_case(seed, block_size, seqlens, num_kv_heads, group, head_dim):
     gen = torch.Generator().manual_seed(seed)
     need = [-(-n // block_size) for n in seqlens]
     num_blocks = sum(need) + 2
@@ -48,9 +51,9 @@ def test_online_softmax_equals_the_torch_twin(seed, block_size, block_n, seqlens
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
-def test_online_softmax_equals_the_triton_kernel():
+def test_online_softmax_equals_the_triton_kernel(kernel_device):
     q, k, v, lens, table = paged_case(3, 4, [10, 6, 1])
-    on_device = [t.to(TRITON_DEVICE) for t in (q, k, v, lens, table)]
+    on_device = [t.to(kernel_device) for t in (q, k, v, lens, table)]
     torch.testing.assert_close(paged_decode_online(q, k, v, lens, table, block_n=32),
                                kernels.paged_decode_attention(*on_device).cpu(), atol=1e-5, rtol=1e-5)
 

@@ -1,5 +1,8 @@
 """DeepSeek V4 index kernels, property-based: random valid batches agree with the torch twins, and
-every kind of bad index is the same ValueError from kernel and twin, raised before any launch."""
+every kind of bad index is the same ValueError from kernel and twin, raised before any launch.
+
+The strategies build their batches on the CPU; a test that calls a kernel moves them to
+``kernel_device`` (the CPU under Triton's interpreter, CUDA where the kernels compile)."""
 
 from __future__ import annotations
 
@@ -21,8 +24,13 @@ needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installe
 FEW = settings(max_examples=40)  # the interpreter needs ~20 ms per launch
 
 
-def i32(values) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32)
+def i32(values, device: str = "cpu") -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+def on(device: str, batch: dict) -> dict:
+    """The batch with every tensor moved to ``device``."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 @st.composite
@@ -55,7 +63,7 @@ def swa_batches(draw):
         query_start_loc=i32(qsl),
         seq_lens=i32(seq_lens),
         token_to_req_indices=i32(t2r),
-        is_valid_token=torch.tensor(valid, dtype=torch.bool),
+        is_valid_token=torch.tensor(valid, dtype=torch.bool, device="cpu"),
         block_table=i32(table),
         block_size=block_size,
         window_size=draw(st.integers(1, 6)),
@@ -89,7 +97,7 @@ def topk_batches(draw):
         token_to_req_indices=i32(t2r),
         block_table=i32(table),
         block_size=block_size,
-        is_valid_token=torch.tensor(valid, dtype=torch.bool),
+        is_valid_token=torch.tensor(valid, dtype=torch.bool, device="cpu"),
         compressed_lens=i32(lens) if with_lens else None,
     )
 
@@ -108,19 +116,21 @@ def _topk(impl, b):
 @needs_triton
 @FEW
 @given(swa_batches())
-def test_swa_kernel_agrees_with_twin_on_random_valid_batches(b):
+def test_swa_kernel_agrees_with_twin_on_random_valid_batches(kernel_device, b):
+    b = on(kernel_device, b)
     got, want = _swa(tri, b), _swa(ref, b)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     lens = want[1]
     assert bool(((lens >= 0) & (lens <= b["window_size"])).all())
-    inside = torch.arange(b["window_size"])[None, :] < lens[:, None]
+    inside = torch.arange(b["window_size"], device=kernel_device)[None, :] < lens[:, None]
     assert bool((want[0][~inside] == -1).all()) and bool((want[0][inside] >= 0).all())
 
 
 @needs_triton
 @FEW
 @given(topk_batches())
-def test_topk_kernel_agrees_with_twin_on_random_valid_batches(b):
+def test_topk_kernel_agrees_with_twin_on_random_valid_batches(kernel_device, b):
+    b = on(kernel_device, b)
     got, want = _topk(tri, b), _topk(ref, b)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert torch.equal(want[1], (want[0] >= 0).sum(dim=1, dtype=torch.int32))
@@ -228,8 +238,9 @@ def _raises_same_value_error(call_kernel, call_twin, argument: str, inputs: dict
 
 
 @given(swa_batches(), st.sampled_from(sorted(SWA_FAULTS)), st.data())
-def test_every_bad_swa_index_is_a_value_error_in_kernel_and_twin(b, fault, data):
+def test_every_bad_swa_index_is_a_value_error_in_kernel_and_twin(kernel_device, b, fault, data):
     assume(_break_swa(b, fault, data))
+    b = on(kernel_device, b)
     _raises_same_value_error(lambda: _swa(tri, b), lambda: _swa(ref, b), SWA_FAULTS[fault], b)
 
 
@@ -243,7 +254,7 @@ TOPK_FAULTS = {
 
 
 @given(topk_batches(), st.sampled_from(sorted(TOPK_FAULTS)), st.data())
-def test_every_bad_topk_index_is_a_value_error_in_kernel_and_twin(b, fault, data):
+def test_every_bad_topk_index_is_a_value_error_in_kernel_and_twin(kernel_device, b, fault, data):
     rows = [i for i in range(b["topk_indices"].shape[0]) if b["is_valid_token"][i]]
     assume(rows and not (fault.startswith("index") and b["topk_indices"].shape[1] == 0))
     i = data.draw(st.sampled_from(rows))
@@ -263,52 +274,65 @@ def test_every_bad_topk_index_is_a_value_error_in_kernel_and_twin(b, fault, data
         else:
             assume(b["compressed_lens"] is not None and int(b["compressed_lens"][r]) < capacity)
             b["topk_indices"][i, j] = data.draw(st.integers(int(b["compressed_lens"][r]), capacity - 1))
+    b = on(kernel_device, b)
     _raises_same_value_error(lambda: _topk(tri, b), lambda: _topk(ref, b), TOPK_FAULTS[fault], b)
 
 
 # ---------------------------------------------------------------------- the cases the issue names, exactly
-QSL, SEQ, T2R = i32([0, 3, 4]), i32([10, 7]), i32([0, 0, 0, 1, 1])
-VALID = torch.tensor([True, True, True, True, False])
-BT = i32([[5, 6, 7], [8, 9, 0]])
+@pytest.fixture
+def ints(kernel_device):
+    """``ints(values)``: an int32 tensor on the kernels' device."""
+    return lambda values: i32(values, kernel_device)
+
+
+@pytest.fixture
+def batch(ints, kernel_device):
+    """(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table) of a fixed batch."""
+    valid = torch.tensor([True, True, True, True, False], device=kernel_device)
+    return ints([0, 3, 4]), ints([10, 7]), ints([0, 0, 0, 1, 1]), valid, ints([[5, 6, 7], [8, 9, 0]])
 
 
 @pytest.mark.parametrize("impl", [ref, pytest.param("tri", marks=needs_triton)], ids=["twin", "triton"])
-def test_named_bad_indices_raise_value_errors(impl):
+def test_named_bad_indices_raise_value_errors(batch, ints, impl):
     impl = tri if impl == "tri" else impl
-    topk = i32([[0, 1], [0, 1], [0, 1], [0, 99], [0, 1]])  # 99: past request 1's 3 blocks of 4 entries
+    QSL, SEQ, T2R, VALID, BT = batch
+    topk = ints([[0, 1], [0, 1], [0, 1], [0, 99], [0, 1]])  # 99: past request 1's 3 blocks of 4 entries
     with pytest.raises(ValueError, match=r"topk_indices\[3, 1\] = 99 is past request 1's block_table \(3 blocks of 4 = 12 entries\)"):
         impl.compute_global_topk_indices_and_lens(topk, T2R, BT, 4, VALID)
     with pytest.raises(ValueError, match=r"topk_indices\[0, 1\] = 5 is past request 0's 5 compressed entries \(compressed_lens\[0\]\)"):
-        impl.compute_global_topk_indices_and_lens(i32([[0, 5]] * 5), T2R, BT, 4, VALID, compressed_lens=i32([5, 12]))
+        impl.compute_global_topk_indices_and_lens(ints([[0, 5]] * 5), T2R, BT, 4, VALID, compressed_lens=ints([5, 12]))
     with pytest.raises(ValueError, match=r"token_to_req_indices\[3\] = 2 is not a request of this batch"):
-        impl.compute_global_topk_indices_and_lens(i32([[0, 1]] * 5), i32([0, 0, 0, 2, 1]), BT, 4, VALID)
+        impl.compute_global_topk_indices_and_lens(ints([[0, 1]] * 5), ints([0, 0, 0, 2, 1]), BT, 4, VALID)
     with pytest.raises(ValueError, match=r"token_to_req_indices\[3\] = 2 is not a request of this batch \(0 \.\. 1\)"):
-        impl.compute_swa_indices_and_lens(QSL, SEQ, i32([0, 0, 0, 2, 1]), VALID, BT, 4, 6)
+        impl.compute_swa_indices_and_lens(QSL, SEQ, ints([0, 0, 0, 2, 1]), VALID, BT, 4, 6)
     with pytest.raises(ValueError, match=r"position 12, past its block_table \(3 blocks of 4 = 12 positions\)"):
-        impl.compute_swa_indices_and_lens(QSL, i32([15, 7]), T2R, VALID, BT, 4, 6)
+        impl.compute_swa_indices_and_lens(QSL, ints([15, 7]), T2R, VALID, BT, 4, 6)
 
 
 @pytest.mark.parametrize("impl", [ref, pytest.param("tri", marks=needs_triton)], ids=["twin", "triton"])
-def test_sliding_window_with_fewer_tokens_than_queries_is_an_error(impl):
+def test_sliding_window_with_fewer_tokens_than_queries_is_an_error(batch, ints, impl):
     """seq_len counts the new tokens, so seq_len < query_len would put them at negative positions
     (both used to return a window length of -1). It is a ValueError; seq_len == query_len (a
     request's first prefill) is the smallest valid case and starts at position 0."""
     impl = tri if impl == "tri" else impl
+    QSL, SEQ, T2R, VALID, BT = batch
     with pytest.raises(ValueError, match=r"seq_lens\[0\] = 2 is smaller than the request's 3 new tokens"):
-        impl.compute_swa_indices_and_lens(QSL, i32([2, 7]), T2R, VALID, BT, 4, 6)
-    idx, lens = impl.compute_swa_indices_and_lens(QSL, i32([3, 7]), T2R, VALID, BT, 4, 6)
+        impl.compute_swa_indices_and_lens(QSL, ints([2, 7]), T2R, VALID, BT, 4, 6)
+    idx, lens = impl.compute_swa_indices_and_lens(QSL, ints([3, 7]), T2R, VALID, BT, 4, 6)
     assert lens.tolist() == [1, 2, 3, 6, 0]
     assert idx[2].tolist() == [20, 21, 22, -1, -1, -1]
 
 
 @pytest.mark.parametrize("impl", [ref, pytest.param("tri", marks=needs_triton)], ids=["twin", "triton"])
-def test_a_batch_without_requests_is_all_padding(impl):
+def test_a_batch_without_requests_is_all_padding(kernel_device, ints, impl):
     impl = tri if impl == "tri" else impl
-    empty = torch.zeros((0, 2), dtype=torch.int32)
-    idx, lens = impl.compute_swa_indices_and_lens(i32([0]), i32([]), i32([3, 0]), torch.tensor([False, False]), empty, 4, 3)
+    empty = torch.zeros((0, 2), dtype=torch.int32, device=kernel_device)
+    padding = torch.tensor([False, False], device=kernel_device)
+    idx, lens = impl.compute_swa_indices_and_lens(ints([0]), ints([]), ints([3, 0]), padding, empty, 4, 3)
     assert idx.tolist() == [[-1] * 3] * 2 and lens.tolist() == [0, 0]
+    valid = torch.tensor([True], device=kernel_device)
     with pytest.raises(ValueError, match="token_to_req_indices"):
-        impl.compute_swa_indices_and_lens(i32([0]), i32([]), i32([0]), torch.tensor([True]), empty, 4, 3)
+        impl.compute_swa_indices_and_lens(ints([0]), ints([]), ints([0]), valid, empty, 4, 3)
 
 
 def test_compressed_slot_mapping_is_the_torch_function_and_checks_its_indices():

@@ -136,13 +136,13 @@ def _flash_attn_ops() -> AttentionOps:
 
     from refimpl.kernels.store_kvcache import store_kvcache as triton_store_kvcache
 
-    def decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None):
-        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    def decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, num_splits=0):
+        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
         check_flash_attn_block_size(k_cache.shape[1])
         out = flash_attn_with_kvcache(
             q.unsqueeze(1), k_cache, v_cache,
             cache_seqlens=cache_seqlens.to(torch.int32), block_table=block_table.to(torch.int32),
-            softmax_scale=softmax_scale, causal=True,
+            softmax_scale=softmax_scale, causal=True, num_splits=num_splits,
         )
         return out.squeeze(1)
 

@@ -85,8 +85,9 @@ class OnlineSoftmax:
         s = self._state
         start = s.positions_done
         stop = min(start + self.block_n, self.seqlen)
-        positions = torch.arange(start, stop)
-        block_ids = torch.tensor([self.table[p // self.block_size] for p in positions.tolist()])
+        device = self.k_cache.device
+        positions = torch.arange(start, stop, device=device)
+        block_ids = torch.tensor([self.table[p // self.block_size] for p in positions.tolist()], device=device)
         rows = positions % self.block_size
         keys = self.k_cache[block_ids, rows, self.kv_head].float()  # [tile, head_dim]
         values = self.v_cache[block_ids, rows, self.kv_head].float()
@@ -95,7 +96,7 @@ class OnlineSoftmax:
         alpha = math.exp(s.m - m_new)  # exp(-inf) = 0 before the first tile: nothing to rescale
         p = torch.exp(scores - m_new)
         l_new = s.l * alpha + float(p.sum())
-        acc = torch.tensor(s.acc) * alpha + p @ values
+        acc = torch.tensor(s.acc, device=device) * alpha + p @ values
         self._state = SoftmaxState(s.tiles_done + 1, stop, (start, stop), tuple(scores.tolist()), m_new, l_new,
                                    alpha, tuple(acc.tolist()))
         return self._state
@@ -112,10 +113,10 @@ def paged_decode_online(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
     batch, num_heads, head_dim = q.shape
     group = num_heads // k_cache.shape[2]
-    out = torch.empty(batch, num_heads, head_dim, dtype=torch.float32)
+    out = torch.empty(batch, num_heads, head_dim, dtype=torch.float32, device=q.device)
     for b in range(batch):
         for h in range(num_heads):
             walk = OnlineSoftmax(q[b, h], k_cache, v_cache, int(cache_seqlens[b]), block_table[b], h // group,
                                  block_n, softmax_scale)
-            out[b, h] = torch.tensor(walk.run().output)
+            out[b, h] = torch.tensor(walk.run().output, device=q.device)
     return out.to(q.dtype)

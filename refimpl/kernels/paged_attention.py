@@ -30,49 +30,106 @@ if HAS_TRITON:
 
     @triton.jit
     def _paged_decode_kernel(
-        q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, cache_seqlens_ptr, block_table_ptr,
+        q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr,
+        cache_seqlens_ptr, block_table_ptr,
         q_stride_b, q_stride_h, q_stride_d,
         kc_stride_b, kc_stride_s, kc_stride_h, kc_stride_d,
         vc_stride_b, vc_stride_s, vc_stride_h, vc_stride_d,
         out_stride_b, out_stride_h, out_stride_d,
         bt_stride_b, bt_stride_n,
-        scale_log2, block_size, head_dim, group_size,
-        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        pm_stride_b, pm_stride_h, pm_stride_s,
+        pa_stride_b, pa_stride_h, pa_stride_s, pa_stride_d,
+        scale_log2, block_size, head_dim, group_size, head_tiles, tokens_per_split,
+        BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        SPLIT: tl.constexpr, DOT_IN_FP32: tl.constexpr,
     ):
-        # One program per (sequence, query head): a [head_dim] query against the whole context.
+        # One program per (sequence, KV head, split): the query heads of one GQA group (up to
+        # BLOCK_G of them) against one chunk of the context, so each K/V row is read once per group.
         seq = tl.program_id(0).to(tl.int64)
-        head = tl.program_id(1)
-        kv_head = head // group_size
+        kv_head = tl.program_id(1) // head_tiles
+        split = tl.program_id(2)
         seqlen = tl.load(cache_seqlens_ptr + seq)
+        start = split * tokens_per_split
+        if start >= seqlen:  # a shorter sequence of the batch: this chunk is past its end
+            return
+        stop = tl.minimum(start + tokens_per_split, seqlen)
+        group_rows = (tl.program_id(1) % head_tiles) * BLOCK_G + tl.arange(0, BLOCK_G)
+        row_mask = group_rows < group_size
+        heads = kv_head * group_size + group_rows  # query heads that read this KV head
         dims = tl.arange(0, BLOCK_D)
         dim_mask = dims < head_dim
-        q = tl.load(q_ptr + seq * q_stride_b + head * q_stride_h + dims * q_stride_d, mask=dim_mask, other=0.0)
-        q = q.to(tl.float32)
+        q_mask = row_mask[:, None] & dim_mask[None, :]
+        q = tl.load(q_ptr + seq * q_stride_b + heads[:, None] * q_stride_h + dims[None, :] * q_stride_d,
+                    mask=q_mask, other=0.0)
+        if DOT_IN_FP32:  # the interpreter's bf16 dot is wrong, and fp32 inputs should not drop to tf32
+            q = q.to(tl.float32)
 
-        m_i = tl.full([], float("-inf"), tl.float32)  # running max of the scores (log2 units)
-        l_i = tl.full([], 0.0, tl.float32)  # running sum of exp2(score - m_i)
-        acc = tl.zeros([BLOCK_D], dtype=tl.float32)  # running sum of exp2(score - m_i) * v
-        for start in range(0, seqlen, BLOCK_N):
-            pos = start + tl.arange(0, BLOCK_N)
-            pos_mask = pos < seqlen
+        m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the scores (log2 units)
+        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)  # running sum of exp2(score - m_i)
+        acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)  # running sum of exp2(score - m_i) * v
+        for tile in range(start, stop, BLOCK_N):
+            pos = tile + tl.arange(0, BLOCK_N)
+            pos_mask = pos < stop
             block_ids = tl.load(block_table_ptr + seq * bt_stride_b + (pos // block_size) * bt_stride_n,
                                 mask=pos_mask, other=0).to(tl.int64)
             rows = pos % block_size
             tile_mask = pos_mask[:, None] & dim_mask[None, :]
             k_off = block_ids[:, None] * kc_stride_b + rows[:, None] * kc_stride_s + kv_head * kc_stride_h
             k = tl.load(k_cache_ptr + k_off + dims[None, :] * kc_stride_d, mask=tile_mask, other=0.0)
-            scores = tl.sum(k.to(tl.float32) * q[None, :], axis=1) * scale_log2  # [BLOCK_N]
-            scores = tl.where(pos_mask, scores, float("-inf"))
-            # Position 0 is in the first tile and always valid, so m_new is finite from then on.
-            m_new = tl.maximum(m_i, tl.max(scores, axis=0))
-            alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
-            p = tl.exp2(scores - m_new)
-            l_i = l_i * alpha + tl.sum(p, axis=0)
             v_off = block_ids[:, None] * vc_stride_b + rows[:, None] * vc_stride_s + kv_head * vc_stride_h
             v = tl.load(v_cache_ptr + v_off + dims[None, :] * vc_stride_d, mask=tile_mask, other=0.0)
-            acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
+            if DOT_IN_FP32:
+                scores = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+            else:
+                scores = tl.dot(q, tl.trans(k))
+            scores = tl.where(pos_mask[None, :], scores * scale_log2, float("-inf"))  # [BLOCK_G, BLOCK_N]
+            # The chunk's first position is in its first tile and valid: m_new is finite from then on.
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
+            p = tl.exp2(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if DOT_IN_FP32:
+                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
             m_i = m_new
-        out = acc / l_i
+        if SPLIT:  # leave this chunk's (m, l, acc) for the merge kernel
+            part = seq * pm_stride_b + heads * pm_stride_h + split * pm_stride_s
+            tl.store(part_m_ptr + part, m_i, mask=row_mask)
+            tl.store(part_l_ptr + part, l_i, mask=row_mask)
+            part_acc = seq * pa_stride_b + heads[:, None] * pa_stride_h + split * pa_stride_s
+            tl.store(part_acc_ptr + part_acc + dims[None, :] * pa_stride_d, acc, mask=q_mask)
+        else:  # the whole context was this chunk: the answer is acc / l
+            out = acc / l_i[:, None]
+            tl.store(out_ptr + seq * out_stride_b + heads[:, None] * out_stride_h + dims[None, :] * out_stride_d,
+                     out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+    @triton.jit
+    def _merge_decode_splits_kernel(
+        out_ptr, part_m_ptr, part_l_ptr, part_acc_ptr, cache_seqlens_ptr,
+        out_stride_b, out_stride_h, out_stride_d,
+        pm_stride_b, pm_stride_h, pm_stride_s,
+        pa_stride_b, pa_stride_h, pa_stride_s, pa_stride_d,
+        head_dim, tokens_per_split,
+        BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        # One program per (sequence, query head): the online-softmax step, applied to whole chunks.
+        seq = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        seqlen = tl.load(cache_seqlens_ptr + seq)
+        splits = tl.arange(0, BLOCK_S)
+        split_mask = splits < tl.cdiv(seqlen, tokens_per_split)  # chunks that hold part of this context
+        part = seq * pm_stride_b + head * pm_stride_h + splits * pm_stride_s
+        m = tl.load(part_m_ptr + part, mask=split_mask, other=float("-inf"))
+        l = tl.load(part_l_ptr + part, mask=split_mask, other=0.0)
+        m_max = tl.max(m, axis=0)  # chunk 0 always holds position 0: finite
+        weight = tl.exp2(m - m_max)  # each chunk's rescale factor (0 for the masked ones)
+        dims = tl.arange(0, BLOCK_D)
+        dim_mask = dims < head_dim
+        part_acc = seq * pa_stride_b + head * pa_stride_h + splits[:, None] * pa_stride_s + dims[None, :] * pa_stride_d
+        acc = tl.load(part_acc_ptr + part_acc, mask=split_mask[:, None] & dim_mask[None, :], other=0.0)
+        out = tl.sum(acc * weight[:, None], axis=0) / tl.sum(l * weight, axis=0)
         tl.store(out_ptr + seq * out_stride_b + head * out_stride_h + dims * out_stride_d,
                  out.to(out_ptr.dtype.element_ty), mask=dim_mask)
 
@@ -146,10 +203,30 @@ if HAS_TRITON:
         tl.store(out_ptr + out_off, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & dim_mask[None, :])
 
 
-def decode_tiles(head_dim: int, interpret: bool = INTERPRET) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_D) for decode: head_dim padded to a power of two, keys read 32 or 64 at a time."""
-    block_d = next_power_of_2(head_dim)
-    return (32 if (interpret or block_d > 128) else 64), block_d
+#: Bytes of the q, K and V tiles one decode program feeds to ``tl.dot`` (checked by compiling for sm_80).
+DECODE_TILE_BYTES = 48 * 1024
+
+
+def decode_tiles(head_dim: int, group_size: int, dtype: torch.dtype,
+                 interpret: bool = INTERPRET) -> tuple[int, int, int]:
+    """(BLOCK_G, BLOCK_N, BLOCK_D) for decode: query heads of a group per program, keys per tile, head_dim padded.
+
+    ``tl.dot`` wants every side >= 16, so a GQA group is padded to 16 rows (decode reads memory,
+    so the idle rows cost arithmetic, not time). Wide rows (fp32, head_dim 256) get fewer keys per
+    tile and fewer heads per program, so the tiles fit in shared memory; a group larger than
+    BLOCK_G takes several programs.
+    """
+    block_d = max(16, next_power_of_2(head_dim))
+    if interpret:
+        return 16, 16, block_d  # tests use tiny shapes; small tiles waste the least work
+    row_bytes = block_d * (4 if dtype == torch.float32 else 2)
+    block_n = 64
+    while block_n > 16 and (16 + 2 * block_n) * row_bytes > DECODE_TILE_BYTES:
+        block_n //= 2
+    block_g = min(max(16, next_power_of_2(group_size)), 64)
+    while block_g > 16 and (block_g + 2 * block_n) * row_bytes > DECODE_TILE_BYTES:
+        block_g //= 2
+    return block_g, block_n, block_d
 
 
 def prefill_tiles(head_dim: int, dtype: torch.dtype, interpret: bool = INTERPRET) -> tuple[int, int, int]:
@@ -166,6 +243,37 @@ def prefill_tiles(head_dim: int, dtype: torch.dtype, interpret: bool = INTERPRET
     return (64, 32, block_d) if block_d <= 128 else (32, 32, block_d)
 
 
+# --- split-KV (flash-decoding): how many chunks per context
+
+#: Aim for this many decode programs per SM, so that enough loads are in flight to keep memory busy.
+#: A first guess for sm_80/sm_90, to be checked with `benchmarks/kernels_gpu.py` (it sweeps num_splits).
+PROGRAMS_PER_SM = 4
+#: Never cut a context into chunks shorter than this: every chunk's partial result is written and read again.
+MIN_TOKENS_PER_SPLIT = 256
+#: At most this many chunks per context: the merge kernel holds all of a head's partial results in one tile.
+MAX_SPLITS = 64
+
+
+def num_kv_splits(num_programs: int, max_seqlen: int, num_sms: int) -> int:
+    """How many chunks to cut each context into, for `num_programs` (sequence, KV head) programs on `num_sms` SMs.
+
+    One chunk when the programs already fill the GPU; otherwise enough chunks to give every SM
+    ``PROGRAMS_PER_SM`` programs, but none shorter than ``MIN_TOKENS_PER_SPLIT`` tokens.
+    """
+    target = PROGRAMS_PER_SM * num_sms
+    if num_programs < 1 or num_programs >= target:
+        return 1
+    wanted = -(-target // num_programs)
+    return max(1, min(wanted, -(-max_seqlen // MIN_TOKENS_PER_SPLIT), MAX_SPLITS))
+
+
+def streaming_multiprocessors(device: torch.device) -> int:
+    """The SM count of a CUDA device; 1 elsewhere (the interpreter runs one program at a time)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -173,28 +281,63 @@ def paged_decode_attention(
     cache_seqlens: torch.Tensor,
     block_table: torch.Tensor,
     softmax_scale: float | None = None,
+    num_splits: int = 0,
 ) -> torch.Tensor:
-    """Attention of one query token per sequence over its paged context. Same contract as the torch twin."""
+    """Attention of one query token per sequence over its paged context. Same contract as the torch twin.
+
+    ``num_splits`` as in flash-attn's ``flash_attn_with_kvcache``: 0 picks the number of context
+    chunks automatically (``num_kv_splits``), 1 never splits, n > 1 cuts each context into n chunks.
+    """
     check_triton_device(q)
-    reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
     check_head_dim(q.shape[2])
     scale = reference.resolve_softmax_scale(softmax_scale, q.shape[2])
-    return launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale)
+    return launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits)
 
 
-def launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale: float) -> torch.Tensor:
-    """Launch the decode kernel without any checks (benchmarks time this)."""
+def launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
+                        num_splits: int = 0) -> torch.Tensor:
+    """Launch the decode kernel (and the merge, when the contexts are split) without any checks.
+
+    Chunks are sized from the block table's capacity, an upper bound of every context that needs no
+    device-to-host copy; a chunk that lies past a shorter sequence's end returns at once.
+    """
     batch, num_heads, head_dim = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    block_n, block_d = decode_tiles(head_dim)
-    _paged_decode_kernel[(batch, num_heads)](
-        q, k_cache, v_cache, out, cache_seqlens.contiguous(), block_table,
+    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    group = num_heads // num_kv_heads
+    block_g, block_n, block_d = decode_tiles(head_dim, group, q.dtype)
+    head_tiles = -(-group // block_g)
+    capacity = max(1, block_table.shape[1] * block_size)
+    if num_splits == 0:
+        num_splits = num_kv_splits(batch * num_kv_heads * head_tiles, capacity, streaming_multiprocessors(q.device))
+    tokens_per_split = -(-capacity // num_splits)
+    num_splits = -(-capacity // tokens_per_split)  # the chunks that can hold a token
+    cache_seqlens = cache_seqlens.contiguous()
+    split = num_splits > 1
+    if split:
+        part_m = torch.empty(batch, num_heads, num_splits, dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty(batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
+    else:  # the kernel writes `out` itself; the partial-result arguments are never touched
+        part_m = part_l = part_acc = out.new_empty((1, 1, 1, 1), dtype=torch.float32)
+    _paged_decode_kernel[(batch, num_kv_heads * head_tiles, num_splits)](
+        q, k_cache, v_cache, out, part_m, part_l, part_acc, cache_seqlens, block_table,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(), *block_table.stride(),
-        scale * LOG2_E, k_cache.shape[1], head_dim, num_heads // k_cache.shape[2],
-        BLOCK_N=block_n, BLOCK_D=block_d,
+        *part_m.stride()[:3], *part_acc.stride(),
+        scale * LOG2_E, block_size, head_dim, group, head_tiles, tokens_per_split,
+        BLOCK_G=block_g, BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=split,
+        DOT_IN_FP32=INTERPRET or q.dtype == torch.float32,
     )
+    if split:
+        _merge_decode_splits_kernel[(batch, num_heads)](
+            out, part_m, part_l, part_acc, cache_seqlens,
+            *out.stride(), *part_m.stride(), *part_acc.stride(),
+            head_dim, tokens_per_split,
+            BLOCK_S=next_power_of_2(num_splits), BLOCK_D=next_power_of_2(head_dim),
+        )
     return out
 
 

@@ -135,8 +135,15 @@ def _check_query(q, k_cache, num_kv_heads: int, head_dim: int, layout: str) -> i
     return q.shape[1] // num_kv_heads
 
 
-def check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table) -> None:
+def check_num_splits(num_splits: object) -> None:
+    """``num_splits`` as flash-attn takes it: 0 (choose automatically), 1 (no split) or more chunks."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: chosen automatically), got {num_splits!r}")
+
+
+def check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits: int = 0) -> None:
     """Validate a ``paged_decode_attention`` call (every context holds 1 or more tokens)."""
+    check_num_splits(num_splits)
     num_blocks, block_size, num_kv_heads, head_dim = check_kv_cache(k_cache, v_cache)
     _check_query(q, k_cache, num_kv_heads, head_dim, "[batch, num_heads, head_dim]")
     batch = q.shape[0]
@@ -242,12 +249,15 @@ def paged_decode_attention(
     cache_seqlens: torch.Tensor,
     block_table: torch.Tensor,
     softmax_scale: float | None = None,
+    num_splits: int = 0,
 ) -> torch.Tensor:
     """Attention of one query token per sequence over its whole paged context (GQA aware).
 
     Query head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``, as flash-attn does.
+    ``num_splits`` (how many chunks the Triton kernel cuts each context into) is checked and
+    otherwise ignored: splitting changes how the softmax is summed, never its value.
     """
-    check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     scale = resolve_softmax_scale(softmax_scale, head_dim)

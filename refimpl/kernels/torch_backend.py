@@ -160,17 +160,19 @@ def paged_decode_attention(
     cache_seqlens: torch.Tensor,
     block_table: torch.Tensor,
     softmax_scale: float | None = None,
+    num_splits: int = 0,
     *,
     check: bool = True,
 ) -> torch.Tensor:
-    """One query token per sequence over its paged context (GQA aware), like the twin.
+    """One query token per sequence over its paged context (GQA aware), like the twin (which also
+    ignores ``num_splits``).
 
     With `check=False` the metadata must be what an earlier call checked (the engine's first layer
     of the step): when the `block_table` and `cache_seqlens` tensors are those very objects, the
     index tensors derived from them are reused too.
     """
     if check:
-        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
     batch, num_heads, head_dim = q.shape
     scale = reference.resolve_softmax_scale(softmax_scale, head_dim)
     if batch == 0:

@@ -72,3 +72,12 @@ def _mode_mismatch() -> str | None:
 
 #: None when the kernels can run; otherwise the reason they cannot (reported when one is called).
 MODE_MISMATCH: str | None = _mode_mismatch()
+
+#: The device whose tensors the Triton kernels take in this process: "cpu" under the interpreter
+#: (which would also take CUDA tensors, copying them through the host), "cuda" when they are
+#: compiled for a present GPU, None when they cannot run here (no Triton, a mode mismatch, or
+#: compiled mode without CUDA). Tests and notebooks put a kernel's tensors here instead of
+#: assuming the CPU, so the same code runs on a laptop and on a GPU machine.
+TRITON_DEVICE: str | None = None
+if HAS_TRITON and MODE_MISMATCH is None:
+    TRITON_DEVICE = "cpu" if INTERPRET else "cuda" if CUDA_AVAILABLE else None
