@@ -12,6 +12,7 @@ fails.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -21,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refimpl.kernels as triton_kernels
-from refimpl.kernels import reference, torch_backend
+from refimpl.kernels import paged_attention, reference, torch_backend
 
 TOLERANCE = {  # (atol, rtol) between two fp32-accumulating implementations rounded to the dtype
     torch.float32: (2e-5, 2e-5),
@@ -395,6 +396,8 @@ with torch.device("cpu"):  # the bad arguments, built here and moved to the kern
         (dict(k_cache=torch.zeros(5, 4, 2, 8, dtype=torch.float16)), "dtypes"),
         (dict(v_cache=torch.zeros(5, 4, 2)), "4-D"),
         (dict(softmax_scale="big"), "softmax_scale"),
+        (dict(num_splits=-1), "num_splits"),
+        (dict(num_splits=2.0), "num_splits"),
     ]
 
 
@@ -456,3 +459,107 @@ def test_compiled_attention_matches_twin_on_cuda(dtype, block_size, head_dim, gr
     expected = reference.paged_decode_attention(dq, k_cache, v_cache, seqlens, block_table)
     actual = triton_kernels.paged_decode_attention(dq, k_cache, v_cache, seqlens, block_table)
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+
+
+# --- split-KV (flash-decoding)
+
+
+@pytest.mark.parametrize(
+    "programs,max_seqlen,expected",
+    [
+        (32 * 8, 2048, 3),  # batch 32 x 8 KV heads: 256 programs, 528 wanted on 132 SMs
+        (4 * 8, 2048, 8),  # few programs: as many chunks as 256-token pieces of the context allow
+        (4 * 8, 100_000, 17),  # long context: enough chunks for 4 programs per SM
+        (64 * 8, 512, 2),
+        (600, 4096, 1),  # already 4 programs per SM
+        (1, 10**6, 64),  # never more than MAX_SPLITS
+        (8, 100, 1),  # a context shorter than two chunks of 256 tokens is not split
+    ],
+)
+def test_num_kv_splits_fills_the_sms(programs, max_seqlen, expected):
+    assert paged_attention.num_kv_splits(programs, max_seqlen, num_sms=132) == expected
+
+
+@given(st.integers(1, 5000), st.integers(1, 200_000), st.integers(1, 200))
+def test_num_kv_splits_bounds(programs, max_seqlen, num_sms):
+    splits = paged_attention.num_kv_splits(programs, max_seqlen, num_sms)
+    assert 1 <= splits <= paged_attention.MAX_SPLITS
+    if splits > 1:  # split only when the programs do not fill the GPU, and never into tiny chunks
+        assert programs < paged_attention.PROGRAMS_PER_SM * num_sms
+        assert max_seqlen // splits >= paged_attention.MIN_TOKENS_PER_SPLIT
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [1, 64, 96, 128, 256])
+@pytest.mark.parametrize("group", [1, 4, 8, 64, 128])
+def test_decode_tiles_fit_the_byte_budget(dtype, head_dim, group):
+    block_g, block_n, block_d = paged_attention.decode_tiles(head_dim, group, dtype, interpret=False)
+    assert min(block_g, block_n, block_d) >= 16  # tl.dot's smallest side
+    assert all(x & (x - 1) == 0 for x in (block_g, block_n, block_d)) and block_d >= head_dim
+    row_bytes = block_d * (4 if dtype == torch.float32 else 2)
+    assert (block_g + 2 * block_n) * row_bytes <= paged_attention.DECODE_TILE_BYTES
+
+
+@pytest.mark.slow  # Triton interpreter
+@settings(max_examples=15)
+@given(decode_cases(max_len=40), st.sampled_from([2, 3, 5, 64]))
+def test_triton_split_decode_matches_twin(kernel_device, case, num_splits):
+    *_, expected = run_decode(reference.paged_decode_attention, case, kernel_device)
+    split = functools.partial(triton_kernels.paged_decode_attention, num_splits=num_splits)
+    *_, actual = run_decode(split, case, kernel_device)
+    assert_close(actual, expected, case["dtype"])
+
+
+@pytest.mark.slow  # Triton interpreter
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_splits", [1, 4, 16])
+@pytest.mark.parametrize("group", [1, 6, 32])
+def test_triton_split_decode_edge_cases(kernel_device, dtype, num_splits, group):
+    """Chunks that end inside a block (4 chunks of 12 tokens, 16 of 3), a 1-token context (its later chunks
+    are empty), GQA groups that take one program (6) or two (32 query heads, 16 per program here)."""
+    seq_lens, block_size = [1, 17, 40], 3
+    k_cache, v_cache, block_table, seqlens = make_paged_context(seq_lens, block_size, 2, 8, dtype, seed=13,
+                                                                device=kernel_device)
+    q = randn(len(seq_lens), 2 * group, 8, seed=5, dtype=dtype, device=kernel_device)
+    expected = reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
+    actual = triton_kernels.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, num_splits=num_splits)
+    assert_close(actual, expected, dtype)
+
+
+class CountLaunches:
+    """Stands in for a Triton kernel object: counts `kernel[grid](...)` launches and passes them on."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+@pytest.mark.slow  # Triton interpreter
+def test_automatic_split_when_the_programs_do_not_fill_the_gpu(kernel_device, monkeypatch):
+    """num_splits=0 on a GPU of 132 SMs: 2 sequences x 2 KV heads are 4 programs, so contexts of up to
+    600 tokens are cut into 2 chunks (two whole chunks of 256 tokens fit) and merged; the result is the twin's."""
+    monkeypatch.setattr(paged_attention, "streaming_multiprocessors", lambda device: 132)
+    decode = CountLaunches(paged_attention._paged_decode_kernel)
+    merge = CountLaunches(paged_attention._merge_decode_splits_kernel)
+    monkeypatch.setattr(paged_attention, "_paged_decode_kernel", decode)
+    monkeypatch.setattr(paged_attention, "_merge_decode_splits_kernel", merge)
+    k_cache, v_cache, block_table, seqlens = make_paged_context([600, 250], 20, 2, 8, seed=3, device=kernel_device)
+    block_table = block_table[:, :30]  # 30 blocks of 20: a capacity of 600 tokens, chunks of 300
+    q = randn(2, 4, 8, seed=4, device=kernel_device)
+    actual = triton_kernels.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table)
+    assert decode.grids == [(2, 2, 2)] and merge.grids == [(2, 4)]
+    assert_close(actual, reference.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table), torch.float32)
+    triton_kernels.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, num_splits=1)
+    assert decode.grids[-1] == (2, 2, 1) and len(merge.grids) == 1  # one chunk: no merge
+
+
+def test_every_backend_takes_num_splits_and_ignores_it_in_torch(kernel_device):
+    """flash-attn's `num_splits` is part of every decode signature; the torch versions give the same numbers."""
+    k_cache, v_cache, block_table, seqlens = make_paged_context([9, 4], 2, 2, 8, seed=8, device=kernel_device)
+    q = randn(2, 4, 8, seed=9, device=kernel_device)
+    for impl in (reference, torch_backend):
+        assert torch.equal(impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, num_splits=5),
+                           impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table))

@@ -11,6 +11,11 @@ every tile; `paged_decode_online` runs it for every sequence and head and must e
 `reference.paged_decode_attention` (and so the Triton kernel). The kernel works in base 2
 (`exp2`, scores scaled by log2(e)); this module uses natural `exp`, which gives the same numbers
 up to rounding.
+
+Split-KV (flash-decoding) cuts the context into chunks walked by separate programs. Each chunk ends
+with its own `Partial` (m, l, acc), and `merge_partials` combines two of them with the very same
+rescaling a new tile gets: `chunk_partials` and `paged_decode_split` do in torch what the split kernel
+and its merge kernel do, and must equal the twin too.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ class SoftmaxState:
     """The running values after `tiles_done` tiles (positions `0 .. positions_done - 1` read)."""
 
     tiles_done: int
-    positions_done: int
+    positions_done: int  # the next position to read (the walk started at its `start`, usually 0)
     tile: tuple[int, int] | None  # [start, stop) of the latest tile, None before the first
     tile_scores: tuple[float, ...]  # the latest tile's scaled scores q.k * scale
     m: float  # running max (-inf before the first tile)
@@ -45,11 +50,14 @@ class SoftmaxState:
 
 
 class OnlineSoftmax:
-    """One query against a paged context, walked tile by tile like `_paged_decode_kernel`."""
+    """One query against a paged context, walked tile by tile like `_paged_decode_kernel`.
+
+    With `start` the walk reads only positions `start .. seqlen - 1`: one chunk of a split context.
+    """
 
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlen: int,
                  block_table: list[int] | torch.Tensor, kv_head: int, block_n: int,
-                 softmax_scale: float | None = None) -> None:
+                 softmax_scale: float | None = None, start: int = 0) -> None:
         if q.dim() != 1:
             raise ValueError(f"q must be one query head's vector [head_dim], got shape {tuple(q.shape)}")
         if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
@@ -64,13 +72,16 @@ class OnlineSoftmax:
         block_size = k_cache.shape[1]
         if seqlen < 1 or seqlen > len(table) * block_size:
             raise ValueError(f"seqlen {seqlen} must be between 1 and {len(table) * block_size} for this block table")
+        if not isinstance(start, int) or not 0 <= start < seqlen:
+            raise ValueError(f"start must be an int in [0, seqlen={seqlen}), got {start!r}")
         self.q = q.float()
         self.k_cache, self.v_cache = k_cache, v_cache
         self.seqlen, self.table, self.kv_head, self.block_n = seqlen, table, kv_head, block_n
         self.block_size = block_size
         self.scale = reference.resolve_softmax_scale(softmax_scale, q.shape[0])
-        self.num_tiles = -(-seqlen // block_n)
-        self._state = SoftmaxState(0, 0, None, (), float("-inf"), 0.0, 1.0, tuple(0.0 for _ in range(q.shape[0])))
+        self.start = start
+        self.num_tiles = -(-(seqlen - start) // block_n)
+        self._state = SoftmaxState(0, start, None, (), float("-inf"), 0.0, 1.0, tuple(0.0 for _ in range(q.shape[0])))
 
     def state(self) -> SoftmaxState:
         return self._state
@@ -119,4 +130,111 @@ def paged_decode_online(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
             walk = OnlineSoftmax(q[b, h], k_cache, v_cache, int(cache_seqlens[b]), block_table[b], h // group,
                                  block_n, softmax_scale)
             out[b, h] = torch.tensor(walk.run().output, device=q.device)
+    return out.to(q.dtype)
+
+
+# --- split-KV: one partial result per chunk, then the merge
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What one split-KV program leaves for the merge: positions `start .. stop - 1` summed under their max `m`."""
+
+    start: int
+    stop: int
+    m: float  # the chunk's largest score
+    l: float  # sum of exp(score - m) over the chunk
+    acc: tuple[float, ...]  # sum of exp(score - m) * v over the chunk
+
+    @property
+    def output(self) -> tuple[float, ...]:
+        """acc / l: the chunk's own attention output (as if the context were only this chunk)."""
+        return tuple(a / self.l for a in self.acc)
+
+
+def merge_partials(a: Partial, b: Partial) -> Partial:
+    """Two adjacent chunks as one: rescale each to the larger max, then add (the online-softmax step)."""
+    if a.stop != b.start:
+        raise ValueError(f"chunks {a.start}..{a.stop - 1} and {b.start}..{b.stop - 1} are not adjacent")
+    m = max(a.m, b.m)
+    wa, wb = math.exp(a.m - m), math.exp(b.m - m)
+    return Partial(a.start, b.stop, m, a.l * wa + b.l * wb, tuple(x * wa + y * wb for x, y in zip(a.acc, b.acc)))
+
+
+@dataclass(frozen=True)
+class MergeState:
+    """The merge after `count` of the chunks' `partials`: their combined `Partial`, and the rescale factors
+    the latest step used."""
+
+    partials: tuple[Partial, ...]
+    count: int
+    merged: Partial | None  # None before the first chunk
+    weights: tuple[float, float]  # exp(m_old - m_new) for what was merged before, exp(m_chunk - m_new) for the chunk
+
+
+class PartialMerge:
+    """The merge kernel's sum, one chunk at a time: what the split-KV programs left, combined left to right."""
+
+    def __init__(self, partials: list[Partial]) -> None:
+        if not partials:
+            raise ValueError("PartialMerge needs at least one chunk's Partial")
+        for left, right in zip(partials, partials[1:]):
+            if left.stop != right.start:
+                raise ValueError(f"chunks {left.start}..{left.stop - 1} and {right.start}..{right.stop - 1} are not adjacent")
+        self.partials = tuple(partials)
+        self._state = MergeState(self.partials, 0, None, (1.0, 1.0))
+
+    def state(self) -> MergeState:
+        return self._state
+
+    def done(self) -> bool:
+        return self._state.count == len(self.partials)
+
+    def step(self) -> MergeState:
+        """Merge the next chunk's partial result into the running one."""
+        if self.done():
+            raise ValueError("every chunk has been merged; nothing left to step")
+        s = self._state
+        chunk = self.partials[s.count]
+        if s.merged is None:
+            self._state = MergeState(self.partials, 1, chunk, (0.0, 1.0))
+        else:
+            m = max(s.merged.m, chunk.m)
+            weights = (math.exp(s.merged.m - m), math.exp(chunk.m - m))
+            self._state = MergeState(self.partials, s.count + 1, merge_partials(s.merged, chunk), weights)
+        return self._state
+
+    def run(self) -> MergeState:
+        while not self.done():
+            self.step()
+        return self._state
+
+
+def chunk_partials(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlen: int,
+                   block_table: list[int] | torch.Tensor, kv_head: int, tokens_per_split: int, block_n: int,
+                   softmax_scale: float | None = None) -> list[Partial]:
+    """One `Partial` per chunk of `tokens_per_split` positions, each walked tile by tile like a split program."""
+    if not isinstance(tokens_per_split, int) or tokens_per_split < 1:
+        raise ValueError(f"tokens_per_split must be a positive int, got {tokens_per_split!r}")
+    partials = []
+    for start in range(0, seqlen, tokens_per_split):
+        stop = min(start + tokens_per_split, seqlen)
+        state = OnlineSoftmax(q, k_cache, v_cache, stop, block_table, kv_head, block_n, softmax_scale, start).run()
+        partials.append(Partial(start, stop, state.m, state.l, state.acc))
+    return partials
+
+
+def paged_decode_split(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                       block_table: torch.Tensor, tokens_per_split: int, block_n: int,
+                       softmax_scale: float | None = None) -> torch.Tensor:
+    """`paged_decode_attention` the split-KV way: every chunk's `Partial`, merged left to right."""
+    reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
+    batch, num_heads, head_dim = q.shape
+    group = num_heads // k_cache.shape[2]
+    out = torch.empty(batch, num_heads, head_dim, dtype=torch.float32, device=q.device)
+    for b in range(batch):
+        for h in range(num_heads):
+            partials = chunk_partials(q[b, h], k_cache, v_cache, int(cache_seqlens[b]), block_table[b], h // group,
+                                      tokens_per_split, block_n, softmax_scale)
+            out[b, h] = torch.tensor(PartialMerge(partials).run().merged.output, device=q.device)
     return out.to(q.dtype)

@@ -264,7 +264,7 @@ def num_kv_splits(num_programs: int, max_seqlen: int, num_sms: int) -> int:
     if num_programs < 1 or num_programs >= target:
         return 1
     wanted = -(-target // num_programs)
-    return max(1, min(wanted, -(-max_seqlen // MIN_TOKENS_PER_SPLIT), MAX_SPLITS))
+    return max(1, min(wanted, max_seqlen // MIN_TOKENS_PER_SPLIT, MAX_SPLITS))
 
 
 def streaming_multiprocessors(device: torch.device) -> int:

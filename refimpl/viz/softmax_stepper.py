@@ -29,26 +29,26 @@ def softmax_frames(walk: OnlineSoftmax) -> list[Frame[SoftmaxState]]:
         raise ValueError("softmax_frames needs a fresh OnlineSoftmax (no tile read yet)")
     labels = []
     for index in range(walk.num_tiles):
-        start = index * walk.block_n
+        start = walk.start + index * walk.block_n
         stop = min(start + walk.block_n, walk.seqlen)
         labels.append(f"tile {index}: positions {start}..{stop - 1}")
     return record_frames(walk.state, [(label, walk.step) for label in labels],
                          initial_label="before the first tile: m = -inf, l = 0, acc = 0")
 
 
-def _fmt(values, digits: int = 3) -> str:
+def signed_values(values, digits: int = 3) -> str:
     return "[" + ", ".join(f"{v:+.{digits}f}" for v in values) + "]"
 
 
 def softmax_state_text(state: SoftmaxState, dims: int = 4) -> str:
     """m, l, the rescale factor and the first `dims` numbers of acc and acc / l."""
     if state.tile is None:
-        return f"m = -inf  l = 0  acc[:{dims}] = {_fmt(state.acc[:dims])}"
+        return f"m = -inf  l = 0  acc[:{dims}] = {signed_values(state.acc[:dims])}"
     lines = [
         f"read positions {state.tile[0]}..{state.tile[1] - 1}; tile max score {max(state.tile_scores):+.3f}",
         f"m = {state.m:+.4f}  alpha = exp(m_old - m_new) = {state.alpha:.4f}  l = {state.l:.4f}",
-        f"acc[:{dims}] = {_fmt(state.acc[:dims])}",
-        f"acc/l[:{dims}] = {_fmt(state.output[:dims])}",
+        f"acc[:{dims}] = {signed_values(state.acc[:dims])}",
+        f"acc/l[:{dims}] = {signed_values(state.output[:dims])}",
     ]
     return "\n".join(lines)
 
