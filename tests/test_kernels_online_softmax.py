@@ -1,4 +1,5 @@
-"""The traced online softmax (tile by tile) ends equal to the decode kernel's torch twin and the Triton kernel."""
+"""The traced online softmax (tile by tile) ends equal to the decode kernel's torch twin and the Triton kernel;
+split into chunks, the chunks' partial results merge to the same answer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from hypothesis import strategies as st
 
 import refimpl.kernels as kernels
 from refimpl.kernels import reference
-from refimpl.kernels.online_softmax import OnlineSoftmax, paged_decode_online
+from refimpl.kernels.online_softmax import (
+    MergeState,
+    OnlineSoftmax,
+    PartialMerge,
+    chunk_partials,
+    merge_partials,
+    paged_decode_online,
+    paged_decode_split,
+)
 from refimpl.kernels.triton_setup import HAS_TRITON
 from refimpl.viz import Stepper
 from refimpl.viz.softmax_stepper import draw_softmax_state, softmax_drawer, softmax_frames, softmax_state_text
@@ -109,3 +118,71 @@ def test_bad_input():
     walk.step()
     with pytest.raises(ValueError, match="fresh"):
         softmax_frames(walk)
+
+
+# --- split-KV: partial results per chunk and their merge
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), block_size=st.integers(1, 6), tokens_per_split=st.integers(1, 12),
+       block_n=st.integers(1, 5), seqlens=st.lists(st.integers(1, 24), min_size=1, max_size=3))
+def test_split_partials_merged_equal_the_torch_twin(seed, block_size, tokens_per_split, block_n, seqlens):
+    q, k, v, lens, table = paged_case(seed, block_size, seqlens)
+    want = reference.paged_decode_attention(q, k, v, lens, table)
+    got = paged_decode_split(q, k, v, lens, table, tokens_per_split=tokens_per_split, block_n=block_n)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_chunk_partial_is_the_walk_over_its_positions_and_merging_adjacent_chunks_is_one_walk():
+    q, k, v, lens, table = paged_case(11, 3, [14])
+    parts = chunk_partials(q[0, 1], k, v, 14, table[0], kv_head=0, tokens_per_split=5, block_n=2)
+    assert [(p.start, p.stop) for p in parts] == [(0, 5), (5, 10), (10, 14)]
+    keys = reference.gather_kv(k, table, lens, 14)[0, :, 0]
+    values = reference.gather_kv(v, table, lens, 14)[0, :, 0]
+    scores = keys @ q[0, 1] / math.sqrt(8)
+    for p in parts:  # each chunk: its own max, and sums under that max
+        chunk = scores[p.start : p.stop]
+        assert p.m == pytest.approx(float(chunk.max()), abs=1e-6)
+        assert p.l == pytest.approx(float(torch.exp(chunk - p.m).sum()), rel=1e-6)
+        torch.testing.assert_close(torch.tensor(p.acc), torch.exp(chunk - p.m) @ values[p.start : p.stop])
+    merged = merge_partials(merge_partials(parts[0], parts[1]), parts[2])
+    whole = OnlineSoftmax(q[0, 1], k, v, 14, table[0], kv_head=0, block_n=2).run()
+    assert (merged.start, merged.stop, merged.m) == (0, 14, whole.m)
+    assert merged.l == pytest.approx(whole.l, rel=1e-6)
+    torch.testing.assert_close(torch.tensor(merged.acc), torch.tensor(whole.acc), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="not adjacent"):
+        merge_partials(parts[0], parts[2])
+
+
+def test_partial_merge_steps_and_rescale_factors():
+    q, k, v, lens, table = paged_case(2, 4, [13])
+    parts = chunk_partials(q[0, 0], k, v, 13, table[0], kv_head=0, tokens_per_split=4, block_n=4)
+    merge = PartialMerge(parts)
+    assert merge.state() == MergeState(tuple(parts), 0, None, (1.0, 1.0))
+    first = merge.step()
+    assert first.merged == parts[0] and first.weights == (0.0, 1.0)
+    second = merge.step()
+    m = max(parts[0].m, parts[1].m)
+    assert second.merged.m == m
+    assert second.weights == (math.exp(parts[0].m - m), math.exp(parts[1].m - m))
+    assert max(second.weights) == 1.0  # the chunk holding the larger max keeps its sums as they are
+    final = merge.run()
+    assert final.count == 4 and merge.done()
+    twin = reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
+    torch.testing.assert_close(torch.tensor(final.merged.output), twin, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="nothing left"):
+        merge.step()
+    with pytest.raises(ValueError, match="at least one"):
+        PartialMerge([])
+    with pytest.raises(ValueError, match="not adjacent"):
+        PartialMerge([parts[1], parts[0]])
+
+
+def test_chunk_walks_check_their_range():
+    q, k, v, lens, table = paged_case(0, 4, [10])
+    with pytest.raises(ValueError, match="start"):
+        OnlineSoftmax(q[0, 0], k, v, 10, table[0], 0, 4, start=10)
+    with pytest.raises(ValueError, match="tokens_per_split"):
+        chunk_partials(q[0, 0], k, v, 10, table[0], 0, tokens_per_split=0, block_n=4)
+    walk = OnlineSoftmax(q[0, 0], k, v, 10, table[0], 0, block_n=4, start=6)
+    assert walk.num_tiles == 1 and walk.run().positions_done == 10

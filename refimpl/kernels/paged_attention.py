@@ -7,6 +7,12 @@ can be any positive number (it need not divide or equal the tile). Softmax is co
 online (running max ``m``, running sum ``l``, rescaled accumulator), so no program ever holds
 a whole row of scores: this is the FlashAttention recurrence over pages.
 
+Decode runs one program per (sequence, KV head): the query heads of that GQA group share every
+K/V row it reads. When those programs are too few to keep a GPU busy (a small batch, few KV
+heads), each context is also cut into chunks walked by separate programs (split-KV, as in
+flash-decoding and flash-attn's ``num_splits``); each chunk leaves its ``(m, l, acc)``, and a
+second, small kernel merges them with the same rescaling the online softmax applies to a tile.
+
 Shapes the kernels declare: any positive block size, any head_dim from 1 to 256 (tiles are
 padded to the next power of two and masked), num_heads a multiple of num_kv_heads (GQA:
 query head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``). Dtypes float32,
@@ -274,6 +280,23 @@ def streaming_multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def split_plan(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor, num_splits: int = 0) -> tuple[int, int]:
+    """(chunks, tokens per chunk) a decode launch uses; ``num_splits`` 0 asks `num_kv_splits`.
+
+    Chunks are sized from the block table's capacity, an upper bound of every context that needs no
+    device-to-host copy; a chunk that lies past a shorter sequence's end returns at once.
+    """
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    capacity = max(1, block_table.shape[1] * k_cache.shape[1])
+    if num_splits == 0:
+        block_g = decode_tiles(head_dim, num_heads // num_kv_heads, q.dtype)[0]
+        programs = batch * num_kv_heads * -(-(num_heads // num_kv_heads) // block_g)
+        num_splits = num_kv_splits(programs, capacity, streaming_multiprocessors(q.device))
+    tokens_per_split = -(-capacity // num_splits)
+    return -(-capacity // tokens_per_split), tokens_per_split  # only chunks that can hold a token
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -297,11 +320,7 @@ def paged_decode_attention(
 
 def launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
                         num_splits: int = 0) -> torch.Tensor:
-    """Launch the decode kernel (and the merge, when the contexts are split) without any checks.
-
-    Chunks are sized from the block table's capacity, an upper bound of every context that needs no
-    device-to-host copy; a chunk that lies past a shorter sequence's end returns at once.
-    """
+    """Launch the decode kernel (and the merge, when the contexts are split: `split_plan`) without any checks."""
     batch, num_heads, head_dim = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
@@ -310,11 +329,7 @@ def launch_paged_decode(q, k_cache, v_cache, cache_seqlens, block_table, scale: 
     group = num_heads // num_kv_heads
     block_g, block_n, block_d = decode_tiles(head_dim, group, q.dtype)
     head_tiles = -(-group // block_g)
-    capacity = max(1, block_table.shape[1] * block_size)
-    if num_splits == 0:
-        num_splits = num_kv_splits(batch * num_kv_heads * head_tiles, capacity, streaming_multiprocessors(q.device))
-    tokens_per_split = -(-capacity // num_splits)
-    num_splits = -(-capacity // tokens_per_split)  # the chunks that can hold a token
+    num_splits, tokens_per_split = split_plan(q, k_cache, block_table, num_splits)
     cache_seqlens = cache_seqlens.contiguous()
     split = num_splits > 1
     if split:

@@ -6,6 +6,8 @@
 - `merge_frames`, `merge_drawer`, `merge_state_text`: a `Stepper` over the merge of the chunks'
   partial results, from a real `refimpl.kernels.online_softmax.PartialMerge`: the chunks' maxima
   with the running max, and the merged output so far next to the full softmax's answer.
+- `draw_decode_timings` / `decode_timings_text`: what `benchmarks/kernels_gpu.py` recorded on a GPU
+  (SDPA on pre-gathered K/V, the kernel with one chunk and split), from its JSON record.
 """
 
 from __future__ import annotations
@@ -147,4 +149,58 @@ def draw_merge_state(state: MergeState, final_output: Sequence[float], dims: int
     out_ax.tick_params(labelsize=8)
     out_ax.set_title(f"output, first {len(final)} dims", fontsize=9)
     out_ax.legend(fontsize=8, loc="best", frameon=True, framealpha=0.9)
+    return fig
+
+
+# --- GPU measurements recorded by benchmarks/kernels_gpu.py
+
+
+def _goal_line(shape: dict, copy_gbps: float) -> str:
+    split_x = shape["split_ms"] / shape["sdpa_ms"]
+    gbps = shape["kv_bytes"] / shape["split_ms"] / 1e6
+    return (f"split {split_x:.1f}x SDPA (goal: within 2x), {gbps:.0f} GB/s = {gbps / copy_gbps:.2f} of copy "
+            f"bandwidth (goal: at least 0.5)")
+
+
+def decode_timings_text(record: dict) -> str:
+    """Text twin of `draw_decode_timings`: the machine, then per decode shape the times and the goals."""
+    lines = [f"measured on {record['machine']} (torch {record['torch']}, Triton {record['triton']}); "
+             f"device-to-device copy {record['copy_gbps']:.0f} GB/s"]
+    for shape in record["decode"]:
+        lines.append(f"batch {shape['batch']}, context {shape['context']}, {shape['num_heads']}/{shape['num_kv_heads']} "
+                     f"heads, head_dim {shape['head_dim']}, {shape['dtype']}, block {shape['block_size']}:")
+        lines.append(f"  SDPA on gathered K/V {shape['sdpa_ms']:.3f} ms | Triton, one chunk {shape['unsplit_ms']:.3f} ms"
+                     f" | Triton, {shape['auto_splits']} chunks (automatic) {shape['split_ms']:.3f} ms")
+        lines.append("  " + _goal_line(shape, record["copy_gbps"]))
+    return "\n".join(lines)
+
+
+def draw_decode_timings(record: dict) -> Figure:
+    """Per decode shape: SDPA on pre-gathered K/V, the Triton kernel with one chunk and with the automatic
+    split (left, milliseconds), and the K/V bytes each Triton run reads per second against the copy
+    bandwidth (right)."""
+    shapes = record["decode"]
+    labels = [f"batch {s['batch']}\ncontext {s['context']}" for s in shapes]
+    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    time_ax, bw_ax = fig.subplots(1, 2)
+    x = np.arange(len(shapes))
+    runs = [("SDPA (gathered K/V)", "sdpa_ms", FINAL_COLOR), ("Triton, one chunk", "unsplit_ms", UNREAD_COLOR),
+            ("Triton, split", "split_ms", READ_COLOR)]
+    for i, (label, key, colour) in enumerate(runs):
+        time_ax.bar(x + (i - 1) * 0.27, [s[key] for s in shapes], width=0.27, color=colour, edgecolor="black",
+                    linewidth=0.4, label=label)
+        if key != "sdpa_ms":
+            bw_ax.bar(x + (i - 1.5) * 0.35, [s["kv_bytes"] / s[key] / 1e6 for s in shapes], width=0.35,
+                      color=colour, edgecolor="black", linewidth=0.4)
+    copy = record["copy_gbps"]
+    bw_ax.axhline(copy, color="black", linewidth=1, label=f"copy bandwidth ({copy:.0f} GB/s)")
+    bw_ax.axhline(copy / 2, color="black", linewidth=1, linestyle="--", label="half of it (the goal)")
+    for ax, title, unit in ((time_ax, "decode step time", "ms"), (bw_ax, "K/V read per second", "GB/s")):
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_ylabel(unit, fontsize=9)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+    time_ax.legend(fontsize=7, frameon=False)
+    bw_ax.legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle(f"measured on {record['machine']}", fontsize=9)
     return fig
