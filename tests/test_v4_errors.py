@@ -15,7 +15,7 @@ def make_llm(**kwargs):
 
 
 def snapshot(llm):
-    return (len(llm.waiting), len(llm.running), llm.manager.block_pool.get_num_free_blocks(), llm._next_id)
+    return (len(llm.scheduler.waiting), len(llm.scheduler.running), llm.scheduler.kv_cache_manager.usage, llm._next_id)
 
 
 @pytest.mark.parametrize("prompts_, params, match", [
