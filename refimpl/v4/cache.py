@@ -19,9 +19,8 @@ import torch
 
 from refimpl.hybrid.addressing import slot_for_position
 from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs, layer_name
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import bytes_per_block, get_kv_cache_config
-from refimpl.hybrid.specs import KVCacheConfig
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_bytes_per_block, get_kv_cache_config, get_kv_cache_groups
 from refimpl.hybrid.tensors import allocate_kv_cache
 
 
@@ -120,7 +119,7 @@ def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4
     sizes = DeepseekV4Config.from_hf_config(hf_config)
     specs = kv_cache_specs(sizes, cache_dtype="float32", block_size=block_size)
     groups = get_kv_cache_groups(specs)
-    config = get_kv_cache_config(groups, bytes_per_block(groups) * num_blocks, num_blocks_override=num_blocks)
+    config = get_kv_cache_config(groups, get_kv_cache_bytes_per_block(groups) * num_blocks, num_blocks_override=num_blocks)
     views = allocate_kv_cache(config, "cpu")
     group_of = {name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names}
 
