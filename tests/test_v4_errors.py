@@ -46,7 +46,8 @@ def test_pool_too_small_for_one_request():
 
 
 @pytest.mark.parametrize("kwargs", [dict(num_kvcache_blocks=1), dict(max_num_batched_tokens=0),
-                                    dict(max_num_seqs=0), dict(max_model_len=10**6), dict(kvcache_block_size=100)])
+                                    dict(max_num_seqs=0), dict(max_model_len=10**6), dict(kvcache_block_size=100),
+                                    dict(attention_backend="fast")])
 def test_bad_engine_arguments(kwargs):
     with pytest.raises(ValueError):
         make_llm(**kwargs)
