@@ -11,8 +11,8 @@ made without saying where it goes cannot be computed with, just as on a GPU mach
 CPU tensor the compiled kernels refuse. Tests that take no `kernel_device` run with the CPU as
 default device (as there), and may launch no Triton kernel.
 
-Literal restatements of upstream and workload strategies live in `paged_reference.py` (Part I)
-and `hybrid_reference.py` (Part II); test files import those, never each other.
+Literal restatements of upstream and workload strategies live in `nanovllm_oracle.py` (Part I)
+and `hybrid_helpers.py` (Part II); test files import those, never each other.
 """
 
 import os

@@ -15,7 +15,7 @@ from refimpl.hybrid.addressing import (
     swa_window_positions,
 )
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
-from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
+from refimpl.hybrid.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from refimpl.kernels.reference_v4 import compressed_slot_mapping, compute_swa_indices_and_lens
 
 
@@ -74,6 +74,14 @@ def test_batch_slot_mapping_matches_per_position_rule():
     assert comp.tolist() == expect + [-1, -1]
     with pytest.raises(ValueError, match="one entry per request"):
         build_batch(tables, [1], [1, 2])
+
+
+def test_batch_slot_mapping_has_the_null_block_guard():
+    """A position whose block is the null block (0) has no slot, as in `slot_for_position`."""
+    tables = [[0, 6], [8, 0]]
+    batch = build_batch(tables, num_computed_tokens=[2, 3], num_new_tokens=[3, 3])
+    expect = [slot_for_position(t, p, 4) for t, p in zip([tables[0]] * 3 + [tables[1]] * 3, [2, 3, 4, 3, 4, 5])]
+    assert slot_mapping(batch, 4).tolist() == expect == [-1, -1, 6 * 4, 8 * 4 + 3, -1, -1]
 
 
 def test_slots_from_the_manager_never_collide():
