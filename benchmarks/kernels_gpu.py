@@ -19,6 +19,7 @@ wherever the kernels run (Triton's interpreter on a CPU), only to show the scrip
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -104,8 +105,8 @@ def check_correctness() -> bool:
             k_cache, v_cache, block_table, seqlens = paged_case(seq_lens, block_size, 2, head_dim, dtype)
             gen = torch.Generator().manual_seed(1)
             q = randn(gen, sum(q_lens), 2 * group, head_dim, dtype=dtype)
-            cu_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
-            cu_k = torch.tensor([0] + torch.tensor(seq_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEVICE)
+            cu_q = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=DEVICE)
+            cu_k = torch.tensor([0, *itertools.accumulate(seq_lens)], dtype=torch.int32, device=DEVICE)
             args = (q, k_cache, v_cache, cu_q, cu_k, max(q_lens), max(seq_lens), block_table)
             prefill = (kernels.paged_prefill_attention(*args).float()
                        - reference.paged_prefill_attention(*args).float()).abs().max().item()

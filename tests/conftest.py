@@ -43,6 +43,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
+# The REFIMPL_FAKE_CUDA run checks where tensors go, not values: a few examples per property suffice.
+settings.register_profile("device-check", parent=settings.get_profile("ci"), max_examples=5)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -9,6 +9,7 @@ that both this engine and transformers load, for notebooks and tests.
 
 from refimpl.engine.config import Config, Qwen3ModelConfig
 from refimpl.engine.context import Context, get_context, reset_context, set_context
+from refimpl.engine.kv_budget import available_kv_cache_memory, blocks_for_work, kv_cache_num_blocks
 from refimpl.engine.llm import LLM, EngineStats, LLMEngine
 from refimpl.engine.loader import load_model
 from refimpl.engine.model import Qwen3ForCausalLM
@@ -24,6 +25,9 @@ __all__ = [
     "Context",
     "EngineStats",
     "ModelRunner",
+    "available_kv_cache_memory",
+    "blocks_for_work",
+    "kv_cache_num_blocks",
     "Qwen3ForCausalLM",
     "Qwen3ModelConfig",
     "Sampler",

@@ -131,8 +131,10 @@ class Config:
     """Engine settings (nano-vllm's Config). Unknown keyword arguments are rejected by `LLM`.
 
     The KV cache pool is `num_kvcache_blocks` blocks if given, else as many blocks as fit in
-    `kv_cache_memory_bytes` (default: 256 MiB on CPU, `gpu_memory_utilization` of the free
-    memory on a GPU).
+    `kv_cache_memory_bytes`, else the blocks `max_num_seqs` sequences of `max_model_len` tokens
+    can use, within the memory left to this process (256 MiB on a CPU; on a GPU
+    `gpu_memory_utilization` of the card less what this process already holds): see
+    `refimpl.engine.kv_budget`.
     """
 
     model: str

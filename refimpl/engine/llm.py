@@ -1,8 +1,11 @@
 """LLM: the offline engine loop (nano-vllm's LLMEngine), schedule -> run -> postprocess.
 
-    llm = LLM("path/to/model", kvcache_block_size=16, num_kvcache_blocks=64)
-    outputs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=8))
+    with LLM("path/to/model", kvcache_block_size=16, num_kvcache_blocks=64) as llm:
+        outputs = llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=8))
     outputs[0]["text"], outputs[0]["token_ids"], llm.stats
+
+Leaving the `with` block (or `llm.close()`) releases the KV cache and the model, so another engine
+in the same process can have the memory.
 
 Each step the Scheduler picks a batch and fixes its blocks, the ModelRunner computes one token
 per sequence through the paged KV cache, and `postprocess` records the results (registering
@@ -80,14 +83,33 @@ class LLMEngine:
             enable_prefix_caching=config.enable_prefix_caching,
         ))
         self.stats = EngineStats()
+        self.closed = False
 
     @property
     def attention_backend(self) -> str:
         return self.model_runner.attention_backend
 
+    def close(self) -> None:
+        """Release the KV cache and the model and forget queued requests; the engine refuses work afterwards."""
+        self.model_runner.close()
+        self.scheduler.waiting.clear()
+        self.scheduler.running.clear()
+        self.closed = True
+
+    def __enter__(self) -> "LLMEngine":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("this LLM is closed; create a new one")
+
     # --- requests
     def make_sequence(self, prompt: str | list[int], sampling_params: SamplingParams) -> Sequence:
         """Tokenize and check a request without queueing it."""
+        self._check_open()
         token_ids = checked_request_tokens(prompt, sampling_params, self.tokenizer, self.config.model,
                                            self.config.hf_config.vocab_size, self.config.max_model_len)
         seq = Sequence(token_ids, sampling_params, block_size=self.config.kvcache_block_size)
@@ -111,6 +133,7 @@ class LLMEngine:
     def step(self) -> tuple[list[tuple[int, list[int]]], int]:
         """One scheduler step. Returns (finished (seq_id, completion ids), tokens computed), the
         count negative for a decode step (nano-vllm's convention for the progress bar)."""
+        self._check_open()
         scheduler = self.scheduler
         fresh = {seq.seq_id for seq in scheduler.waiting if not seq.block_table}  # not yet allocated
         preemptions_before = scheduler.num_preemptions
@@ -147,6 +170,7 @@ class LLMEngine:
 
         Every prompt is checked before any is queued, so a bad one leaves the engine untouched.
         """
+        self._check_open()
         prompts, sampling_params = pair_prompts_with_params(prompts, sampling_params)
         seqs = [self.make_sequence(p, sp) for p, sp in zip(prompts, sampling_params)]
         self.stats = EngineStats()

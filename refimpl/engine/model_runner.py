@@ -19,15 +19,13 @@ import torch
 
 from refimpl.engine.config import Config, resolve_dtype
 from refimpl.engine.context import Context, get_context, reset_context, set_context
+from refimpl.engine.kv_budget import available_kv_cache_memory, blocks_for_work, kv_cache_num_blocks
 from refimpl.engine.loader import load_model
 from refimpl.engine.model import Qwen3ForCausalLM
 from refimpl.engine.sampler import Sampler
 from refimpl.errors import InvariantError
 from refimpl.kernels.backend import attention_ops, check_attention_backend
 from refimpl.paged.sequence import Sequence
-
-CPU_KV_CACHE_BYTES = 256 * 1024**2  # default KV budget on a CPU when no size is given
-
 
 @contextmanager
 def _default_dtype(dtype: torch.dtype):
@@ -63,25 +61,23 @@ class ModelRunner:
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         return 2 * hf.num_hidden_layers * self.block_size * hf.num_key_value_heads * hf.head_dim * itemsize
 
-    def _kv_cache_budget(self) -> int:
-        if self.config.kv_cache_memory_bytes is not None:
-            return self.config.kv_cache_memory_bytes
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            return int(total * self.config.gpu_memory_utilization) - (total - free)
-        return CPU_KV_CACHE_BYTES
+    def kv_cache_blocks(self) -> int:
+        """The pool size: `num_kvcache_blocks` if given, else as many blocks as `kv_cache_memory_bytes`
+        holds, else the blocks the work can use (`kv_budget.blocks_for_work`) within the memory this
+        process may still use on its device (`kv_budget.available_kv_cache_memory`)."""
+        config = self.config
+        if config.num_kvcache_blocks is not None:
+            return config.num_kvcache_blocks
+        if config.kv_cache_memory_bytes is not None:
+            work, available = config.kv_cache_memory_bytes // self.block_bytes, config.kv_cache_memory_bytes
+        else:
+            work = blocks_for_work(config.max_num_seqs, config.max_model_len, self.block_size)
+            available = available_kv_cache_memory(self.device, config.gpu_memory_utilization)
+        return kv_cache_num_blocks(self.block_bytes, max(work, 1), available, self.device)
 
     def allocate_kv_cache(self) -> int:
-        """Allocate the pool (given block count, or as many blocks as the budget holds); return its size."""
-        num_blocks = self.config.num_kvcache_blocks
-        if num_blocks is None:
-            budget = self._kv_cache_budget()
-            num_blocks = budget // self.block_bytes
-            if num_blocks < 1:
-                raise ValueError(
-                    f"a KV budget of {budget} bytes holds no block of {self.block_bytes} bytes "
-                    f"(block_size={self.block_size}); give a larger kv_cache_memory_bytes or num_kvcache_blocks"
-                )
+        """Allocate the pool of `kv_cache_blocks()` blocks and attach each layer's views; return its size."""
+        num_blocks = self.kv_cache_blocks()
         hf = self.config.hf_config
         self.kv_cache = torch.zeros(
             2, hf.num_hidden_layers, num_blocks, self.block_size, hf.num_key_value_heads, hf.head_dim,
@@ -91,6 +87,17 @@ class ModelRunner:
             attn.k_cache = self.kv_cache[0, layer_id]
             attn.v_cache = self.kv_cache[1, layer_id]
         return num_blocks
+
+    def close(self) -> None:
+        """Drop the KV cache and the model, so their memory goes back (to the device, on CUDA). Idempotent."""
+        if self.model is None:
+            return
+        for attn in self.model.attention_layers():
+            attn.k_cache = attn.v_cache = torch.tensor([])
+        self.kv_cache = None
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     # --- inputs
     def slot(self, seq: Sequence, position: int) -> int:
