@@ -67,7 +67,7 @@ if HAS_TRITON:
         q_mask = row_mask[:, None] & dim_mask[None, :]
         q = tl.load(q_ptr + seq * q_stride_b + heads[:, None] * q_stride_h + dims[None, :] * q_stride_d,
                     mask=q_mask, other=0.0)
-        if DOT_IN_FP32:  # the interpreter's bf16 dot is wrong, and fp32 inputs should not drop to tf32
+        if DOT_IN_FP32:  # the interpreter's bf16 dot is wrong: K and V are cast in the loop too
             q = q.to(tl.float32)
 
         m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max of the scores (log2 units)
@@ -85,20 +85,15 @@ if HAS_TRITON:
             v_off = block_ids[:, None] * vc_stride_b + rows[:, None] * vc_stride_s + kv_head * vc_stride_h
             v = tl.load(v_cache_ptr + v_off + dims[None, :] * vc_stride_d, mask=tile_mask, other=0.0)
             if DOT_IN_FP32:
-                scores = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
-            else:
-                scores = tl.dot(q, tl.trans(k))
-            scores = tl.where(pos_mask[None, :], scores * scale_log2, float("-inf"))  # [BLOCK_G, BLOCK_N]
+                k, v = k.to(tl.float32), v.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k), input_precision="ieee")  # [BLOCK_G, BLOCK_N]; ieee: fp32 stays fp32
+            scores = tl.where(pos_mask[None, :], scores * scale_log2, float("-inf"))
             # The chunk's first position is in its first tile and valid: m_new is finite from then on.
             m_new = tl.maximum(m_i, tl.max(scores, axis=1))
             alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old max
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            if DOT_IN_FP32:
-                pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
             m_i = m_new
         if SPLIT:  # leave this chunk's (m, l, acc) for the merge kernel
             part = seq * pm_stride_b + heads * pm_stride_h + split * pm_stride_s
