@@ -29,12 +29,12 @@ def make_prompts(n: int, seed: int = 0) -> list[list[int]]:
 
 
 def bench_refimpl(model_dir, prompts, max_tokens, block_size) -> tuple[float, list[list[int]]]:
-    llm = LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=False, dtype="float32")
     sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    llm.generate(prompts[:2], sp, use_tqdm=False)  # warm-up
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, sp, use_tqdm=False)
-    return time.perf_counter() - start, [o["token_ids"] for o in outputs]
+    with LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=False, dtype="float32") as llm:
+        llm.generate(prompts[:2], sp, use_tqdm=False)  # warm-up
+        start = time.perf_counter()
+        outputs = llm.generate(prompts, sp, use_tqdm=False)
+        return time.perf_counter() - start, [o["token_ids"] for o in outputs]
 
 
 def bench_transformers(model_dir, prompts, max_tokens) -> tuple[float, float, list[list[int]]]:
@@ -73,11 +73,11 @@ def bench_prefix_cache(model_dir, num_prompts, prefix_len, block_size) -> list[d
     for enabled in (False, True):
         # A token budget smaller than two prompts puts each prompt in its own prefill step, so
         # later prompts find the system prompt's blocks already registered.
-        llm = LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=enabled,
-                  max_num_batched_tokens=prefix_len + 16, dtype="float32")
-        start = time.perf_counter()
-        outputs = llm.generate(prompts, sp, use_tqdm=False)
-        elapsed = time.perf_counter() - start
+        with LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=enabled,
+                 max_num_batched_tokens=prefix_len + 16, dtype="float32") as llm:  # closed: the next one gets the memory
+            start = time.perf_counter()
+            outputs = llm.generate(prompts, sp, use_tqdm=False)
+            elapsed = time.perf_counter() - start
         rows.append(dict(prefix_caching=enabled, prompt_tokens=sum(map(len, prompts)),
                          prefill_tokens=llm.stats.prefill_tokens, cached_tokens=llm.stats.cached_tokens,
                          prefill_time_s=llm.stats.prefill_time_s, total_time_s=elapsed,

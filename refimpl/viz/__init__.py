@@ -9,7 +9,8 @@ from real calls with a slider and shows them as a static strip (`stepper`). Draw
 `paged` (block pool, prefix lookup, fragmentation), `paged_stepper` (block manager and prefix cache
 frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
 block tables), `kernels` (pages, prefill mask, reuse), `softmax_stepper` (the decode kernel's online
-softmax tile by tile), `hybrid_layout` (DeepSeek V4 layer, pages, grouping, slab, one layer's view),
+softmax tile by tile), `split_kv` (decode programs on SMs, the split-KV merge, recorded GPU timings),
+`hybrid_layout` (DeepSeek V4 layer, pages, grouping, slab, one layer's view),
 `allocator` and `hybrid_stepper` (the hybrid pool over time), `v4_engine` (Part III's slots and
 steps), `course_map` (the chapter list, the map of which chapter needs which, the glossary).
 """
