@@ -118,19 +118,28 @@ class OnlineSoftmax:
         return self._state
 
 
-def paged_decode_online(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
-                        block_table: torch.Tensor, block_n: int, softmax_scale: float | None = None) -> torch.Tensor:
-    """`paged_decode_attention` computed by `OnlineSoftmax` for every (sequence, query head)."""
+def each_query_head(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                    block_table: torch.Tensor, head_output) -> torch.Tensor:
+    """A decode output built one (sequence, query head) at a time: ``head_output(q_vector, seqlen,
+    block_table_row, kv_head)`` returns that head's output numbers."""
     reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
     batch, num_heads, head_dim = q.shape
     group = num_heads // k_cache.shape[2]
     out = torch.empty(batch, num_heads, head_dim, dtype=torch.float32, device=q.device)
     for b in range(batch):
         for h in range(num_heads):
-            walk = OnlineSoftmax(q[b, h], k_cache, v_cache, int(cache_seqlens[b]), block_table[b], h // group,
-                                 block_n, softmax_scale)
-            out[b, h] = torch.tensor(walk.run().output, device=q.device)
+            numbers = head_output(q[b, h], int(cache_seqlens[b]), block_table[b], h // group)
+            out[b, h] = torch.tensor(numbers, device=q.device)
     return out.to(q.dtype)
+
+
+def paged_decode_online(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                        block_table: torch.Tensor, block_n: int, softmax_scale: float | None = None) -> torch.Tensor:
+    """`paged_decode_attention` computed by `OnlineSoftmax` for every (sequence, query head)."""
+    def walk(query, seqlen, table, kv_head):
+        return OnlineSoftmax(query, k_cache, v_cache, seqlen, table, kv_head, block_n, softmax_scale).run().output
+
+    return each_query_head(q, k_cache, v_cache, cache_seqlens, block_table, walk)
 
 
 # --- split-KV: one partial result per chunk, then the merge
@@ -228,13 +237,9 @@ def paged_decode_split(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
                        block_table: torch.Tensor, tokens_per_split: int, block_n: int,
                        softmax_scale: float | None = None) -> torch.Tensor:
     """`paged_decode_attention` the split-KV way: every chunk's `Partial`, merged left to right."""
-    reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table)
-    batch, num_heads, head_dim = q.shape
-    group = num_heads // k_cache.shape[2]
-    out = torch.empty(batch, num_heads, head_dim, dtype=torch.float32, device=q.device)
-    for b in range(batch):
-        for h in range(num_heads):
-            partials = chunk_partials(q[b, h], k_cache, v_cache, int(cache_seqlens[b]), block_table[b], h // group,
-                                      tokens_per_split, block_n, softmax_scale)
-            out[b, h] = torch.tensor(PartialMerge(partials).run().merged.output, device=q.device)
-    return out.to(q.dtype)
+    def split_and_merge(query, seqlen, table, kv_head):
+        partials = chunk_partials(query, k_cache, v_cache, seqlen, table, kv_head, tokens_per_split, block_n,
+                                  softmax_scale)
+        return PartialMerge(partials).run().merged.output
+
+    return each_query_head(q, k_cache, v_cache, cache_seqlens, block_table, split_and_merge)

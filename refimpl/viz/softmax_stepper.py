@@ -7,7 +7,7 @@ max, and the output `acc / l` so far next to the full softmax's answer, which th
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from matplotlib.figure import Figure
@@ -84,21 +84,29 @@ def draw_softmax_state(state: SoftmaxState, all_scores: list[float], final_outpu
     ax.set_ylabel("score q·k / sqrt(d)", fontsize=9)
     ax.tick_params(labelsize=8)
     ax.set_title(f"scores read: {done} of {len(scores)}", fontsize=9)
-    fig.legend(handles=[Patch(facecolor=READ_COLOR, label="score read earlier"),
-                        Patch(facecolor=TILE_COLOR, label="score in this tile"),
-                        Patch(facecolor=UNREAD_COLOR, label="not read yet"),
+    legend_below(fig, "score read earlier", "score in this tile", "not read yet")
+    draw_outputs(out_ax, final, state.output if state.tile is not None else None, "acc / l so far")
+    return fig
+
+
+def legend_below(fig: Figure, earlier: str, now: str, waiting: str) -> None:
+    """The legend under a stepper's picture: read (or merged) earlier, in this step, not yet, and the running max."""
+    fig.legend(handles=[Patch(facecolor=READ_COLOR, label=earlier), Patch(facecolor=TILE_COLOR, label=now),
+                        Patch(facecolor=UNREAD_COLOR, label=waiting),
                         Line2D([], [], color="black", linestyle="--", label="running max m")],
                fontsize=8, loc="outside lower center", ncol=4, frameon=False)
+
+
+def draw_outputs(ax, final: list[float], so_far: Sequence[float] | None, label: str) -> None:
+    """The full softmax's output (circles) and the running `acc / l` (crosses, once there is one) on `ax`."""
     xs = range(len(final))
-    out_ax.plot(xs, final, marker="o", linestyle="none", color=FINAL_COLOR, markersize=7, fillstyle="none",
-                label="full softmax")
-    if state.tile is not None:
-        out_ax.plot(xs, state.output[:len(final)], marker="x", linestyle="none", color=TILE_COLOR,
-                    markersize=7, label="acc / l so far")
-    out_ax.axhline(0, color="black", linewidth=0.5)
-    out_ax.set_xticks(list(xs))
-    out_ax.set_xlabel("output dimension", fontsize=9)
-    out_ax.tick_params(labelsize=8)
-    out_ax.set_title(f"output, first {len(final)} dims", fontsize=9)
-    out_ax.legend(fontsize=8, loc="best", frameon=True, framealpha=0.9)
-    return fig
+    ax.plot(xs, final, marker="o", linestyle="none", color=FINAL_COLOR, markersize=7, fillstyle="none",
+            label="full softmax")
+    if so_far is not None:
+        ax.plot(xs, so_far[:len(final)], marker="x", linestyle="none", color=TILE_COLOR, markersize=7, label=label)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xticks(list(xs))
+    ax.set_xlabel("output dimension", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.set_title(f"output, first {len(final)} dims", fontsize=9)
+    ax.legend(fontsize=8, loc="best", frameon=True, framealpha=0.9)

@@ -16,12 +16,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.kernels.online_softmax import MergeState, PartialMerge
 from refimpl.viz.palette import EMPTY
-from refimpl.viz.softmax_stepper import FINAL_COLOR, READ_COLOR, TILE_COLOR, UNREAD_COLOR, signed_values
+from refimpl.viz.softmax_stepper import (FINAL_COLOR, READ_COLOR, TILE_COLOR, UNREAD_COLOR, draw_outputs,
+                                         legend_below, signed_values)
 from refimpl.viz.stepper import Frame, record_frames
 
 BUSY_COLORS = ["#c6dbef", "#6baed6", "#2171b5", "#08306b"]  # 1, 2, 3, 4+ programs on one SM
@@ -132,23 +132,8 @@ def draw_merge_state(state: MergeState, final_output: Sequence[float], dims: int
     ax.set_ylabel("chunk max score m", fontsize=9)
     ax.tick_params(labelsize=8)
     ax.set_title(f"chunks merged: {state.count} of {len(partials)}", fontsize=9)
-    fig.legend(handles=[Patch(facecolor=READ_COLOR, label="merged earlier"),
-                        Patch(facecolor=TILE_COLOR, label="merged in this step"),
-                        Patch(facecolor=UNREAD_COLOR, label="waiting"),
-                        Line2D([], [], color="black", linestyle="--", label="running max m")],
-               fontsize=8, loc="outside lower center", ncol=4, frameon=False)
-    xs = range(len(final))
-    out_ax.plot(xs, final, marker="o", linestyle="none", color=FINAL_COLOR, markersize=7, fillstyle="none",
-                label="full softmax")
-    if state.merged is not None:
-        out_ax.plot(xs, state.merged.output[:len(final)], marker="x", linestyle="none", color=TILE_COLOR,
-                    markersize=7, label="merged acc / l")
-    out_ax.axhline(0, color="black", linewidth=0.5)
-    out_ax.set_xticks(list(xs))
-    out_ax.set_xlabel("output dimension", fontsize=9)
-    out_ax.tick_params(labelsize=8)
-    out_ax.set_title(f"output, first {len(final)} dims", fontsize=9)
-    out_ax.legend(fontsize=8, loc="best", frameon=True, framealpha=0.9)
+    legend_below(fig, "merged earlier", "merged in this step", "waiting")
+    draw_outputs(out_ax, final, state.merged.output if state.merged is not None else None, "merged acc / l")
     return fig
 
 
