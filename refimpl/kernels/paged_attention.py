@@ -21,6 +21,7 @@ float16, bfloat16; scores and the accumulator are always float32.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -268,8 +269,10 @@ def num_kv_splits(num_programs: int, max_seqlen: int, num_sms: int) -> int:
     return max(1, min(wanted, max_seqlen // MIN_TOKENS_PER_SPLIT, MAX_SPLITS))
 
 
+@functools.cache
 def streaming_multiprocessors(device: torch.device) -> int:
-    """The SM count of a CUDA device; 1 elsewhere (the interpreter runs one program at a time)."""
+    """The SM count of a CUDA device (asked once per device); 1 elsewhere (the interpreter runs one
+    program at a time)."""
     if device.type != "cuda":
         return 1
     return torch.cuda.get_device_properties(device).multi_processor_count
