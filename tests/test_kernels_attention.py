@@ -563,3 +563,15 @@ def test_every_backend_takes_num_splits_and_ignores_it_in_torch(kernel_device):
     for impl in (reference, torch_backend):
         assert torch.equal(impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table, num_splits=5),
                            impl.paged_decode_attention(q, k_cache, v_cache, seqlens, block_table))
+
+
+def test_without_a_gpu_there_is_nothing_to_fill_and_no_split():
+    """On a CPU the automatic choice never splits: the interpreter runs one program after another."""
+    cpu = torch.device("cpu")
+    assert paged_attention.streaming_multiprocessors(cpu) == 0
+    q = torch.zeros(1, 1, 8, device="cpu")
+    cache = torch.zeros(64, 16, 1, 8, device="cpu")
+    table = torch.zeros(1, 64, dtype=torch.int32, device="cpu")  # a capacity of 1024 tokens, one program
+    assert paged_attention.split_plan(q, cache, table) == (1, 1024)
+    assert paged_attention.split_plan(q, cache, table, num_splits=3) == (3, 342)
+    assert paged_attention.split_plan(q, cache, table, num_splits=5000) == (1024, 1)  # at most one chunk per token

@@ -271,10 +271,10 @@ def num_kv_splits(num_programs: int, max_seqlen: int, num_sms: int) -> int:
 
 @functools.cache
 def streaming_multiprocessors(device: torch.device) -> int:
-    """The SM count of a CUDA device (asked once per device); 1 elsewhere (the interpreter runs one
-    program at a time)."""
+    """The SM count of a CUDA device (asked once per device); 0 elsewhere: no GPU to fill (the interpreter
+    runs one program after another, so splitting would only add work)."""
     if device.type != "cuda":
-        return 1
+        return 0
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
