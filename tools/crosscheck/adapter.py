@@ -16,8 +16,9 @@ class ManagerAdapter:
     RequestStatus: Any  # the side's request-status enum
     m: Any
 
-    def _computed_blocks(self, req) -> tuple[Any, int]:
-        """(KVCacheBlocks of the prefix hit, number of hit tokens)."""
+    def _computed_blocks(self, req) -> tuple[Any, int, int]:
+        """(KVCacheBlocks of the prefix hit, number of hit tokens, the shared-prefix junction the
+        lookup pinned on the request)."""
         raise NotImplementedError
 
     def _free_block_ids(self) -> list[int]:
@@ -34,14 +35,18 @@ class ManagerAdapter:
         req.status = status.RUNNING if running else (status.PREEMPTED if preempted else status.WAITING)
 
     def get_computed_blocks(self, req):
-        blocks, n = self._computed_blocks(req)
-        return blocks, [list(g) for g in blocks.get_block_ids()], n
+        blocks, n, junction = self._computed_blocks(req)
+        return blocks, [list(g) for g in blocks.get_block_ids()], n, junction
 
-    def allocate_slots(self, req, n, n_computed, hits, lookahead, must_fit, has_scheduled):
+    def allocate_slots(self, req, n, n_computed, hits, lookahead, must_fit, has_scheduled, reserved=0, delay=False):
         out = self.m.allocate_slots(req, n, num_new_computed_tokens=n_computed, new_computed_blocks=hits,
                                     num_lookahead_tokens=lookahead, full_sequence_must_fit=must_fit,
-                                    has_scheduled_reqs=has_scheduled)
+                                    has_scheduled_reqs=has_scheduled, reserved_blocks=reserved,
+                                    delay_cache_blocks=delay)
         return None if out is None else [list(g) for g in out.get_block_ids()]
+
+    def reset_prefix_cache(self):
+        return bool(self.m.reset_prefix_cache())
 
     def free(self, req):
         self.m.free(req)
