@@ -113,6 +113,10 @@ def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
 #: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
 #: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for it).
 SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
+#: vLLM's DeepSeek V4 indexer backend reports the same single kernel block of 256 tokens (its
+#: pages of 64 compressed rows), so the indexer cache is split and rounded the same way. The SWA
+#: backend (any multiple of 32) and the compressor backend (any size) set no kernel block.
+INDEXER_KERNEL_BLOCK_SIZE = 256
 
 
 def kv_cache_specs(
@@ -132,6 +136,8 @@ def kv_cache_specs(
         raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
     if cache_dtype not in CACHE_DTYPES:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
+    if not isinstance(mtp, bool):
+        raise TypeError(f"mtp must be True or False, got {mtp!r}")
     indexer_bytes = indexer_entry_bytes(indexer)
     if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
@@ -159,7 +165,7 @@ def kv_cache_specs(
         # No model_version and no cache_dtype_str: plain uint8 rows of `indexer_bytes`.
         return MLAAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=indexer_bytes, dtype="uint8",
-            compress_ratio=4, alignment=alignment,
+            compress_ratio=4, alignment=alignment, kernel_block_size=INDEXER_KERNEL_BLOCK_SIZE,
         )
 
     def compressor_state(ratio: int, head_dim: int) -> SlidingWindowMLASpec:

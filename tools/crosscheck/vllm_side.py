@@ -5,6 +5,7 @@ Only imported inside `.venv-vllm` (see `make crosscheck`).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -19,6 +20,7 @@ from tools.crosscheck.adapter import ManagerAdapter
 from tools.crosscheck.streams import GroupSet, retention_interval
 
 init_none_hash(sha256)
+logging.getLogger("vllm").setLevel(logging.ERROR)  # refused resets are answers here, not warnings
 
 
 def make_spec(desc: tuple):
