@@ -74,8 +74,14 @@ def test_requests_that_fit_in_a_budget():
 
 
 def test_prefix_hits_are_multiples_of_256():
-    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000)
+    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000, prefix_cache_retention_interval=None)
     assert hits == {100: 0, 256: 256, 1000: 768, 5000: 4864, 11999: 11776}
+    # vLLM's default retention keeps A's windows only at A's replay boundary (11,999 -> 11,776)
+    hits = S.prefix_hit_lengths([1000, 5000, 11999], prompt_len=12_000)
+    assert hits == {1000: 0, 5000: 0, 11999: 11776}
+    # a positive interval keeps one tail per 4096 tokens too
+    hits = S.prefix_hit_lengths([1000, 5000, 9000], prompt_len=12_000, prefix_cache_retention_interval=4096)
+    assert hits == {1000: 0, 5000: 4096, 9000: 8192}
 
 
 def test_mini_v4_life_pictures_and_text_twins():
@@ -84,7 +90,7 @@ def test_mini_v4_life_pictures_and_text_twins():
     from refimpl.hybrid.kv_cache_manager import KVCacheManager
     from refimpl.viz import allocator as V
 
-    m = KVCacheManager(S.mini_v4_groups(), 120, 256)
+    m = KVCacheManager(S.mini_v4_groups(), 120, 256, prefix_cache_retention_interval=None)
     labels = S.group_labels(S.mini_v4_groups())
     assert labels == S.MINI_V4_LABELS and m.scheduler_block_size == 16 and m.hash_block_size == 1
     r = m.make_request("a", S.prompt_tokens(40))
@@ -106,7 +112,7 @@ def test_mini_v4_life_pictures_and_text_twins():
 
 
 def test_second_request_runs_from_its_prefix_hit():
-    m = S.pro_kv_cache_manager()
+    m = S.pro_kv_cache_manager(prefix_cache_retention_interval=None)
     a = m.make_request("A", S.prompt_tokens(3000, seed=1))
     S.run_request(m, a, chunk_size=8192)
     b = m.make_request("B", S.prompt_tokens(3000, seed=2, shared_prefix=a.prompt_token_ids[:1000]))

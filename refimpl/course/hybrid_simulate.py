@@ -65,11 +65,14 @@ def pro_kv_cache_manager(
     max_num_batched_tokens: int = 8192,
     enable_caching: bool = True,
     variant: str = "pro",
+    prefix_cache_retention_interval: int | None = 0,
 ) -> KVCacheManager:
-    """A `KVCacheManager` over DeepSeek V4's real groups and the block count of the budget."""
+    """A `KVCacheManager` over DeepSeek V4's real groups and the block count of the budget
+    (retention as vLLM's default, 0, unless given)."""
     config = pro_kv_cache_config(available_memory, variant)
     return KVCacheManager.from_config(
-        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens
+        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens,
+        prefix_cache_retention_interval=prefix_cache_retention_interval,
     )
 
 
@@ -248,15 +251,19 @@ def prefix_hit_lengths(
     prompt_len: int = 12_000,
     chunk_size: int = 8192,
     available_memory: int = 10 * GIB,
+    prefix_cache_retention_interval: int | None = 0,
 ) -> dict[int, int]:
     """{shared prefix length: hit length} for a second request after a first one finished.
 
     Each pair runs on a fresh pool: request A (prompt_len tokens) runs and is freed, then B,
-    whose first `shared` tokens equal A's, asks for its prefix hit.
+    whose first `shared` tokens equal A's, asks for its prefix hit. With vLLM's default
+    retention (0) A's windows keep blocks only at A's own replay boundary, so B hits only
+    when the shared prefix reaches it; with None (dense) B hits every 256-token boundary.
     """
     out = {}
     for shared in shared_prefix_lens:
-        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20)
+        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20,
+                                       prefix_cache_retention_interval=prefix_cache_retention_interval)
         a = manager.make_request("A", prompt_tokens(prompt_len, seed=1))
         run_request(manager, a, chunk_size)
         b = manager.make_request("B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared]))

@@ -400,9 +400,15 @@ def get_kv_cache_coordinator(
     kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec], num_blocks: int, *, enable_caching: bool = True, **kwargs
 ) -> KVCacheCoordinator:
     """The coordinator vLLM would pick: none for the prefix cache when caching is off, the
-    unitary one for one group, the hybrid one otherwise."""
+    unitary one for one group, the hybrid one otherwise.
+
+    One group hashed or aligned more finely than its block (`hash_block_size` or
+    `alignment_tokens` below the block size: refimpl's fine-grained hits, which vLLM only
+    enables next to Mamba layers) goes to the hybrid coordinator, which handles that mode."""
     if not enable_caching:
         return KVCacheCoordinatorNoPrefixCache(kv_cache_groups, num_blocks, enable_caching=False, **kwargs)
     if len(kv_cache_groups) == 1:
-        return UnitaryKVCacheCoordinator(kv_cache_groups, num_blocks, **kwargs)
+        block_size = unwrap_spec(kv_cache_groups[0]).block_size
+        if kwargs.get("hash_block_size") in (None, block_size) and kwargs.get("alignment_tokens") in (None, block_size):
+            return UnitaryKVCacheCoordinator(kv_cache_groups, num_blocks, **kwargs)
     return HybridKVCacheCoordinator(kv_cache_groups, num_blocks, **kwargs)

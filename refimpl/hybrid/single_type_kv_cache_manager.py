@@ -233,7 +233,7 @@ class SingleTypeKVCacheManager:
         self,
         request: Request,
         num_tokens: int,
-        retention_interval: int | None = 0,
+        retention_interval: int | None = None,
         *,
         replay_boundaries: Sequence[int] = (),
     ) -> None:
@@ -314,7 +314,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         self,
         request: Request,
         num_tokens: int,
-        retention_interval: int | None = 0,
+        retention_interval: int | None = None,
         *,
         replay_boundaries: Sequence[int] = (),
     ) -> None:

@@ -20,6 +20,16 @@ from tools.crosscheck.streams import GROUP_SETS, RETENTION_SETTINGS
 ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle.json"
 RECORDED_STREAMS = range(len(GROUP_SETS))  # one stream per group set, at each retention setting
 RECORDED_CONFIGS = range(24)
+# The issue's two small cases, recorded as they are: one eagle group (vLLM's unitary coordinator
+# hits 4 tokens, the hybrid loop would hit 8) and a flagged 8-token full group over 4-token
+# hashes (vLLM registers the prompt's partial tail block).
+RECORDED_CASES = [
+    ("full-eagle", [("new", "r0", list(range(12))), ("schedule", "r0", 12, 0, False, False, 0, False),
+                    ("finish", "r0"), ("new", "r1", list(range(12))), ("schedule", "r1", 12, 0, False, False, 0, False)]),
+    ("full8-flagged+swa4", [("new", "r0", list(range(12))), ("schedule", "r0", 12, 0, False, False, 0, False),
+                            ("finish", "r0"), ("new", "r1", list(range(16))), ("schedule", "r1", 16, 0, False, False, 0, False)]),
+]
+RECORDED_REAL_SIZE_OPS = 30  # DeepSeek V4's real block sizes: long tables; a prefix of the stream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,9 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         for retention in RETENTION_SETTINGS:
             for seed in RECORDED_STREAMS:
                 gs, ops = stream_for(seed)
+                ops = ops[:RECORDED_REAL_SIZE_OPS] if gs.unit > 1 else ops  # keep the file small
                 record, at, _ = run_stream(gs, ops, VllmAllocator, retention)
                 streams.append({"seed": seed, "group_set": gs.name, "retention": retention, "ops": ops,
                                 "observations": record})
+        for name, ops in RECORDED_CASES:
+            record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
+            streams.append({"seed": -1, "group_set": name, "retention": "0", "ops": ops, "observations": record})
         planner = [{"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))} for s in RECORDED_CONFIGS]
         ORACLE.parent.mkdir(parents=True, exist_ok=True)
         ORACLE.write_text(json.dumps({"vllm_version": vllm.__version__, "streams": streams, "planner": planner},

@@ -55,9 +55,33 @@ class ManagerAdapter:
         return [list(g) for g in self.m.get_block_ids(rid)]
 
     def pool_state(self):
+        """The free queue in order, every ref count and the hashed blocks, run-length encoded
+        (DeepSeek V4's real block sizes put hundreds of blocks in a pool)."""
         pool = self.m.block_pool
         return {
-            "free": self._free_block_ids(),
-            "ref_cnt": [b.ref_cnt for b in pool.blocks[1:]],
-            "hashed": [b.block_id for b in pool.blocks if b.block_hash is not None],
+            "free": id_runs(self._free_block_ids()),
+            "ref_cnt": value_runs([b.ref_cnt for b in pool.blocks[1:]]),
+            "hashed": id_runs([b.block_id for b in pool.blocks if b.block_hash is not None]),
         }
+
+
+def id_runs(ids: list[int]) -> list[list[int]]:
+    """[3, 4, 5, 9, 8] -> [[3, 5], [9, 9], [8, 8]]: runs of consecutive increasing ids, order kept."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return runs
+
+
+def value_runs(values: list[int]) -> list[list[int]]:
+    """[0, 0, 1, 1, 1, 0] -> [[0, 2], [1, 3], [0, 1]]: (value, repeat count) pairs."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
