@@ -94,7 +94,7 @@ def test_the_mask_and_the_replay_boundaries():
     assert SlidingWindowManager.reachable_block_mask(4, 8, 16, spec, True, 0, [16]) == [True, False, False, False]
     assert replay_boundaries(20, 4, use_eagle=False) == (19,)
     assert replay_boundaries(20, 4, use_eagle=True) == (12, 16)
-    assert replay_boundaries(19, 4, use_eagle=True) == (8, 12)
+    assert replay_boundaries(19, 4, use_eagle=True) == (12,)  # the two differ only on a block-aligned prompt
 
 
 @pytest.mark.parametrize(
