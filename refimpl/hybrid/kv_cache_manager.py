@@ -171,6 +171,8 @@ class KVCacheManager:
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         hits = new_computed_blocks.blocks if new_computed_blocks is not None else None
+        if hits is not None:
+            self._check_hit_blocks(hits)
         if num_new_computed_tokens and hits is None:
             raise ValueError("num_new_computed_tokens > 0 needs the new_computed_blocks from get_computed_blocks")
         total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
@@ -213,6 +215,17 @@ class KVCacheManager:
         if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
+
+    def _check_hit_blocks(self, hits: Sequence[Sequence[KVCacheBlock]]) -> None:
+        """Hits must be this pool's blocks, one list per group (as get_computed_blocks gives)."""
+        if len(hits) != len(self.coordinator.single_type_managers):
+            raise ValueError(f"new_computed_blocks has {len(hits)} groups, this manager has "
+                             f"{len(self.coordinator.single_type_managers)}")
+        blocks = self.block_pool.blocks
+        for group in hits:
+            for block in group:
+                if not isinstance(block, KVCacheBlock) or not 0 <= block.block_id < len(blocks) or blocks[block.block_id] is not block:
+                    raise ValueError(f"new_computed_blocks holds {block!r}, which is not a block of this manager's pool")
 
     def _check_request(self, request: Request) -> None:
         """A `Request`, and not a second one under the id of a request that holds blocks."""
