@@ -137,3 +137,25 @@ def test_schedule_step_advances_the_request_or_changes_nothing():
         S.schedule_step(m, a, 8)  # two more blocks per group, none free
     assert a.num_computed_tokens == 8 and m.get_block_ids("A") == ([1, 2], [3, 4])
     check_pool_invariants(m.block_pool, m.get_blocks("A").blocks)
+
+
+def test_retention_run_picture_and_text_twin():
+    from matplotlib.figure import Figure
+
+    from refimpl.viz.allocator import draw_retention, retention_text
+
+    runs = [S.retention_run(r) for r in (None, 0, 32)]
+    assert [(r.hits, r.junctions["B"]) for r in runs] == [
+        ({"A": 0, "B": 32, "C": 32}, 0),
+        ({"A": 0, "B": 0, "C": 32}, 32),  # 0: B misses, pins the junction, and C hits there
+        ({"A": 0, "B": 32, "C": 32}, 0),
+    ]
+    assert [r.blocks for r in runs] == [
+        {"A": "--kk--kk--kk--kk", "B": "......hh--kk--kk"},
+        {"A": "----------kk----", "B": "------kk--kk----"},  # A: its replay boundary 48 only
+        {"A": "------kk--kk--kk", "B": "......hh--kk--kk"},
+    ]
+    text = retention_text(runs)
+    assert text.splitlines()[5:7] == ["  A  ----------kk----  hit  0", "  B  ------kk--kk----  hit  0, junction 32"]
+    fig = draw_retention(runs)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3 and fig.get_size_inches()[0] * fig.dpi <= 900

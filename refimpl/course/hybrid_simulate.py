@@ -290,3 +290,56 @@ def mini_v4_groups() -> list:
         toy_window_spec(1, 2, dtype="float32"),
     ]
     return [KVCacheGroupSpec((f"{label}.layer",), spec) for label, spec in zip(MINI_V4_LABELS, specs)]
+
+
+# --- retention: which sliding-window checkpoints survive
+
+@dataclass
+class RetentionRun:
+    """Three requests sharing a prefix, run one after another at one retention setting.
+
+    `blocks[rid]` is, per block of the request's sliding-window table, one letter: "." the null
+    block (before the hit, never held), "h" reused from the prefix cache, "k" computed and kept
+    as a checkpoint (still hashed after the request finished), "-" computed and dropped.
+    `hits[rid]` and `junctions[rid]` are what its lookup found before it ran.
+    """
+
+    retention: int | None
+    block_size: int
+    alignment: int
+    blocks: dict[str, str]
+    hits: dict[str, int]
+    junctions: dict[str, int]
+
+
+RETENTION_TOY = ("full", 16), ("swa", 4, 8)
+"""The retention figure's groups: full attention in 16-token blocks (the hit alignment) and a
+window of 8 tokens in 4-token blocks, so a hit needs the window's 2 blocks before its end."""
+
+
+def retention_run(
+    retention: int | None, prompt_len: int = 64, shared: int = 40, seed: int = 3
+) -> RetentionRun:
+    """Request A runs its `prompt_len`-token prompt and finishes; B shares A's first `shared`
+    tokens, runs and finishes; C shares the same prefix and looks it up (the window blocks each
+    request kept, every lookup's hit and junction)."""
+    groups = [toy_full_spec(RETENTION_TOY[0][1]), toy_window_spec(*RETENTION_TOY[1][1:])]
+    manager = KVCacheManager(groups, 200, 4 * prompt_len, prefix_cache_retention_interval=retention)
+    base = prompt_tokens(prompt_len, seed=seed)
+    states, hits, junctions = {}, {}, {}
+    for rid, prompt in (("A", base), ("B", prompt_tokens(prompt_len, seed=seed + 1, shared_prefix=base[:shared])),
+                        ("C", prompt_tokens(prompt_len, seed=seed + 2, shared_prefix=base[:shared]))):
+        request = manager.make_request(rid, prompt)
+        blocks, hit = manager.get_computed_blocks(request)
+        hits[rid], junctions[rid] = hit, request.shared_prefix_boundary
+        if rid == "C":
+            break
+        reused = {i for i, b in enumerate(blocks.blocks[1]) if not b.is_null}
+        schedule_step(manager, request, request.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        table = list(manager.coordinator.single_type_managers[1].req_to_blocks[rid])
+        manager.free(request)  # the blocks still hashed afterwards are the kept checkpoints
+        states[rid] = "".join(
+            "h" if i in reused else "." if i * groups[1].block_size < hit else "k" if b.block_hash is not None else "-"
+            for i, b in enumerate(table)
+        )
+    return RetentionRun(retention, groups[1].block_size, manager.scheduler_block_size, states, hits, junctions)
