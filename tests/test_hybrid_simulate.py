@@ -159,3 +159,11 @@ def test_retention_run_picture_and_text_twin():
     assert text.splitlines()[5:7] == ["  A  ----------kk----  hit  0", "  B  ------kk--kk----  hit  0, junction 32"]
     fig = draw_retention(runs)
     assert isinstance(fig, Figure) and len(fig.axes) == 3 and fig.get_size_inches()[0] * fig.dpi <= 900
+
+
+def test_cached_window_blocks_per_retention_setting():
+    dense, sparse, periodic = (S.cached_blocks_per_group(r) for r in (None, 0, 4096))
+    assert dense == {"MLA": 46, "SWA-a": 92, "SWA-b": 92, "C128 state": 736, "C4 state": 92}
+    # 0: the replay boundary only (11,999 -> 11,776): 2 SWA blocks each, 16 C128 and 2 C4 blocks
+    assert sparse == {"MLA": 46, "SWA-a": 2, "SWA-b": 2, "C128 state": 16, "C4 state": 2}
+    assert periodic == {"MLA": 46, "SWA-a": 6, "SWA-b": 6, "C128 state": 48, "C4 state": 6}  # + 4096, 8192

@@ -19,6 +19,7 @@ from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
 from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.kv_cache_utils import get_group_id
 from refimpl.hybrid.older_planners import PLANNERS
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -343,3 +344,19 @@ def retention_run(
             for i, b in enumerate(table)
         )
     return RetentionRun(retention, groups[1].block_size, manager.scheduler_block_size, states, hits, junctions)
+
+
+def cached_blocks_per_group(
+    retention: int | None, prompt_len: int = 12_000, chunk_size: int = 8192, available_memory: int = 10 * GIB
+) -> dict[str, int]:
+    """{group label: blocks still in the prefix cache} after one Pro request of `prompt_len`
+    tokens ran and finished at this retention setting (every full MLA block stays cached; the
+    window groups keep only their checkpoints)."""
+    manager = pro_kv_cache_manager(available_memory, prefix_cache_retention_interval=retention)
+    run_request(manager, manager.make_request("A", prompt_tokens(prompt_len, seed=1)), chunk_size)
+    counts = [0] * len(manager.coordinator.single_type_managers)
+    for block in manager.block_pool.blocks:
+        if block.block_hash is not None:
+            counts[get_group_id(block.block_hash)] += 1
+    labels = group_labels([m.kv_cache_spec for m in manager.coordinator.single_type_managers])
+    return dict(zip(labels, counts))
