@@ -86,7 +86,8 @@ class SpecGroup(NamedTuple):
 
 
 class KVCacheCoordinator:
-    """One manager per group, one shared `BlockPool`; the subclasses differ in the lookup.
+    """One manager per group, one shared `BlockPool`; the subclasses differ in the lookup (build
+    one with `get_kv_cache_coordinator`, or a subclass directly).
 
     `kv_cache_groups`: `KVCacheGroupSpec`s (or bare specs) in group order; group i gets id i.
     `hash_block_size`: granularity of the request's prefix hashes; defaults to the gcd of the
