@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
 
+from refimpl.viz.palette import MAX_WIDTH
+
 
 @dataclass(frozen=True)
 class Chapter:
@@ -142,13 +144,13 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
     """Every chapter as a box coloured by part, with an arrow from each chapter to those needing it.
 
     `read`: chapters read so far, in reading order (for a stepper along a route); the others are
-    drawn white and dashed, the last one read is outlined in black. Nine columns on a 9-inch-wide
-    figure: at a notebook's width every label stays at 8 pt or more.
+    drawn white and dashed, the last one read is outlined in black. Nine columns on a figure a
+    notebook column shows at full size, so every label stays at 8 pt or more.
     """
     if read is not None:
         for number in read:
             chapter(number)  # ValueError for an unknown number
-    fig = Figure(figsize=(9.0, 3.9))
+    fig = Figure(figsize=(MAX_WIDTH - 0.2, 3.9))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.9))
     ax.set_xlim(-0.5, 8.5)
     ax.set_ylim(0.45, 3.55)

@@ -55,7 +55,9 @@ class Stepper(Generic[State]):
         """The picture of frame `index`, titled with its step number and label."""
         frame = self.frames[index]
         figure = self.draw(frame.state)
-        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left")
+        # Above the picture's top edge (the notebook trims to what is drawn), never over its own title.
+        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left", va="bottom",
+                        y=1.0 + 0.05 / figure.get_figheight())
         return figure
 
     def caption(self, index: int) -> str:
