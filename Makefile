@@ -41,9 +41,11 @@ test-python: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
 
-# Re-execute every chapter and exercise solution in place (outputs committed), rewrite figures/,
-# store each notebook as JupyterLab would save it, and regenerate the student copies.
+# Re-execute every chapter and exercise solution in place (outputs committed), store each notebook
+# as JupyterLab would save it, and regenerate the student copies.
 # NB="notebooks/03_block_manager.ipynb ..." re-executes only those.
+# `make figures` does the same and also rewrites figures/ (the README's pictures): the chapters'
+# save_figure calls write only when REFIMPL_WRITE_FIGURES is set, so a reader's Run All writes nothing.
 EXECUTE := jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False
 notebooks: $(STAMP)
 	for nb in $(or $(NB),$(NOTEBOOKS)); do \
@@ -53,6 +55,7 @@ notebooks: $(STAMP)
 	$(BIN)/python -m refimpl.course.notebook_format $(or $(NB),$(NOTEBOOKS))
 	$(BIN)/python -m refimpl.course.exercises generate
 
+figures: export REFIMPL_WRITE_FIGURES := $(CURDIR)/figures
 figures: notebooks
 
 bench: $(STAMP)
