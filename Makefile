@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make lab` and `make test`. Everything else is for authors.
 PYTHON ?= python3
-# CPU=1 installs PyTorch's CPU-only build (about 0.2 GB instead of about 2.9 GB of CUDA wheels on Linux).
+# CPU=1 installs PyTorch's CPU-only build: on Linux the first install then downloads about 0.5 GB
+# instead of about 2.9 GB (the CUDA wheels); see the README's "What the first run downloads".
 CPU ?=
 TORCH_INDEX_URL ?= $(if $(CPU),https://download.pytorch.org/whl/cpu,)
 TORCH_PIN := $(shell grep '^torch==' constraints.txt)
