@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.viz.allocator import NULL_COLOR, _color
+from refimpl.viz.allocator import NULL_COLOR, _color, fits
 from refimpl.viz.palette import MAX_WIDTH
 from refimpl.viz.stepper import Frame, Stepper, record_frames
 
@@ -150,6 +150,7 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
     grid_ax.set_title(title or "the pool: block id on top; below it the owning request, or head / tail of the free queue",
                       fontsize=9)
     if table_ax is not None:
+        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + 4)  # one table column, in points (x spans -4..widest)
         y = 0
         for rid, groups in state.tables:
             table_ax.text(-0.2, y, f"request {rid}: block table of each group (grey, hatched: null block)",
@@ -161,7 +162,7 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
                     face = NULL_COLOR if b == 0 else _color(label, g)
                     table_ax.add_patch(Rectangle((col, y - 0.45), 0.92, 0.9, facecolor=face, edgecolor="black",
                                                  lw=0.5, hatch="//" if b == 0 else None))
-                    if b != 0:
+                    if b != 0 and fits(str(b), pitch_pt):  # a cell too narrow for its id shows its colour
                         table_ax.text(col + 0.46, y, str(b), ha="center", va="center", fontsize=8)
                 y -= 1
         table_ax.set_xlim(-4, widest)
