@@ -55,7 +55,7 @@ def _window_cells(weights: torch.Tensor) -> dict[tuple[int, int], tuple[str, flo
 
 
 def overlapping_windows_text(weights: torch.Tensor) -> str:
-    """One line per entry: which series of which token it weighs, and how much (one feature).
+    """One line per entry: which series of which token it weighs, and how much (one number of the row).
 
     The last line lists the rows the compressor state must keep for the next entry: series a of
     the last window's tokens.
@@ -111,7 +111,7 @@ def draw_overlapping_windows(weights: torch.Tensor, title: str | None = None) ->
     handles.append(Patch(facecolor=SERIES_COLORS["a"], edgecolor="#999999", hatch=WAITING_HATCH,
                          label="kept in the compressor state (series a, for the next entry)"))
     fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=8, frameon=False, ncol=2)
-    fig.suptitle(title or f"ratio-{ratio} compressor: each entry's softmax weights (one feature) over "
+    fig.suptitle(title or f"ratio-{ratio} compressor: each entry's softmax weights (one number of the row) over "
                  f"{2 * ratio} tokens", fontsize=9, x=0.01, ha="left")
     return fig
 
