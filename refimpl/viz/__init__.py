@@ -11,6 +11,7 @@ writes a chapter's figure into figures/ only when `make figures` asks for it (`s
 frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
 block tables), `kernels` (pages, prefill mask, reuse), `softmax_stepper` (the decode kernel's online
 softmax tile by tile), `hybrid_layout` (DeepSeek V4 layer, pages, grouping, slab, one layer's view),
+`v4_layer` (08a/08b: the compressor's two series, the indexer's picks, an fp8_ds_mla page),
 `allocator` and `hybrid_stepper` (the hybrid pool over time), `v4_engine` (Part III's slots and
 steps), `course_map` (the chapter list, the map of which chapter needs which, the glossary).
 """

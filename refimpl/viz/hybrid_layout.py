@@ -449,7 +449,7 @@ def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Fi
     n = num_positions
     rows = list(STRIP_ROWS)
     rows.insert(rows.index("c4") + 1, "window")
-    fig = Figure(figsize=(min(0.5 * n + 2.8, MAX_WIDTH), 0.5 * len(rows) + 1.7))
+    fig = Figure(figsize=(min(0.45 * n + 2.4, MAX_WIDTH), 0.5 * len(rows) + 1.7))
     ax = fig.add_subplot()
     for row, kind in enumerate(rows):
         y = -row
@@ -480,8 +480,8 @@ def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Fi
         ax.spines[side].set_visible(False)
     ax.set_xlim(0, n)
     ax.set_ylim(-len(rows) + 0.5, 1.1)
-    ax.set_title(title or "token positions (top): a coloured cell where the position writes that cache, "
-                 "white where it writes nothing", fontsize=9)
+    ax.set_title(title or "token positions (top): a coloured cell where a position writes that cache",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
