@@ -26,6 +26,7 @@ import refimpl.viz.scheduler_stepper as scheduler_stepper
 import refimpl.viz.softmax_stepper as softmax_stepper
 import refimpl.viz.timeline as timeline
 import refimpl.viz.v4_engine as v4_engine
+import refimpl.viz.v4_layer as layer_viz
 from refimpl.viz.stepper import Frame, Stepper, record_frames
 
 Builder = Callable[[], object]
@@ -42,12 +43,23 @@ def course_map_plain():
     return course_map.draw_course_map()
 
 
-def course_map_stepper():
-    route = course_map.all_needs("12") + ["12"]
-    read: list[str] = []
-    frames = record_frames(lambda: tuple(read), [(f"read {n}", lambda n=n: read.append(n)) for n in route])
-    stepper = Stepper(frames, draw=lambda state: course_map.draw_course_map(read=state), describe=course_map.route_text)
-    return [stepper.figure(0), stepper.figure(len(stepper) - 1)]
+def course_map_route():
+    return course_map.draw_course_map("The route to chapter 12, the hybrid allocator", route=course_map.route_to("12"))
+
+
+def pool_snapshot_00():
+    """Chapter 00's stepper: two requests in a pool of 6 two-token blocks."""
+    from refimpl.course.paged_steps import decode_step, prefill
+    from refimpl.paged import BlockManager, Sequence
+
+    bm = BlockManager(num_blocks=6, block_size=2)
+    seqs = {"A": Sequence([1, 2, 3], block_size=2), "B": Sequence([7, 8], block_size=2)}
+    a, b = seqs["A"], seqs["B"]
+    actions = [("prefill(A): 3 tokens", lambda: prefill(bm, a)), ("prefill(B): 2 tokens", lambda: prefill(bm, b)),
+               ("A decodes token 4", lambda: decode_step(bm, a, 4)), ("B decodes token 9", lambda: decode_step(bm, b, 9)),
+               ("A decodes token 5", lambda: decode_step(bm, a, 5))]
+    frames = record_frames(lambda: paged.pool_snapshot(bm, seqs), actions)
+    return _stepper_figures(Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text))
 
 
 def fragmentation():
@@ -261,6 +273,34 @@ def _pro_b():
     return specs, get_kv_cache_groups_b(specs)
 
 
+def overlapping_windows():
+    """Chapter 08a: the weights two ratio-4 entries give their 8 window rows."""
+    import torch
+
+    scores = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    scores[0, :4] = -float("inf")  # entry 0 has no previous window
+    return layer_viz.draw_overlapping_windows(scores.softmax(dim=1))
+
+
+def indexer_picks():
+    """Chapter 08a: 24 query positions scoring 6 compressed entries, top-2, -1 where fewer are visible."""
+    import torch
+
+    from refimpl.v4.topk import stable_topk
+
+    visible = (torch.arange(24) + 1) // 4
+    scores = torch.randn(24, 6, generator=torch.Generator().manual_seed(7))
+    scores = scores.masked_fill(torch.arange(6)[None] >= visible[:, None], float("-inf"))
+    top = stable_topk(scores, 2)
+    return layer_viz.draw_indexer_picks(scores, torch.where(top >= visible[:, None], -1, top))
+
+
+def fp8_ds_mla_page():
+    return [layer_viz.draw_fp8_ds_mla_page(2, alignment=576, title="one c128a page: 2 entries of 584 bytes, "
+                                          "padded to a multiple of 576"),
+            layer_viz.draw_fp8_ds_mla_page(64, alignment=576)]
+
+
 def v4_layer():
     return hybrid_layout.draw_v4_layer((4, 128), title="What one DeepSeek V4 layer writes: a ratio-4 layer and a "
                                        "ratio-128 layer")
@@ -446,7 +486,8 @@ def engine_state_frames():
 
 CASES: dict[str, tuple[Callable, Builder]] = {
     "course_map": (course_map.draw_course_map, course_map_plain),
-    "course_map_stepper": (course_map.draw_course_map, course_map_stepper),
+    "course_map_route": (course_map.draw_course_map, course_map_route),
+    "pool_snapshot_00": (paged.draw_pool_snapshot, pool_snapshot_00),
     "fragmentation": (paged.draw_fragmentation, fragmentation),
     "block_pool": (paged.draw_block_pool, block_pool_scattered),
     "pool_snapshot_03": (paged.draw_pool_snapshot, pool_snapshot_stepper),
@@ -463,6 +504,9 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "softmax_state": (softmax_stepper.draw_softmax_state, softmax_frames),
     "prefill_mask": (kernels.draw_prefill_mask, prefill_mask),
     "reuse_by_block_size": (kernels.draw_reuse_by_block_size, reuse_by_block_size),
+    "overlapping_windows": (layer_viz.draw_overlapping_windows, overlapping_windows),
+    "indexer_picks": (layer_viz.draw_indexer_picks, indexer_picks),
+    "fp8_ds_mla_page": (layer_viz.draw_fp8_ds_mla_page, fp8_ds_mla_page),
     "v4_layer": (hybrid_layout.draw_v4_layer, v4_layer),
     "position_strip": (hybrid_layout.draw_position_strip, position_strip),
     "pages": (hybrid_layout.draw_pages, pages),

@@ -138,14 +138,12 @@ def test_no_seed_in_reader_visible_text(path):
 # meets it fails as XPASS until its name is removed here, so the lists only ever shrink to empty.
 MAX_CODE_LINE = 100  # characters: what a laptop-width JupyterLab shows without clipping
 LONG_LINES_PENDING = {
-    "00_start_here", "01_why_paging", "02_blocks_and_sequences", "03_block_manager", "04_prefix_cache",
-    "05_scheduler", "05b_scheduler_corner_cases", "06_engine", "07_kernels", "08_v4_specs", "09_v4_grouping",
-    "10_v4_memory_slab", "11_v4_addressing", "12_hybrid_allocator", "13_v4_engine",
+    "05_scheduler", "07_kernels", "09_v4_grouping", "10_v4_memory_slab", "11_v4_addressing",
+    "12_hybrid_allocator", "13_v4_engine",
 }
 REVEAL_PENDING = {
-    "00_start_here", "01_why_paging", "02_blocks_and_sequences", "03_block_manager", "04_prefix_cache",
-    "05_scheduler", "05b_scheduler_corner_cases", "06_engine", "07_kernels", "08_v4_specs", "09_v4_grouping",
-    "10_v4_memory_slab", "11_v4_addressing", "12_hybrid_allocator", "13_v4_engine",
+    "05_scheduler", "07_kernels", "09_v4_grouping", "10_v4_memory_slab", "11_v4_addressing",
+    "12_hybrid_allocator", "13_v4_engine",
 }
 
 

@@ -22,7 +22,7 @@ from tests.figure_size import COLUMN_PX, measure
 MIN_POINTS = 8.0
 #: Cases that take seconds (many stepper frames, a model to build): left to `make test`, not test-fast.
 SLOW = {"pool_snapshot_03", "pool_snapshot_04", "scheduler_state", "softmax_state", "allocator_state",
-        "step_inputs", "slab", "grouping", "pool", "course_map_stepper"}
+        "step_inputs", "slab", "grouping", "pool"}
 
 
 def draw_functions() -> dict[str, object]:
