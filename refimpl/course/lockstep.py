@@ -194,13 +194,16 @@ class ReferenceGuard:
 
     def complaint(self) -> tuple[str, str, str] | None:
         """(where, expected, found) for a divergence when the last watched call used the reference."""
-        if self.called is None:
-            return None
-        return (
-            "the code that ran",
-            "your own implementation",
-            f"the reference's {self.called} (subclassing or calling refimpl's version does not count)",
-        )
+        return None if self.called is None else reference_complaint(self.called)
+
+
+def reference_complaint(qualified_name: str) -> tuple[str, str, str]:
+    """(where, expected, found) of a step whose student side ran the reference's `qualified_name`."""
+    return (
+        "the code that ran",
+        "your own implementation",
+        f"the reference's {qualified_name} (subclassing or calling refimpl's version does not count)",
+    )
 
 
 class LocalStudent(StudentSide):
@@ -299,7 +302,7 @@ class Lockstep:
 
         with CONTEXTS[name](*args):
             side = self.side or StudentSide()
-            side.enter(name, args)
+            self._run_student(self.label, lambda: side.enter(name, args), f"{name} to apply")
             try:
                 yield
             finally:

@@ -124,6 +124,8 @@ def install_traps(pairs: Iterable[tuple[Any, str]]) -> int:
 
 
 def _rebind_everywhere(original: Any, trap: Callable[..., Any]) -> int:
+    # No comprehension may mention `original` here: it would become a closure cell of this
+    # function, which gc.get_referrers finds, and the loop would rebind `original` itself.
     count = 0
     for holder in gc.get_referrers(original):
         if isinstance(holder, types.CellType) and holder.cell_contents is original:
@@ -131,7 +133,11 @@ def _rebind_everywhere(original: Any, trap: Callable[..., Any]) -> int:
             count += 1
         elif isinstance(holder, dict):
             owners = _namespace_owners(holder)
-            for key in [k for k, v in holder.items() if v is original]:
+            keys = []
+            for key, value in holder.items():
+                if value is original:
+                    keys.append(key)
+            for key in keys:
                 if owners:  # a class or module namespace: set it through the owner (keeps method caches right)
                     for owner in owners:
                         setattr(owner, key, trap)
