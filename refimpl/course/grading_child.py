@@ -50,7 +50,8 @@ def cell_problem(index: int, exc: BaseException) -> str:
         return f"not implemented (cell {index} raises NotImplementedError)"
     if isinstance(exc, SyntaxError):
         return f"syntax error in cell {index} (line {exc.lineno}: {exc.msg})"
-    return f"cell {index} raised {type(exc).__name__}: {exc}"
+    message = str(exc)
+    return f"cell {index} raised {type(exc).__name__}: {message}" if message else f"cell {index} raised {type(exc).__name__}"
 
 
 def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
@@ -130,9 +131,10 @@ def prepare(payload: dict) -> None:
     import refimpl.course.paged_worlds  # noqa: F401
     from refimpl.course.reference_code import course_copies, install_traps, reference_code
 
+    traps = [pair for check in payload["checks"] for pair in reference_code(check)] + course_copies()  # imports them all
     if payload["files"] is not None:
         restrict(FileRules(**payload["files"]))
-    install_traps([pair for check in payload["checks"] for pair in reference_code(check)] + course_copies())
+    install_traps(traps)
 
 
 def main(argv: list[str]) -> int:

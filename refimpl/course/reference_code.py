@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gc
 import inspect
+import sys
 import types
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from refimpl.course.lockstep import ReferenceGuard, StudentSide
@@ -60,6 +62,24 @@ def course_copies() -> list[tuple[Any, str]]:
         elif inspect.isclass(value) and value.__module__ == broken.__name__:
             pairs.extend((value, attr) for attr, member in vars(value).items() if _function_of(member) is not None)
     return pairs
+
+
+def reference_sources() -> list[str]:
+    """The files holding the reference code of every exercise and the course's copies of it (and
+    their compiled caches): the grading child may not read them, so it cannot load that code a
+    second time (`importlib.reload`, `exec(open(...).read())`) past its traps."""
+    from refimpl.course import broken
+    from refimpl.course.exercises import EXERCISES
+
+    modules = {owner if isinstance(owner, types.ModuleType) else sys.modules[owner.__module__]
+               for exercise in EXERCISES.values() for check, _ in exercise.checks for owner, _ in reference_code(check)}
+    modules.add(broken)
+    files = []
+    for module in modules:
+        source = Path(module.__file__)
+        files.append(str(source))
+        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
+    return sorted(files)
 
 
 def _function_of(member: Any) -> types.FunctionType | None:

@@ -40,6 +40,7 @@ from refimpl.course.lockstep import (
     describe_exception,
     reference_complaint,
 )
+from refimpl.course.reference_code import reference_sources
 from refimpl.course.processes import descendants, end_new_descendants, subreaper
 from refimpl.course.sandbox import Limits, file_rules, landlock_abi
 
@@ -167,7 +168,7 @@ class GradingChild:
         self.sock = ours
         files = None
         if self.settings.sandbox and landlock_abi() > 0:
-            rules = asdict(file_rules(self.workdir, list(self.settings.protected)))
+            rules = asdict(file_rules(self.workdir, list(self.settings.protected), reference_sources()))
             rules.pop("note")
             files = rules
         payload = {

@@ -112,22 +112,25 @@ def _fs_rights(abi: int) -> int:
 
 @dataclass(frozen=True)
 class FileRules:
-    """Where the child may read (None: reads are not restricted) and where it may write."""
+    """Where the child may read (None: reads are not restricted), list folders, and write."""
 
-    read: tuple[str, ...] | None
+    read: tuple[str, ...] | None  # files, and folders with everything beneath them
     write: tuple[str, ...]
+    list_only: tuple[str, ...] = ()  # folders whose entries may be listed, not read (they hold hidden files)
     note: str = ""  # why reads are not restricted, when they are not
 
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc", "/sys")
 
 
-def file_rules(workdir: str, protected: list[str]) -> FileRules:
+def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> FileRules:
     """The child's file rules: write in `workdir`; read Python, refimpl, the system and `workdir`.
 
     `protected` are folders the child must not read (the solutions, the submissions, the grade
     file's folder). If one of them lies inside a folder Python needs, reads cannot be restricted
-    without breaking Python; then only writes are, and `note` says why.
+    without breaking Python; then only writes are, and `note` says why. `hidden` are files inside
+    the readable folders that stay unreadable (the source of the reference code an exercise asks
+    for: already imported, it must not be loaded a second time past the traps).
     """
     package = Path(refimpl.__file__).resolve().parent
     roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, str(package), *_SYSTEM_READ}
@@ -141,7 +144,28 @@ def file_rules(workdir: str, protected: list[str]) -> FileRules:
         if inside:
             note = f"graded code can read {folder} (it lies inside {inside[0]}, which Python needs)"
             return FileRules(None, (workdir,), note)
-    return FileRules(tuple(resolved) + (workdir,), (workdir,))
+    hidden_set = {str(Path(h).resolve()) for h in hidden}
+    read: list[str] = []
+    list_only: list[str] = []
+    for root in resolved:
+        _allow_around(root, hidden_set, read, list_only)
+    return FileRules(tuple(read) + (workdir,), (workdir,), tuple(list_only))
+
+
+def _allow_around(path: str, hidden: set[str], read: list[str], list_only: list[str]) -> None:
+    """Allow reading `path` whole, or, if hidden files lie beneath it, everything beside them."""
+    if path in hidden:
+        return
+    if not any(h.startswith(path.rstrip("/") + "/") for h in hidden):
+        read.append(path)
+        return
+    list_only.append(path)
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return
+    for entry in entries:
+        _allow_around(os.path.join(path, entry), hidden, read, list_only)
 
 
 def restrict(rules: FileRules) -> int:
@@ -162,6 +186,7 @@ def restrict(rules: FileRules) -> int:
     try:
         allowed = [(path, write_rights) for path in rules.write] + [("/dev/null", _READ_FILE | _WRITE_FILE | _TRUNCATE)]
         allowed += [(path, read_rights) for path in rules.read or ()]
+        allowed += [(path, _READ_DIR) for path in rules.list_only] if rules.read is not None else []
         for path, rights in allowed:
             _add_rule(libc, ruleset, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -1,0 +1,288 @@
+"""Attacks on the command-line grader: each submission tries to score without writing the code.
+
+One class folder holds an honest submission, submissions that attack the grader, and files
+that are not well-formed notebooks. The folder is graded once (`python -m refimpl grade --csv`);
+every attack must score 0 (or be refused), and the honest student must still get every check.
+The attacks start from the student copy of exercise 1, which scores 0/10 as handed out: an
+attack that worked would raise that score.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from refimpl.__main__ import main as refimpl_main
+from refimpl.course import broken
+from refimpl.course.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
+from refimpl.course.sandbox import landlock_abi
+
+pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
+
+ROOT = Path(__file__).resolve().parents[1]
+ABI = landlock_abi()
+SLEEPER = "987.654"  # the orphan attack's long sleep, recognisable in /proc
+
+# name -> (code before the student's solution cell, code after it); {csv}, {outside}, {classmate} are filled in.
+ATTACKS: dict[str, tuple[str, str]] = {
+    "forged_result_and_exit": ("""
+import json, os, sys
+perfect = {"tables": [], "rows": [["check_block_manager", f"row{i}", True] for i in range(10)], "reason": None}
+for target in [*sys.argv[1:], "result.json", "../result.json"]:
+    try:
+        with open(target, "w") as handle:
+            json.dump(perfect, handle)
+    except OSError:
+        pass
+os._exit(0)
+""", ""),
+    "forged_answers": ("""
+import json, os, struct, sys
+def frame(message):
+    data = json.dumps(message).encode()
+    os.write(int(sys.argv[1]), struct.pack(">I", len(data)) + data)
+frame({"ready": True, "problem": None, "missing": []})
+for _ in range(200):
+    frame({"ok": None, "state": {"l": []}})
+""", ""),
+    "patched_runner": ("", """
+import sys
+import refimpl.course
+import refimpl.course.report
+runner = sys.modules["__main__"]
+runner._answer = lambda run, state: {"ok": None, "state": {"l": []}}
+runner._run_graders = lambda *args, **kwargs: {"tables": [], "rows": [], "reason": None}
+refimpl.course.check_block_manager = lambda *args, **kwargs: None
+refimpl.course.report.CheckResult.passed = property(lambda self: True)
+"""),
+    "profile_off_and_delegate": ("", """
+import sys
+import refimpl.paged
+
+class BlockManager(refimpl.paged.BlockManager):
+    def __init__(self, num_blocks, block_size):
+        sys.setprofile(None)
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+
+    def allocate(self, seq, num_cached_blocks):
+        sys.setprofile(None)
+        return super().allocate(seq, num_cached_blocks)
+"""),
+    "reload_the_reference": ("", """
+import importlib
+import refimpl.paged.block_manager as module
+fresh = importlib.reload(module)
+
+class BlockManager(fresh.BlockManager):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""),
+    "run_the_solution": ("", """
+import json, pathlib, refimpl
+solution = pathlib.Path(refimpl.__file__).resolve().parents[1] / "notebooks/exercises/solutions/01_block_manager.ipynb"
+for cell in json.loads(solution.read_text())["cells"]:
+    if cell["metadata"].get("refimpl_course", {}).get("role") == "solution":
+        exec("".join(cell["source"]))
+"""),
+    "orphan_rewrites_grades": ("""
+import os, shutil, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        if os.fork() == 0:
+            os.execv(shutil.which("sleep"), ["sleep", "987.654"])
+        end = time.time() + 8
+        while time.time() < end:
+            try:
+                with open({csv!r}, "a") as handle:
+                    handle.write("orphan,01_block_manager,10,10,,\\n")
+            except OSError:
+                pass
+            time.sleep(0.05)
+    os._exit(0)
+""", ""),
+    "writes_outside": ("""
+for target in ({outside!r}, {classmate!r}, {csv!r}):
+    try:
+        with open(target, "a") as handle:
+            handle.write("written by another student's code")
+    except OSError:
+        pass
+""", ""),
+    "memory_hog": ("hog = bytearray(64 * 2**30)\n", ""),
+}
+if ABI >= 6:  # signals leave the sandbox only where Landlock scopes them; elsewhere this would kill the test
+    ATTACKS["kill_the_grader"] = ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "")
+NEEDS_READ_LIMITS = {"reload_the_reference", "run_the_solution"}  # defeated by Landlock's read rules
+
+# name -> file content: not notebooks, or notebooks whose metadata is malformed
+MALFORMED: dict[str, bytes] = {
+    "not_json": b"this is not json {",
+    "empty_object": b"{}",
+    "binary": bytes(range(256)) * 4,
+    "cells_not_a_list": json.dumps({"cells": "x", "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(),
+}
+
+
+def _student_copy() -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / STUDENT_DIR / "01_block_manager.ipynb", as_version=4)
+
+
+def _with_attack(before: str, after: str) -> nbformat.NotebookNode:
+    nb = _student_copy()
+    cell = next(c for c in nb.cells if cell_role(c) == "solution")
+    cell.source = before + "\n" + cell.source + "\n" + after
+    return nb
+
+
+def _malformed_notebooks() -> dict[str, nbformat.NotebookNode]:
+    string_metadata = _student_copy()
+    string_metadata.metadata["refimpl_course"] = "01_block_manager"
+    list_exercise = _student_copy()
+    list_exercise.metadata["refimpl_course"] = {"exercise": ["01_block_manager", "04_packed_layout"]}
+    other_exercise = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)  # handed in as exercise 1
+    source_not_text = _student_copy()
+    source_not_text.cells[1]["source"] = 42
+    garbage_frame = _with_attack("import os, sys\nos.write(int(sys.argv[1]), b'\\xff\\xff\\xff\\xffnot a frame')\n", "")
+    not_an_object = _with_attack("import os, sys\nos.write(int(sys.argv[1]), b'\\x00\\x00\\x00\\x05[1,2]')\nos._exit(3)\n", "")
+    return {
+        "metadata_is_a_string": string_metadata,
+        "exercise_is_a_list": list_exercise,
+        "another_exercise": other_exercise,
+        "source_not_text": source_not_text,
+        "garbage_frame": garbage_frame,
+        "answer_not_an_object": not_an_object,
+    }
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and SLEEPER in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """Grade the whole class once: {student: csv row}, the printed output, and the paths involved."""
+    root = tmp_path_factory.mktemp("course")
+    submissions, grades = root / "submissions", root / "grades"
+    grades.mkdir()
+    csv_path, outside = grades / "grades.csv", root / "outside.txt"
+    classmate = submissions / "zz_honest" / "01_block_manager.ipynb"
+    paths = []
+    for name, (before, after) in ATTACKS.items():
+        fill = {"csv": str(csv_path), "outside": str(outside), "classmate": str(classmate)}
+        nb = _with_attack(before.replace("{csv!r}", repr(fill["csv"])).replace("{outside!r}", repr(fill["outside"]))
+                          .replace("{classmate!r}", repr(fill["classmate"])), after)
+        paths.append(_write(submissions / name / "01_block_manager.ipynb", nbformat.writes(nb).encode()))
+    for name, nb in _malformed_notebooks().items():
+        paths.append(_write(submissions / name / "01_block_manager.ipynb", nbformat.writes(nb).encode()))
+    for name, content in MALFORMED.items():
+        paths.append(_write(submissions / name / "01_block_manager.ipynb", content))
+    if hasattr(broken, "_ConfigurableScheduler"):  # the course's own complete copy of the reference scheduler
+        nb = nbformat.read(ROOT / STUDENT_DIR / "03_scheduler.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if cell_role(c) == "solution")
+        cell.source += "\n\nfrom refimpl.course.broken import _ConfigurableScheduler as Scheduler\n"
+        paths.append(_write(submissions / "course_copy" / "03_scheduler.ipynb", nbformat.writes(nb).encode()))
+    honest = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
+    paths.append(_write(classmate, honest))
+    started = time.monotonic()
+    status = refimpl_main(["grade", "--quiet", "--timeout", "60", "--csv", str(csv_path), *map(str, paths)])
+    seconds = time.monotonic() - started
+    written = csv_path.read_text()
+    time.sleep(1.0)  # an orphan that survived would rewrite the grade file now
+    rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+    return {"status": status, "rows": rows, "written": written, "csv": csv_path, "outside": outside,
+            "classmate": classmate, "honest": honest, "paths": paths, "seconds": seconds}
+
+
+def _write(path: Path, content: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def test_the_honest_student_keeps_every_check(graded_class):
+    row = graded_class["rows"]["zz_honest"]
+    assert (row["passed"], row["checks"], row["reason"]) == ("10", "10", "")
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_no_attack_raises_the_score(graded_class, attack):
+    if attack in NEEDS_READ_LIMITS and ABI == 0:
+        pytest.skip("reading the solutions or the reference's source is only refused where Landlock is available")
+    row = graded_class["rows"][attack]
+    assert (row["exercise"], row["passed"], row["checks"]) == ("01_block_manager", "0", "10"), row
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED) + sorted(_malformed_notebooks()))
+def test_a_malformed_notebook_is_one_row_with_its_reason(graded_class, name):
+    row = graded_class["rows"][name]
+    assert (row["passed"], row["checks"]) == ("0", "10"), row  # named 01_block_manager.ipynb: its 10 checks count
+    assert row["reason"], row
+
+
+def test_every_notebook_has_its_row_and_the_total_counts_every_check(graded_class, capsys):
+    rows = graded_class["rows"]
+    assert len(rows) == len(graded_class["paths"])
+    assert graded_class["status"] == 1
+    total = sum(int(r["checks"]) for r in rows.values())
+    assert total == 10 * len(rows) + (1 if "course_copy" in rows else 0)  # exercise 3 has 11 checks
+    assert sum(int(r["passed"]) for r in rows.values()) == 10  # the honest student's, nobody else's
+
+
+def test_reasons_say_what_happened(graded_class):
+    rows = graded_class["rows"]
+    assert "its code ended the process running it while its cells ran (exit code 0)" in rows["forged_result_and_exit"]["reason"]
+    assert "uses the reference (refimpl.paged.block_manager.BlockManager.__init__)" in rows["profile_off_and_delegate"]["reason"]
+    assert "cell 4 raised MemoryError" in rows["memory_hog"]["reason"]
+    assert "left 2 processes running after grading (killed)" in rows["orphan_rewrites_grades"]["reason"]
+    assert "not an answer" in rows["garbage_frame"]["reason"] and "not an answer" in rows["answer_not_an_object"]["reason"]
+    assert "its metadata names exercise 04_packed_layout, but the file is named 01_block_manager.ipynb" in rows["another_exercise"]["reason"]
+    assert "refimpl_course metadata is a str" in rows["metadata_is_a_string"]["reason"]
+    assert "refimpl_course.exercise is a list" in rows["exercise_is_a_list"]["reason"]
+    assert "cannot read it as a notebook" in rows["not_json"]["reason"]
+    if "course_copy" in rows:
+        assert "uses the reference (refimpl.course.broken._ConfigurableScheduler.schedule)" in rows["course_copy"]["reason"]
+    if ABI:
+        assert "PermissionError" in rows["run_the_solution"]["reason"]
+        assert "PermissionError" in rows["reload_the_reference"]["reason"]
+    if "kill_the_grader" in rows:
+        assert "cell 4 raised PermissionError" in rows["kill_the_grader"]["reason"]
+
+
+def test_nothing_outlives_the_grader_or_changes_its_files(graded_class):
+    assert _sleepers() == []
+    assert graded_class["csv"].read_text() == graded_class["written"]  # nobody rewrote it after the run
+    assert "orphan,01_block_manager,10,10" not in graded_class["written"]
+    assert graded_class["classmate"].read_bytes() == graded_class["honest"]
+    if ABI:
+        assert not graded_class["outside"].exists()  # refused, not just noticed
+
+
+def test_without_the_sandbox_writes_to_other_files_still_void_the_score(tmp_path):
+    """--no-sandbox (or no Landlock): the write happens, is noticed, and the classmate is graded on what they handed in."""
+    csv_path = tmp_path / "grades.csv"
+    classmate = tmp_path / "b_honest" / "01_block_manager.ipynb"
+    honest = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
+    before = f"for target in ({str(classmate)!r}, {str(csv_path)!r}):\n    open(target, 'a').write('x')\n"
+    attacker = _write(tmp_path / "a_attacker" / "01_block_manager.ipynb", nbformat.writes(_with_attack(before, "")).encode())
+    _write(classmate, honest)
+    assert refimpl_main(["grade", "--quiet", "--no-sandbox", "--csv", str(csv_path), str(attacker), str(classmate)]) == 1
+    rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+    assert rows["a_attacker"]["passed"] == "0"
+    assert re.search(r"changed files it must not touch \(.*b_honest/01_block_manager.ipynb, .*grades.csv\)", rows["a_attacker"]["reason"])
+    assert (rows["b_honest"]["passed"], rows["b_honest"]["checks"]) == ("10", "10")  # graded on the bytes read before
+    assert list(csv.reader(csv_path.open()))[0][0] == "notebook" and "x" not in csv_path.read_text().splitlines()[-1][-1:]
