@@ -22,6 +22,7 @@ import pytest
 from refimpl.__main__ import main as refimpl_main
 from refimpl.course import broken
 from refimpl.course.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
+from refimpl.course.grading import grade_notebook
 from refimpl.course.sandbox import landlock_abi
 
 pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
@@ -286,3 +287,18 @@ def test_without_the_sandbox_writes_to_other_files_still_void_the_score(tmp_path
     assert re.search(r"changed files it must not touch \(.*b_honest/01_block_manager.ipynb, .*grades.csv\)", rows["a_attacker"]["reason"])
     assert (rows["b_honest"]["passed"], rows["b_honest"]["checks"]) == ("10", "10")  # graded on the bytes read before
     assert list(csv.reader(csv_path.open()))[0][0] == "notebook" and "x" not in csv_path.read_text().splitlines()[-1][-1:]
+
+
+def test_a_crash_inside_a_method_fails_only_the_rows_that_reach_it(tmp_path):
+    """os._exit inside deallocate: each scenario that frees ends its process (exit code shown), the next starts a fresh one."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if cell_role(c) == "solution" and "def deallocate(" in c.source)
+    cell.source = cell.source.replace('        """Drop the sequence\'s references, last block first."""\n',
+                                      '        """Drop the sequence\'s references, last block first."""\n        import os\n        os._exit(7)\n')
+    path = _write(tmp_path / "01_block_manager.ipynb", nbformat.writes(nb).encode())
+    grade = grade_notebook(path, timeout=60)
+    passed = {check for _, check, ok in grade.rows if ok}
+    assert passed == {"allocate_from_head", "append_at_block_boundary"}, grade.tables
+    assert grade.num_checks == 10
+    assert grade.reason == "its code ended the process running it (exit code 7)"
+    assert "found    it ended (exit code 7)" in grade.tables[0]

@@ -210,7 +210,7 @@ def _decode(data: Any, depth: int) -> Any:
         if not body[0] or not all(isinstance(name, str) for name in body[0]):
             raise ProtocolError("an exception without a type name")
         return student_exception(body[0], body[1])
-    raise ProtocolError(f"a value with an unknown tag {tag!r}")
+    raise ProtocolError(f"a value tagged {str(tag)[:20]!r} that is not in the grader's encoding")
 
 
 def _is_text_pair(body: Any) -> bool:
