@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -154,6 +155,8 @@ def main(args: argparse.Namespace) -> int:
     from refimpl.course.exercises import EXERCISES
     from refimpl.course.grading import GradingSettings, NotebookGrade, grade_missing, grade_notebook
 
+    if os.name != "posix":
+        args.parser_error("grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works everywhere")
     paths = expand_folders(args.notebooks, args.parser_error)
     contents = _read_all(paths)
     watched = [p for p in paths if p.is_file()]

@@ -124,8 +124,10 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
 
 def prepare(payload: dict) -> None:
     """Everything that happens before the first student cell: limits, imports, sandbox, traps."""
+    from refimpl.course.processes import die_with_parent
     from refimpl.course.sandbox import FileRules, Limits, restrict
 
+    die_with_parent()
     Limits(**payload["limits"]).apply()
     import refimpl.course  # noqa: F401 - the set-up cells import it; the traps need it loaded
     import refimpl.course.paged_worlds  # noqa: F401

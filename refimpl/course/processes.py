@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 1, 36, 37
 ProcessKey = tuple[int, int]  # (pid, start time in clock ticks): a pid alone may be reused
 
 
@@ -47,6 +47,14 @@ def subreaper() -> Iterator[bool]:
     finally:
         if enabled and not previous.value:
             prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def die_with_parent() -> None:
+    """Have the kernel kill this process when its parent ends (Linux `PR_SET_PDEATHSIG`): a grading
+    child must not outlive a grader that was killed outright."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _process_table() -> dict[int, tuple[int, int, str]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import site
 import sys
 from dataclasses import dataclass
@@ -47,7 +46,10 @@ class Limits:
     open_files: int = 256
 
     def apply(self) -> None:
-        """Lower this process's limits (a limit that is already lower stays as it is)."""
+        """Lower this process's limits (a limit that is already lower stays as it is; one the
+        system does not offer, such as the address space on macOS, is skipped)."""
+        import resource
+
         for which, value in (
             (resource.RLIMIT_DATA, self.data_bytes),
             (resource.RLIMIT_AS, self.address_space_bytes),
@@ -55,9 +57,12 @@ class Limits:
             (resource.RLIMIT_FSIZE, self.file_bytes),
             (resource.RLIMIT_NOFILE, self.open_files),
         ):
-            soft, hard = resource.getrlimit(which)
-            new = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (new, new))
+            try:
+                _, hard = resource.getrlimit(which)
+                new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                resource.setrlimit(which, (new, new))
+            except (ValueError, OSError):
+                continue
 
 
 # --- Landlock (Linux): see the kernel's Documentation/userspace-api/landlock.rst
