@@ -132,7 +132,8 @@ def read_notebook(path: Path, content: bytes | None = None):
     if len(content) > MAX_NOTEBOOK_BYTES:
         raise ValueError(f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
-        notebook = nbformat.reads(content.decode("utf-8"), as_version=4)
+        # capture_validation_error: a schema problem is ours to report (below), not a log line
+        notebook = nbformat.reads(content.decode("utf-8"), as_version=4, capture_validation_error={})
     except Exception as exc:  # not UTF-8, not JSON, not a notebook: nbformat raises many kinds
         raise ValueError(f"cannot read it as a notebook: {type(exc).__name__}: {str(exc)[:120]}") from None
     cells = notebook.get("cells")

@@ -70,12 +70,11 @@ def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
     from refimpl.course.reference_code import ReferenceUsed
 
     try:
-        result = run()
+        answer = {"ok": wire.encode(run())}
     except ReferenceUsed as used:
         return {"reference": used.qualified_name}
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - raised by the student's code, or by its result's methods
         return {"raised": wire.encode(exc)}
-    answer = {"ok": wire.encode(result)}
     if state is not None:
         try:
             answer["state"] = wire.encode(state())

@@ -173,10 +173,6 @@ class ReferenceGuard:
             self.names[function.__code__] = f"{function.__module__}.{function.__qualname__}"
         self.called: str | None = None
 
-    @classmethod
-    def for_methods(cls, owner: type, method_names: Iterable[str]) -> "ReferenceGuard":
-        return cls(vars(owner)[name] for name in method_names)
-
     @contextmanager
     def watch(self) -> Iterator[None]:
         """Record (in `called`) the first guarded function that starts inside the block."""
