@@ -85,6 +85,19 @@ class BlockManager(fresh.BlockManager):
     def __init__(self, num_blocks, block_size):
         super().__init__(num_blocks, block_size, enable_prefix_caching=False)
 """),
+    "reference_via_fresh_python": ("", """
+import subprocess, sys
+source = subprocess.run(
+    [sys.executable, "-c", "import inspect, refimpl.paged.block_manager as m; print(inspect.getsource(m))"],
+    capture_output=True, text=True, check=True,
+).stdout
+namespace = {"__name__": "refimpl.paged.block_manager"}
+exec(source, namespace)
+
+class BlockManager(namespace["BlockManager"]):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""),
     "run_the_solution": ("", """
 import json, pathlib, refimpl
 solution = pathlib.Path(refimpl.__file__).resolve().parents[1] / "notebooks/exercises/solutions/01_block_manager.ipynb"
@@ -121,7 +134,7 @@ for target in ({outside!r}, {classmate!r}, {csv!r}):
 }
 if ABI >= 6:  # signals leave the sandbox only where Landlock scopes them; elsewhere this would kill the test
     ATTACKS["kill_the_grader"] = ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "")
-NEEDS_READ_LIMITS = {"reload_the_reference", "run_the_solution"}  # defeated by Landlock's read rules
+NEEDS_READ_LIMITS = {"reload_the_reference", "reference_via_fresh_python", "run_the_solution"}  # defeated by Landlock's read rules
 
 # name -> file content: not notebooks, or notebooks whose metadata is malformed
 MALFORMED: dict[str, bytes] = {
@@ -260,6 +273,7 @@ def test_reasons_say_what_happened(graded_class):
     if ABI:
         assert "PermissionError" in rows["run_the_solution"]["reason"]
         assert "PermissionError" in rows["reload_the_reference"]["reason"]
+        assert "CalledProcessError" in rows["reference_via_fresh_python"]["reason"]  # the fresh Python could not read it either
     if "kill_the_grader" in rows:
         assert "cell 4 raised PermissionError" in rows["kill_the_grader"]["reason"]
 
