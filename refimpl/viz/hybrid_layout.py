@@ -381,7 +381,7 @@ def draw_v4_layer(ratios: Sequence[int] = (4, 128), title: str = "What one DeepS
     """One panel per layer kind: writer -> cache (coloured by kind) -> reader, in registration order."""
     _check_ratios(ratios)
     heights = [len(V4_LAYER_CACHES[r]) + 1.2 for r in ratios]
-    fig = Figure(figsize=(11, 0.55 * sum(heights) + 0.9))
+    fig = Figure(figsize=(9, 0.55 * sum(heights) + 0.9))
     axes = fig.subplots(len(ratios), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     for ax, ratio in zip(axes, ratios):
         rows = V4_LAYER_CACHES[ratio]
@@ -445,7 +445,7 @@ def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Fi
     n = num_positions
     rows = list(STRIP_ROWS)
     rows.insert(rows.index("c4") + 1, "window")
-    fig = Figure(figsize=(min(0.5 * n + 2.8, 13), 0.5 * len(rows) + 1.7))
+    fig = Figure(figsize=(min(0.45 * n + 2.4, 9), 0.5 * len(rows) + 1.7))
     ax = fig.add_subplot()
     for row, kind in enumerate(rows):
         y = -row
@@ -476,8 +476,8 @@ def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Fi
         ax.spines[side].set_visible(False)
     ax.set_xlim(0, n)
     ax.set_ylim(-len(rows) + 0.5, 1.1)
-    ax.set_title(title or "token positions (top): a coloured cell where the position writes that cache, "
-                 "white where it writes nothing", fontsize=9)
+    ax.set_title(title or "token positions (top): a coloured cell where a position writes that cache",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
