@@ -325,3 +325,13 @@ def test_the_references_helpers_count_as_the_reference():
     assert report.num_passed == 0
     assert "BlockManager._prefix_hits" in report.results[0].divergence.found
     assert course.check_prefix_cache(OwnMatchOnTop, verbose=False, allow_reference=True).num_passed > 0
+
+
+@pytest.mark.slow
+def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
+    from refimpl.course.remote import ChildSettings, GradingChild, StartFailed
+
+    with GradingChild(ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]), timeout=60) as child:
+        with pytest.raises(StartFailed, match=r"the grader could not set up the process for its code \(ValueError: check_name must be"):
+            child.start()
+        assert child.process is None and child.stray == 0

@@ -142,7 +142,12 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     request = wire.read_request(sock)
     payload = request[1]
-    prepare(payload)
+    try:
+        prepare(payload)
+    except Exception as exc:  # noqa: BLE001 - no student code has run yet: this is the grader's own problem
+        wire.send_answer(sock, {"setup_failed": f"{type(exc).__name__}: {exc}"})
+        return 2
+    wire.send_answer(sock, {"prepared": True})  # everything after this may come from the student's code
     sys.stdout = sys.stderr = _Discard()
     namespace, problem = run_cells(payload["cells"])
     targets = payload["targets"]

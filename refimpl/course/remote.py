@@ -128,6 +128,10 @@ class GradingChild:
         self.starts += 1
         try:
             self._spawn()
+            prepared = wire.read_answer(self.sock, self.deadline)  # sent before any student code runs
+            if "setup_failed" in prepared:
+                self._end(1.0)
+                raise StartFailed(f"the grader could not set up the process for its code ({clean_text(prepared['setup_failed'])})")
             answer = wire.read_answer(self.sock, self.deadline)
             if answer.get("ready") is not True:
                 raise wire.ProtocolError("no ready message")
@@ -142,6 +146,8 @@ class GradingChild:
         except wire.ProtocolError as exc:
             self._end(0)
             raise StartFailed(f"the process running its code sent something that is not an answer ({exc})") from None
+        except StartFailed:
+            raise
         except BaseException:
             self._end(0)
             raise
