@@ -284,11 +284,14 @@ def test_a_class_of_attacks_scores_nothing_and_the_honest_student_everything(tmp
 
 
 def test_without_the_sandbox_writes_to_other_files_still_void_the_score(tmp_path):
-    """--no-sandbox (or no Landlock): the write happens, is noticed, and the classmate is graded on what they handed in."""
-    csv_path = tmp_path / "grades.csv"
+    """--no-sandbox (or no Landlock): the writes happen, are noticed, the classmate is graded on what
+    they handed in, and a link put in place of the grade file is replaced, not followed."""
+    csv_path, victim = tmp_path / "grades.csv", tmp_path / "victim.txt"
+    victim.write_text("precious")
     classmate = tmp_path / "b_honest" / "01_block_manager.ipynb"
     honest = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
-    before = f"for target in ({str(classmate)!r}, {str(csv_path)!r}):\n    open(target, 'a').write('x')\n"
+    before = (f"import os\nopen({str(classmate)!r}, 'a').write('x')\n"
+              f"os.remove({str(csv_path)!r})\nos.symlink({str(victim)!r}, {str(csv_path)!r})\n")
     attacker = _write(tmp_path / "a_attacker" / "01_block_manager.ipynb", nbformat.writes(_with_attack(before, "")).encode())
     _write(classmate, honest)
     assert refimpl_main(["grade", "--quiet", "--no-sandbox", "--csv", str(csv_path), str(attacker), str(classmate)]) == 1
@@ -296,7 +299,8 @@ def test_without_the_sandbox_writes_to_other_files_still_void_the_score(tmp_path
     assert rows["a_attacker"]["passed"] == "0"
     assert re.search(r"changed files it must not touch \(.*b_honest/01_block_manager.ipynb, .*grades.csv\)", rows["a_attacker"]["reason"])
     assert (rows["b_honest"]["passed"], rows["b_honest"]["checks"]) == ("10", "10")  # graded on the bytes read before
-    assert list(csv.reader(csv_path.open()))[0][0] == "notebook" and "x" not in csv_path.read_text().splitlines()[-1][-1:]
+    assert not csv_path.is_symlink() and victim.read_text() == "precious"
+    assert [r[0] for r in csv.reader(csv_path.open())] == ["notebook", str(attacker), str(classmate)]
 
 
 def test_a_crash_inside_a_method_fails_only_the_rows_that_reach_it(tmp_path):

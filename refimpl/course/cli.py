@@ -85,27 +85,33 @@ class GradeSheet:
     """The CSV file: its header at once, then one row per notebook, each flushed as it is written.
 
     It remembers every row, and notices when the file changed behind its back (graded code
-    writing to it): `tampered()` says so, and `rewrite()` puts the rows back.
+    writing to it): `tampered()` says so, and `rewrite()` puts the rows back, into a new file
+    (a link put in its place is removed, never followed).
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.path = path.resolve()
         self.rows: list[list[str]] = [CSV_HEADER]
-        self.rewrite()
-
-    def write(self, row: list[str]) -> None:
-        self.rows.append(row)
-        with self.path.open("a", newline="") as handle:
-            csv.writer(handle).writerow(row)
-        self._seen = _signature(self.path)
-
-    def rewrite(self) -> None:
         with self.path.open("w", newline="") as handle:
             csv.writer(handle).writerows(self.rows)
         self._seen = _signature(self.path)
 
+    def write(self, row: list[str]) -> None:
+        self.rows.append(row)
+        self._write([row], os.O_WRONLY | os.O_APPEND)
+
+    def rewrite(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._write(self.rows, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
     def tampered(self) -> bool:
         return _signature(self.path) != self._seen
+
+    def _write(self, rows: list[list[str]], flags: int) -> None:
+        fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+        self._seen = _signature(self.path)
 
 
 def _signature(path: Path) -> tuple | None:

@@ -15,8 +15,9 @@ of that exercise, failed, when it could not be graded.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from refimpl.course.exercises import EXERCISES, Exercise, cell_role, exercise_for
@@ -181,7 +182,7 @@ def _grade_program(
         cells=program,
         checks=[grader for grader, _ in exercise.checks],
         targets=[target for _, target in exercise.checks],
-        limits=settings.limits,
+        limits=replace(settings.limits, cpu_seconds=math.ceil(timeout) + 10),  # a backstop: the deadline ends it first
         protected=tuple(sorted({*settings.protected, str(path.resolve().parent), *solution_folders()})),
         sandbox=settings.sandbox,
     )
