@@ -77,9 +77,14 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
 # Exercises: student copies are generated from the executed solution notebooks (never edited by hand).
-.PHONY: exercises check-exercises
+.PHONY: exercises check-exercises student-bundle
 exercises: $(STAMP)
 	$(BIN)/python -m refimpl.course.exercises generate
+
+# What students get: every tracked file but the solutions and the instructor guide, as
+# dist/student-bundle/ and dist/student-bundle.zip (see notebooks/exercises/README.md).
+student-bundle: $(STAMP)
+	$(BIN)/python -m refimpl.course.bundle dist/student-bundle
 
 check-exercises: $(STAMP)
 	$(BIN)/python -m refimpl.course.exercises check
