@@ -24,6 +24,7 @@ import refimpl.viz.kernels as kernels
 import refimpl.viz.paged as paged
 import refimpl.viz.scheduler_stepper as scheduler_stepper
 import refimpl.viz.softmax_stepper as softmax_stepper
+import refimpl.viz.split_kv as split_kv
 import refimpl.viz.timeline as timeline
 import refimpl.viz.v4_engine as v4_engine
 import refimpl.viz.v4_layer as layer_viz
@@ -245,6 +246,37 @@ def softmax_frames():
     out = reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
     drawer = softmax_stepper.softmax_drawer(keys @ q[0, 0] / math.sqrt(8), out)
     return _stepper_figures(Stepper(frames, drawer, softmax_stepper.softmax_state_text))
+
+
+def sm_occupancy():
+    return split_kv.draw_sm_occupancy(4, 8, [1, 8], 132)
+
+
+def merge_frames():
+    """Chapter 07's merge stepper: sequence 0, query head 0, chunks of 4 positions."""
+    import torch
+
+    from refimpl.kernels import reference
+    from refimpl.kernels.online_softmax import PartialMerge, chunk_partials
+
+    generator = torch.Generator().manual_seed(0)
+    k = torch.randn(8, 4, 2, 8, generator=generator)
+    v = torch.randn(8, 4, 2, 8, generator=generator)
+    q = torch.randn(1, 4, 8, generator=generator)
+    table = torch.tensor([[5, 2, 7]], dtype=torch.int32)
+    lens = torch.tensor([10], dtype=torch.int32)
+    parts = chunk_partials(q[0, 0], k, v, 10, table[0], kv_head=0, tokens_per_split=4, block_n=3)
+    out = reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
+    stepper = Stepper(split_kv.merge_frames(PartialMerge(parts)), split_kv.merge_drawer(out), split_kv.merge_state_text)
+    return _stepper_figures(stepper)
+
+
+def decode_timings():
+    """A record in the format benchmarks/kernels_gpu.py writes, three decode shapes (made-up numbers)."""
+    shapes = [dict(batch=b, context=c, num_heads=32, num_kv_heads=8, head_dim=128, dtype="float16", block_size=16,
+                   kv_bytes=2 * b * c * 8 * 128 * 2, sdpa_ms=0.1 * b * c / 65536, unsplit_ms=0.5 * b * c / 65536,
+                   split_ms=0.2 * b * c / 65536, auto_splits=3) for b, c in ((32, 2048), (64, 512), (4, 8192))]
+    return split_kv.draw_decode_timings(dict(machine="A GPU", torch="2", triton="3", copy_gbps=4000.0, decode=shapes))
 
 
 def prefill_mask():
@@ -511,6 +543,9 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "step_inputs": (engine.draw_step_inputs, step_inputs),
     "paged_layout": (kernels.draw_paged_layout, paged_layout),
     "softmax_state": (softmax_stepper.draw_softmax_state, softmax_frames),
+    "sm_occupancy": (split_kv.draw_sm_occupancy, sm_occupancy),
+    "merge_state": (split_kv.draw_merge_state, merge_frames),
+    "decode_timings": (split_kv.draw_decode_timings, decode_timings),
     "prefill_mask": (kernels.draw_prefill_mask, prefill_mask),
     "reuse_by_block_size": (kernels.draw_reuse_by_block_size, reuse_by_block_size),
     "overlapping_windows": (layer_viz.draw_overlapping_windows, overlapping_windows),

@@ -122,7 +122,7 @@ def draw_merge_state(state: MergeState, final_output: Sequence[float], dims: int
         colour = (TILE_COLOR if i == state.count - 1 else READ_COLOR if i < state.count else UNREAD_COLOR)
         ax.bar(p.start, p.m, width=p.stop - p.start, align="edge", color=colour, edgecolor="black", linewidth=0.4)
         ax.text(p.start + (p.stop - p.start) / 2, p.m, f"l={p.l:.2f}", ha="center",
-                va="bottom" if p.m >= 0 else "top", fontsize=7)
+                va="bottom" if p.m >= 0 else "top", fontsize=8)
     if state.merged is not None:
         ax.axhline(state.merged.m, color="black", linestyle="--", linewidth=1)
     ax.axhline(0, color="black", linewidth=0.5)
@@ -185,7 +185,8 @@ def draw_decode_timings(record: dict) -> Figure:
         ax.set_ylabel(unit, fontsize=9)
         ax.set_title(title, fontsize=9)
         ax.tick_params(labelsize=8)
-    time_ax.legend(fontsize=7, frameon=False)
-    bw_ax.legend(fontsize=7, frameon=False, loc="lower right")
+    time_ax.legend(fontsize=8, frameon=False, loc="best")
+    bw_ax.set_ylim(0, 1.4 * max(copy, *(s["kv_bytes"] / min(s["unsplit_ms"], s["split_ms"]) / 1e6 for s in shapes)))
+    bw_ax.legend(fontsize=8, frameon=False, loc="upper right")  # above the copy line: the axis leaves room
     fig.suptitle(f"measured on {record['machine']}", fontsize=9)
     return fig
