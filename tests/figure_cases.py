@@ -228,11 +228,11 @@ def paged_layout():
     return kernels.draw_paged_layout([[5, 2, 7], [1, 3]], [10, 6], 4, 8)
 
 
-def softmax_frames():
+def _decode_case():
+    """Chapter 07's decode example: (q, k_cache, v_cache, block_table, seqlens, the twin's output)."""
     import torch
 
     from refimpl.kernels import reference
-    from refimpl.kernels.online_softmax import OnlineSoftmax
 
     generator = torch.Generator().manual_seed(0)
     k = torch.randn(8, 4, 2, 8, generator=generator)
@@ -240,10 +240,17 @@ def softmax_frames():
     q = torch.randn(1, 4, 8, generator=generator)
     table = torch.tensor([[5, 2, 7]], dtype=torch.int32)
     lens = torch.tensor([10], dtype=torch.int32)
+    return q, k, v, table, lens, reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
+
+
+def softmax_frames():
+    from refimpl.kernels import reference
+    from refimpl.kernels.online_softmax import OnlineSoftmax
+
+    q, k, v, table, lens, out = _decode_case()
     walk = OnlineSoftmax(q[0, 0], k, v, seqlen=10, block_table=table[0], kv_head=0, block_n=3)
     frames = softmax_stepper.softmax_frames(walk)
     keys = reference.gather_kv(k, table, lens, 10)[0, :, 0]
-    out = reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
     drawer = softmax_stepper.softmax_drawer(keys @ q[0, 0] / math.sqrt(8), out)
     return _stepper_figures(Stepper(frames, drawer, softmax_stepper.softmax_state_text))
 
@@ -254,19 +261,10 @@ def sm_occupancy():
 
 def merge_frames():
     """Chapter 07's merge stepper: sequence 0, query head 0, chunks of 4 positions."""
-    import torch
-
-    from refimpl.kernels import reference
     from refimpl.kernels.online_softmax import PartialMerge, chunk_partials
 
-    generator = torch.Generator().manual_seed(0)
-    k = torch.randn(8, 4, 2, 8, generator=generator)
-    v = torch.randn(8, 4, 2, 8, generator=generator)
-    q = torch.randn(1, 4, 8, generator=generator)
-    table = torch.tensor([[5, 2, 7]], dtype=torch.int32)
-    lens = torch.tensor([10], dtype=torch.int32)
+    q, k, v, table, _, out = _decode_case()
     parts = chunk_partials(q[0, 0], k, v, 10, table[0], kv_head=0, tokens_per_split=4, block_n=3)
-    out = reference.paged_decode_attention(q, k, v, lens, table)[0, 0]
     stepper = Stepper(split_kv.merge_frames(PartialMerge(parts)), split_kv.merge_drawer(out), split_kv.merge_state_text)
     return _stepper_figures(stepper)
 
