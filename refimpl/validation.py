@@ -29,3 +29,17 @@ def check_positive_int(name: str, value: object) -> int:
     if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return `value` if it is True or False, else raise a TypeError naming it (1, "yes" and None
+    are refused: a flag given as anything else is almost always a mistake)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_instance(name: str, value: object, expected: type) -> None:
+    """Raise a TypeError naming the argument unless `value` is an `expected` (or a subclass)."""
+    if not isinstance(value, expected):
+        raise TypeError(f"{name} must be a {expected.__name__}, got {type(value).__name__} {value!r:.80}")
