@@ -8,7 +8,7 @@ again in `allocate`, and in `hash_blocks`), `len(seq) % block_size == 1` for blo
 no argument checks. It is written here, not copied, and imports nothing from refimpl, so a change
 to refimpl can never speed up or slow down the yardstick.
 
-`tests/paged_reference.py` restates the same rules for lockstep tests (keyed by seq_id, built for
+`tests/nanovllm_oracle.py` restates the same rules for lockstep tests (keyed by seq_id, built for
 clarity); this copy keeps nano-vllm's object layout so that its speed is nano-vllm's speed.
 The smoke test of the benchmark checks that both loops produce the same schedule.
 """

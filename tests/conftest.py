@@ -1,8 +1,8 @@
 """Shared test settings and fixtures: small, reproducible hypothesis runs, single-threaded torch
 per worker, and one tiny checkpoint per worker session.
 
-Literal restatements of upstream and workload strategies live in `paged_reference.py` (Part I)
-and `hybrid_reference.py` (Part II); test files import those, never each other.
+Literal restatements of upstream and workload strategies live in `nanovllm_oracle.py` (Part I)
+and `hybrid_helpers.py` (Part II); test files import those, never each other.
 """
 
 import os

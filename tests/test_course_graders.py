@@ -5,8 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 
 import refimpl.course as course
 from refimpl.course import broken
@@ -14,8 +13,8 @@ from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
 from refimpl.course.lockstep import Lockstep, first_difference, run_check
 from refimpl.course.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from refimpl.course.paged_worlds import LockstepManagerDriver, manager_state
-from refimpl.hybrid.grouping import approximate_gcd, padding_curve
-from refimpl.hybrid.layout import get_packed_kv_cache_layout
+from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
+from refimpl.hybrid.older_planners import get_kv_cache_config_b, get_packed_kv_cache_layout
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -214,25 +213,25 @@ def test_wrapping_a_reference_object_fails():
 
 
 def test_handing_in_the_reference_function_fails():
-    from refimpl.hybrid.layout import get_kv_cache_config
+    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config
 
     gcd_report = course.check_approximate_gcd(approximate_gcd, verbose=False)
-    assert gcd_report.num_passed == 0 and "grouping.approximate_gcd" in gcd_report.results[0].divergence.found
+    assert gcd_report.num_passed == 0 and "kv_cache_planning.approximate_gcd" in gcd_report.results[0].divergence.found
 
     def from_the_padding_curve(values, lower_bound=None):  # the reference's table, only the pick is "own"
         curve = padding_curve(values, lower_bound)
         return min(curve, key=lambda d: (curve[d], -d))
 
     curve_report = course.check_approximate_gcd(from_the_padding_curve, verbose=False)
-    assert curve_report.num_passed == 0 and "grouping.padding_curve" in curve_report.results[0].divergence.found
+    assert curve_report.num_passed == 0 and "kv_cache_planning.padding_curve" in curve_report.results[0].divergence.found
 
     def through_the_config(groups):  # the reference's answer, reached through a public entry point
-        config = get_kv_cache_config(groups, 2**30, layout_version="B")
+        config = get_kv_cache_config_b(groups, 2**30)
         return config.kv_cache_tensors[0].block_stride, {t.offset: list(t.shared_by) for t in config.kv_cache_tensors}
 
     layout_report = course.check_packed_layout(through_the_config, verbose=False)
     assert layout_report.num_passed == 0
-    assert "layout.get_packed_kv_cache_layout" in layout_report.results[0].divergence.found
+    assert "older_planners.get_packed_kv_cache_layout" in layout_report.results[0].divergence.found
 
 
 def test_first_difference_shows_only_differing_hash_entries():

@@ -15,7 +15,7 @@ from refimpl.hybrid.addressing import (
     swa_window_positions,
 )
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
-from refimpl.hybrid.specs import FullAttentionSpec, SlidingWindowSpec
+from refimpl.hybrid.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 from refimpl.kernels.reference_v4 import compressed_slot_mapping, compute_swa_indices_and_lens
 
 

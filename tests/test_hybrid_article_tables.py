@@ -7,15 +7,21 @@ offsets that follow registration order, the null block), both numbers are assert
 
 import torch
 
-from refimpl.hybrid import comparison
+from refimpl.course import article_comparison
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import approximate_gcd, group_and_unify_kv_cache_specs, padding_curve, split_bucket
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import GIB, get_kv_cache_config, get_packed_kv_cache_layout
-from refimpl.hybrid.specs import KVCacheGroupSpec, cdiv, round_up
+from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
+from refimpl.hybrid.older_planners import (
+    get_kv_cache_config_b,
+    get_kv_cache_groups_b,
+    group_and_unify_kv_cache_specs,
+    split_bucket,
+)
+from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_config, get_kv_cache_groups
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, cdiv, round_up
 from refimpl.hybrid.tensors import allocate_kv_cache
 
-ARTICLE = comparison.ARTICLE_FIGURES
+ARTICLE = article_comparison.ARTICLE_FIGURES
 PRO = v4.kv_cache_specs("pro")
 ROWS = {r["kind"]: r for r in v4.page_size_rows(PRO)}
 
@@ -72,7 +78,7 @@ def test_approximate_gcd_and_split():
         assert approximate_gcd(order, lower_bound=order[0]) == ARTICLE["gcd"]
     curve = padding_curve([31, 61, 31, 30], 31)
     assert {d: curve[d] for d in ARTICLE["gcd_padding"]} == ARTICLE["gcd_padding"]
-    groups = get_kv_cache_groups(PRO, layout_version="B")
+    groups = get_kv_cache_groups_b(PRO)
     assert [len(groups[1].layer_names), len(groups[2].layer_names)] == ARTICLE["swa_split"]
 
 
@@ -87,7 +93,7 @@ def test_gcd_walkthrough_per_value_and_round_up():
 
 
 def test_group_widths_same_set_different_order():
-    groups = get_kv_cache_groups(PRO, layout_version="B")
+    groups = get_kv_cache_groups_b(PRO)
     widths = [g.width_bytes for g in groups]
     article_widths = [w for _, w in ARTICLE["group_widths"]]
     assert widths == [1435968, 1160640, 1123200, 1017792, 1244160]
@@ -97,36 +103,36 @@ def test_group_widths_same_set_different_order():
 
 
 def test_five_group_stride_and_blocks():
-    cfg = get_kv_cache_config(get_kv_cache_groups(PRO, layout_version="B"), 10 * GIB, layout_version="B")
+    cfg = get_kv_cache_config_b(get_kv_cache_groups_b(PRO), 10 * GIB)
     assert cfg.block_stride == ARTICLE["five_group_stride"]
     assert cfg.num_blocks == ARTICLE["five_group_blocks_10gib"] and cfg.num_usable_blocks == 7476
 
 
 def test_hypothetical_two_group_layout():
-    groups = comparison.two_group_layout(PRO)
-    cfg = get_kv_cache_config(groups, 10 * GIB, layout_version="B")
+    groups = article_comparison.two_group_layout(PRO)
+    cfg = get_kv_cache_config_b(groups, 10 * GIB)
     assert cfg.block_stride == ARTICLE["two_group_stride"] == 61 * 37440
     assert cfg.num_blocks == ARTICLE["two_group_blocks_10gib"]
     _, by_offset = get_packed_kv_cache_layout(groups)
     at = {n: o for o, names in by_offset.items() for n in names}
     assert at["layers.60.swa_cache"] == ARTICLE["two_group_last_swa_offset"]
     for label, offset in ARTICLE["two_group_swa_offsets"]:
-        assert at[comparison.article_label_to_name(label)] == offset, label
+        assert at[article_comparison.article_label_to_name(label)] == offset, label
     assert [g.width_bytes for g in groups] == [ARTICLE["two_group_widths"]["MLA"], ARTICLE["two_group_widths"]["SWA"]]
     assert cfg.block_stride == max(ARTICLE["two_group_widths"].values())  # the SWA group sets the stride
 
 
 def test_article_offsets_need_the_article_layer_order():
-    article_groups = comparison.two_group_layout(PRO, article_order=True)
+    article_groups = article_comparison.two_group_layout(PRO, article_order=True)
     _, by_offset = get_packed_kv_cache_layout(article_groups)
     at = {n: o for o, names in by_offset.items() for n in names}
     for label, offset in ARTICLE["two_group_mla_offsets"]:
-        assert at[comparison.article_label_to_name(label)] == offset, label
+        assert at[article_comparison.article_label_to_name(label)] == offset, label
     assert at["layers.5.attn"] == ARTICLE["two_group_mla_end_after_layer4"]
     for label, offset in ARTICLE["layer_packing"].items():
-        assert at[comparison.article_label_to_name(label)] == offset, label
+        assert at[article_comparison.article_label_to_name(label)] == offset, label
     # In registration order (indexer first) the ratio-4 offsets move; layer 3 lands in the same place.
-    _, real = get_packed_kv_cache_layout(comparison.two_group_layout(PRO))
+    _, real = get_packed_kv_cache_layout(article_comparison.two_group_layout(PRO))
     real_at = {n: o for o, names in real.items() for n in names}
     assert (real_at["layers.2.indexer.k_cache"], real_at["layers.2.attn"]) == (3456, 12096)
     assert real_at["layers.3.attn"] == at["layers.3.attn"] == 49536
@@ -134,7 +140,7 @@ def test_article_offsets_need_the_article_layer_order():
 
 
 def test_swa_view_shape_and_strides():
-    cfg = get_kv_cache_config(comparison.two_group_layout(PRO), 0, num_blocks_override=2, layout_version="B")
+    cfg = get_kv_cache_config_b(article_comparison.two_group_layout(PRO), 0, num_blocks_override=2)
     views = allocate_kv_cache(cfg)
     swa = views["layers.1.swa_cache"]
     assert tuple(swa.shape[1:]) == ARTICLE["swa_view_shape"] and swa.dtype == torch.uint8
@@ -148,10 +154,10 @@ def test_swa_view_shape_and_strides():
 def test_blog_entries_per_block():
     assert PRO["layers.2.attn"].storage_block_size == 256 // 4 == 64
     assert PRO["layers.3.attn"].storage_block_size == 256 // 128 == 2
-    assert isinstance(get_kv_cache_groups(PRO, layout_version="B")[0], KVCacheGroupSpec)
+    assert isinstance(get_kv_cache_groups_b(PRO)[0], KVCacheGroupSpec)
 
 
 def test_swa2_and_swa3_share_an_offset_in_the_five_group_layout():
-    cfg = get_kv_cache_config(get_kv_cache_groups(PRO, layout_version="B"), 10 * GIB, layout_version="B")
+    cfg = get_kv_cache_config_b(get_kv_cache_groups_b(PRO), 10 * GIB)
     (tensor,) = [t for t in cfg.kv_cache_tensors if "layers.2.swa_cache" in t.shared_by]
     assert tensor.offset == 37440 and tensor.shared_by == ("layers.2.swa_cache", "layers.3.swa_cache")

@@ -2,12 +2,11 @@
 property test that checks the pool's invariants after every random operation."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.errors import InvariantError
-from refimpl.hybrid.block_pool import (
-    BlockPool,
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     get_group_id,
@@ -15,7 +14,7 @@ from refimpl.hybrid.block_pool import (
 )
 from refimpl.hybrid.invariants import check_pool_invariants
 
-from hybrid_reference import free_ids, ids
+from hybrid_helpers import free_ids, ids
 
 
 H = [bytes([i]) * 8 for i in range(10)]  # stand-in block hashes

@@ -3,12 +3,16 @@
 import pytest
 
 from refimpl.hybrid.invariants import check_pool_invariants
-from refimpl.hybrid.coordinator import KVCacheCoordinator
+from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
 from refimpl.hybrid.request import Request
-from refimpl.hybrid.managers import BlockHashListWithBlockSize, FullAttentionManager, SlidingWindowManager
-from refimpl.hybrid.specs import KVCacheGroupSpec
+from refimpl.hybrid.single_type_kv_cache_manager import (
+    BlockHashListWithBlockSize,
+    FullAttentionManager,
+    SlidingWindowManager,
+)
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec
 
-from hybrid_reference import full, ids, swa
+from hybrid_helpers import full, ids, swa
 
 
 def plant(coord, request, group_id, indices):

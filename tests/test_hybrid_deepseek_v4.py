@@ -3,7 +3,7 @@
 import pytest
 
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.specs import MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
 
 
 def test_pro_and_flash_layer_ratios():

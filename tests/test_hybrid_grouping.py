@@ -1,17 +1,12 @@
 """Grouping: approximate gcd, the DeepSeek V4 path and the other paths of get_kv_cache_groups."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import (
-    approximate_gcd,
-    get_kv_cache_groups,
-    group_and_unify_kv_cache_specs,
-    padding_curve,
-)
-from refimpl.hybrid.specs import (
+from refimpl.hybrid.kv_cache_planning import approximate_gcd, get_kv_cache_groups, padding_curve
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b, group_and_unify_kv_cache_specs
+from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
@@ -53,7 +48,7 @@ def test_approximate_gcd_against_brute_force(values, lower):
 
 def _groups(variant="pro", **kw):
     specs = v4.kv_cache_specs(variant, **kw)
-    return specs, get_kv_cache_groups(specs, use_eagle=kw.get("mtp", False), layout_version="B")
+    return specs, get_kv_cache_groups_b(specs, use_eagle=kw.get("mtp", False))
 
 
 def test_pro_buckets_in_first_appearance_order():
@@ -93,20 +88,20 @@ def test_mtp_makes_even_swa_split_and_flags_eagle_group():
     assert [len(g.layer_names) for g in groups] == [91, 31, 31, 31, 60]
     assert [g.is_eagle_group for g in groups] == [False, False, True, False, False]
     assert "layers.61.swa_cache" in groups[2].layer_names
-    assert not any(g.is_eagle_group for g in get_kv_cache_groups(specs, layout_version="B"))
+    assert not any(g.is_eagle_group for g in get_kv_cache_groups_b(specs))
 
 
 def test_empty_and_single_spec_paths():
-    assert get_kv_cache_groups({}, layout_version="B") == []
+    assert get_kv_cache_groups_b({}) == []
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16")
-    (group,) = get_kv_cache_groups({"l0": full, "l1": full}, layout_version="B")
+    (group,) = get_kv_cache_groups_b({"l0": full, "l1": full})
     assert group.layer_names == ("l0", "l1") and group.kv_cache_spec == full
 
 
 def test_v32_mla_plus_indexer_is_one_uniform_type_group():
     mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="uint8", cache_dtype_str="fp8_ds_mla")
     idx = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=132, dtype="uint8")
-    (group,) = get_kv_cache_groups({"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx}, layout_version="B")
+    (group,) = get_kv_cache_groups_b({"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx})
     assert isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs)
     assert group.kv_cache_spec.page_size_bytes == 2 * (64 * 656 + 64 * 132)
 
@@ -120,7 +115,7 @@ def test_general_hybrid_path_n_to_1_pattern():
     specs = {}
     for i in range(12):  # 5 sliding-window layers then 1 full, twice (Gemma-3 style)
         specs[f"l{i}"] = full if i % 6 == 5 else _sw()
-    groups = get_kv_cache_groups(specs, layout_version="B")
+    groups = get_kv_cache_groups_b(specs)
     # group size = 2 (the full-attention count); the 10 window layers are dealt out i::5
     assert [g.layer_names for g in groups] == [
         ("l0", "l6"), ("l1", "l7"), ("l2", "l8"), ("l3", "l9"), ("l4", "l10"), ("l5", "l11")]
@@ -130,22 +125,22 @@ def test_general_hybrid_path_n_to_1_pattern():
 def test_general_hybrid_path_close_counts_use_the_larger_size():
     full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16")
     specs = {f"s{i}": _sw() for i in range(12)} | {f"f{i}": full for i in range(13)}
-    groups = get_kv_cache_groups(specs, layout_version="B")
+    groups = get_kv_cache_groups_b(specs)
     assert [len(g.layer_names) for g in groups] == [12, 13]
 
 
 def test_general_path_unifies_page_sizes_by_growing_blocks():
     full = FullAttentionSpec(block_size=32, num_kv_heads=2, head_size=64, dtype="bfloat16")
-    groups = get_kv_cache_groups({"s0": _sw(), "f0": full}, layout_version="B")
+    groups = get_kv_cache_groups_b({"s0": _sw(), "f0": full})
     assert {g.kv_cache_spec.page_size_bytes for g in groups} == {full.page_size_bytes}
     assert sorted(g.block_size for g in groups) == [32, 32]
     odd = FullAttentionSpec(block_size=16, num_kv_heads=3, head_size=64, dtype="bfloat16")
     with pytest.raises(ValueError, match="cannot unify page sizes.*does not divide"):
-        get_kv_cache_groups({"s0": _sw(), "f0": odd}, layout_version="B")
+        get_kv_cache_groups_b({"s0": _sw(), "f0": odd})
     padded = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=128,
                                page_size_padded=_sw().page_size_bytes)
     with pytest.raises(ValueError, match="cannot unify page sizes.*padded"):
-        get_kv_cache_groups({"s0": padded, "f0": full}, layout_version="B")
+        get_kv_cache_groups_b({"s0": padded, "f0": full})
 
 
 @pytest.mark.parametrize("variant", ["pro", "flash"])
@@ -153,10 +148,10 @@ def test_general_path_unifies_page_sizes_by_growing_blocks():
 @pytest.mark.parametrize("indexer", ["fp8", "fp4"])
 @pytest.mark.parametrize("mtp", [False, True])
 def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mtp):
-    from refimpl.hybrid.layout import get_packed_kv_cache_layout
+    from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
 
     specs = v4.kv_cache_specs(variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
-    groups = get_kv_cache_groups(specs, use_eagle=mtp, layout_version="B")
+    groups = get_kv_cache_groups_b(specs, use_eagle=mtp)
     names = [n for g in groups for n in g.layer_names]
     assert sorted(names) == sorted(specs) and len(names) == len(set(names))  # each cache exactly once
     assert all(g.kv_cache_spec.kv_cache_specs[n] == specs[n] for g in groups for n in g.layer_names)
@@ -177,13 +172,13 @@ def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mt
 
 
 def test_v4_path_is_skipped_without_window_mla_or_with_one_page_size():
-    from refimpl.hybrid.specs import SlidingWindowMLASpec
+    from refimpl.hybrid.kv_cache_interface import SlidingWindowMLASpec
 
     mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16")
     swa = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=128)
     assert group_and_unify_kv_cache_specs({"a": mla}) is None
     assert group_and_unify_kv_cache_specs({"a": mla, "b": swa}) is None  # same page size
-    groups = get_kv_cache_groups({"a": mla, "b": swa}, layout_version="B")  # -> general path, one group per spec
+    groups = get_kv_cache_groups_b({"a": mla, "b": swa})  # -> general path, one group per spec
     assert [g.layer_names for g in groups] == [("a",), ("b",)]
     with pytest.raises(ValueError, match="at least one MLAAttentionSpec"):
         big = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=128, dtype="bfloat16", sliding_window=8)

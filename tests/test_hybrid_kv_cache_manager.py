@@ -2,14 +2,14 @@
 full-sequence admission, None without side effects, and a random-workload property test."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
-from refimpl.hybrid.request import Request, hash_block_tokens
+from refimpl.hybrid.request import Request
+from refimpl.hybrid.kv_cache_utils import hash_block_tokens
 
-from hybrid_reference import action, full, step, swa
+from hybrid_helpers import action, full, step, swa
 
 
 def free_ids(m):
@@ -171,13 +171,13 @@ def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, c
         pending = [list(pair) for mgr in m.coordinator.single_type_managers for pair in mgr.pending_copies]
         check_pool_invariants(m.block_pool, tables + pending + [[]])
         if i % 3 == 2:
-            m.complete_copies()
+            m.take_kv_cache_block_copies()
         for r in live:  # every group covers the computed tokens (null blocks included)
             for mgr, blocks in zip(m.coordinator.single_type_managers, m.get_blocks(r.request_id).blocks):
                 assert len(blocks) * mgr.block_size >= r.num_computed_tokens
     for r in live:
         m.free(r)
-    m.complete_copies()
+    m.take_kv_cache_block_copies()
     assert m.block_pool.get_num_free_blocks() == num_blocks - 1
 
 
@@ -201,7 +201,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     assert [[b.block_id for b in pair] for pair in pending] == [[2, 3]]
     assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3, 4)] == [2, 2, 2, 1]
     check_pool_invariants(m.block_pool, [*m.get_blocks("A").blocks, *m.get_blocks("B").blocks, *pending])
-    assert m.complete_copies() == [(0, 2, 3)]
+    assert m.take_kv_cache_block_copies() == [(0, 2, 3)]
     assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3, 4)] == [2, 1, 1, 1]
     check_pool_invariants(m.block_pool, [*m.get_blocks("A").blocks, *m.get_blocks("B").blocks])
     # A fills block 2: the full key replaces the partial one, so a prefix of 12 no longer hits

@@ -1,30 +1,33 @@
 """Layout: num_blocks, packed offsets and the other KVCacheConfig cases."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from refimpl.hybrid import comparison
+from refimpl.course import article_comparison
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import (
-    GIB,
-    bytes_per_block,
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
+from refimpl.hybrid.older_planners import bytes_per_block_b, get_kv_cache_config_b, get_kv_cache_groups_b
+from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_bytes_per_block, get_kv_cache_config
+from refimpl.hybrid.older_planners import (
     bytes_per_block_slots,
     bytes_per_block_v0,
-    get_kv_cache_config,
     get_packed_kv_cache_layout,
-    parse_memory,
-    summarize_groups,
 )
-from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+from refimpl.plan_cli import parse_memory
+from refimpl.course.layout_summary import summarize_groups
+from refimpl.hybrid.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
 
 PRO = v4.kv_cache_specs("pro")
-PRO_GROUPS = get_kv_cache_groups(PRO, layout_version="B")
+PRO_GROUPS = get_kv_cache_groups_b(PRO)
 
 
 def test_pro_packed_config_in_10_gib():
-    cfg = get_kv_cache_config(PRO_GROUPS, 10 * GIB, layout_version="B")
+    cfg = get_kv_cache_config_b(PRO_GROUPS, 10 * GIB)
     assert (cfg.num_blocks, cfg.num_usable_blocks, cfg.block_stride) == (7477, 7476, 1435968)
     assert len(cfg.kv_cache_tensors) == 206
     assert [t.offset for t in cfg.kv_cache_tensors] == sorted(t.offset for t in cfg.kv_cache_tensors)
@@ -48,35 +51,35 @@ def test_pro_offsets_follow_registration_order():
 
 def test_fp4_indexer_and_flash_block_counts():
     fp4 = v4.kv_cache_specs("pro", indexer="fp4")
-    cfg = get_kv_cache_config(get_kv_cache_groups(fp4, layout_version="B"), 10 * GIB, layout_version="B")
+    cfg = get_kv_cache_config_b(get_kv_cache_groups_b(fp4), 10 * GIB)
     assert (cfg.block_stride, cfg.num_blocks) == (1315008, 8165)
-    flash = get_kv_cache_config(get_kv_cache_groups(v4.kv_cache_specs("flash"), layout_version="B"), 10 * GIB)
+    flash = get_kv_cache_config(get_kv_cache_groups_b(v4.kv_cache_specs("flash")), 10 * GIB)
     assert (flash.block_stride, flash.num_blocks) == (1002240, 10713)
 
 
 def test_override_replaces_budget_and_small_budget_fails_clearly():
-    cfg = get_kv_cache_config(PRO_GROUPS, 10 * GIB, num_blocks_override=5, layout_version="B")
+    cfg = get_kv_cache_config_b(PRO_GROUPS, 10 * GIB, num_blocks_override=5)
     assert cfg.num_blocks == 5 and cfg.kv_cache_tensors[0].size == 5 * 1435968
-    assert get_kv_cache_config(PRO_GROUPS, 0, num_blocks_override=2, layout_version="B").num_blocks == 2
-    assert get_kv_cache_config(PRO_GROUPS, 1435968, layout_version="B").num_blocks == 1
+    assert get_kv_cache_config_b(PRO_GROUPS, 0, num_blocks_override=2).num_blocks == 2
+    assert get_kv_cache_config_b(PRO_GROUPS, 1435968).num_blocks == 1
     with pytest.raises(ValueError, match="smaller than one block"):
-        get_kv_cache_config(PRO_GROUPS, 1435967, layout_version="B")
+        get_kv_cache_config_b(PRO_GROUPS, 1435967)
     for bad in (-1, 1.5, "10GiB"):
         with pytest.raises(ValueError, match="available_memory"):
-            get_kv_cache_config(PRO_GROUPS, bad, layout_version="B")
+            get_kv_cache_config_b(PRO_GROUPS, bad)
     with pytest.raises(ValueError, match="num_blocks_override"):
-        get_kv_cache_config(PRO_GROUPS, GIB, num_blocks_override=0, layout_version="B")
+        get_kv_cache_config_b(PRO_GROUPS, GIB, num_blocks_override=0)
 
 
 def test_attention_free_model_gets_one_null_block():
-    cfg = get_kv_cache_config([], 0, layout_version="B")
+    cfg = get_kv_cache_config_b([], 0)
     assert (cfg.num_blocks, cfg.kv_cache_tensors, cfg.kv_cache_groups) == (1, (), ())
 
 
 def test_single_uniform_type_group_has_one_tensor_per_layer():
     members = {"a": PRO["layers.0.attn"], "b": PRO["layers.2.attn"]}
     group = KVCacheGroupSpec(["a", "b"], UniformTypeKVCacheSpecs.from_specs(members))
-    cfg = get_kv_cache_config([group], 10 * (1728 + 37440) + 5, layout_version="B")
+    cfg = get_kv_cache_config_b([group], 10 * (1728 + 37440) + 5)
     assert cfg.num_blocks == 10 and not cfg.is_packed
     assert [(t.shared_by, t.size) for t in cfg.kv_cache_tensors] == [(("a",), 17280), (("b",), 374400)]
 
@@ -93,34 +96,34 @@ def test_general_case_tensor_i_is_shared_by_layer_i_of_each_group():
     groups = [KVCacheGroupSpec(["full.0", "full.1"], _full()), KVCacheGroupSpec(["sw.0", "sw.2"], _sw()),
               KVCacheGroupSpec(["sw.1"], _sw())]
     page = _full().page_size_bytes
-    cfg = get_kv_cache_config(groups, 2 * page * 7 + 1, layout_version="B")
+    cfg = get_kv_cache_config_b(groups, 2 * page * 7 + 1)
     assert cfg.num_blocks == 7
     assert [t.shared_by for t in cfg.kv_cache_tensors] == [("full.0", "sw.0", "sw.1"), ("full.1", "sw.2")]
     assert all(t.size == page * 7 and t.block_stride == 0 for t in cfg.kv_cache_tensors)
     bad = [KVCacheGroupSpec(["f"], _full()), KVCacheGroupSpec(["g"], _full(bs=32))]
     with pytest.raises(ValueError, match="one page size"):
-        get_kv_cache_config(bad, GIB, layout_version="B")
+        get_kv_cache_config_b(bad, GIB)
     with pytest.raises(ValueError, match="more than one group"):
-        get_kv_cache_config([KVCacheGroupSpec(["f"], _full()), KVCacheGroupSpec(["f"], _sw())], GIB, layout_version="B")
+        get_kv_cache_config_b([KVCacheGroupSpec(["f"], _full()), KVCacheGroupSpec(["f"], _sw())], GIB)
 
 
 def test_cross_layer_opt_in_packs_non_uniform_groups():
     groups = [KVCacheGroupSpec(["full.0", "full.1"], _full()), KVCacheGroupSpec(["sw.0", "sw.2"], _sw()),
               KVCacheGroupSpec(["sw.1", "sw.3"], _sw())]
     page = _full().page_size_bytes
-    cfg = get_kv_cache_config(groups, 2 * page * 4, enable_cross_layers_blocks=True, layout_version="B")
+    cfg = get_kv_cache_config_b(groups, 2 * page * 4, enable_cross_layers_blocks=True)
     assert cfg.block_stride == 2 * page and cfg.num_blocks == 4
     assert [(t.offset, t.shared_by) for t in cfg.kv_cache_tensors] == [
         (0, ("full.0", "sw.0", "sw.1")), (page, ("full.1", "sw.2", "sw.3"))]
 
 
 def test_comparison_layouts_for_pro():
-    assert bytes_per_block(PRO_GROUPS, layout_version="B") == 1435968
+    assert bytes_per_block_b(PRO_GROUPS) == 1435968
     assert bytes_per_block_v0(PRO_GROUPS) == 1482048 and 10 * GIB // 1482048 == 7244
     assert bytes_per_block_slots(PRO_GROUPS) == 2491200 and 10 * GIB // 2491200 == 4310
-    two = comparison.two_group_layout(PRO)
-    assert bytes_per_block(two, layout_version="B") == 2283840
-    assert get_kv_cache_config(two, 10 * GIB, layout_version="B").num_blocks == 4701
+    two = article_comparison.two_group_layout(PRO)
+    assert bytes_per_block_b(two) == 2283840
+    assert get_kv_cache_config_b(two, 10 * GIB).num_blocks == 4701
 
 
 def test_summaries():
@@ -145,9 +148,9 @@ def test_parse_memory_errors(text):
 def test_num_blocks_is_the_floor_of_budget_over_stride(memory):
     if memory < 1435968:
         with pytest.raises(ValueError):
-            get_kv_cache_config(PRO_GROUPS, memory, layout_version="B")
+            get_kv_cache_config_b(PRO_GROUPS, memory)
         return
-    cfg = get_kv_cache_config(PRO_GROUPS, memory, layout_version="B")
+    cfg = get_kv_cache_config_b(PRO_GROUPS, memory)
     assert cfg.num_blocks * cfg.block_stride <= memory < (cfg.num_blocks + 1) * cfg.block_stride
 
 
@@ -181,7 +184,7 @@ def test_viz_figures_and_text_twins():
     assert "L1.c128@1,728 (1,168 + 560 pad)" in zoom and "L5.c128_state@98,496" in zoom
     assert "L7.swa" not in zoom  # starts at 112,320, beyond the window
     flash = v4.kv_cache_specs("flash")
-    models = {"Pro": (PRO, groups), "Flash": (flash, get_kv_cache_groups(flash, layout_version="B"))}
+    models = {"Pro": (PRO, groups), "Flash": (flash, get_kv_cache_groups_b(flash))}
     assert isinstance(viz.draw_groupings(models), Figure)
     both = viz.groupings_text(models)
     assert both.startswith("Pro:\nG0 MLA") and "\n\nFlash:\nG0 MLA (block 256, 62 caches)" in both

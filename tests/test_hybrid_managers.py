@@ -6,15 +6,15 @@ import pytest
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.request import Request
-from refimpl.hybrid.managers import (
+from refimpl.hybrid.single_type_kv_cache_manager import (
     BlockHashListWithBlockSize,
     FullAttentionManager,
     SlidingWindowManager,
     make_manager,
 )
-from refimpl.hybrid.specs import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
 
-from hybrid_reference import free_ids, full, ids, swa
+from hybrid_helpers import free_ids, full, ids, swa
 
 
 def req(rid, tokens, h=4):
@@ -98,7 +98,7 @@ def test_hit_blocks_are_touched_and_counted():
     (hit,) = FullAttentionManager.find_longest_cache_hit(b.block_hashes, 12, [0], pool, full())
     # 13 tokens -> 4 blocks; 2 hits are free (ref 0) so they count as taken from the queue
     assert m.get_num_blocks_to_allocate("b", 13, hit, total_computed_tokens=8) == 2 + 2
-    m.add_local_computed_blocks("b", hit, 8)
+    m.allocate_new_computed_blocks("b", hit, 8)
     assert [blk.ref_cnt for blk in hit] == [1, 1]
     assert ids(m.allocate_new_blocks("b", 13)) == [4, 5]
     assert ids(m.req_to_blocks["b"]) == [1, 2, 4, 5]

@@ -3,7 +3,7 @@ stated): blocks per group per step, window nulling, peaks, admission and prefix 
 
 import pytest
 
-from refimpl.hybrid import simulate as S
+from refimpl.course import hybrid_simulate as S
 from refimpl.hybrid.invariants import check_pool_invariants
 
 

@@ -2,14 +2,14 @@
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.errors import InvariantError
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import get_kv_cache_config
-from refimpl.hybrid.specs import (
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
+from refimpl.hybrid.older_planners import get_kv_cache_config_b, get_kv_cache_groups_b
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_config
+from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -27,8 +27,8 @@ from refimpl.hybrid.tensors import (
 )
 
 PRO = v4.kv_cache_specs("pro")
-GROUPS = get_kv_cache_groups(PRO, layout_version="B")
-CONFIG = get_kv_cache_config(GROUPS, 0, num_blocks_override=3, layout_version="B")
+GROUPS = get_kv_cache_groups_b(PRO)
+CONFIG = get_kv_cache_config_b(GROUPS, 0, num_blocks_override=3)
 STRIDE = 1435968
 
 
@@ -100,7 +100,7 @@ def test_two_groups_own_different_blocks_of_one_slab():
 def test_padded_views_use_as_strided_and_skip_padding():
     members = {n: PRO[n] for n in ("layers.0.attn", "layers.2.attn")}
     group = KVCacheGroupSpec(list(members), UniformTypeKVCacheSpecs.from_specs(members))
-    cfg = get_kv_cache_config([group], 0, num_blocks_override=4, layout_version="B")
+    cfg = get_kv_cache_config_b([group], 0, num_blocks_override=4)
     views = allocate_kv_cache(cfg)
     c128 = views["layers.0.attn"]
     assert view_kind(cfg, "layers.0.attn") == "padded"
@@ -115,7 +115,7 @@ def test_padded_views_use_as_strided_and_skip_padding():
 
 def test_contiguous_views_for_ordinary_attention():
     full = FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8, dtype="float32")
-    cfg = get_kv_cache_config([KVCacheGroupSpec(["a", "b"], full)], 2 * full.page_size_bytes * 5, layout_version="B")
+    cfg = get_kv_cache_config_b([KVCacheGroupSpec(["a", "b"], full)], 2 * full.page_size_bytes * 5)
     views = allocate_kv_cache(cfg)
     assert tuple(views["a"].shape) == (5, 2, 4, 2, 8) == kv_cache_shape(full, 5)
     assert view_kind(cfg, "a") == "contiguous" and views["a"].is_contiguous()
@@ -129,7 +129,7 @@ def test_contiguous_views_for_ordinary_attention():
 def test_general_layout_shares_tensor_i_between_groups():
     full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, dtype="float32")
     groups = [KVCacheGroupSpec(["f.0", "f.1"], full), KVCacheGroupSpec(["g.0", "g.1"], full)]
-    cfg = get_kv_cache_config(groups, 2 * full.page_size_bytes * 3, layout_version="B")
+    cfg = get_kv_cache_config_b(groups, 2 * full.page_size_bytes * 3)
     views = allocate_kv_cache(cfg)
     storage = {n: v.untyped_storage().data_ptr() for n, v in views.items()}
     assert storage["f.0"] == storage["g.0"] != storage["f.1"] == storage["g.1"]

@@ -52,7 +52,7 @@ def test_refimpl_planner_c_replays_vllm(entry):
 
 def test_the_replay_catches_the_old_one_token_window_rule(monkeypatch):
     """Before vLLM parity, a 1-token window hashed every block; the recorded stream exposes it."""
-    from refimpl.hybrid.managers import SlidingWindowManager
+    from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
 
     monkeypatch.setattr(SlidingWindowManager, "reachable_block_mask", lambda self, num_full_blocks: None)
     (stream,) = [s for s in ORACLE["streams"] if s["group_set"] == "window-1"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from refimpl.hybrid import KVCacheGroupSpec, KVCacheManager
-from tests.hybrid_reference import full, step, swa
+from tests.hybrid_helpers import full, step, swa
 
 
 def hashed(m):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from refimpl.paged.scenarios import reusable_prefix_tokens
+from refimpl.course.paged_scenarios import reusable_prefix_tokens
 from refimpl.viz import kernels as kviz
 
 

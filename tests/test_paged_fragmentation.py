@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.paged import Sequence
-from refimpl.paged.fragmentation import (
+from refimpl.course.fragmentation import (
     blocks_needed,
     compare_allocation,
     format_memory_table,

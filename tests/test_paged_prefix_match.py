@@ -1,12 +1,11 @@
 """explain_prefix_match: the write-up's exact scenario, agreement with can_allocate/allocate on random states."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
-from refimpl.paged.prefix_match import MatchOutcome, explain_prefix_match
-from refimpl.paged.scenarios import (
+from refimpl.course.prefix_match import MatchOutcome, explain_prefix_match
+from refimpl.course.paged_scenarios import (
     EXAMPLE_A,
     EXAMPLE_B,
     EXAMPLE_C,
@@ -15,7 +14,7 @@ from refimpl.paged.scenarios import (
     prefix_cache_example,
     reusable_prefix_tokens,
 )
-from refimpl.paged.steps import compute_tokens, decode_step, prefill
+from refimpl.course.paged_steps import compute_tokens, decode_step, prefill
 
 O = MatchOutcome
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from refimpl.paged import BlockManager
-from refimpl.paged.running_example import SYSTEM, names_by_seq_id, prompt, requests
-from refimpl.paged.steps import prefill
+from refimpl.course.running_example import SYSTEM, names_by_seq_id, prompt, requests
+from refimpl.course.paged_steps import prefill
 
 
 def test_shapes_at_block_size_4():

@@ -14,7 +14,12 @@ import pytest
 
 from refimpl.errors import InvariantError
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus
-from refimpl.paged.runners import FakeModelRunner, MaxStepsExceeded, SchedulerDriver, run_to_completion
+from refimpl.course.runners import (
+    FakeModelRunner,
+    MaxStepsExceeded,
+    SchedulerDriver,
+    run_to_completion,
+)
 
 BS = 4
 

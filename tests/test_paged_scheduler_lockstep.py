@@ -1,7 +1,7 @@
 """The Scheduler in lockstep with a literal model of nano-vllm's scheduler, step by step.
 
-`ReferenceScheduler` restates the upstream loop as plainly as possible (deque queues, nano-vllm's
-literal `len % block_size == 1` boundary test, a deque free queue through `ReferenceBlockManager`) and
+`OracleScheduler` restates the upstream loop as plainly as possible (deque queues, nano-vllm's
+literal `len % block_size == 1` boundary test, a deque free queue through `OracleBlockManager`) and
 never looks at a `Scheduler`. Both get the same requests at the same steps and the same sampled
 tokens; after every schedule() and every postprocess() the batch, each sequence's chunk size, the
 queue orders, every sequence's tokens, cached count, status, is_prefill and block table, the
@@ -16,17 +16,16 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from hypothesis import event, given
-from hypothesis import strategies as st
+from hypothesis import event, given, strategies as st
 
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
-from refimpl.paged.runners import FakeModelRunner
+from refimpl.course.runners import FakeModelRunner
 
-from paged_reference import VOCAB, Request, ReferenceScheduler, RefSeq, Workload, configs, workloads
+from nanovllm_oracle import VOCAB, Request, OracleScheduler, OracleSeq, Workload, configs, workloads
 
 
 def assert_same_state(
-    sched: Scheduler, ref: ReferenceScheduler, seqs: dict[int, Sequence], ref_seqs: dict[int, RefSeq], where: str
+    sched: Scheduler, ref: OracleScheduler, seqs: dict[int, Sequence], ref_seqs: dict[int, OracleSeq], where: str
 ) -> None:
     bm, rbm = sched.block_manager, ref.bm
     assert [s.seq_id for s in sched.waiting] == [s.seq_id for s in ref.waiting], where
@@ -45,11 +44,11 @@ def assert_same_state(
 
 def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler, Counter[str]]:
     """Run both schedulers to the end; returns ours and counts of what happened on the way."""
-    sched, ref = Scheduler(config), ReferenceScheduler(config)
+    sched, ref = Scheduler(config), OracleScheduler(config)
     seen: Counter[str] = Counter()
     runner = FakeModelRunner.for_scheduler(sched, vocab_size=VOCAB, eos_period=workload.eos_period)
     seqs: dict[int, Sequence] = {}
-    ref_seqs: dict[int, RefSeq] = {}
+    ref_seqs: dict[int, OracleSeq] = {}
     pending = sorted(workload.requests, key=lambda r: r.arrival)
     step = 0
     while pending or not sched.is_finished():
@@ -58,7 +57,7 @@ def run_lockstep(workload: Workload, config: SchedulerConfig) -> tuple[Scheduler
             seq = Sequence(r.prompt, SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos),
                            block_size=workload.block_size)
             sched.add(seq)
-            ref_seqs[seq.seq_id] = RefSeq(seq.seq_id, list(r.prompt), r.max_tokens, r.ignore_eos)
+            ref_seqs[seq.seq_id] = OracleSeq(seq.seq_id, list(r.prompt), r.max_tokens, r.ignore_eos)
             ref.waiting.append(ref_seqs[seq.seq_id])
             seqs[seq.seq_id] = seq
         fresh = {seq.seq_id for seq in sched.waiting if not seq.block_table}

@@ -8,13 +8,12 @@ batching, chunking, prefix caching and preemption change nothing in the output.
 
 from __future__ import annotations
 
-from hypothesis import event, given
-from hypothesis import strategies as st
+from hypothesis import event, given, strategies as st
 
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus
-from refimpl.paged.runners import FakeModelRunner, SchedulerDriver
+from refimpl.course.runners import FakeModelRunner, SchedulerDriver
 
-from paged_reference import EOS, VOCAB, Workload, configs, workloads
+from nanovllm_oracle import EOS, VOCAB, Workload, configs, workloads
 
 def run_workload(workload: Workload, config: SchedulerConfig):
     scheduler = Scheduler(config)

@@ -3,7 +3,7 @@
 - A hypothesis state machine drives random allocate / decode-append / compute-and-hash / free steps over
   prompts that share prefixes, runs `check_invariants` after every step, compares every observable
   (tables, ref counts, free-queue order, prefix-cache map) with a literal deque-based model of nano-vllm's
-  rules (`paged_reference.ReferenceBlockManager`), and frees everything at the end to check that no block leaks.
+  rules (`nanovllm_oracle.OracleBlockManager`), and frees everything at the end to check that no block leaks.
 - FreeBlockQueue is compared with `collections.deque` on random operation sequences.
 - `check_invariants` is shown to catch each broken rule when a state is corrupted on purpose.
 """
@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from refimpl.errors import InvariantError
 from refimpl.paged import BlockManager, FreeBlockQueue, Sequence, check_invariants, compute_hash
 
-from paged_reference import INDEX, PREFIXES, TAIL, ReferenceBlockManager
+from nanovllm_oracle import INDEX, PREFIXES, TAIL, OracleBlockManager
 
 
 # --- the state machine
@@ -41,7 +41,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
     )
     def setup(self, block_size, num_blocks, caching):
         self.bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching)
-        self.ref = ReferenceBlockManager(num_blocks, block_size, caching)
+        self.ref = OracleBlockManager(num_blocks, block_size, caching)
         self.waiting: list[Sequence] = []  # no blocks: refused, or preempted
         self.running: list[Sequence] = []  # holding blocks
         self.seen: Counter[str] = Counter()  # what happened, to check the runs cover the interesting cases
@@ -136,7 +136,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     # --- checks
     @invariant()
-    def invariants_hold_and_match_the_reference(self):
+    def invariants_hold_and_match_the_oracle(self):
         if self.bm is None:
             return
         check_invariants(self.bm, self.running)
@@ -165,7 +165,7 @@ TestBlockManagerMachine = BlockManagerMachine.TestCase
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_long_random_workloads_match_the_reference(seed):
+def test_long_random_workloads_match_the_oracle(seed):
     """The same rules driven by a seeded RNG for many steps: longer histories than hypothesis builds."""
     rng = random.Random(seed)
     machine = BlockManagerMachine()
@@ -182,7 +182,7 @@ def test_long_random_workloads_match_the_reference(seed):
             machine.decode_append(index, rng.randrange(4))
         else:
             machine.finish(index)
-        machine.invariants_hold_and_match_the_reference()
+        machine.invariants_hold_and_match_the_oracle()
     machine.teardown()
     for what in ("admit: revived a freed cached block", "admit: shared an in-use block", "admit: 2+ hit(s)",
                  "admit: does not fit", "decode: preempted, no free block"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from refimpl.hybrid import get_kv_cache_groups
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b
 from refimpl.v4.cache import build_kv_cache
 from refimpl.v4.specs import kv_cache_specs_from_hf
 from refimpl.v4.tiny import tiny_v4_config_dict
@@ -27,7 +28,7 @@ def test_specs_names_sizes_and_groups():
     assert pages["layers.1.indexer.compressor.state_cache"] == 4 * (4 * 16) * 4
     groups = get_kv_cache_groups(specs)  # planner C, as vLLM 0.32/0.33 run it: sliding-window groups first
     assert [g.kv_cache_spec.block_size for g in groups] == [64, 64, 256, 4, 8]
-    article = get_kv_cache_groups(specs, layout_version="B")  # the article's version keeps registration order
+    article = get_kv_cache_groups_b(specs)  # the article's version keeps registration order
     assert [g.kv_cache_spec.block_size for g in article] == [256, 64, 64, 4, 8]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refimpl.hybrid import simulate
+from refimpl.course import hybrid_simulate
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.viz.allocator import draw_swa_window, draw_tables, draw_topk
 
@@ -12,11 +12,11 @@ def legend_labels(fig) -> list[str]:
 
 
 def test_block_tables_share_one_token_axis():
-    manager = KVCacheManager(simulate.mini_v4_groups(), num_blocks=64, max_model_len=256)
-    request = manager.make_request("A", simulate.prompt_tokens(40, seed=1))
-    simulate.schedule_step(manager, request, 16)
-    simulate.schedule_step(manager, request, 16)
-    ax = draw_tables(manager, "A", simulate.MINI_V4_LABELS).axes[0]
+    manager = KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256)
+    request = manager.make_request("A", hybrid_simulate.prompt_tokens(40, seed=1))
+    hybrid_simulate.schedule_step(manager, request, 16)
+    hybrid_simulate.schedule_step(manager, request, 16)
+    ax = draw_tables(manager, "A", hybrid_simulate.MINI_V4_LABELS).axes[0]
     assert ax.get_xlim() == (0.0, 32.0)  # every group's table spans the same 32 token positions
     widths = sorted({round(p.get_width()) for p in ax.patches})
     assert widths == [1, 2, 4, 16]  # one cell per block, as wide as its group's block size

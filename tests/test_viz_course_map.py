@@ -11,7 +11,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from refimpl.hybrid import BlockPool
-from refimpl.hybrid.block_pool import make_block_hash_with_group_id
+from refimpl.hybrid.kv_cache_utils import make_block_hash_with_group_id
 from refimpl.paged import BlockManager, SamplingParams, Sequence
 from refimpl.viz import course_map
 from refimpl.viz.course_map import (

@@ -6,9 +6,10 @@ import pytest
 from matplotlib.figure import Figure
 
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import get_packed_kv_cache_layout, group_kind
-from refimpl.hybrid.toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b, get_packed_kv_cache_layout
+from refimpl.course.layout_summary import group_kind
+from refimpl.course.hybrid_toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
 from refimpl.viz.hybrid_layout import (
     V4_LAYER_CACHES, draw_layer_view, draw_position_strip, draw_v4_layer, layer_view_text, position_strip_text,
     v4_layer_text,
@@ -59,8 +60,8 @@ def test_layer_view_places_one_page_per_block_a_stride_apart():
 def test_toy_has_the_same_five_groups_as_pro():
     toy = toy_v4_specs()
     assert len(toy) == 14 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
-    pro_groups = get_kv_cache_groups(v4.kv_cache_specs("pro"), layout_version="B")  # the article's planner
-    toy_groups = get_kv_cache_groups(toy, layout_version="B")
+    pro_groups = get_kv_cache_groups_b(v4.kv_cache_specs("pro"))  # the article's planner
+    toy_groups = get_kv_cache_groups_b(toy)
     assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
     assert len(toy_groups) == len(TOY_GROUP_LABELS)
     assert get_packed_kv_cache_layout(toy_groups)[0] == max(g.width_bytes for g in toy_groups)

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from matplotlib.figure import Figure
 
-from refimpl.hybrid import simulate
+from refimpl.course import hybrid_simulate
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.viz.hybrid_stepper import (
     allocator_state, allocator_state_text, allocator_stepper, draw_allocator_state, record_allocator_frames,
 )
 
-LABELS = simulate.MINI_V4_LABELS
+LABELS = hybrid_simulate.MINI_V4_LABELS
 
 
 def fresh() -> KVCacheManager:
-    return KVCacheManager(simulate.mini_v4_groups(), num_blocks=64, max_model_len=256)
+    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256)
 
 
 def step(manager: KVCacheManager, request, n: int) -> None:
@@ -26,7 +25,7 @@ def step(manager: KVCacheManager, request, n: int) -> None:
 
 
 def actions(manager: KVCacheManager, sizes: list[int]):
-    a = manager.make_request("A", simulate.prompt_tokens(sum(sizes), seed=1))
+    a = manager.make_request("A", hybrid_simulate.prompt_tokens(sum(sizes), seed=1))
     out = [(f"A +{n}", (lambda n=n: step(manager, a, n))) for n in sizes]
     out.append(("free A", lambda: manager.free(a)))
     return out
@@ -79,8 +78,8 @@ def test_text_picture_and_bad_labels():
 
 def life_with_a_prefix_hit(manager: KVCacheManager):
     """Chapter 12's stepper script: A in chunks, a decode token, B from A's prefix, then free(A)."""
-    a = manager.make_request("A", simulate.prompt_tokens(40, seed=1))
-    b = manager.make_request("B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
+    a = manager.make_request("A", hybrid_simulate.prompt_tokens(40, seed=1))
+    b = manager.make_request("B", hybrid_simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
 
     def start_b():
         hit, hit_len = manager.get_computed_blocks(b)

@@ -4,9 +4,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from refimpl.paged import BlockManager, Sequence
-from refimpl.paged.fragmentation import compare_allocation, sample_request_lengths
-from refimpl.paged.prefix_match import explain_prefix_match
-from refimpl.paged.scenarios import prefix_cache_example
+from refimpl.course.fragmentation import compare_allocation, sample_request_lengths
+from refimpl.course.prefix_match import explain_prefix_match
+from refimpl.course.paged_scenarios import prefix_cache_example
 from refimpl.viz.paged import (
     block_pool_text,
     fragmentation_text,
@@ -140,7 +140,7 @@ def test_prefix_lookup_text_and_figure():
 def test_prefix_lookup_collision_and_miss():
     bm, _, _ = prefix_cache_example()
     from refimpl.paged import compute_hash
-    from refimpl.paged.scenarios import EXAMPLE_C
+    from refimpl.course.paged_scenarios import EXAMPLE_C
     fake = compute_hash(EXAMPLE_C)
     bm.hash_to_block_id[fake] = 1
     bm.blocks[1].hash = fake

@@ -5,13 +5,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from matplotlib.figure import Figure
 
 from refimpl.paged import Scheduler, SchedulerConfig, Sequence
-from refimpl.paged import running_example as example
-from refimpl.paged.runners import FakeModelRunner, SchedulerDriver
+from refimpl.course import running_example as example
+from refimpl.course.runners import FakeModelRunner, SchedulerDriver
 from refimpl.viz import Stepper
 from refimpl.viz.scheduler_stepper import (SchedulerRecorder, draw_scheduler_state, scheduler_frames,
                                            scheduler_state_text)

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
-from refimpl.paged.runners import SchedulerDriver, run_to_completion
+from refimpl.course.runners import SchedulerDriver, run_to_completion
 from refimpl.viz.timeline import draw_timeline, timeline_text
 
 

@@ -302,7 +302,7 @@ def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
 
 def approximate_gcd_ignores_lower_bound(values, lower_bound=None):
     """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be split."""
-    from refimpl.hybrid.grouping import approximate_gcd
+    from refimpl.hybrid.kv_cache_planning import approximate_gcd
 
     return approximate_gcd(values, None)
 
@@ -330,7 +330,7 @@ def approximate_gcd_accepts_non_ints(values, lower_bound=None):
 
 def approximate_gcd_dedupes_values(values, lower_bound=None):
     """Counts the padding once per distinct value, so repeated values weigh no more than one."""
-    from refimpl.hybrid.grouping import approximate_gcd
+    from refimpl.hybrid.kv_cache_planning import approximate_gcd
 
     values = list(values)
     return approximate_gcd(sorted(set(values)) if values else values, lower_bound)
@@ -338,7 +338,7 @@ def approximate_gcd_dedupes_values(values, lower_bound=None):
 
 def approximate_gcd_clamps_to_max(values, lower_bound=None):
     """Returns max(values) when the lower bound is above it, instead of the lower bound."""
-    from refimpl.hybrid.grouping import approximate_gcd
+    from refimpl.hybrid.kv_cache_planning import approximate_gcd
 
     result = approximate_gcd(values, lower_bound)
     return min(result, max(values))
@@ -362,7 +362,7 @@ def approximate_gcd_trusts_lower_bound(values, lower_bound=None):
 
 def packed_layout_stride_is_sum(groups):
     """Adds the group widths for the stride, as if groups did not overlay each other."""
-    from refimpl.hybrid.layout import get_packed_kv_cache_layout
+    from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
 
     _, layers_by_offset = get_packed_kv_cache_layout(groups)
     return sum(sum(g.page_size_of(n) for n in g.layer_names) for g in groups), layers_by_offset
@@ -392,7 +392,7 @@ def packed_layout_real_pages(groups):
 
 def packed_layout_empty_is_zero(groups):
     """Returns (0, {}) for no groups instead of raising: a slab with 0-byte blocks."""
-    from refimpl.hybrid.layout import get_packed_kv_cache_layout
+    from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
 
     return (0, {}) if not list(groups) else get_packed_kv_cache_layout(groups)
 

@@ -23,10 +23,16 @@ from typing import Any, Callable
 from refimpl.course.lockstep import ReferenceGuard, describe_exception, render, timeout_divergence
 from refimpl.course.report import CheckResult, Divergence, GradeReport
 from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, ScenarioTimeout, check_time_limit, limit_is_enforceable, scenario_time_limit
-from refimpl.hybrid.grouping import approximate_gcd as reference_approximate_gcd
-from refimpl.hybrid.grouping import padding_curve
-from refimpl.hybrid.layout import get_packed_kv_cache_layout as reference_packed_layout
-from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec, UniformTypeKVCacheSpecs
+from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b
+from refimpl.hybrid.kv_cache_planning import padding_curve
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as reference_packed_layout
+from refimpl.hybrid.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
 
 Case = tuple[str, tuple]  # (label shown in the table, arguments)
 Compare = Callable[[Any, Any], "tuple[str, str, str] | None"]
@@ -112,7 +118,7 @@ def _gcd_cases(pairs: list[tuple[list[int], int | None]]) -> list[Case]:
 def dsv4_tuple_counts() -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(configuration, layer tuples per bucket) for every DeepSeek V4 setting the package knows."""
     from refimpl.hybrid import deepseek_v4
-    from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
+    from refimpl.hybrid.older_planners import group_and_unify_kv_cache_specs
 
     rows = []
     for variant in ("pro", "flash"):
@@ -142,7 +148,7 @@ def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
 def check_approximate_gcd(
     student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
 ) -> GradeReport:
-    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.grouping`.
+    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.kv_cache_planning`.
 
     A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
     A check still running after `time_limit` seconds (None: no limit) is stopped and fails.
@@ -200,17 +206,18 @@ def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, s
 @lru_cache(maxsize=None)
 def _dsv4_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tuple[KVCacheGroupSpec, ...]:
     from refimpl.hybrid import deepseek_v4
-    from refimpl.hybrid.grouping import get_kv_cache_groups
+    from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
 
     specs = deepseek_v4.kv_cache_specs(variant=variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
-    return tuple(get_kv_cache_groups(specs, layout_version="B"))  # the exercises teach the article's planner
+    return tuple(get_kv_cache_groups_b(specs))  # the exercises teach the article's planner
 
 
 @lru_cache(maxsize=None)
 def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
-    from refimpl.hybrid import comparison, deepseek_v4
+    from refimpl.course import article_comparison
+    from refimpl.hybrid import deepseek_v4
 
-    return tuple(comparison.two_group_layout(deepseek_v4.kv_cache_specs()))
+    return tuple(article_comparison.two_group_layout(deepseek_v4.kv_cache_specs()))
 
 
 def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:

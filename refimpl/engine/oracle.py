@@ -1,4 +1,4 @@
-"""transformers as the reference: the same checkpoint run by Hugging Face's own Qwen3 code.
+"""transformers as the oracle: the same checkpoint run by Hugging Face's own Qwen3 code.
 
 Notebooks, tests and the benchmark compare refimpl's engine with these results. transformers
 runs one prompt at a time with no padding, so its output is the plain definition of greedy

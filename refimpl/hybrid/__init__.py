@@ -1,11 +1,15 @@
 """Part II: vLLM v1's hybrid KV cache, as used for DeepSeek V4.
 
-Specs say how many bytes one block of one layer needs; grouping puts layers that can share a
-block table together; the layout packs all groups into one slab; the block pool and managers
-hand out block ids from that slab.
+The modules follow vLLM's file map (`vllm/v1/kv_cache_interface.py`, `vllm/v1/core/*`):
+`kv_cache_interface` (specs: how many bytes one block of one layer needs), `kv_cache_planning`
+(grouping layers that share a block table, packing all groups into one slab), `kv_cache_utils`
+(blocks, the free queue, block hashes), `block_pool`, `single_type_kv_cache_manager`,
+`kv_cache_coordinator` and `kv_cache_manager` (handing out block ids from that slab). The
+planners vLLM ran before are in `older_planners`; `deepseek_v4` lists the model's caches,
+`tensors` builds the slab and its per-layer views, `addressing` turns positions into slots.
 """
 
-from refimpl.hybrid.specs import (
+from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
@@ -18,8 +22,14 @@ from refimpl.hybrid.specs import (
     UniformTypeKVCacheSpecs,
 )
 from refimpl.hybrid import deepseek_v4
-from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups
-from refimpl.hybrid.layout import get_kv_cache_config
+from refimpl.hybrid.kv_cache_planning import approximate_gcd, get_kv_cache_config, get_kv_cache_groups
+from refimpl.hybrid.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
+from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
+from refimpl.hybrid.request import Request, RequestStatus
+from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 
 
 def __getattr__(name: str):
@@ -29,12 +39,7 @@ def __getattr__(name: str):
 
         return getattr(tensors, name)
     raise AttributeError(f"module 'refimpl.hybrid' has no attribute {name!r}")
-from refimpl.hybrid.block_pool import BlockPool, FreeKVCacheBlockQueue, KVCacheBlock  # noqa: E402
-from refimpl.hybrid.invariants import check_pool_invariants  # noqa: E402
-from refimpl.hybrid.managers import FullAttentionManager, SlidingWindowManager  # noqa: E402
-from refimpl.hybrid.coordinator import KVCacheCoordinator  # noqa: E402
-from refimpl.hybrid.request import Request, RequestStatus  # noqa: E402
-from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager  # noqa: E402
+
 
 __all__ = [
     "AttentionSpec",

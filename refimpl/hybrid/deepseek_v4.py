@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.kv_cache_interface import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
 from refimpl.validation import is_integer
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from refimpl.errors import InvariantError
-from refimpl.hybrid.block_pool import BlockPool, KVCacheBlock
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.kv_cache_utils import KVCacheBlock
 
 
 def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCacheBlock]] = ()) -> None:

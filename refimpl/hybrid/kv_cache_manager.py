@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from refimpl.hybrid.block_pool import KVCacheBlock
-from refimpl.hybrid.coordinator import KVCacheCoordinator
+from refimpl.hybrid.kv_cache_utils import KVCacheBlock
+from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.validation import check_positive_int
-from refimpl.hybrid.specs import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 
 @dataclass
 class KVCacheBlocks:
@@ -172,7 +172,7 @@ class KVCacheManager:
             return None
 
         if hits is not None:  # first allocation: adopt the hits (possibly none) and start the tables
-            coordinator.add_local_computed_blocks(request.request_id, hits, total_computed)
+            coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
 
         if self.enable_caching and not delay_cache_blocks:
@@ -181,10 +181,10 @@ class KVCacheManager:
             )
         return KVCacheBlocks(new_blocks)
 
-    def complete_copies(self) -> list[tuple[int, int, int]]:
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as
         (group id, source block id, copy block id)."""
-        return self.coordinator.complete_copies()
+        return self.coordinator.take_kv_cache_block_copies()
 
     def free(self, request: Request) -> None:
         """Give back all blocks of a finished or preempted request (tail first, per group)."""

@@ -1,7 +1,7 @@
 """A request as the hybrid allocator sees it (a minimal stand-in for vLLM's `Request`).
 
 Token ids, how many are computed, and the chained prefix hashes at `hash_block_size`
-granularity, extended as tokens arrive; `hash_block_tokens` is the hash they chain.
+granularity, extended as tokens arrive (`kv_cache_utils.hash_block_tokens` is the hash they chain).
 """
 
 from __future__ import annotations
@@ -13,20 +13,8 @@ from typing import Sequence
 import numpy as np
 import xxhash
 
-from refimpl.hybrid.block_pool import BlockHash
+from refimpl.hybrid.kv_cache_utils import NONE_HASH, BlockHash
 from refimpl.validation import check_positive_int
-
-NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
-"""Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
-so that notebook output is reproducible."""
-
-
-def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
-    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens (int64)."""
-    h = xxhash.xxh3_128()
-    h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
-    h.update(np.asarray(token_ids, dtype="<i8").tobytes())
-    return h.digest()
 
 
 class RequestStatus(enum.Enum):

@@ -22,7 +22,7 @@ from math import prod
 import torch
 
 from refimpl.errors import InvariantError
-from refimpl.hybrid.specs import (
+from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     KVCacheConfig,
     KVCacheSpec,

@@ -13,9 +13,12 @@ from typing import Any
 import torch
 
 from refimpl.hybrid.deepseek_v4 import layer_name
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import bytes_per_block, get_kv_cache_config
-from refimpl.hybrid.specs import KVCacheConfig
+from refimpl.hybrid.kv_cache_planning import (
+    get_kv_cache_bytes_per_block,
+    get_kv_cache_config,
+    get_kv_cache_groups,
+)
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig
 from refimpl.hybrid.tensors import allocate_kv_cache
 from refimpl.v4.attention import LayerCaches
 from refimpl.v4.paged import CacheRef
@@ -43,7 +46,7 @@ def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4
         raise ValueError(f"num_blocks must be an int >= 2 (one is the null block), got {num_blocks!r}")
     specs = kv_cache_specs_from_hf(hf_config, block_size)
     groups = get_kv_cache_groups(specs)
-    per_block = bytes_per_block(groups)
+    per_block = get_kv_cache_bytes_per_block(groups)
     config = get_kv_cache_config(groups, per_block * num_blocks, num_blocks_override=num_blocks)
     views = allocate_kv_cache(config, "cpu")
     group_of = {name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names}

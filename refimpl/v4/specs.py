@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from refimpl.hybrid.deepseek_v4 import compressor_state_block_size, layer_name
-from refimpl.hybrid.specs import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.kv_cache_interface import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
 
 SWA_BLOCK_SIZE = 64  # vLLM's fixed SWA block (one SWA page = one c4 page in the fp8 layout)
 

@@ -3,7 +3,8 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 `X_text` that returns a deterministic string describing the same state. Shared colours live in
 `palette`.
 
-`show_source(obj)` shows the live lines a chapter teaches (`source`); `Stepper` plays frames recorded
+`show_source(obj)` shows the live lines a chapter teaches (`source`); `reveal()` hides a self-check's answer in
+a closed box until the reader opens it (`reveal`); `Stepper` plays frames recorded
 from real calls with a slider and shows them as a static strip (`stepper`). Drawing modules:
 `paged` (block pool, prefix lookup, fragmentation), `paged_stepper` (block manager and prefix cache
 frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
@@ -40,5 +41,6 @@ _show_figures_inline()
 
 from refimpl.viz.source import SourceView, show_source  # noqa: E402  (after the inline set-up)
 from refimpl.viz.stepper import Frame, Stepper, record_frames  # noqa: E402
+from refimpl.viz.reveal import reveal  # noqa: E402
 
-__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "show_source"]
+__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "reveal", "show_source"]

@@ -214,7 +214,7 @@ GLOSSARY: tuple[Term, ...] = (
          "`i * block_size` to `(i + 1) * block_size - 1`. It is the page table of paged attention.", (), "02"),
     Term("block stride", "In Part II's packed slab, the bytes from the start of block b to the start of block "
          "b + 1: the widest group's bytes per block, since groups overlay each other.",
-         ("refimpl.hybrid.specs.KVCacheConfig",), "10"),
+         ("refimpl.hybrid.kv_cache_interface.KVCacheConfig",), "10"),
     Term("layer tuple", "One layer of each page size in a group; a group's layers are counted in tuples, and "
          "grouping splits a bucket into groups of about the same number of tuples.",
          ("refimpl.hybrid.UniformTypeKVCacheSpecs.get_num_layer_tuples",), "09"),
@@ -248,7 +248,7 @@ GLOSSARY: tuple[Term, ...] = (
     Term("RoPE / NoPE", "Rotary position embedding rotates part of each key by its position; NoPE dimensions "
          "carry no position. DeepSeek V4 caches both parts in one entry.", (), "08"),
     Term("fp8_ds_mla", "DeepSeek V4's fp8 cache format for MLA: one 584-byte row per token (448 fp8 NoPE bytes, "
-         "64 bf16 RoPE values, 8 scale bytes).", ("refimpl.hybrid.specs.DSV4_FP8_DS_MLA_TOKEN_BYTES",), "08"),
+         "64 bf16 RoPE values, 8 scale bytes).", ("refimpl.hybrid.kv_cache_interface.DSV4_FP8_DS_MLA_TOKEN_BYTES",), "08"),
     Term("UE8M0", "An 8-bit scale that stores only an exponent (a power of two); fp8 and fp4 caches keep one per "
          "group of values.", (), "08"),
     Term("SWA", "Sliding-window attention: a token attends only to the last W tokens, so blocks that fall out "
@@ -280,7 +280,7 @@ PART_PAIRS: tuple[PartPair, ...] = (
              "`BlockPool` (the blocks) + one `SingleTypeKVCacheManager` per group (`FullAttentionManager`, "
              "`SlidingWindowManager`) + `KVCacheCoordinator` (all groups at once) + `KVCacheManager` (the "
              "scheduler's entry point)",
-             ("refimpl.paged.BlockManager", "refimpl.hybrid.BlockPool", "refimpl.hybrid.managers.SingleTypeKVCacheManager",
+             ("refimpl.paged.BlockManager", "refimpl.hybrid.BlockPool", "refimpl.hybrid.single_type_kv_cache_manager.SingleTypeKVCacheManager",
               "refimpl.hybrid.FullAttentionManager", "refimpl.hybrid.SlidingWindowManager",
               "refimpl.hybrid.KVCacheCoordinator", "refimpl.hybrid.KVCacheManager")),
     PartPair("one block's record",
@@ -291,7 +291,7 @@ PART_PAIRS: tuple[PartPair, ...] = (
              "64-bit xxhash chain over `block_size` tokens and the previous block's hash (`compute_hash`)",
              "128-bit xxh3 chain over `hash_block_size` tokens (`hash_block_tokens`); the cache key adds the "
              "group id (`make_block_hash_with_group_id`)",
-             ("refimpl.paged.compute_hash", "refimpl.hybrid.request.hash_block_tokens",
+             ("refimpl.paged.compute_hash", "refimpl.hybrid.kv_cache_utils.hash_block_tokens",
               "refimpl.hybrid.block_pool.make_block_hash_with_group_id")),
     PartPair("checking a hit",
              "the hash, then the block's token ids compared one by one",

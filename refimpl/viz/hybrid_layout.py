@@ -20,9 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid import deepseek_v4
-from refimpl.hybrid.grouping import padding_curve
-from refimpl.hybrid.layout import group_kind
-from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec
+from refimpl.hybrid.kv_cache_planning import padding_curve
+from refimpl.course.layout_summary import group_kind
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
 
 KIND_COLORS = {
     "c4": "#1f77b4", "c128": "#aec7e8", "idx": "#ff7f0e", "swa": "#2ca02c",

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.paged.scenarios import measure_reusable_prefix_tokens
+from refimpl.course.paged_scenarios import measure_reusable_prefix_tokens
 from refimpl.viz.palette import EMPTY, SEQ_COLORS
 
 

@@ -7,7 +7,7 @@
 - `draw_prefix_lookup` / `prefix_lookup_text`: chapter 04's lookup flow (hash -> hash_to_block_id
   -> token check -> in use / pulled from the free queue / miss) above the pool and free queue.
 - `draw_prefix_match` / `prefix_match_text`: what prefix matching does with each logical
-  block of one request (from `refimpl.paged.prefix_match.explain_prefix_match`).
+  block of one request (from `refimpl.course.prefix_match.explain_prefix_match`).
 - `draw_fragmentation` / `fragmentation_text`: notebook 01's reserve-max vs paged memory.
 - `draw_reusable_tokens` / `reusable_tokens_text`: cached-prefix reuse against block size.
 
@@ -23,11 +23,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from refimpl.paged import running_example
+from refimpl.course import running_example
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.fragmentation import MemoryUse, RequestLengths, format_memory_table
-from refimpl.paged.prefix_match import MatchOutcome, PrefixMatch
-from refimpl.paged.scenarios import reusable_prefix_tokens
+from refimpl.course.fragmentation import MemoryUse, RequestLengths, format_memory_table
+from refimpl.course.prefix_match import MatchOutcome, PrefixMatch
+from refimpl.course.paged_scenarios import reusable_prefix_tokens
 from refimpl.paged.sequence import Sequence
 
 from refimpl.viz.palette import EMPTY, SEQ_COLORS

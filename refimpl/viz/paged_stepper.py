@@ -1,7 +1,7 @@
 """Step through the BlockManager: the lists of real calls chapters 03 and 04 play.
 
 `running_example_actions` (chapter 03) and `prefix_cache_actions` (chapter 04) step users A, B and
-C of `refimpl.paged.running_example` (and A's second turn, `A2`) through a real BlockManager. With
+C of `refimpl.course.running_example` (and A's second turn, `A2`) through a real BlockManager. With
 `refimpl.viz.record_frames` and `refimpl.viz.paged.pool_snapshot` they make those chapters'
 `Stepper`s, drawn by `draw_pool_snapshot` with `pool_snapshot_text` as its text twin.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from refimpl.paged import running_example
+from refimpl.course import running_example
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence
-from refimpl.paged.steps import compute_tokens, decode_step
+from refimpl.course.paged_steps import compute_tokens, decode_step
 
 #: Tokens generated in the running example's decode steps (2xx/3xx like the users' questions).
 DECODE_TOKENS = {"A": [211, 212], "B": [311, 312]}

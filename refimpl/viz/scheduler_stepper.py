@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.paged.runners import FakeModelRunner
+from refimpl.course.runners import FakeModelRunner
 from refimpl.paged.scheduler import Scheduler
 from refimpl.paged.sequence import Sequence
 from refimpl.viz.palette import EMPTY, SEQ_COLORS

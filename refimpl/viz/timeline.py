@@ -10,14 +10,13 @@ reads "A" instead of a global counter value that depends on how many sequences r
 
 from __future__ import annotations
 
-from typing import Mapping
-from typing import Sequence as Seq
+from typing import Mapping, Sequence as Seq
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.paged.runners import StepRecord
+from refimpl.course.runners import StepRecord
 
 PREFILL_COLOR = "#4c72b0"
 CHUNK_COLOR = "#a6bddb"
@@ -33,7 +32,7 @@ def _check_steps(steps: Seq[StepRecord]) -> list[StepRecord]:
         raise ValueError("no steps to show: run the scheduler first (the step list is empty)")
     for record in steps:
         if not isinstance(record, StepRecord):
-            raise ValueError(f"steps must be StepRecord objects from refimpl.paged.runners, got {type(record).__name__}")
+            raise ValueError(f"steps must be StepRecord objects from refimpl.course.runners, got {type(record).__name__}")
     return steps
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 
 from refimpl.hybrid import deepseek_v4
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import get_kv_cache_config
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
 
 
 def random_config(seed: int) -> dict:

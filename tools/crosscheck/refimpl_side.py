@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.hybrid.request import RequestStatus
-from refimpl.hybrid.specs import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+from refimpl.hybrid.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
 
 from tools.crosscheck.adapter import ManagerAdapter
 from tools.crosscheck.streams import GroupSet

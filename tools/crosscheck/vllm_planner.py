@@ -13,7 +13,7 @@ except ImportError:  # vLLM 0.32
 from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
-from refimpl.hybrid import specs as R
+from refimpl.hybrid import kv_cache_interface as R
 from tools.crosscheck.planner import _groups, refimpl_specs
 
 

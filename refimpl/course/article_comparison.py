@@ -17,8 +17,8 @@ Where a figure and the code differ (the indexer page, the bucket order, the offs
 from __future__ import annotations
 
 from refimpl.hybrid.deepseek_v4 import layer_name, parse_layer_name
-from refimpl.hybrid.grouping import group_and_unify_kv_cache_specs
-from refimpl.hybrid.specs import KVCacheGroupSpec, KVCacheSpec
+from refimpl.hybrid.older_planners import group_and_unify_kv_cache_specs
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
 
 # Pro, fp8_ds_mla, block size 256, 10 GiB budget: the numbers as the article prints them.
 ARTICLE_FIGURES = {

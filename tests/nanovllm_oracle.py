@@ -1,7 +1,7 @@
 """Literal restatements of nano-vllm's block manager and scheduler, and the workload strategies
 that drive them next to refimpl's (Part I).
 
-Nothing here imports a refimpl BlockManager or Scheduler: the references use deques and plain
+Nothing here imports a refimpl BlockManager or Scheduler: the oracles use deques and plain
 dicts, so a difference in any order is a difference between refimpl and upstream.
 """
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from refimpl.paged import SchedulerConfig, compute_hash
 
 # --- the block manager
-class ReferenceBlockManager:
+class OracleBlockManager:
     """nano-vllm's allocation rules written as plainly as possible, with a deque as the free queue.
 
     It keys block tables by seq_id and never looks at a BlockManager, so a difference in any order
@@ -115,15 +115,15 @@ class ReferenceBlockManager:
 
 
 # --- the scheduler
-class LiteralBoundaryBlockManager(ReferenceBlockManager):
-    """The reference block manager with nano-vllm's literal `len % block_size == 1` boundary test."""
+class LiteralBoundaryBlockManager(OracleBlockManager):
+    """The oracle block manager with nano-vllm's literal `len % block_size == 1` boundary test."""
 
     def _starts_block(self, num_tokens) -> bool:
         return num_tokens % self.block_size == 1
 
 
 @dataclass
-class RefSeq:
+class OracleSeq:
     seq_id: int
     token_ids: list[int]
     max_tokens: int
@@ -138,21 +138,21 @@ class RefSeq:
         self.num_prompt_tokens = len(self.token_ids)
 
 
-class ReferenceScheduler:
-    """nano-vllm's schedule / preempt / postprocess, line for line, over the reference block manager."""
+class OracleScheduler:
+    """nano-vllm's schedule / preempt / postprocess, line for line, over the oracle block manager."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.bs = config.kvcache_block_size
         self.bm = LiteralBoundaryBlockManager(config.num_kvcache_blocks, self.bs, config.enable_prefix_caching)
-        self.waiting: deque[RefSeq] = deque()
-        self.running: deque[RefSeq] = deque()
+        self.waiting: deque[OracleSeq] = deque()
+        self.running: deque[OracleSeq] = deque()
 
-    def has_table(self, seq: RefSeq) -> bool:
+    def has_table(self, seq: OracleSeq) -> bool:
         return seq.seq_id in self.bm.tables
 
-    def schedule(self) -> tuple[list[RefSeq], bool]:
-        scheduled_seqs: list[RefSeq] = []
+    def schedule(self) -> tuple[list[OracleSeq], bool]:
+        scheduled_seqs: list[OracleSeq] = []
         num_batched_tokens = 0
         while self.waiting and len(scheduled_seqs) < self.config.max_num_seqs:
             seq = self.waiting[0]
@@ -197,14 +197,14 @@ class ReferenceScheduler:
         self.running.extendleft(reversed(scheduled_seqs))
         return scheduled_seqs, False
 
-    def preempt(self, seq: RefSeq) -> None:
+    def preempt(self, seq: OracleSeq) -> None:
         seq.status = "WAITING"
         seq.is_prefill = True
         self.bm.deallocate(seq.seq_id)
         seq.num_cached_tokens = 0
         self.waiting.appendleft(seq)
 
-    def postprocess(self, seqs: list[RefSeq], token_ids: list[int], is_prefill: bool) -> None:
+    def postprocess(self, seqs: list[OracleSeq], token_ids: list[int], is_prefill: bool) -> None:
         for seq, token_id in zip(seqs, token_ids):
             self.bm.hash_blocks(seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens)
             seq.num_cached_tokens += seq.num_scheduled_tokens

@@ -15,9 +15,20 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.managers import FullAttentionManager, SingleTypeKVCacheManager, make_manager
-from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, unwrap_spec
+from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.single_type_kv_cache_manager import (
+    FullAttentionManager,
+    SingleTypeKVCacheManager,
+    make_manager,
+)
+from refimpl.hybrid.kv_cache_interface import (
+    AttentionSpec,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+    unwrap_spec,
+)
 
 
 class SpecGroup(NamedTuple):
@@ -207,11 +218,11 @@ class KVCacheCoordinator:
             )
         return total
 
-    def add_local_computed_blocks(
+    def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[Sequence[KVCacheBlock]], total_computed_tokens: int
     ) -> None:
         for manager, hits in zip(self.single_type_managers, new_computed_blocks):
-            manager.add_local_computed_blocks(request_id, hits, total_computed_tokens)
+            manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         """New blocks for every group, or a ValueError (and nothing allocated) if they do not fit."""
@@ -244,9 +255,9 @@ class KVCacheCoordinator:
         for manager in self.single_type_managers:
             manager.free(request_id)
 
-    def complete_copies(self) -> list[tuple[int, int, int]]:
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Release the copy-on-write pairs of every group: (group id, source id, copy id)."""
-        return [(gid, src, dst) for gid, m in enumerate(self.single_type_managers) for src, dst in m.complete_copies()]
+        return [(gid, src, dst) for gid, m in enumerate(self.single_type_managers) for src, dst in m.take_kv_cache_block_copies()]
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)

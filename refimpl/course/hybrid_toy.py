@@ -2,7 +2,7 @@
 
 Four layers are enough to meet every cache kind and every group of the full model: layers 0, 1
 and 3 compress with ratio 128, layer 2 with ratio 4 (and so has an indexer). Planned like Pro by
-the article's planner (`layout_version="B"`, as chapters 09-12 use it), the toy's 14 caches form
+the article's planner (`older_planners.get_kv_cache_groups_b`, as chapters 09-12 use it), the toy's 14 caches form
 the same five groups in the same order (MLA, SWA-a, SWA-b, C128 state, C4 state), small enough to
 print every layer name.
 """
@@ -10,7 +10,7 @@ print every layer name.
 from __future__ import annotations
 
 from refimpl.hybrid import deepseek_v4
-from refimpl.hybrid.specs import KVCacheSpec
+from refimpl.hybrid.kv_cache_interface import KVCacheSpec
 
 #: How many of Pro's layers the toy keeps.
 TOY_LAYERS = 4

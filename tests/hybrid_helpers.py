@@ -5,7 +5,7 @@ step restated the way vLLM's scheduler drives `allocate_slots`, and the random-w
 from hypothesis import strategies as st
 
 from refimpl.hybrid.request import RequestStatus
-from refimpl.hybrid.simulate import toy_full_spec, toy_window_spec
+from refimpl.course.hybrid_simulate import toy_full_spec, toy_window_spec
 
 
 def full(bs=4):

@@ -24,8 +24,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from refimpl.hybrid.block_pool import BlockHash, BlockPool, KVCacheBlock
-from refimpl.hybrid.specs import AttentionSpec, KVCacheGroupSpec, KVCacheSpec, SlidingWindowSpec, cdiv, unwrap_spec
+from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.kv_cache_interface import (
+    AttentionSpec,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    SlidingWindowSpec,
+    cdiv,
+    unwrap_spec,
+)
 
 
 class BlockHashListWithBlockSize:
@@ -158,7 +166,7 @@ class SingleTypeKVCacheManager:
         return num_new + revived + copy_on_write
 
     # --- allocation
-    def add_local_computed_blocks(
+    def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
     ) -> None:
         """Start a request's table with its prefix hits (first allocation only).
@@ -188,7 +196,7 @@ class SingleTypeKVCacheManager:
         """Append fresh blocks until the table covers `num_tokens` tokens; return the new ones.
 
         A pending partial hit first gets its copy: a new block replaces the shared source in the
-        table, and both stay referenced by `pending_copies` until `complete_copies` runs.
+        table, and both stay referenced by `pending_copies` until `take_kv_cache_block_copies` runs.
         """
         needed = self.num_new_blocks_needed(request_id, num_tokens)
         if needed > self.block_pool.get_num_free_blocks():
@@ -216,10 +224,11 @@ class SingleTypeKVCacheManager:
         copy = 1 if request_id in self._partial_hit_reqs else 0
         return copy + max(cdiv(num_tokens, self.block_size) - table_len, 0)
 
-    def complete_copies(self) -> list[tuple[int, int]]:
+    def take_kv_cache_block_copies(self) -> list[tuple[int, int]]:
         """The worker copied every pending (source, copy) pair: drop the references they held.
 
-        Returns the pairs as block ids. The source loses this request's hit reference (the
+        Returns the pairs as block ids (vLLM's manager drains them the same way and hands the
+        worker `KVCacheBlockCopy` records; refimpl has no worker, so the pairs are the record). The source loses this request's hit reference (the
         request now reads its own copy).
         """
         done = [(src.block_id, dst.block_id) for src, dst in self.pending_copies]

@@ -10,9 +10,9 @@
 from __future__ import annotations
 
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.prefix_match import explain_prefix_match
+from refimpl.course.prefix_match import explain_prefix_match
 from refimpl.paged.sequence import Sequence
-from refimpl.paged.steps import prefill
+from refimpl.course.paged_steps import prefill
 from refimpl.validation import check_int_at_least, check_positive_int
 
 # Token ids of the article's example: three 4-token blocks it calls A, B, C, of a 12-token request.

@@ -18,9 +18,9 @@ from typing import Sequence
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
-from refimpl.hybrid.grouping import get_kv_cache_groups
-from refimpl.hybrid.layout import GIB, get_kv_cache_config
-from refimpl.hybrid.specs import (
+from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.older_planners import PLANNERS
+from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
@@ -48,15 +48,15 @@ def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> l
 
 
 def pro_kv_cache_config(
-    available_memory: int = 10 * GIB, variant: str = "pro", *, layout_version: str = "B", **spec_kwargs
+    available_memory: int = 10 * GIB, variant: str = "pro", *, planner: str = "B", **spec_kwargs
 ):
     """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab).
 
     Planner B by default: chapter 12 follows the vLLM KV-cache article's group order (MLA
     first). Planner C (vLLM 0.32/0.33) only reorders the groups; blocks and strides are equal.
     """
-    groups = get_kv_cache_groups(kv_cache_specs(variant, **spec_kwargs), layout_version=layout_version)
-    return get_kv_cache_config(groups, available_memory, layout_version=layout_version)
+    get_groups, get_config = PLANNERS[planner]
+    return get_config(get_groups(kv_cache_specs(variant, **spec_kwargs)), available_memory)
 
 
 def pro_kv_cache_manager(

@@ -16,10 +16,13 @@ import os
 import re
 import sys
 
+from fractions import Fraction
+
 from refimpl.cli import DefaultsHelpFormatter
-from refimpl.hybrid import comparison, deepseek_v4
-from refimpl.hybrid.grouping import approximate_gcd, get_kv_cache_groups, group_and_unify_kv_cache_specs
-from refimpl.hybrid.layout import MAX_MEMORY_BYTES, bytes_per_block, get_kv_cache_config, parse_memory, summarize_groups
+from refimpl.course import article_comparison
+from refimpl.course.layout_summary import summarize_groups
+from refimpl.hybrid import deepseek_v4, older_planners
+from refimpl.hybrid.kv_cache_planning import approximate_gcd, get_kv_cache_bytes_per_block, get_kv_cache_config, get_kv_cache_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
 GROUPINGS = ("grouped", "mla+swa")
@@ -29,6 +32,41 @@ CACHE_DTYPE_ALIASES = {"fp8": "fp8_ds_mla", "fp8_ds_mla": "fp8_ds_mla", "bfloat1
 
 # Python parameter names in library errors -> the flags a command-line user typed.
 FLAG_FOR_PARAMETER = {"available_memory": "--memory", "num_blocks_override": "--num-blocks", "block_size": "--block-size"}
+
+
+#: The largest budget `parse_memory` accepts: 1 PiB, more memory than any single accelerator has.
+MAX_MEMORY_BYTES = 1 << 50
+_MEMORY_UNITS = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+                 "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "b": 1, "": 1}
+
+
+def parse_memory(text: str | int) -> int:
+    """'10GiB' -> 10737418240; also KiB/MiB/TiB, KB/MB/GB/TB and plain byte counts.
+
+    The number is read exactly (as a fraction, never through a float), so '1.5GiB' is exact and
+    a size that is not a whole number of bytes, negative, or above 1 PiB is a ValueError.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"memory size must be a number of bytes or a string such as '10GiB', got {text!r}")
+    if isinstance(text, int):
+        value = Fraction(text)
+    else:
+        s = str(text).strip().lower().replace("_", "").replace(",", "")
+        number = s.rstrip("kmgtib")
+        unit = s[len(number):]
+        try:
+            if "/" in number:
+                raise ValueError("a fraction")
+            value = Fraction(number) * _MEMORY_UNITS[unit]
+        except (ValueError, ZeroDivisionError, KeyError):
+            raise ValueError(f"cannot read memory size {text!r}; use e.g. 10GiB, 512MiB, 4GB or 123456") from None
+    if value < 0:
+        raise ValueError(f"memory size must not be negative, got {text!r}")
+    if value.denominator != 1:
+        raise ValueError(f"memory size {text!r} is not a whole number of bytes ({float(value):,.2f} B)")
+    if value > MAX_MEMORY_BYTES:
+        raise ValueError(f"memory size {text!r} is more than 1 PiB ({MAX_MEMORY_BYTES:,} B); no device has that much")
+    return int(value)
 
 
 def memory_size(text: str) -> int:
@@ -99,18 +137,21 @@ def build_plan(args: argparse.Namespace) -> dict:
     specs = deepseek_v4.kv_cache_specs(MODELS[args.model], cache_dtype=CACHE_DTYPE_ALIASES[args.cache_dtype],
                                        indexer=args.indexer, mtp=args.mtp, block_size=args.block_size)
     memory = args.memory
+    planner_b = args.layout == "B"
     if args.grouping == "grouped":
-        groups = get_kv_cache_groups(specs, use_eagle=args.mtp, layout_version=args.layout)
+        groups = (older_planners.get_kv_cache_groups_b if planner_b else get_kv_cache_groups)(specs, use_eagle=args.mtp)
     else:
-        groups = comparison.two_group_layout(specs)
-    stride = bytes_per_block(groups, layout_version=args.layout)  # what each block id costs, the divisor of --memory
+        groups = article_comparison.two_group_layout(specs)
+    # what each block id costs, the divisor of --memory
+    stride = (older_planners.bytes_per_block_b if planner_b else get_kv_cache_bytes_per_block)(groups)
     if args.num_blocks is None and memory < 2 * stride:
         raise ValueError(f"--memory {memory:,} B leaves no usable block: one block takes {stride:,} B and "
                          f"block 0 is the null block, so give at least {2 * stride:,} B")
     if args.num_blocks is not None and args.num_blocks * stride > MAX_MEMORY_BYTES:
         raise ValueError(f"--num-blocks {args.num_blocks:,} needs {args.num_blocks * stride:,} B, more than 1 PiB")
-    config = get_kv_cache_config(groups, memory, num_blocks_override=args.num_blocks, layout_version=args.layout)
-    tuples = [b.get_num_layer_tuples() for b in group_and_unify_kv_cache_specs(specs)]
+    config = (older_planners.get_kv_cache_config_b if planner_b else get_kv_cache_config)(
+        groups, memory, num_blocks_override=args.num_blocks)
+    tuples = [b.get_num_layer_tuples() for b in older_planners.group_and_unify_kv_cache_specs(specs)]
     summary = summarize_groups(groups)
     return {
         "model": args.model,
