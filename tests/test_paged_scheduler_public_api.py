@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refimpl.paged import BlockManager, SamplingParams, Scheduler, SchedulerConfig, Sequence
-from refimpl.paged.runners import FakeModelRunner
+from refimpl.course.runners import FakeModelRunner
 
-from paged_reference import VOCAB, Workload, configs, workloads
+from nanovllm_oracle import VOCAB, Workload, configs, workloads
 
 PUBLIC_METHODS = ("can_allocate", "allocate", "can_append", "may_append", "hash_blocks", "deallocate")
 
