@@ -58,7 +58,7 @@ class Scheduler:
         )
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        self._queued: set[Sequence] = set()  # sequences add() accepted and that have not finished
+        self._queued: dict[int, Sequence] = {}  # seq_id -> sequence add() accepted and that has not finished
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
 
@@ -80,8 +80,10 @@ class Scheduler:
         if seq.status != SequenceStatus.WAITING or seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again")
         # `_queued` remembers what add() accepted, so the usual case needs no scan of the queues;
-        # a remembered sequence is looked for in them (code may have taken it out by hand).
-        if seq in self._queued and (seq in self.waiting or seq in self.running):
+        # a remembered sequence is looked for in them (code may have taken it out by hand). It is
+        # keyed by seq_id, so a copy of a queued sequence is refused too.
+        queued = self._queued.get(seq.seq_id)
+        if queued is not None and (queued in self.waiting or queued in self.running):
             raise ValueError(f"sequence {seq.seq_id} is already scheduled")
         need = self.max_blocks_needed(seq)
         if need > self.config.num_kvcache_blocks:
@@ -90,7 +92,7 @@ class Scheduler:
                 f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has only "
                 f"{self.config.num_kvcache_blocks}; it could never run"
             )
-        self._queued.add(seq)
+        self._queued[seq.seq_id] = seq
         self.waiting.append(seq)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
@@ -190,7 +192,7 @@ class Scheduler:
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)
                 self.running.remove(seq)
-                self._queued.discard(seq)
+                del self._queued[seq.seq_id]
                 finished.append(True)
             else:
                 finished.append(False)
@@ -210,7 +212,7 @@ class Scheduler:
         for i, seq in enumerate(seqs):
             if type(seq) is not Sequence:
                 check_instance(f"seqs[{i}]", seq, Sequence)
-            if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or seq not in queued:
+            if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or queued.get(seq.seq_id) is not seq:
                 raise ValueError(
                     f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, num_scheduled_tokens={seq.num_scheduled_tokens}, "
                     f"is_prefill={seq.is_prefill}) is not part of the {'prefill' if is_prefill else 'decode'} batch "

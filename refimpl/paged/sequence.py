@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import struct
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -68,8 +69,8 @@ def checked_token_ids(token_ids: Iterable[int], name: str = "token_ids") -> tupl
     try:
         packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
     except struct.error:
-        packed = b"\xff"  # refused: find the first bad id below
-    if not packed[7::8].isascii():
+        packed = None  # refused: find the first bad id below
+    if packed is None or not packed[7::8].isascii():
         for i, token_id in enumerate(token_ids):
             check_token_id(token_id, f"{name}[{i}]")
     return token_ids, packed
@@ -171,6 +172,20 @@ class Sequence:
         self.token_ids.append(token_id)
         self.last_token = token_id
         self.num_tokens += 1
+
+    def __copy__(self) -> "Sequence":
+        """Every field (the compact state below is for workers, not for copies)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def __deepcopy__(self, memo: dict) -> "Sequence":
+        """Every field, the lists copied too: a twin with the same seq_id and block table, which a
+        BlockManager refuses as not the sequence it allocated."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update({name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()})
+        return twin
 
     # Workers of a tensor-parallel engine receive the batch pickled every step. A prefill needs every
     # token; a decode needs only the last one, so the state is a few integers plus the block table.
