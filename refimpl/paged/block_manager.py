@@ -263,11 +263,11 @@ class BlockManager:
 
     def may_append(self, seq: Sequence) -> None:
         """Add a block to the table when the token to compute starts a new block."""
-        if type(seq) is not Sequence or seq.block_size != self.block_size:
+        if type(seq) is not Sequence or self.block_tables.get(seq.seq_id) is not seq.block_table:
+            # Not the table `allocate` filled (whose sequence it checked then): check it all.
             self._check_sequence(seq)
-        if not seq.block_table:
-            raise ValueError(f"sequence {seq.seq_id} holds no blocks; allocate it before appending")
-        if self.block_tables.get(seq.seq_id) is not seq.block_table:
+            if not seq.block_table:
+                raise ValueError(f"sequence {seq.seq_id} holds no blocks; allocate it before appending")
             self._check_holder(seq)
         if self._needs_new_block(seq):
             if len(seq.block_table) >= seq.num_blocks:

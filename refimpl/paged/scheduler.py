@@ -61,6 +61,10 @@ class Scheduler:
         self._queued: dict[int, Sequence] = {}  # seq_id -> sequence add() accepted and that has not finished
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
+        # The batch the latest schedule() returned, until postprocess() takes it: postprocess knows
+        # it at once (nano-vllm trusts its engine to postprocess each batch once).
+        self._scheduled: tuple[Sequence, ...] | None = None
+        self._scheduled_is_prefill = False
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -106,6 +110,7 @@ class Scheduler:
         scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
+        self._scheduled = None
 
         # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
         while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
@@ -133,6 +138,7 @@ class Scheduler:
             # else: a partial prefill stays first in `waiting`, holding all its blocks.
             scheduled_seqs.append(seq)
         if scheduled_seqs:
+            self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), True
             return scheduled_seqs, True
 
         # Decode: one token per running sequence, preempting from the back when blocks run out.
@@ -152,6 +158,7 @@ class Scheduler:
         if not scheduled_seqs:
             raise InvariantError("schedule() found nothing to run although sequences are queued")
         self.running.extendleft(reversed(scheduled_seqs))
+        self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), False
         return scheduled_seqs, False
 
     def preempt(self, seq: Sequence) -> None:
@@ -179,6 +186,7 @@ class Scheduler:
         been computed (a chunk in the middle of a prompt produces no usable token).
         """
         self._check_step_results(seqs, token_ids, is_prefill)
+        self._scheduled = None
         finished = []
         for seq, token_id in zip(seqs, token_ids):
             self.block_manager.hash_blocks(seq)
@@ -203,21 +211,23 @@ class Scheduler:
 
         nano-vllm trusts its engine here. A second postprocess of one step would append a token
         whose K/V is never computed; a sequence that was never scheduled has nothing to record.
-        Every check runs before postprocess changes anything.
+        Every check runs before postprocess changes anything. The batch schedule() returned is
+        recognised at once; anything else (a subclass's own schedule(), a copy) is checked
+        sequence by sequence.
         """
-        check_bool("is_prefill", is_prefill)
+        if not (is_prefill is self._scheduled_is_prefill and tuple(seqs) == self._scheduled):
+            check_bool("is_prefill", is_prefill)
+            for i, seq in enumerate(seqs):
+                check_instance(f"seqs[{i}]", seq, Sequence)
+                if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or self._queued.get(seq.seq_id) is not seq:
+                    raise ValueError(
+                        f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, num_scheduled_tokens="
+                        f"{seq.num_scheduled_tokens}, is_prefill={seq.is_prefill}) is not part of the "
+                        f"{'prefill' if is_prefill else 'decode'} batch waiting for postprocess(): pass the batch "
+                        "of the latest schedule(), once"
+                    )
+            if len(set(map(id, seqs))) != len(seqs):
+                raise ValueError("seqs lists a sequence twice")
         if len(seqs) != len(token_ids):
             raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
-        queued = self._queued
-        for i, seq in enumerate(seqs):
-            if type(seq) is not Sequence:
-                check_instance(f"seqs[{i}]", seq, Sequence)
-            if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or queued.get(seq.seq_id) is not seq:
-                raise ValueError(
-                    f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, num_scheduled_tokens={seq.num_scheduled_tokens}, "
-                    f"is_prefill={seq.is_prefill}) is not part of the {'prefill' if is_prefill else 'decode'} batch "
-                    "waiting for postprocess(): pass the batch of the latest schedule(), once"
-                )
-        if len(set(map(id, seqs))) != len(seqs):
-            raise ValueError("seqs lists a sequence twice")
         checked_token_ids(token_ids, "token_ids")  # the ids only; their packed bytes are not needed

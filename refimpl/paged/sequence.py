@@ -25,7 +25,7 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, Real):
+        if type(self.temperature) not in (float, int) and (isinstance(self.temperature, bool) or not isinstance(self.temperature, Real)):
             raise TypeError(f"temperature must be a number >= 0 (0 means greedy), got {self.temperature!r}")
         if not self.temperature >= 0:  # also rejects NaN
             raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
