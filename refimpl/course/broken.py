@@ -171,7 +171,7 @@ class HashWithoutChain(BlockManager):
 
     _block_hashes = edited(
         BlockManager._block_hashes,
-        ("h = hash_token_bytes(packed[8 * i * bs : 8 * (i + 1) * bs], h)", "h = hash_token_bytes(packed[8 * i * bs : 8 * (i + 1) * bs])"),
+        ("h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)", "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs])"),
         ("h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)", "h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs])"),
     )
 

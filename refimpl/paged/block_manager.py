@@ -15,7 +15,7 @@ from __future__ import annotations
 from refimpl.errors import InvariantError
 from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
-from refimpl.paged.hashing import compute_hash, hash_token_bytes
+from refimpl.paged.hashing import compute_hash
 from refimpl.paged.sequence import Sequence, check_block_size
 from refimpl.validation import check_instance, check_positive_int, is_integer
 
@@ -86,7 +86,7 @@ class BlockManager:
             h = hashes[-1] if hashes else -1
             for i in range(len(hashes), num_blocks):
                 if 8 * (i + 1) * bs <= len(packed):  # a block of the prompt: its bytes are packed already
-                    h = hash_token_bytes(packed[8 * i * bs : 8 * (i + 1) * bs], h)
+                    h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)
                 else:
                     h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)
                 hashes.append(h)

@@ -9,7 +9,7 @@ import numpy as np
 import xxhash
 
 
-def token_bytes(token_ids: Seq[int]) -> bytes:
+def _token_bytes(token_ids: Seq[int]) -> bytes:
     """The tokens as little-endian int64 bytes, what `np.asarray(token_ids, "<i8").tobytes()` gives.
 
     `struct.pack` converts a list of ints about three times faster than numpy; anything it
@@ -21,19 +21,16 @@ def token_bytes(token_ids: Seq[int]) -> bytes:
         return np.asarray(token_ids, dtype="<i8").tobytes()
 
 
-def compute_hash(token_ids: Seq[int], prefix: int = -1) -> int:
+def compute_hash(token_ids: Seq[int] | bytes, prefix: int = -1) -> int:
     """Hash one block of tokens, chained to the hash of the block before it.
 
     Mixing in `prefix` makes the hash stand for the whole prefix up to and including this block,
     so equal blocks after different histories get different hashes (a Merkle-style chain).
     Tokens are hashed as little-endian int64, as numpy lays them out on common platforms; the
-    one-shot digest of `prefix bytes + token bytes` equals nano-vllm's two `update` calls.
+    one-shot digest of `prefix bytes + token bytes` equals nano-vllm's two `update` calls. Tokens
+    already packed that way (a Sequence packs its prompt once) may be passed as bytes.
     """
-    return hash_token_bytes(token_bytes(token_ids), prefix)
-
-
-def hash_token_bytes(data: bytes, prefix: int = -1) -> int:
-    """`compute_hash` for tokens already packed by `token_bytes` (a Sequence packs its prompt once)."""
+    data = token_ids if isinstance(token_ids, bytes) else _token_bytes(token_ids)
     if prefix == -1:
         return xxhash.xxh64_intdigest(data)
     return xxhash.xxh64_intdigest(prefix.to_bytes(8, "little") + data)
