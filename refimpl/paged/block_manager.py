@@ -135,8 +135,8 @@ class BlockManager:
     def _check_holder(self, seq: Sequence) -> None:
         """Refuse a sequence whose block table this manager did not hand out.
 
-        A deep copy (or a pickled round trip) of a sequence has its own list, so it is told apart
-        from the sequence `allocate` served; a sequence freed before has no record at all. A
+        A deep copy of a sequence has its own list, so it is told apart from the sequence
+        `allocate` served; a sequence freed before has no record at all. A
         subclass whose own `allocate` keeps no record (an exercise's) gets `deallocate`'s
         table checks only.
         """
@@ -154,7 +154,7 @@ class BlockManager:
 
     @property
     def _keeps_records(self) -> bool:
-        """True when `allocate` is this class's own (it records every table it fills)."""
+        """True when this manager's `allocate` is BlockManager's, which records every table it fills."""
         return type(self).allocate is BlockManager.allocate
 
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
