@@ -22,7 +22,7 @@ import torch
 
 from refimpl.paged.sequence import SamplingParams
 from refimpl.v4.llm import V4LLM
-from refimpl.v4.reference import reference_generate
+from refimpl.v4.oracle import oracle_generate
 from refimpl.v4.tiny import make_tiny_v4
 
 
@@ -46,16 +46,16 @@ def main() -> None:
     llm = V4LLM(model_dir, num_kvcache_blocks=256, max_num_batched_tokens=512, enable_prefix_caching=False)
     prompts = make_prompts(args.num_prompts)
     llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))  # warm-up
+    llm.record_logits = True  # keep the logits behind every token, to compare them with the oracle's
     start = time.perf_counter()
     outputs = llm.generate(prompts, sp)
     ours = time.perf_counter() - start
-    logits_ours = [r.logits for r in llm.last_requests]
 
     start = time.perf_counter()
-    refs = [reference_generate(llm.hf_model, p, args.max_tokens) for p in prompts]
+    oracle = [oracle_generate(llm.hf_model, p, args.max_tokens) for p in prompts]
     theirs = time.perf_counter() - start
-    equal = all(o["token_ids"] == r[0] for o, r in zip(outputs, refs))
-    worst = max((a - b).abs().max().item() for mine, r in zip(logits_ours, refs) for a, b in zip(mine, r[1]))
+    equal = all(o["token_ids"] == r[0] for o, r in zip(outputs, oracle))
+    worst = max((a - b).abs().max().item() for o, r in zip(outputs, oracle) for a, b in zip(o["logits"], r[1]))
     generated = args.num_prompts * args.max_tokens
     print(f"Part 1: {args.num_prompts} prompts x {args.max_tokens} greedy tokens")
     print(f"  refimpl V4LLM (paged, batched):        {generated / ours:8.1f} tokens/s")
@@ -64,12 +64,13 @@ def main() -> None:
 
     shared = make_prompts(args.num_prompts, seed=1, shared=256)
     print(f"Part 2: {len(shared)} prompts sharing a 256-token prefix (counts for the {len(shared) - 1} after the first)")
+    llm.close()
     for caching in (False, True):
-        engine = V4LLM(model_dir, hf_model=llm.hf_model, num_kvcache_blocks=256, max_num_batched_tokens=512,
-                       enable_prefix_caching=caching)
-        engine.generate(shared[:1], sp)  # the first request fills the cache
-        engine.generate(shared[1:], sp)
-        s = engine.stats
+        with V4LLM(model_dir, hf_model=llm.hf_model, num_kvcache_blocks=256, max_num_batched_tokens=512,
+                   enable_prefix_caching=caching) as engine:
+            engine.generate(shared[:1], sp)  # the first request fills the cache
+            engine.generate(shared[1:], sp)
+            s = engine.stats
         print(f"  prefix caching {'on ' if caching else 'off'}: prefill tokens computed {s.prefill_tokens:5d}, "
               f"taken from the cache {s.cached_tokens:5d}")
 

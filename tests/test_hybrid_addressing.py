@@ -76,6 +76,14 @@ def test_batch_slot_mapping_matches_per_position_rule():
         build_batch(tables, [1], [1, 2])
 
 
+def test_batch_slot_mapping_has_the_null_block_guard():
+    """A position whose block is the null block (0) has no slot, as in `slot_for_position`."""
+    tables = [[0, 6], [8, 0]]
+    batch = build_batch(tables, num_computed_tokens=[2, 3], num_new_tokens=[3, 3])
+    expect = [slot_for_position(t, p, 4) for t, p in zip([tables[0]] * 3 + [tables[1]] * 3, [2, 3, 4, 3, 4, 5])]
+    assert slot_mapping(batch, 4).tolist() == expect == [-1, -1, 6 * 4, 8 * 4 + 3, -1, -1]
+
+
 def test_slots_from_the_manager_never_collide():
     full = FullAttentionSpec(block_size=8, num_kv_heads=1, head_size=8, dtype="bfloat16")
     swa = SlidingWindowSpec(block_size=4, num_kv_heads=1, head_size=8, dtype="bfloat16", sliding_window=6)

@@ -123,6 +123,25 @@ def test_attention_ops_bundle_the_three_functions():
     assert not ops.check_once_per_step  # the kernels check every call
 
 
+def test_v4_index_ops_pick_the_twins_or_the_kernels():
+    from refimpl.kernels import deepseek_v4, reference_v4
+
+    ops = backend.v4_index_ops(None, "cpu")  # the interpreter is never picked by itself
+    assert (ops.name, ops.compute_swa_indices_and_lens, ops.compute_global_topk_indices_and_lens) == (
+        "torch", reference_v4.compute_swa_indices_and_lens, reference_v4.compute_global_topk_indices_and_lens)
+    ops = backend.v4_index_ops("triton", "cpu")
+    assert (ops.name, ops.compute_swa_indices_and_lens) == ("triton", deepseek_v4.compute_swa_indices_and_lens)
+    assert ops.compressed_slot_mapping is reference_v4.compressed_slot_mapping  # torch in both
+    with pytest.raises(ValueError, match="flash-attn has no DeepSeek V4 index kernels"):
+        backend.v4_index_ops("flash-attn", "cuda")
+
+
+def test_v4_index_ops_on_cuda_with_flash_attn_fall_back_to_triton(monkeypatch):
+    monkeypatch.setattr(backend, "has_flash_attn", lambda: True)
+    monkeypatch.setattr(backend, "MODE_MISMATCH", None)
+    assert backend.v4_index_ops("auto", "cuda").name == ("triton" if backend.HAS_TRITON else "torch")
+
+
 def test_setup_flags_agree_with_triton():
     import triton
 

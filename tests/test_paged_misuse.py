@@ -396,3 +396,23 @@ def test_random_misuse_is_refused_and_changes_nothing(seed, num_blocks, block_si
         event(f"refused: {kind}")
         tried += 1
     event(f"misuse attempts per example: {min(tried, 10)}{'+' if tried >= 10 else ''}")
+
+
+def test_a_count_from_can_allocate_that_went_stale_is_refused():
+    """allocate takes can_allocate's hits as they are only while nothing changed in between: here
+    the one cached block is handed out again first, so the count of 1 is refused."""
+    bm = BlockManager(3, 4)
+    first = seq(range(5))
+    bm.allocate(first, 0)
+    first.num_scheduled_tokens = 5
+    bm.hash_blocks(first)  # block 0 cached
+    bm.deallocate(first)  # free queue: 2, 1, 0
+    again = seq(range(5))
+    assert bm.can_allocate(again) == 1
+    bm.allocate(filler := seq(range(100, 112)), 0)  # takes 2, 1 and 0: the cached block is overwritten
+    bm.deallocate(filler)
+    before = manager_snapshot(bm)
+    with pytest.raises(ValueError, match="an integer from 0 to 0"):
+        bm.allocate(again, 1)
+    assert manager_snapshot(bm) == before
+    assert bm.can_allocate(again) == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from refimpl.paged.sequence import SamplingParams
-from tests.v4_models import CONFIGS, hf_model, model_dir, prompts, reference, one_thread  # noqa: F401  (autouse fixture)
+from tests.v4_models import CONFIGS, hf_model, model_dir, oracle, prompts, one_thread  # noqa: F401  (autouse fixture)
 
 MAX_TOKENS = 6
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -20,15 +20,17 @@ GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 def make_llm(name: str, **kwargs):
     from refimpl.v4.llm import V4LLM
 
-    return V4LLM(model_dir(name), hf_model=hf_model(name), num_kvcache_blocks=kwargs.pop("num_kvcache_blocks", 160), **kwargs)
+    llm = V4LLM(model_dir(name), hf_model=hf_model(name), num_kvcache_blocks=kwargs.pop("num_kvcache_blocks", 160), **kwargs)
+    llm.record_logits = True
+    return llm
 
 
-def assert_matches_reference(name: str, llm, names: list[str], outputs: list[dict]) -> float:
+def assert_matches_oracle(name: str, names: list[str], outputs: list[dict]) -> float:
     worst = 0.0
-    for prompt, out, req in zip(names, outputs, llm.last_requests):
-        tokens, logits = reference(name, prompt, MAX_TOKENS)
+    for prompt, out in zip(names, outputs):
+        tokens, logits = oracle(name, prompt, MAX_TOKENS)
         assert out["token_ids"] == tokens, f"{name}/{prompt}"
-        for mine, theirs in zip(req.logits, logits):
+        for mine, theirs in zip(out["logits"], logits):
             worst = max(worst, (mine - theirs).abs().max().item())
     assert worst < 1e-4
     return worst
@@ -41,11 +43,11 @@ def test_interleaved_requests_equal_transformers(name, caching, budget):
     llm = make_llm(name, enable_prefix_caching=caching, max_num_batched_tokens=budget)
     names = ["P1", "P2", "P3"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
-    assert_matches_reference(name, llm, names, outputs)
+    assert_matches_oracle(name, names, outputs)
     assert llm.stats.prefill_tokens + llm.stats.cached_tokens == sum(len(prompts()[p]) for p in names)
     if not caching:
         assert llm.stats.cached_tokens == 0
-    assert llm.manager.block_pool.get_num_free_blocks() == llm.kv_cache.config.num_blocks - 1
+    assert llm.scheduler.kv_cache_manager.usage == 0.0  # every block back in the pool
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -53,11 +55,11 @@ def test_interleaved_requests_equal_transformers(name, caching, budget):
 def test_resume_at_256_token_prefix_hit(name, budget):
     llm = make_llm(name, max_num_batched_tokens=budget)
     first = llm.generate([prompts()["P1"]], GREEDY)
-    assert_matches_reference(name, llm, ["P1"], first)
+    assert_matches_oracle(name, ["P1"], first)
     second = llm.generate([prompts()["P3"]], GREEDY)
     assert llm.stats.cached_tokens == 256  # one full 256-token block of every group came back
     assert llm.stats.prefill_tokens == len(prompts()["P3"]) - 256
-    assert_matches_reference(name, llm, ["P3"], second)
+    assert_matches_oracle(name, ["P3"], second)
 
 
 def test_preemption_recomputes_and_still_matches():
@@ -66,12 +68,15 @@ def test_preemption_recomputes_and_still_matches():
     names = ["P1", "P3", "P2"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
     assert llm.stats.preemptions >= 1
-    assert_matches_reference("A", llm, names, outputs)
+    assert_matches_oracle("A", names, outputs)
 
 
 def test_generate_shape_and_text():
     llm = make_llm("A")
+    llm.record_logits = False  # the default: no logits kept anywhere
+    req = llm.add_request("hi", SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
     out = llm.generate(["hello"], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    assert req.logits == [] and len(req.request.output_token_ids) == 2
     assert set(out[0]) == {"text", "token_ids"}
     assert len(out[0]["token_ids"]) == 3
     assert out[0]["text"] == llm.tokenizer.decode(out[0]["token_ids"])

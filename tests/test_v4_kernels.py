@@ -1,10 +1,13 @@
-"""The engine's addressing agrees with Part II's DeepSeek V4 index kernels on real engine steps.
+"""The V4 engine's addresses are Part II's: checked on real engine steps.
 
-For packed steps recorded from the V4 engine (chunked prefill of three requests, then decode),
-the slots the paged layer reads for the sliding window, the slots of the indexer's top-k picks,
-and the slots the closing tokens write compressed entries to are recomputed with
-`compute_swa_indices_and_lens`, `compute_global_topk_indices_and_lens` (Triton under the
-interpreter on CPU, and their torch twins) and `compressed_slot_mapping`.
+The model runner computes every slot the layers use once per step, with `hybrid.addressing`
+and the DeepSeek V4 index kernels. For packed steps recorded from the engine (chunked prefill of
+three requests, then decode), every address in the step's `AttentionMetadata` is recomputed one
+position at a time with Part II's scalar rules (`slot_for_position`, `compressed_slot_for_position`,
+`swa_window_positions`, `causal_compressed_entries`); the indexer's real picks go through the
+top-k kernel and are checked the same way; the Triton kernels (Triton's interpreter on a CPU)
+build the same metadata as the torch twins; and an engine on the Triton backend generates the
+same tokens as one on the torch backend.
 """
 
 from __future__ import annotations
@@ -12,88 +15,135 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refimpl.kernels import reference_v4 as ref
+from refimpl.hybrid.addressing import (causal_compressed_entries, compressed_slot_for_position, slot_for_position,
+                                       swa_window_positions)
+from refimpl.kernels.backend import v4_index_ops
 from refimpl.kernels.triton_setup import HAS_TRITON
 from refimpl.paged.sequence import SamplingParams
-from refimpl.v4.paged import slots
-from tests.v4_models import hf_model, model_dir, prompts
+from refimpl.v4.model_runner import build_attention_metadata
+from tests.v4_models import hf_model, model_dir, prompts, one_thread  # noqa: F401  (autouse fixture)
 
+SP = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
 IMPLS = ["torch"] + (["triton"] if HAS_TRITON else [])
 
 
-def impl(name):
-    if name == "triton":
-        from refimpl.kernels import deepseek_v4 as tri
+def batch_prompts():
+    return [prompts()["P2"], [7] * 30, prompts()["P1"][:45]]
 
-        return tri
-    return ref
+
+def make_llm(**kwargs):
+    from refimpl.v4.llm import V4LLM
+
+    return V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=40,
+                 enable_prefix_caching=False, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    from refimpl.v4.llm import V4LLM
+    """(engine, [(block_ids, num_computed, num_new, metadata) per step]) of one generate call."""
+    llm = make_llm()
+    steps = []
+    prepare = llm.model_runner.prepare_inputs
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=40,
-                enable_prefix_caching=False)
-    llm.record_steps = True
-    llm.generate([prompts()["P2"], [7] * 30, prompts()["P1"][:45]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
-    torch.set_num_threads(before)
-    return llm, llm.last_contexts
+    def spy(chunks):
+        ids, meta = prepare(chunks)
+        steps.append(([c.block_ids for c in chunks], [c.first_position for c in chunks], [c.num_tokens for c in chunks], meta))
+        return ids, meta
 
-
-def batch_tensors(ctx, group):
-    qsl = torch.tensor([0] + [c.start + c.num_tokens for c in ctx.chunks], dtype=torch.int32)
-    seq = torch.tensor([c.end_position for c in ctx.chunks], dtype=torch.int32)
-    t2r = torch.cat([torch.full((c.num_tokens,), i, dtype=torch.int32) for i, c in enumerate(ctx.chunks)])
-    width = max(len(c.block_tables[group]) for c in ctx.chunks)
-    bt = torch.tensor([c.block_tables[group] + [0] * (width - len(c.block_tables[group])) for c in ctx.chunks], dtype=torch.int32)
-    return qsl, seq, t2r, torch.ones(len(t2r), dtype=torch.bool), bt
+    llm.model_runner.prepare_inputs = spy
+    llm.generate(batch_prompts(), SP)
+    assert len(steps) >= 4 and any(len(s[0]) > 1 for s in steps)
+    return llm, steps
 
 
-@pytest.mark.parametrize("kernel", IMPLS)
-def test_sliding_window_slots(recorded, kernel):
-    llm, contexts = recorded
-    swa = llm.kv_cache.layers[1].swa
-    window = llm.hf_model.config.sliding_window
-    assert len(contexts) >= 4 and any(len(ctx.chunks) > 1 for ctx in contexts)
-    for ctx in contexts:
-        qsl, seq, t2r, valid, bt = batch_tensors(ctx, swa.group)
-        got, lens = impl(kernel).compute_swa_indices_and_lens(qsl, seq, t2r, valid, bt, swa.block_size, window)
-        for chunk in ctx.chunks:
-            for i in range(chunk.num_tokens):
-                p = chunk.first_position + i
-                mine = slots(swa, chunk.block_tables[swa.group], torch.arange(max(0, p - window + 1), p + 1))
-                row = chunk.start + i
-                assert got[row, : lens[row]].tolist() == mine.tolist()
+def rows(meta):
+    """(row, request, position) of every packed token of a step."""
+    return [(t, int(r), int(p)) for t, (r, p) in enumerate(zip(meta.token_to_req_indices, meta.positions))]
 
 
-@pytest.mark.parametrize("kernel", IMPLS)
-def test_topk_and_compressed_entry_slots(recorded, kernel):
-    llm, contexts = recorded
-    caches = llm.kv_cache.layers[1]
-    attn = caches.attn
+def block_size_of(llm, group: int) -> int:
+    return llm.model_runner.kv_cache.config.kv_cache_groups[group].kv_cache_spec.block_size
+
+
+def table(meta, group: int, req: int) -> list[int]:
+    return meta.block_tables[group][req].tolist()
+
+
+def test_written_rows_follow_part_two(recorded):
+    llm, steps = recorded
     checked = 0
-    for ctx in contexts:
-        qsl, seq, t2r, valid, bt = batch_tensors(ctx, attn.group)
-        picks = ctx.topk_indices[1]
-        k = max(p.shape[1] for p in picks)
-        topk = torch.full((len(t2r), max(k, 1)), -1, dtype=torch.int32)
-        for chunk, p in zip(ctx.chunks, picks):
-            topk[chunk.start : chunk.start + chunk.num_tokens, : p.shape[1]] = p.to(torch.int32)
-        got, lens = impl(kernel).compute_global_topk_indices_and_lens(topk, t2r, bt, attn.entries_per_block, valid)
-        for chunk, p in zip(ctx.chunks, picks):
-            for i in range(chunk.num_tokens):
-                chosen = p[i][p[i] >= 0]
-                mine = slots(attn, chunk.block_tables[attn.group], chosen)
-                assert got[chunk.start + i, : lens[chunk.start + i]].tolist() == mine.tolist()
-                checked += len(chosen)
-        written = ref.compressed_slot_mapping(qsl, seq, bt, attn.entries_per_block, 4)
-        for chunk in ctx.chunks:
-            pos = ctx.positions[chunk.start : chunk.start + chunk.num_tokens]
-            closing = (pos + 1) % 4 == 0
-            mine = torch.full_like(pos, -1)
-            mine[closing] = slots(attn, chunk.block_tables[attn.group], pos[closing] // 4)
-            assert written[chunk.start : chunk.start + chunk.num_tokens].tolist() == mine.tolist()
+    for _, _, _, meta in steps:
+        for t, r, p in rows(meta):
+            for g, slots in meta.slot_mappings.items():
+                assert int(slots[t]) == slot_for_position(table(meta, g, r), p, block_size_of(llm, g))
+                checked += 1
+            for (g, ratio), slots in meta.entry_slot_mappings.items():
+                assert int(slots[t]) == compressed_slot_for_position(table(meta, g, r), p, block_size_of(llm, g), ratio)
+    assert checked > 300
+
+
+def test_windows_follow_part_two(recorded):
+    llm, steps = recorded
+    kinds = {key for _, _, _, meta in steps for key in meta.windows}
+    assert len({w for _, w in kinds}) == 3  # the sliding window (16) and the two compressor-state windows (8, 128)
+    for _, _, _, meta in steps:
+        for (g, window), (slots, lens) in meta.windows.items():
+            for t, r, p in rows(meta):
+                want = [slot_for_position(table(meta, g, r), q, block_size_of(llm, g)) for q in swa_window_positions(p, window)]
+                assert -1 not in want  # a window never reaches a block the allocator already freed
+                assert slots[t].tolist() == want + [-1] * (window - len(want)) and int(lens[t]) == len(want)
+
+
+def test_compressed_entries_each_token_may_read_follow_part_two(recorded):
+    llm, steps = recorded
+    for _, _, _, meta in steps:
+        for (g, ratio), slots in meta.entry_slots.items():
+            per_block = block_size_of(llm, g) // ratio
+            for t, r, p in rows(meta):
+                want = [slot_for_position(table(meta, g, r), e, per_block) for e in range(causal_compressed_entries(p, ratio))]
+                assert slots[t].tolist() == want + [-1] * (slots.shape[1] - len(want))
+
+
+@pytest.mark.parametrize("kernel", IMPLS)
+def test_indexer_picks_become_part_two_slots(recorded, kernel):
+    llm, steps = recorded
+    attn = llm.model_runner.kv_cache.layers[1].attn  # layer 1 is CSA
+    ops = v4_index_ops(kernel, "cpu")
+    checked = 0
+    for _, _, _, meta in steps:
+        picks = meta.topk_indices[1]
+        got, lens = ops.compute_global_topk_indices_and_lens(picks, meta.token_to_req_indices, meta.block_tables[attn.group],
+                                                             attn.entries_per_block, meta.is_valid_token)
+        for t, r, p in rows(meta):
+            chosen = [int(e) for e in picks[t] if e >= 0]
+            assert all(e < causal_compressed_entries(p, 4) for e in chosen)  # only complete entries
+            want = [slot_for_position(table(meta, attn.group, r), e, attn.entries_per_block) for e in chosen]
+            assert got[t, : lens[t]].tolist() == want
+            checked += len(chosen)
     assert checked > 50
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+def test_triton_kernels_build_the_same_metadata(recorded):
+    llm, steps = recorded
+    ops = v4_index_ops("triton", "cpu")
+    for block_ids, computed, new, meta in steps:
+        again = build_attention_metadata(llm.model_runner.kv_cache, block_ids, computed, new, ops)
+        for name in ("slot_mappings", "entry_slot_mappings", "entry_slots"):
+            mine, theirs = getattr(again, name), getattr(meta, name)
+            assert mine.keys() == theirs.keys() and all(torch.equal(mine[k].long(), theirs[k].long()) for k in mine)
+        assert again.windows.keys() == meta.windows.keys()
+        for key, (slots, lens) in again.windows.items():
+            assert torch.equal(slots, meta.windows[key][0]) and torch.equal(lens, meta.windows[key][1])
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+def test_engine_on_the_triton_backend_generates_the_same_tokens():
+    torch_engine, triton_engine = make_llm(attention_backend="torch"), make_llm(attention_backend="triton")
+    assert (torch_engine.attention_backend, triton_engine.attention_backend) == ("torch", "triton")
+    assert triton_engine.generate(batch_prompts(), SP) == torch_engine.generate(batch_prompts(), SP)
+
+
+def test_flash_attn_has_no_v4_index_kernels():
+    with pytest.raises(ValueError, match="flash-attn has no DeepSeek V4 index kernels"):
+        make_llm(attention_backend="flash-attn")

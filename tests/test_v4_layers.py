@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refimpl.v4.oracle import capture_layer_inputs, paged_rows, run_layer_paged, transformers_rows
+from refimpl.v4.layer_checks import capture_layer_inputs, paged_rows, run_layer_paged, transformers_rows
 from refimpl.v4.topk import stable_topk, stable_topk_in_transformers
 from tests.v4_models import CONFIGS, hf_model, prompts, one_thread  # noqa: F401  (autouse fixture)
 
@@ -103,8 +103,8 @@ def test_transformers_cached_generate_disagrees_with_itself_without_the_stable_r
     """One indexer head: many scores are exactly 0.0, and transformers' cached generate() and a
     full recompute of the same sequence pick different tied entries (logits off by ~0.7);
     with the stable top-k on both they agree to float rounding."""
-    from refimpl.v4.model import load_hf_model
-    from refimpl.v4.reference import cached_vs_recompute
+    from refimpl.v4.loader import load_hf_model
+    from refimpl.v4.oracle import cached_vs_recompute
     from refimpl.v4.tiny import make_tiny_v4
 
     make_tiny_v4(tmp_path, seed=0, index_n_heads=1, compress_ratios=(4,), index_topk=2)

@@ -25,6 +25,7 @@ def run_p3(poison=None):
     from refimpl.v4.llm import V4LLM
 
     llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=512)
+    llm.record_logits = True
     llm.generate([prompts()["P1"]], GREEDY)
     tables, hit = hit_block_tables(llm, prompts()["P3"])
     assert hit == 256
@@ -32,7 +33,7 @@ def run_p3(poison=None):
         poison_rows(llm, tables, *poison)
     out = llm.generate([prompts()["P3"]], GREEDY)
     assert llm.stats.cached_tokens == 256
-    return out[0]["token_ids"], torch.stack(llm.last_requests[0].logits)
+    return out[0]["token_ids"], torch.stack(out[0]["logits"])
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Float32 cache specs from an HF DeepSeek V4 config, planned by Part II into one packed slab."""
+"""Float32 cache specs from an HF DeepSeek V4 config (Part II's one spec builder, sizes read by
+`DeepseekV4Config.from_hf_config`), planned by Part II into one packed slab."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import pytest
 
 from refimpl.hybrid import get_kv_cache_groups
 from refimpl.hybrid.older_planners import get_kv_cache_groups_b
+from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
 from refimpl.v4.cache import build_kv_cache
-from refimpl.v4.specs import kv_cache_specs_from_hf
 from refimpl.v4.tiny import tiny_v4_config_dict
+
+
+def kv_cache_specs_from_hf(config, **kwargs):
+    return kv_cache_specs(DeepseekV4Config.from_hf_config(config), cache_dtype="float32", **kwargs)
 
 
 def test_specs_names_sizes_and_groups():
@@ -54,3 +59,28 @@ def test_other_compress_ratios_are_refused(rates):
 def test_pool_of_one_block_is_refused():
     with pytest.raises(ValueError, match="num_blocks"):
         build_kv_cache(tiny_v4_config_dict(), num_blocks=1)
+
+
+def test_sizes_from_an_hf_config_object_and_dict_agree():
+    from transformers import DeepseekV4Config as HFConfig
+
+    raw = tiny_v4_config_dict(compress_ratios=(128, 0, 4), sliding_window=128, index_head_dim=32)
+    fields = {k: v for k, v in raw.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    sizes = DeepseekV4Config.from_hf_config(raw)
+    assert sizes == DeepseekV4Config.from_hf_config(HFConfig(**fields))
+    assert (sizes.compress_ratios, sizes.head_dim, sizes.index_head_dim, sizes.sliding_window) == ((128, 0, 4), 32, 32, 128)
+
+
+def test_float32_rows_have_no_vllm_row_format():
+    specs = kv_cache_specs_from_hf(tiny_v4_config_dict())
+    assert {spec.dtype for spec in specs.values()} == {"float32"}
+    assert all(getattr(spec, "alignment", None) is None for spec in specs.values())
+    with pytest.raises(ValueError, match="indexer must be None"):
+        kv_cache_specs_from_hf(tiny_v4_config_dict(), indexer="fp8")
+
+
+@pytest.mark.parametrize("missing", ["layer_types", "compress_rates", "head_dim"])
+def test_a_config_without_v4_fields_is_refused(missing):
+    config = {k: v for k, v in tiny_v4_config_dict().items() if k != missing}
+    with pytest.raises(ValueError, match=f"no '{missing}'"):
+        DeepseekV4Config.from_hf_config(config)

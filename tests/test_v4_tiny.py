@@ -39,7 +39,7 @@ def test_no_weight_hides_a_path():
 
 def test_same_seed_same_weights_and_generation(tmp_path):
     make_tiny_v4(tmp_path / "again", seed=0, compress_ratios=(0, 4, 128, 4), sliding_window=16, index_topk=4)
-    from refimpl.v4.model import load_hf_model
+    from refimpl.v4.loader import load_hf_model
 
     again = load_hf_model(str(tmp_path / "again"))
     ref = hf_model("A").state_dict()

@@ -6,7 +6,7 @@ import torch
 from matplotlib.figure import Figure
 
 from refimpl.v4.cache import build_kv_cache
-from refimpl.v4.oracle import identity_tables
+from refimpl.v4.layer_checks import identity_tables
 from refimpl.v4.tiny import tiny_v4_config_dict
 from refimpl.viz.v4_engine import draw_hit_reads, hit_reads_text, slot_table_text
 
@@ -62,7 +62,7 @@ def test_engine_stepper_frames_equal_a_fresh_engine_stepped_by_hand():
     torch.set_num_threads(1)
     again, reqs2 = fresh()
     states = [engine_snapshot(again, reqs2, names)]
-    while again.has_unfinished_requests():
+    while not again.is_finished():
         again.step()
         states.append(engine_snapshot(again, reqs2, names))
     llm, reqs = fresh()

@@ -27,10 +27,9 @@ from refimpl.viz.course_map import (
     missing_api_names,
     part_table_markdown,
     resolve,
-    route_text,
+    route_to,
     total_minutes,
 )
-from refimpl.viz.stepper import Stepper, record_frames
 
 matplotlib.use("Agg")
 
@@ -93,7 +92,8 @@ def test_listed_titles_match_the_notebooks_that_exist():
 
 def test_numbers_files_and_order_agree():
     numbers = [c.number for c in CHAPTERS]
-    assert numbers == ["00", "01", "02", "03", "04", "05", "05b", "06", "07", "08", "09", "10", "11", "12", "13"]
+    assert numbers == ["00", "01", "02", "03", "04", "05", "05b", "06", "07", "08a", "08b", "09", "10", "11", "12",
+                       "13"]
     assert all(c.file.startswith(c.number + "_") and c.file.endswith(".ipynb") for c in CHAPTERS)
     assert [c.file for c in CHAPTERS] == sorted(c.file for c in CHAPTERS)  # file order is reading order
 
@@ -104,17 +104,17 @@ def test_needs_point_backwards_and_every_chapter_leads_back_to_00():
         assert all(position[n] < position[c.number] for n in c.needs), c.number
         if c.number != "00":
             assert all_needs(c.number)[0] == "00"
-    assert all_needs("13") == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12"]
+    assert all_needs("13") == ["00", "01", "02", "03", "04", "05", "06", "07", "08a", "08b", "09", "10", "11", "12"]
     assert all_needs("05b") == ["00", "01", "02", "03", "04", "05"]
     assert "05b" not in all_needs("13")  # the corner cases are not needed for Part II or III
 
 
 def test_parts_and_minutes():
     assert [c.number for c in CHAPTERS if c.part == "Part I"] == ["01", "02", "03", "04", "05", "05b", "06", "07"]
-    assert [c.number for c in CHAPTERS if c.part == "Part II"] == ["08", "09", "10", "11", "12"]
+    assert [c.number for c in CHAPTERS if c.part == "Part II"] == ["08a", "08b", "09", "10", "11", "12"]
     assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
-    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 535
-    assert total_minutes("Part II") == 200
+    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 565
+    assert total_minutes("Part II") == 230
     with pytest.raises(ValueError, match="no chapter '14'"):
         chapter("14")
 
@@ -124,7 +124,7 @@ def test_text_twin():
     assert lines[0] == "Start: how the course works (15 min)"
     assert lines[1] == "  00  Start here" + " " * 38 + " 15 min  needs -"
     assert "  05b Scheduler corner cases" + " " * 26 + " 30 min  needs 05" in lines
-    assert lines[-1] == "total: 535 min, about 8.9 hours"
+    assert lines[-1] == "total: 565 min, about 9.4 hours"
     assert sum(1 for line in lines if line.startswith("  ")) == len(CHAPTERS)
 
 
@@ -137,9 +137,9 @@ def test_markdown_table_links_every_chapter():
 # --- the picture
 
 
-@pytest.mark.parametrize("read", [None, ("00", "01", "02", "03", "04", "08")], ids=["map", "route"])
-def test_picture_reads_at_notebook_width(read):
-    fig = draw_course_map(read=read)
+@pytest.mark.parametrize("route", [None, ("00", "01", "02", "03", "04", "08a")], ids=["map", "route"])
+def test_picture_reads_at_notebook_width(route):
+    fig = draw_course_map(route=route)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
@@ -150,11 +150,11 @@ def test_picture_reads_at_notebook_width(read):
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()][:4] == [
         "Start: how the course works (15 min)", "Part I: nano-vllm's paged cache (275 min)",
-        "Part II: vLLM's hybrid cache for DeepSeek V4 (200 min)", "Part III: a tiny DeepSeek V4 runs on it (45 min)"]
+        "Part II: vLLM's hybrid cache for DeepSeek V4 (230 min)", "Part III: a tiny DeepSeek V4 runs on it (45 min)"]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]
     assert min(t.get_fontsize() for t in every_text) >= 8
     # One number per chapter, in a box of its part's colour.
-    numbers = [t.get_text() for t in texts if re.fullmatch(r"\d\db?", t.get_text())]
+    numbers = [t.get_text() for t in texts if re.fullmatch(r"\d\d[ab]?", t.get_text())]
     assert sorted(numbers) == sorted(c.number for c in CHAPTERS)
     # Nothing overprinted: no two labels' boxes overlap, and no label leaves the figure.
     boxes = [t.get_window_extent(renderer) for t in every_text]
@@ -169,34 +169,27 @@ def test_picture_reads_at_notebook_width(read):
             assert not legend_box.overlaps(patch.get_window_extent(renderer))
 
 
-def test_route_stepper_frames_are_the_route_read_so_far():
-    """Chapter 00's stepper: frame i is the first i chapters of the route, as a fresh list stepped by hand."""
-    route = all_needs("12") + ["12"]
-    read: list[str] = []
-    frames = record_frames(lambda: tuple(read), [(f"read {n}", lambda n=n: read.append(n)) for n in route])
-    fresh: list[str] = []
-    expected = [tuple(fresh)]
-    for number in route:
-        fresh.append(number)
-        expected.append(tuple(fresh))
-    assert [f.state for f in frames] == expected
-    stepper = Stepper(frames, draw=lambda state: draw_course_map(read=state), describe=route_text)
-    assert stepper.strip_text().splitlines()[-1] == "just read 12 · The hybrid allocator; 13 chapters, 460 min so far"
-    assert route_text(["00"]) == "just read 00 · Start here; 1 chapter, 15 min so far"
-    assert route_text([]) == "nothing read yet; 0 chapters, 0 min so far"
+def test_route_is_every_need_then_the_goal():
+    assert route_to("10") == ["00", "01", "02", "03", "04", "08a", "08b", "09", "10"]  # no 05-07
+    assert route_to("12") == ["00", "01", "02", "03", "04", "05", "06", "07", "08a", "08b", "09", "10", "11",
+                              "12"]
+    assert route_to("00") == ["00"]
+    with pytest.raises(ValueError, match="no chapter '99'"):
+        route_to("99")
 
 
-def test_route_picture_marks_read_and_unread():
-    fig = draw_course_map(read=["00", "01"])
+def test_route_picture_marks_the_route_and_its_goal():
+    fig = draw_course_map(route=route_to("02"))
     ax = fig.axes[0]
     boxes = [p for p in ax.patches if type(p).__name__ == "FancyBboxPatch"]
-    assert [p.get_linestyle() for p in boxes].count("-") == 2
-    assert sum(p.get_linewidth() == 3.0 for p in boxes) == 1
+    assert [p.get_linestyle() for p in boxes].count("-") == 3  # 00, 01, 02 on the route
+    goal = [i for i, p in enumerate(boxes) if p.get_linewidth() == 3.0]
+    assert goal == [2] and boxes[2].get_edgecolor()[:3] == (0.0, 0.0, 0.0)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[-2:] == ["not read yet", "the chapter just read"]
+    assert labels[-2:] == ["not on this route", "the route's goal"]
     assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
     with pytest.raises(ValueError, match="no chapter '99'"):
-        draw_course_map(read=["99"])
+        draw_course_map(route=["99"])
 
 
 def test_one_arrow_per_need():

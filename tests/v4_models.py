@@ -42,7 +42,7 @@ def model_dir(name: str) -> str:
 
 @functools.cache
 def hf_model(name: str):
-    from refimpl.v4.model import load_hf_model
+    from refimpl.v4.loader import load_hf_model
 
     return load_hf_model(model_dir(name))
 
@@ -56,7 +56,7 @@ def prompts(seed: int = 5) -> dict[str, list[int]]:
 
 
 @functools.cache
-def reference(name: str, prompt: str, max_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
-    from refimpl.v4.reference import reference_generate
+def oracle(name: str, prompt: str, max_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
+    from refimpl.v4.oracle import oracle_generate
 
-    return reference_generate(hf_model(name), prompts()[prompt], max_tokens)
+    return oracle_generate(hf_model(name), prompts()[prompt], max_tokens)

@@ -151,10 +151,11 @@ def build_batch(
 
 
 def slot_mapping(batch: BatchInputs, block_size: int) -> torch.Tensor:
-    """Standard slot of every row of the batch in one group (-1 for padding rows)."""
+    """Standard slot of every row of the batch in one group: `slot_for_position` for all rows at
+    once (-1 for padding rows and for positions whose block is the null block)."""
     pos = batch.positions
     valid = batch.is_valid_token
     reqs = batch.token_to_req_indices.long()
     col = torch.where(valid, pos // block_size, torch.zeros_like(pos))
     blocks = batch.block_table.long()[reqs, col]
-    return torch.where(valid, blocks * block_size + pos % block_size, torch.full_like(pos, NO_SLOT))
+    return torch.where(valid & (blocks != 0), blocks * block_size + pos % block_size, torch.full_like(pos, NO_SLOT))

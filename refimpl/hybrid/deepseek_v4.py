@@ -10,11 +10,17 @@ A V4 decoder layer owns up to five caches. Which ones depends on its `compress_r
 The dict order matters: it decides the grouping buckets, the MLA group's layer order and every
 byte offset in the packed slab. Names look like `layers.2.indexer.k_cache` so the
 layer index and the cache kind can be read off; `short_name` gives `L2.idx`.
+
+`kv_cache_specs` is the one spec builder for every DeepSeek V4 in refimpl. What differs between
+uses is a parameter: the sizes (the article's Pro / Flash inventory, or a Hugging Face config
+read by `DeepseekV4Config.from_hf_config`, as Part III's tiny model does) and the row format
+(vLLM's fp8 or bf16 rows, or the plain float32 rows the CPU engine of Part III stores).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
 from refimpl.validation import is_integer
@@ -35,6 +41,40 @@ class DeepseekV4Config:
     def num_hidden_layers(self) -> int:
         return len(self.compress_ratios)
 
+    @classmethod
+    def from_hf_config(cls, config: Any) -> "DeepseekV4Config":
+        """The cache sizes of a Hugging Face DeepSeek V4 config (a `DeepseekV4Config` object or a
+        config.json dict); ValueError when it is not one this package can cache.
+
+        A compress ratio other than 4 (CSA) or 128 (HCA) is refused: the state block sizes (4 and
+        8 tokens) and the two-series overlap are defined only for those two.
+        """
+        def get(key: str) -> Any:
+            value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+            if value is None:
+                raise ValueError(f"the config has no {key!r}: it is not a DeepSeek V4 config")
+            return value
+
+        rates = dict(get("compress_rates"))
+        ratios = []
+        for i, kind in enumerate(get("layer_types")):
+            if kind == "sliding_attention":
+                ratios.append(0)
+                continue
+            if kind not in HF_RATIO_OF_LAYER_TYPE:
+                raise ValueError(f"layer {i} has unknown layer type {kind!r}")
+            ratio, expected = rates.get(kind), HF_RATIO_OF_LAYER_TYPE[kind]
+            if ratio != expected:
+                raise ValueError(f"layer {i} ({kind}) has compress ratio {ratio!r}; only ratio {expected} "
+                                 f"is supported for {kind}")
+            ratios.append(ratio)
+        return cls(str(get("model_type")), tuple(ratios), head_dim=int(get("head_dim")),
+                   index_head_dim=int(get("index_head_dim")), sliding_window=int(get("sliding_window")))
+
+
+#: transformers' layer type names and the one compress ratio each is defined for.
+HF_RATIO_OF_LAYER_TYPE = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+
 
 def _alternating(first: list[int], n_rest: int) -> tuple[int, ...]:
     return tuple(first + [4 if i % 2 == 0 else 128 for i in range(n_rest)])
@@ -46,7 +86,23 @@ PRO = DeepseekV4Config("deepseek-v4-pro", _alternating([128, 128], 59))
 FLASH = DeepseekV4Config("deepseek-v4-flash", _alternating([0, 0], 41))
 CONFIGS = {"pro": PRO, "flash": FLASH}
 
-CACHE_DTYPES = ("fp8_ds_mla", "bfloat16")
+
+@dataclass(frozen=True)
+class RowFormat:
+    """How one cache row is stored: what differs between vLLM's fp8 / bf16 caches and float32."""
+
+    dtype: str  # element dtype of the SWA and main-attention rows
+    alignment: int | None  # pages padded up to a multiple of this many bytes (None: no padding)
+    cache_dtype_str: str | None  # vLLM's --kv-cache-dtype, which picks the packed fp8 row
+    model_version: str | None
+
+
+ROW_FORMATS = {
+    "fp8_ds_mla": RowFormat("uint8", 576, "fp8_ds_mla", "deepseek_v4"),  # 584-byte rows, 576-byte alignment
+    "bfloat16": RowFormat("bfloat16", 512, "bfloat16", "deepseek_v4"),
+    "float32": RowFormat("float32", None, None, None),  # what Part III's CPU engine stores
+}
+CACHE_DTYPES = tuple(ROW_FORMATS)
 INDEXER_DTYPES = ("fp8", "fp4")
 
 # Cache kinds, in registration order within a layer; the suffix of the layer name.
@@ -75,6 +131,17 @@ def indexer_entry_bytes(indexer: str, index_head_dim: int = 128) -> int:
 def compressor_state_block_size(ratio: int) -> int:
     """Tokens per compressor-state block: 4 for ratio 4, 8 for ratio 128 (hard-coded in vLLM)."""
     return {4: 4, 128: 8}[ratio]
+
+
+def compressor_state_window(ratio: int) -> int:
+    """State rows a window-closing token reads back: 2r for ratio 4 (two overlapping windows), r for 128."""
+    return 2 * ratio if ratio == 4 else ratio
+
+
+def compressor_state_width(ratio: int, head_dim: int) -> int:
+    """Floats in one compressor-state row: [kv | score], both doubled for ratio 4's two series."""
+    coff = 2 if ratio == 4 else 1
+    return 2 * coff * head_dim
 
 
 def layer_name(layer: int, kind: str) -> str:
@@ -118,56 +185,63 @@ SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
 def kv_cache_specs(
     variant: str | DeepseekV4Config = "pro",
     cache_dtype: str = "fp8_ds_mla",
-    indexer: str = "fp8",
+    indexer: str | None = None,
     mtp: bool = False,
     block_size: int = 256,
 ) -> dict[str, KVCacheSpec]:
     """Every cache of a DeepSeek V4 model, {layer name: spec}, in registration order.
 
-    `cache_dtype="fp8_ds_mla"` gives V4's 584-byte rows with 576-byte page alignment;
-    "bfloat16" gives plain element-size rows aligned to 512 bytes. `mtp=True` appends the
-    multi-token-prediction layer, which has only an SWA cache and registers last.
+    `variant`: "pro", "flash" or any `DeepseekV4Config` (e.g. `DeepseekV4Config.from_hf_config`).
+    `cache_dtype` picks the row format (`ROW_FORMATS`): "fp8_ds_mla" gives V4's 584-byte rows with
+    576-byte page alignment, "bfloat16" plain element-size rows aligned to 512 bytes, "float32"
+    unpadded float32 rows (the CPU engine's). `indexer` is the indexer row format: "fp8" (the
+    default for vLLM's formats) or "fp4"; float32 caches keep float32 indexer keys, so there it
+    must be None. `mtp=True` appends the multi-token-prediction layer, which has only an SWA
+    cache and registers last.
     """
     if not isinstance(variant, DeepseekV4Config) and variant not in CONFIGS:
         raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
-    if cache_dtype not in CACHE_DTYPES:
+    if cache_dtype not in ROW_FORMATS:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
-    indexer_bytes = indexer_entry_bytes(indexer)
+    fmt = ROW_FORMATS[cache_dtype]
+    if fmt.dtype == "float32" and indexer is not None:
+        raise ValueError(f"indexer must be None with cache_dtype 'float32' (float32 indexer keys), got {indexer!r}")
+    indexer_bytes = None if fmt.dtype == "float32" else indexer_entry_bytes(indexer or "fp8")
     if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
         raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
                          f"ratio), got {block_size!r}")
     config = variant if isinstance(variant, DeepseekV4Config) else CONFIGS[variant]
-    fp8 = cache_dtype == "fp8_ds_mla"
-    alignment = 576 if fp8 else 512
-    row_dtype = "uint8" if fp8 else "bfloat16"
 
     def swa() -> SlidingWindowMLASpec:
         return SlidingWindowMLASpec(
             block_size=config.swa_block_size, num_kv_heads=1, head_size=config.head_dim,
-            dtype=row_dtype, sliding_window=config.sliding_window, cache_dtype_str=cache_dtype,
-            alignment=alignment, model_version="deepseek_v4",
+            dtype=fmt.dtype, sliding_window=config.sliding_window, cache_dtype_str=fmt.cache_dtype_str,
+            alignment=fmt.alignment, model_version=fmt.model_version,
         )
 
     def main_attention(ratio: int) -> MLAAttentionSpec:
         return MLAAttentionSpec(
-            block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=row_dtype,
-            compress_ratio=ratio, cache_dtype_str=cache_dtype, alignment=alignment,
-            model_version="deepseek_v4", kernel_block_size=SPARSE_MLA_KERNEL_BLOCK_SIZE,
+            block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=fmt.dtype,
+            compress_ratio=ratio, cache_dtype_str=fmt.cache_dtype_str, alignment=fmt.alignment,
+            model_version=fmt.model_version,
+            kernel_block_size=SPARSE_MLA_KERNEL_BLOCK_SIZE if fmt.model_version else None,
         )
 
     def indexer_cache() -> MLAAttentionSpec:
-        # No model_version and no cache_dtype_str: plain uint8 rows of `indexer_bytes`.
+        # No model_version and no cache_dtype_str: plain rows, `indexer_bytes` uint8 or float32 keys.
+        if indexer_bytes is None:
+            return MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=config.index_head_dim,
+                                    dtype="float32", compress_ratio=4)
         return MLAAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=indexer_bytes, dtype="uint8",
-            compress_ratio=4, alignment=alignment,
+            compress_ratio=4, alignment=fmt.alignment,
         )
 
     def compressor_state(ratio: int, head_dim: int) -> SlidingWindowMLASpec:
-        coff = 2 if ratio == 4 else 1  # ratio-4 compressors keep two overlapping windows
         return SlidingWindowMLASpec(
             block_size=compressor_state_block_size(ratio), num_kv_heads=1,
-            head_size=2 * coff * head_dim,  # kv state + score state, fp32
-            dtype="float32", sliding_window=coff * ratio, alignment=alignment,
+            head_size=compressor_state_width(ratio, head_dim),  # kv state + score state, fp32
+            dtype="float32", sliding_window=compressor_state_window(ratio), alignment=fmt.alignment,
         )
 
     specs: dict[str, KVCacheSpec] = {}

@@ -1,9 +1,9 @@
 """Kernels that read and write the paged KV cache.
 
 ``refimpl.kernels`` holds the Triton kernels (compiled on CUDA, run by Triton's CPU
-interpreter elsewhere, see ``triton_setup``); ``refimpl.kernels.reference`` holds pure-torch
-twins with the same signatures. Importing this package never needs Triton, CUDA or
-flash-attn: a missing backend is reported when a kernel is called.
+interpreter elsewhere, see ``triton_setup``); ``refimpl.kernels.reference`` and, for DeepSeek V4,
+``reference_v4`` hold pure-torch twins with the same signatures. Importing this package never
+needs Triton, CUDA or flash-attn: a missing backend is reported when a kernel is called.
 """
 
 from refimpl.kernels import triton_setup  # noqa: F401  (must run before any kernel is defined)

@@ -175,3 +175,33 @@ def attention_ops(name: str | None = None, device: torch.device | str | None = N
                             kernels.paged_prefill_attention)
     return AttentionOps("torch", torch_backend.store_kvcache, torch_backend.paged_decode_attention,
                         torch_backend.paged_prefill_attention, check_once_per_step=True)
+
+
+@dataclass(frozen=True)
+class V4IndexOps:
+    """DeepSeek V4's three index kernels of one backend (signatures of ``refimpl.kernels``).
+
+    ``"torch"`` gives the twins of ``refimpl.kernels.reference_v4``; ``"triton"`` the kernels of
+    ``refimpl.kernels.deepseek_v4`` (``compressed_slot_mapping`` is torch in both). flash-attn has
+    no such kernels.
+    """
+
+    name: str
+    compressed_slot_mapping: Callable[..., torch.Tensor]
+    compute_swa_indices_and_lens: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    compute_global_topk_indices_and_lens: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def v4_index_ops(name: str | None = None, device: torch.device | str | None = None) -> V4IndexOps:
+    """The V4 index kernels of backend ``name`` ("torch", "triton"; ``None`` / "auto": the best on ``device``)."""
+    if name == "flash-attn":
+        raise ValueError("flash-attn has no DeepSeek V4 index kernels; choose 'triton', 'torch' or 'auto'")
+    name = check_attention_backend(name, device)
+    if name == "flash-attn":  # "auto" on a CUDA machine with flash-attn: compiled Triton is next best
+        name = "triton" if "triton" in available_attention_backends(device) else "torch"
+    if name == "triton":
+        from refimpl.kernels import deepseek_v4 as kernels
+    else:
+        from refimpl.kernels import reference_v4 as kernels
+    return V4IndexOps(name, kernels.compressed_slot_mapping, kernels.compute_swa_indices_and_lens,
+                      kernels.compute_global_topk_indices_and_lens)

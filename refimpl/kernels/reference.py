@@ -2,9 +2,9 @@
 
 Each twin has exactly the signature of its Triton kernel in ``refimpl.kernels`` and computes
 the same numbers the plain way: gather the context out of the paged cache through the block
-table, then run ordinary softmax attention in fp32. They are the oracle the kernel tests
-compare against, and the oracle of ``refimpl.kernels.torch_backend``, the faster versions the
-engine's ``torch`` attention backend runs.
+table, then run ordinary softmax attention in fp32. The tests compare each Triton kernel with
+its twin, and so the functions of ``refimpl.kernels.torch_backend``, the faster versions the
+engine's ``torch`` attention backend runs. (The DeepSeek V4 twins are in ``reference_v4``.)
 
 Cache layout (as in nano-vllm and flash-attn's paged KV): ``k_cache`` and ``v_cache`` are
 ``[num_blocks, block_size, num_kv_heads, head_dim]``; token ``t`` of a sequence lives in
@@ -306,10 +306,3 @@ def paged_prefill_attention(
         start += q_len
     return out
 
-
-# The DeepSeek V4 twins live in their own module; re-exported so every twin is found here.
-from refimpl.kernels.reference_v4 import (  # noqa: E402
-    compressed_slot_mapping,
-    compute_global_topk_indices_and_lens,
-    compute_swa_indices_and_lens,
-)

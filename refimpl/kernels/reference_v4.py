@@ -1,6 +1,6 @@
 """DeepSeek V4 addressing in plain torch: slots for compressed caches, sliding-window indices and
 top-k indices. The Triton kernels in `refimpl.kernels.deepseek_v4` have the same signatures and
-must give the same tensors; these twins are their oracle.
+must give the same tensors (the kernel tests compare the two).
 
 Vocabulary (one batch of a step, tokens of all requests packed one after another):
 - `query_start_loc` `[num_reqs + 1]`: request r's new tokens are rows `qsl[r] : qsl[r+1]`;

@@ -1,7 +1,7 @@
 """The engine's "torch" attention backend: the twins' three operations, written for speed on a CPU.
 
 `refimpl.kernels.reference` holds the readable twins (gather every token of every context, mask,
-einsum); they stay the oracle. These functions have the same signatures and compute the same
+einsum); they stay the yardstick. These functions have the same signatures and compute the same
 numbers (tests compare them with the twins, on caches whose unused slots hold NaN), but move
 whole blocks instead of single rows and let `scaled_dot_product_attention` do the softmax:
 

@@ -43,6 +43,11 @@ class BlockManager:
         # (`req_to_blocks`). With it, a copy of a sequence, or one already freed, is refused
         # instead of driving a ref_count below zero.
         self.block_tables: dict[int, list[int]] = {}
+        # `can_allocate`'s walk, kept for the `allocate` that follows it: (sequence, cache version,
+        # hit ids). The version moves whenever a cached block or a hash entry changes, so a kept
+        # walk is used only while it is still what a new walk would find (nano-vllm walks twice).
+        self._cache_version = 0
+        self._last_match: tuple[Sequence, int, list[int]] | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -64,6 +69,7 @@ class BlockManager:
         if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
             del self.hash_to_block_id[block.hash]
         block.reset()
+        self._cache_version += 1
         self.used_block_ids.add(block_id)
         return block_id
 
@@ -119,6 +125,7 @@ class BlockManager:
         a hit on a freed block must be pulled out of the free queue, so it still costs one.
         """
         hits = self._prefix_hits(seq, seq.num_blocks - 1)
+        self._last_match = (seq, self._cache_version, hits)
         used = self.used_block_ids
         return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)
 
@@ -158,11 +165,16 @@ class BlockManager:
         return type(self).allocate is BlockManager.allocate
 
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
-        """The ids of the first `num_cached_blocks` blocks, checked to be hits in one walk.
+        """The ids of the first `num_cached_blocks` blocks, checked to be hits.
 
         nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
-        anything changes, at no extra walk over the chain on the good path.
+        anything changes. Right after `can_allocate(seq)` the hits of its walk are taken as they
+        are; otherwise the chain is walked again.
         """
+        if is_integer(num_cached_blocks) and 0 <= num_cached_blocks < seq.num_blocks:
+            match = self._last_match
+            if match is not None and match[0] is seq and match[1] == self._cache_version and num_cached_blocks <= len(match[2]):
+                return match[2][:num_cached_blocks]
         if is_integer(num_cached_blocks) and num_cached_blocks >= 0:
             hit_block_ids = self._prefix_hits(seq, min(num_cached_blocks, seq.num_blocks - 1))
             if num_cached_blocks == len(hit_block_ids):
@@ -315,6 +327,7 @@ class BlockManager:
             h = hashes[i] if own_chain else compute_hash(block_tokens, h)
             block.update(h, block_tokens)
             self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
+        self._cache_version += 1
 
     # --- views
     def num_free_blocks(self) -> int:

@@ -1,12 +1,13 @@
 """Part III: a tiny DeepSeek V4 running on the hybrid paged cache of Part II.
 
-Specs from a Hugging Face DeepSeek V4 config (`kv_cache_specs_from_hf`), Part II's planner,
-packed slab and `KVCacheManager` (`build_kv_cache`), the paged attention with its compressor and
-indexer (`paged_attention`), and the engine `V4LLM.generate`, whose greedy output equals
-transformers' DeepSeek V4 token for token. transformers is imported only when a model is loaded.
+Specs from Part II's one DeepSeek V4 spec builder (`hybrid.deepseek_v4.kv_cache_specs`, float32
+rows, sizes from the Hugging Face config), Part II's planner, packed slab and `KVCacheManager`
+(`build_kv_cache`), addresses from Part II's addressing and the V4 index kernels (the model
+runner), the paged attention with its compressor and indexer (`paged_attention`), and the engine
+`V4LLM.generate`, whose greedy output equals transformers' DeepSeek V4 (the oracle,
+`oracle_generate`) token for token. transformers is imported only when a model is loaded.
 """
 
-from refimpl.v4.specs import cache_shape_from_hf, kv_cache_specs_from_hf
 from refimpl.v4.topk import stable_topk, stable_topk_in_transformers
 
 
@@ -17,7 +18,7 @@ def __getattr__(name: str):
         "make_tiny_v4": "refimpl.v4.tiny",
         "build_kv_cache": "refimpl.v4.cache",
         "paged_attention": "refimpl.v4.attention",
-        "reference_generate": "refimpl.v4.reference",
+        "oracle_generate": "refimpl.v4.oracle",
     }
     if name in lazy:
         import importlib
@@ -29,11 +30,9 @@ def __getattr__(name: str):
 __all__ = [
     "V4LLM",
     "build_kv_cache",
-    "cache_shape_from_hf",
-    "kv_cache_specs_from_hf",
     "make_tiny_v4",
+    "oracle_generate",
     "paged_attention",
-    "reference_generate",
     "stable_topk",
     "stable_topk_in_transformers",
 ]

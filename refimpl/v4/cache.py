@@ -1,28 +1,101 @@
 """From an HF config to live cache views: specs -> Part II's planner -> packed slab -> views.
 
-`build_kv_cache` runs exactly the Part II pipeline (`get_kv_cache_groups`,
-`get_kv_cache_config`, `allocate_kv_cache`) on the float32 specs of `refimpl.v4.specs`, then
-wraps each layer's views in `LayerCaches` with the group whose block table addresses them.
+`build_kv_cache` runs exactly the Part II pipeline on the one DeepSeek V4 spec builder
+(`hybrid.deepseek_v4.kv_cache_specs`, float32 rows, sizes from the HF config), then Part II's
+`get_kv_cache_groups`, `get_kv_cache_config` and `allocate_kv_cache`, and wraps each layer's
+views in `LayerCaches` with the group whose block table addresses them.
+
+Every view has shape `(num_blocks, entries_per_block, row)`; a *slot* is
+`block_id * entries_per_block + row`, the flat index that Part II's addressing and the V4 index
+kernels compute. `write_rows` / `read_rows` are the only two ways the model touches a view.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from refimpl.hybrid.deepseek_v4 import layer_name
-from refimpl.hybrid.kv_cache_planning import (
-    get_kv_cache_bytes_per_block,
-    get_kv_cache_config,
-    get_kv_cache_groups,
-)
+from refimpl.hybrid.addressing import slot_for_position
+from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs, layer_name
 from refimpl.hybrid.kv_cache_interface import KVCacheConfig
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_bytes_per_block, get_kv_cache_config, get_kv_cache_groups
 from refimpl.hybrid.tensors import allocate_kv_cache
-from refimpl.v4.attention import LayerCaches
-from refimpl.v4.paged import CacheRef
-from refimpl.v4.specs import cache_shape_from_hf, kv_cache_specs_from_hf
+
+
+@dataclass(frozen=True)
+class CacheRef:
+    """One cache of one layer: its view, its group (whose block table addresses it), its geometry."""
+
+    name: str
+    view: torch.Tensor  # (num_blocks, entries_per_block, row)
+    group: int
+    block_size: int  # token positions per block
+    ratio: int  # tokens per stored entry (1 for the per-token caches: window and compressor state)
+    window: int | None = None  # sliding window in tokens (per-token caches only)
+
+    @property
+    def entries_per_block(self) -> int:
+        return self.block_size // self.ratio
+
+
+@dataclass(frozen=True)
+class LayerCaches:
+    """The cache views of one decoder layer (None where the layer has no such cache)."""
+
+    ratio: int  # 0 = sliding only, 4 = CSA, 128 = HCA
+    swa: CacheRef
+    attn: CacheRef | None = None
+    attn_state: CacheRef | None = None
+    idx: CacheRef | None = None
+    idx_state: CacheRef | None = None
+
+    def refs(self) -> list[CacheRef]:
+        """This layer's caches in registration order."""
+        return [r for r in (self.idx, self.idx_state, self.swa, self.attn, self.attn_state) if r is not None]
+
+
+@dataclass
+class ReadLog:
+    """Every (cache name, slots) read while it is attached to a model runner: which rows were used.
+
+    A caller that wants to see the reads passes one in (`ModelRunner.recording_reads`); without
+    one nothing is recorded.
+    """
+
+    reads: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+
+    def add(self, name: str, slots: torch.Tensor) -> None:
+        self.reads.append((name, slots[slots >= 0].flatten().clone()))
+
+    def slots_read(self, name: str) -> set[int]:
+        return {s for n, slots in self.reads if n == name for s in slots.tolist()}
+
+
+def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) -> None:
+    """Store `rows[i]` at `slot_mapping[i]`, skipping -1 (the view aliases the slab, so the slab changes)."""
+    keep = slot_mapping >= 0
+    slots, rows = slot_mapping[keep].long(), rows[keep]
+    per_block = ref.entries_per_block
+    ref.view[slots // per_block, slots % per_block] = rows.to(ref.view.dtype)
+
+
+def read_rows(ref: CacheRef, slots: torch.Tensor, log: ReadLog | None = None) -> torch.Tensor:
+    """The rows stored at `slots` (any shape; a copy), zeros where a slot is -1."""
+    if log is not None:
+        log.add(ref.name, slots)
+    per_block = ref.entries_per_block
+    safe = slots.long().clamp(min=0)
+    rows = ref.view[safe // per_block, safe % per_block]
+    return rows.masked_fill((slots < 0).unsqueeze(-1), 0.0)
+
+
+def row_slots(ref: CacheRef, block_ids: Sequence[int], index: Sequence[int]) -> torch.Tensor:
+    """Slots of token positions (per-token caches) or entry numbers (compressed caches), one by
+    one through Part II's `slot_for_position`: entry e sits in storage block e // entries_per_block."""
+    slots = [slot_for_position(block_ids, int(i), ref.entries_per_block) for i in index]
+    return torch.tensor(slots, dtype=torch.long)
 
 
 @dataclass
@@ -33,21 +106,20 @@ class V4KVCache:
     views: dict[str, torch.Tensor]
     layers: list[LayerCaches]
 
-    @property
-    def slab(self) -> torch.Tensor:
-        """The single int8 backing tensor every view aliases."""
-        first = next(iter(self.views.values()))
-        return first.untyped_storage()
+    def refs(self) -> Iterator[CacheRef]:
+        """Every cache of every layer, in registration order."""
+        for layer in self.layers:
+            yield from layer.refs()
 
 
 def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4KVCache:
     """Plan and allocate `num_blocks` blocks for a DeepSeek V4 HF config (ValueError if < 2)."""
-    if not isinstance(num_blocks, int) or num_blocks < 2:
+    if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 2:
         raise ValueError(f"num_blocks must be an int >= 2 (one is the null block), got {num_blocks!r}")
-    specs = kv_cache_specs_from_hf(hf_config, block_size)
+    sizes = DeepseekV4Config.from_hf_config(hf_config)
+    specs = kv_cache_specs(sizes, cache_dtype="float32", block_size=block_size)
     groups = get_kv_cache_groups(specs)
-    per_block = get_kv_cache_bytes_per_block(groups)
-    config = get_kv_cache_config(groups, per_block * num_blocks, num_blocks_override=num_blocks)
+    config = get_kv_cache_config(groups, get_kv_cache_bytes_per_block(groups) * num_blocks, num_blocks_override=num_blocks)
     views = allocate_kv_cache(config, "cpu")
     group_of = {name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names}
 
@@ -55,10 +127,10 @@ def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4
         name = layer_name(layer, kind)
         gid = group_of[name]
         spec = config.kv_cache_groups[gid].layer_spec(name)
-        return CacheRef(name, views[name], gid, spec.block_size, spec.compress_ratio)
+        return CacheRef(name, views[name], gid, spec.block_size, spec.compress_ratio, getattr(spec, "sliding_window", None))
 
     layers = []
-    for i, ratio in enumerate(cache_shape_from_hf(hf_config).compress_ratios):
+    for i, ratio in enumerate(sizes.compress_ratios):
         if ratio == 4:
             layers.append(LayerCaches(4, ref(i, "swa"), ref(i, "attn"), ref(i, "attn_state"), ref(i, "idx"), ref(i, "idx_state")))
         elif ratio == 128:
@@ -66,3 +138,4 @@ def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4
         else:
             layers.append(LayerCaches(0, ref(i, "swa")))
     return V4KVCache(config, views, layers)
+

@@ -10,22 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.v4.attention import LayerCaches, StepContext, paged_attention
-
-
-def load_hf_model(model_dir: str):
-    """transformers' DeepseekV4ForCausalLM in float32, eager attention, eval mode."""
-    import warnings
-
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
-    return model.eval()
+from refimpl.v4.attention import AttentionMetadata, paged_attention, rope_tables
+from refimpl.v4.cache import LayerCaches
 
 
 def mix_streams(post: torch.Tensor, comb: torch.Tensor, block_out: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
@@ -34,18 +20,16 @@ def mix_streams(post: torch.Tensor, comb: torch.Tensor, block_out: torch.Tensor,
 
 
 @torch.no_grad()
-def forward_step(hf_model, input_ids: torch.Tensor, ctx: StepContext, caches: list[LayerCaches]) -> torch.Tensor:
+def forward_step(hf_model, input_ids: torch.Tensor, meta: AttentionMetadata, caches: list[LayerCaches]) -> torch.Tensor:
     """Hidden states (T, hidden) after the final norm for the packed rows of one step."""
     core = hf_model.model
     ids = input_ids[None]  # transformers' modules expect a batch dimension
     embeds = core.embed_tokens(ids)
-    pos = ctx.positions[None]
-    ctx.rope = {kind: tuple(t[0] for t in core.rotary_emb(embeds, position_ids=pos, layer_type=kind))
-                for kind in ("main", "compress")}
+    meta.rope = rope_tables(core.rotary_emb, embeds, meta.positions)
     streams = embeds.unsqueeze(2).expand(-1, -1, hf_model.config.hc_mult, -1).contiguous()
     for i, layer in enumerate(core.layers):
         post, comb, collapsed = layer.attn_hc(streams)
-        attn_out = paged_attention(layer.self_attn, layer.input_layernorm(collapsed)[0], ctx, caches[i], i)
+        attn_out = paged_attention(layer.self_attn, layer.input_layernorm(collapsed)[0], meta, caches[i], i)
         streams = mix_streams(post, comb, attn_out[None], streams)
         post, comb, collapsed = layer.ffn_hc(streams)
         mlp_out = layer.mlp(layer.post_attention_layernorm(collapsed), input_ids=ids)

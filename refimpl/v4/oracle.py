@@ -1,128 +1,63 @@
-"""Layer-level checks against transformers: same inputs, then compare the cache rows.
+"""The transformers oracle: greedy generation one unpadded prompt at a time, stable top-k.
 
-`capture_layer_inputs` runs transformers' model once over a prompt (with its own cache) and
-keeps what each attention layer received. `run_layer_paged` feeds one layer's input through
-this package's paged attention in any chunking, on a fresh slab. `transformers_rows` and
-`paged_rows` put both caches in one comparable form: the sliding-window rows transformers
-keeps, every compressed entry, and the compressor rows of the unfinished window.
+transformers' DeepSeek V4 is only correct with eager attention and no padding (its compressor
+ignores the attention mask), so the oracle runs each prompt alone. It runs under
+`stable_topk_in_transformers` so both sides break indexer ties the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
 
 import torch
 
-from refimpl.v4.attention import SeqChunk, StepContext, paged_attention
-from refimpl.v4.cache import V4KVCache, build_kv_cache
 from refimpl.v4.topk import stable_topk_in_transformers
 
 
+def _greedy(hf_model, prompt_ids: list[int], max_new_tokens: int):
+    """transformers' greedy `generate` with the logits of every step, never stopping at EOS."""
+    config = hf_model.config
+    return hf_model.generate(
+        torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
+        output_logits=True, return_dict_in_generate=True, eos_token_id=None,
+        # a pad id that occurs in the prompt would silently mask those tokens: use one that cannot
+        pad_token_id=config.vocab_size - 1 if config.pad_token_id is None else config.pad_token_id,
+    )
+
+
 @torch.no_grad()
-def capture_layer_inputs(hf_model, prompt_ids: Sequence[int]):
-    """(inputs, cache, outputs): per layer the (S, hidden) attention input and (S, hidden) output,
-    plus transformers' DynamicCache after one cached forward over the prompt."""
+def oracle_generate(hf_model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
+    """Greedy completion ids and the logits (vocab,) that chose each of them."""
+    with stable_topk_in_transformers():
+        out = _greedy(hf_model, prompt_ids, max_new_tokens)
+    tokens = out.sequences[0, len(prompt_ids):].tolist()
+    return tokens, [step[0] for step in out.logits]
+
+
+@torch.no_grad()
+def oracle_prefill(hf_model, prompt_ids: list[int]):
+    """One cached forward over the whole prompt; returns (logits (S, vocab), the DynamicCache)."""
     from transformers import DynamicCache
 
-    inputs, outputs, hooks = {}, {}, []
-    for i, layer in enumerate(hf_model.model.layers):
-        def pre(module, args, kwargs, i=i):
-            hidden = args[0] if args else kwargs["hidden_states"]
-            inputs[i] = hidden[0].clone()
-
-        def post(module, args, kwargs, out, i=i):
-            outputs[i] = out[0][0].clone()
-
-        hooks.append(layer.self_attn.register_forward_pre_hook(pre, with_kwargs=True))
-        hooks.append(layer.self_attn.register_forward_hook(post, with_kwargs=True))
     cache = DynamicCache(config=hf_model.config)
-    try:
-        with stable_topk_in_transformers():
-            hf_model(torch.tensor([list(prompt_ids)]), cache=cache, use_cache=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    return inputs, cache, outputs
-
-
-def identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
-    """Block tables for one request alone in the pool: consecutive block ids, group after group.
-
-    All groups draw from one pool and block b of every group is the same stretch of the slab,
-    so two groups must never be handed the same block id (that is the allocator's job).
-    """
-    tables, next_id = [], 1
-    for group in kv.config.kv_cache_groups:
-        count = 1 + num_tokens // group.kv_cache_spec.block_size
-        tables.append(list(range(next_id, next_id + count)))
-        next_id += count
-    return tuple(tables)
+    with stable_topk_in_transformers():
+        out = hf_model(torch.tensor([prompt_ids]), cache=cache, use_cache=True)
+    return out.logits[0], cache
 
 
 @torch.no_grad()
-def run_layer_paged(hf_model, layer: int, x: torch.Tensor, chunk_sizes: Sequence[int],
-                    kv: V4KVCache | None = None) -> tuple[torch.Tensor, V4KVCache]:
-    """Run layer `layer`'s paged attention over x (S, hidden) in the given chunks on a fresh slab.
+def cached_vs_recompute(hf_model, prompt_ids: list[int], max_new_tokens: int, stable: bool = True) -> float:
+    """Largest logit difference between transformers' cached greedy `generate()` and one full
+    forward over the same final sequence: the two should be the same model.
 
-    Rotary tables come from the model's own rotary module, as in the engine.
+    With `stable=False` transformers' own `torch.topk` breaks the indexer's ties, and with few
+    indexer heads (many scores exactly 0.0) the cached steps pick other entries than the
+    recompute does; with `stable=True` both use the stable rule and agree to float rounding.
     """
-    num_tokens = x.shape[0]
-    if sum(chunk_sizes) != num_tokens:
-        raise ValueError(f"chunk sizes {list(chunk_sizes)} do not add up to {num_tokens} tokens")
-    if kv is None:
-        num_blocks = 2 + sum(1 + num_tokens // g.kv_cache_spec.block_size for g in build_kv_cache(hf_model.config, 2).config.kv_cache_groups)
-        kv = build_kv_cache(hf_model.config, num_blocks)
-    tables = identity_tables(kv, num_tokens)
-    attn = hf_model.model.layers[layer].self_attn
-    rotary = hf_model.model.rotary_emb
-    outs, start = [], 0
-    for n in chunk_sizes:
-        positions = torch.arange(start, start + n)
-        ctx = StepContext(positions, [SeqChunk(0, n, start, tables)])
-        ctx.rope = {k: tuple(t[0] for t in rotary(x, position_ids=positions[None], layer_type=k)) for k in ("main", "compress")}
-        outs.append(paged_attention(attn, x[start : start + n], ctx, kv.layers[layer], layer))
-        start += n
-    return torch.cat(outs), kv
-
-
-def transformers_rows(cache, layer: int, ratio: int, num_tokens: int, position_bias: dict) -> dict[str, torch.Tensor]:
-    """transformers' cache fields for one layer, in the form `paged_rows` returns."""
-    lay = cache.layers[layer]
-    rows = {"swa": lay.keys[0, 0]}
-    if ratio:
-        names = ["compressor"] + (["indexer"] if ratio == 4 else [])
-        for name in names:
-            rows[f"{name}.entries"] = lay.compressed_kv[name][0]
-            left = lay.buffer_kv[name][0]
-            first = num_tokens - left.shape[0]
-            bias = position_bias[name][torch.arange(first, num_tokens) % ratio]
-            rows[f"{name}.buffer"] = torch.cat([left, lay.buffer_gate[name][0] + bias], dim=-1)
-            if ratio == 4 and lay.overlap_kv[name] is not None:
-                rows[f"{name}.overlap"] = torch.cat([lay.overlap_kv[name][0], lay.overlap_gate[name][0]], dim=-1)
-    return rows
-
-
-def paged_rows(kv: V4KVCache, layer: int, ratio: int, num_tokens: int, window: int, head_dims: dict) -> dict[str, torch.Tensor]:
-    """This package's cache rows for one request laid out by `identity_tables`."""
-    from refimpl.v4.paged import read_rows, slots
-
-    tables = identity_tables(kv, num_tokens)
-    caches = kv.layers[layer]
-
-    def rows_at(ref, index):
-        return read_rows(ref, slots(ref, tables[ref.group], index))
-
-    out = {"swa": rows_at(caches.swa, torch.arange(max(0, num_tokens - window + 1), num_tokens))}
-    if ratio:
-        pairs = [("compressor", caches.attn, caches.attn_state)]
-        if ratio == 4:
-            pairs.append(("indexer", caches.idx, caches.idx_state))
-        for name, entries, state in pairs:
-            n = num_tokens // ratio
-            out[f"{name}.entries"] = rows_at(entries, torch.arange(n))
-            out[f"{name}.buffer"] = rows_at(state, torch.arange(n * ratio, num_tokens))
-            if ratio == 4 and n:
-                d = head_dims[name]
-                last = rows_at(state, torch.arange((n - 1) * ratio, n * ratio))
-                out[f"{name}.overlap"] = torch.cat([last[:, :d], last[:, 2 * d : 3 * d]], dim=-1)
-    return out
+    guard = stable_topk_in_transformers() if stable else contextlib.nullcontext()
+    with guard:
+        out = _greedy(hf_model, prompt_ids, max_new_tokens)
+        full = hf_model(out.sequences).logits[0]
+    cached = torch.stack([step[0] for step in out.logits])
+    n = len(prompt_ids)
+    return (full[n - 1 : n - 1 + max_new_tokens] - cached).abs().max().item()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from refimpl.v4.paged import read_rows, recording_reads, slots, write_rows
+from refimpl.v4.cache import read_rows, row_slots, write_rows
 
 CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
 
@@ -22,9 +22,10 @@ CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
 def hit_block_tables(llm, prompt_ids: Sequence[int]) -> tuple[tuple[list[int], ...], int]:
     """The block table per group a new request with `prompt_ids` would get from the prefix cache,
     and the hit length in tokens (nothing is allocated)."""
-    probe = llm.manager.make_request("overwrite-probe", list(prompt_ids))
-    blocks, hit = llm.manager.get_computed_blocks(probe)
-    return tuple([b.block_id for b in group] for group in blocks.blocks), hit
+    manager = llm.scheduler.kv_cache_manager
+    probe = manager.make_request("overwrite-probe", list(prompt_ids))
+    blocks, hit = manager.get_computed_blocks(probe)
+    return blocks.get_block_ids(), hit
 
 
 def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index: Sequence[int],
@@ -36,10 +37,10 @@ def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index
     """
     if kind not in CACHE_KINDS:
         raise ValueError(f"kind must be one of {CACHE_KINDS}, got {kind!r}")
-    ref = getattr(llm.kv_cache.layers[layer], kind)
+    ref = getattr(llm.model_runner.kv_cache.layers[layer], kind)
     if ref is None:
         raise ValueError(f"layer {layer} has no {kind} cache")
-    slot_mapping = slots(ref, tables[ref.group], torch.as_tensor(list(index), dtype=torch.long))
+    slot_mapping = row_slots(ref, tables[ref.group], index)
     rows = read_rows(ref, slot_mapping)
     mask = torch.zeros(rows.shape[-1], dtype=torch.bool)
     for part in columns or [slice(None)]:
@@ -59,24 +60,15 @@ def rows_read_after_hit(llm, first: Sequence[int], second: Sequence[int], sampli
     """
     llm.generate([list(first)], sampling_params)
     tables, hit = hit_block_tables(llm, second)
-    with recording_reads() as log:
+    with llm.model_runner.recording_reads() as log:
         llm.generate([list(second)], sampling_params)
-    null = llm.manager.block_pool.null_block.block_id
     caches = {}
-    for layer in llm.kv_cache.layers:
-        for kind in CACHE_KINDS:
-            ref = getattr(layer, kind)
-            if ref is None:
-                continue
-            per_block = ref.entries_per_block
-            index_of = {}  # slot -> position or entry number, for the reused (non-null) blocks
-            for i, block in enumerate(tables[ref.group]):
-                if block == null:
-                    continue
-                for row in range(per_block):
-                    index_of[block * per_block + row] = i * per_block + row
-            read = {index_of[s] for name, slot_mapping in log if name == ref.name
-                    for s in slot_mapping.tolist() if s in index_of}
-            caches[ref.name] = {"ratio": ref.ratio, "block_size": ref.block_size,
-                                "reused": sorted(index_of.values()), "read": sorted(read)}
+    layers = llm.model_runner.kv_cache.layers
+    for ref in [getattr(layer, kind) for layer in layers for kind in CACHE_KINDS if getattr(layer, kind) is not None]:
+        table = tables[ref.group]
+        rows = range(len(table) * ref.entries_per_block)  # positions or entry numbers the reused blocks hold
+        index_of = {int(s): i for i, s in zip(rows, row_slots(ref, table, rows)) if s >= 0}  # null block: no slot
+        read = {index_of[s] for s in log.slots_read(ref.name) if s in index_of}
+        caches[ref.name] = {"ratio": ref.ratio, "block_size": ref.block_size,
+                            "reused": sorted(index_of.values()), "read": sorted(read)}
     return {"hit": hit, "caches": caches}

@@ -7,7 +7,7 @@ against 12 entries (one-shot prefill) can pick a different tied entry than the s
 scored against 16 entries (chunked prefill, or a cached decode step). The attention output then
 differs, and so can the next token. One documented rule removes the ambiguity: sort descending
 with a stable sort and keep the first k, so ties always go to the lowest index. This engine uses
-it, and the transformers reference is run with the same rule (`stable_topk_in_transformers`).
+it, and the transformers oracle is run with the same rule (`stable_topk_in_transformers`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class _TopkResult(tuple):
 
 @contextlib.contextmanager
 def stable_topk_in_transformers() -> Iterator[None]:
-    """Make `Tensor.topk` stable while the reference model runs.
+    """Make `Tensor.topk` stable while the transformers oracle runs.
 
     transformers' DeepSeek V4 indexer is the only caller of the method form `scores.topk(k)`;
     the MoE routers call the function `torch.topk`, which is left alone.

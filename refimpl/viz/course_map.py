@@ -1,7 +1,8 @@
 """The map of the course: which chapters there are, how long each takes, and which needs which.
 
 `CHAPTERS` is the chapter list as data (number, notebook file, title, minutes, direct needs);
-`draw_course_map()` draws it as a graph coloured by part and `course_map_text()` is its text twin.
+`draw_course_map()` draws it as a graph coloured by part (optionally with one `route` picked out)
+and `course_map_text()` is its text twin.
 Chapter 00 also prints a glossary (`GLOSSARY`) and a Part I <-> Part II table (`PART_PAIRS`) from
 here. Every entry that names a package API keeps the dotted path, and `missing_api_names()` lists
 the paths that no longer resolve, so a rename in the package shows up as a failing check instead
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
+
+from refimpl.viz.palette import MAX_WIDTH
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,11 @@ CHAPTERS: tuple[Chapter, ...] = (
             30, ("05",)),
     Chapter("06", "06_engine.ipynb", "The engine", "Engine", 40, ("05",)),
     Chapter("07", "07_kernels.ipynb", "Kernels", "Kernels", 45, ("06",)),
-    Chapter("08", "08_v4_specs.ipynb", "DeepSeek V4: the caches of a layer", "V4 caches of a layer", 45, ("04",)),
-    Chapter("09", "09_v4_grouping.ipynb", "DeepSeek V4: grouping", "V4 grouping", 35, ("08",)),
+    Chapter("08a", "08a_v4_layer.ipynb", "DeepSeek V4: what one layer computes and keeps", "Inside a V4 layer",
+            40, ("04",)),
+    Chapter("08b", "08b_v4_specs.ipynb", "DeepSeek V4: the caches of a layer", "V4 caches and pages", 35,
+            ("08a",)),
+    Chapter("09", "09_v4_grouping.ipynb", "DeepSeek V4: grouping", "V4 grouping", 35, ("08b",)),
     Chapter("10", "10_v4_memory_slab.ipynb", "DeepSeek V4: the packed memory slab", "V4 memory slab", 35, ("09",)),
     Chapter("11", "11_v4_addressing.ipynb", "DeepSeek V4: from token position to cache slot", "V4 addressing",
             40, ("10", "07")),
@@ -77,7 +83,8 @@ PART_EDGE = {"Start": "#6f6f6f", "Part I": "#4c72b0", "Part II": "#c46a2b", "Par
 # arrow is short and none crosses a box.
 _POSITION = {
     "00": (0, 3), "01": (1, 3), "02": (2, 3), "03": (3, 3), "04": (4, 3), "05": (5, 3), "06": (6, 3),
-    "07": (7, 3), "05b": (5, 2), "08": (4, 1), "09": (5, 1), "10": (6, 1), "11": (7, 1), "12": (8, 1),
+    "07": (7, 3), "05b": (5, 2), "08a": (4, 2), "08b": (4, 1), "09": (5, 1), "10": (6, 1), "11": (7, 1),
+    "12": (8, 1),
     "13": (8, 2),
 }
 
@@ -107,11 +114,9 @@ def total_minutes(part: str | None = None) -> int:
     return sum(c.minutes for c in CHAPTERS if part is None or c.part == part)
 
 
-def route_text(read: tuple[str, ...] | list[str]) -> str:
-    """One line about a route's progress: what was read, the minutes so far, what is left."""
-    done = sum(chapter(number).minutes for number in read)
-    last = f"just read {read[-1]} · {chapter(read[-1]).title}" if read else "nothing read yet"
-    return f"{last}; {len(read)} chapter{'' if len(read) == 1 else 's'}, {done} min so far"
+def route_to(target: str) -> list[str]:
+    """The chapters to read for `target`, in course order, ending with `target` itself."""
+    return all_needs(target) + [target]
 
 
 def course_map_text() -> str:
@@ -138,17 +143,17 @@ def chapters_markdown() -> str:
 
 
 def draw_course_map(title: str = "The course: an arrow goes from a chapter to one that needs it",
-                    read: tuple[str, ...] | list[str] | None = None) -> Figure:
+                    route: list[str] | tuple[str, ...] | None = None) -> Figure:
     """Every chapter as a box coloured by part, with an arrow from each chapter to those needing it.
 
-    `read`: chapters read so far, in reading order (for a stepper along a route); the others are
-    drawn white and dashed, the last one read is outlined in black. Nine columns on a 9-inch-wide
-    figure: at a notebook's width every label stays at 8 pt or more.
+    `route`: the chapters of one route (`route_to("12")`), its goal last; the chapters off the route
+    are drawn white and dashed, the goal is outlined in black. Nine columns on a figure a notebook
+    column shows at full size, so every label stays at 8 pt or more.
     """
-    if read is not None:
-        for number in read:
+    if route is not None:
+        for number in route:
             chapter(number)  # ValueError for an unknown number
-    fig = Figure(figsize=(9.0, 3.9))
+    fig = Figure(figsize=(MAX_WIDTH - 0.2, 3.9))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.9))
     ax.set_xlim(-0.5, 8.5)
     ax.set_ylim(0.45, 3.55)
@@ -157,12 +162,13 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
     boxes = {}
     for c in CHAPTERS:
         x, y = _POSITION[c.number]
-        unread = read is not None and c.number not in read
-        latest = read is not None and len(read) > 0 and c.number == read[-1]
-        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.08",
-                             facecolor="white" if unread else PART_FILL[c.part],
-                             edgecolor="black" if latest else PART_EDGE[c.part], linewidth=3.0 if latest else 1.4,
-                             linestyle="--" if unread else "-", zorder=2)
+        off_route = route is not None and c.number not in route
+        goal = route is not None and len(route) > 0 and c.number == route[-1]
+        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                             boxstyle="round,pad=0,rounding_size=0.08",
+                             facecolor="white" if off_route else PART_FILL[c.part],
+                             edgecolor="black" if goal else PART_EDGE[c.part], linewidth=3.0 if goal else 1.4,
+                             linestyle="--" if off_route else "-", zorder=2)
         ax.add_patch(box)
         boxes[c.number] = box
         label = "\n".join(textwrap.wrap(c.short, 12))
@@ -176,11 +182,12 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
                                          color="#333333", linewidth=1.1, shrinkA=1, shrinkB=1, zorder=1))
     handles = [Patch(facecolor=PART_FILL[p], edgecolor=PART_EDGE[p], label=f"{heading} ({total_minutes(p)} min)")
                for p, heading in PARTS.items()]
-    if read is not None:
-        handles += [Patch(facecolor="white", edgecolor="#6f6f6f", linestyle="--", label="not read yet"),
-                    Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="the chapter just read")]
+    if route is not None:
+        handles += [Patch(facecolor="white", edgecolor="#6f6f6f", linestyle="--", label="not on this route"),
+                    Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="the route's goal")]
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.02), fontsize=8, frameon=False,
-              title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours", title_fontsize=8, alignment="left")
+              title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours",
+              title_fontsize=8, alignment="left")
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     return fig
 
@@ -201,10 +208,10 @@ GLOSSARY: tuple[Term, ...] = (
     Term("block", "A fixed number of consecutive token positions (`block_size`) whose keys and values are stored "
          "together; the unit the cache hands out and frees.", ("refimpl.paged.Block", "refimpl.hybrid.KVCacheBlock"), "02"),
     Term("page", "The bytes one block takes in one layer's cache: `block_size` times that layer's bytes per token. "
-         "The same block id names one page in every layer of a group.", ("refimpl.hybrid.AttentionSpec.page_size_bytes",), "08"),
+         "The same block id names one page in every layer of a group.", ("refimpl.hybrid.AttentionSpec.page_size_bytes",), "08b"),
     Term("page size", "`page_size_bytes` of a cache spec: the real page, or the larger padded page a spec reserves "
          "(`page_size_padded`) for aligned kernels. In Part II one group's layers may differ in page size.",
-         ("refimpl.hybrid.AttentionSpec.page_size_bytes", "refimpl.hybrid.AttentionSpec.real_page_size_bytes"), "08"),
+         ("refimpl.hybrid.AttentionSpec.page_size_bytes", "refimpl.hybrid.AttentionSpec.real_page_size_bytes"), "08b"),
     Term("slot", "One token's place in a layer's cache: `block_id * block_size + offset`, the offset counting "
          "positions inside the block.", ("refimpl.hybrid.addressing.slot_for_position",), "06"),
     Term("slot mapping", "For each token computed in a step, the slot its key and value are written to; the "
@@ -221,7 +228,7 @@ GLOSSARY: tuple[Term, ...] = (
     Term("cache group", "Layers that share one block table: block id b holds the same tokens in all of them. "
          "Part I has one group; DeepSeek V4 has several.", ("refimpl.hybrid.KVCacheGroupSpec",), "09"),
     Term("KV cache spec", "What one layer stores per token and per block (kind, block size, heads, dtype, window "
-         "or compression ratio); specs decide page sizes and grouping.", ("refimpl.hybrid.KVCacheSpec",), "08"),
+         "or compression ratio); specs decide page sizes and grouping.", ("refimpl.hybrid.KVCacheSpec",), "08b"),
     Term("null block", "Block 0 of the hybrid pool: a placeholder put in a sliding-window group's table where a "
          "block has left the window. It is never handed out, never hashed, never put back in the free queue.",
          ("refimpl.hybrid.BlockPool.get_new_blocks",), "12"),
@@ -243,24 +250,30 @@ GLOSSARY: tuple[Term, ...] = (
          "one request does not stall the others.", ("refimpl.paged.SchedulerConfig",), "05b"),
     Term("preemption", "Taking a running sequence's blocks back when the pool runs out; the sequence waits and "
          "is computed again (recompute) when it is scheduled next.", ("refimpl.paged.Scheduler.preempt",), "05b"),
-    Term("MLA", "Multi-head latent attention: one compressed latent vector per token (plus a small RoPE part) is "
-         "cached instead of separate keys and values per head.", ("refimpl.hybrid.MLAAttentionSpec",), "08"),
+    Term("MLA", "Multi-head latent attention: one small row per token is cached instead of a key and a value per "
+         "head; in DeepSeek V4 every query head reads that row as key and as value.",
+         ("refimpl.hybrid.MLAAttentionSpec",), "08a"),
     Term("RoPE / NoPE", "Rotary position embedding rotates part of each key by its position; NoPE dimensions "
-         "carry no position. DeepSeek V4 caches both parts in one entry.", (), "08"),
+         "carry no position. DeepSeek V4 caches both parts in one entry.", (), "08a"),
     Term("fp8_ds_mla", "DeepSeek V4's fp8 cache format for MLA: one 584-byte row per token (448 fp8 NoPE bytes, "
-         "64 bf16 RoPE values, 8 scale bytes).", ("refimpl.hybrid.kv_cache_interface.DSV4_FP8_DS_MLA_TOKEN_BYTES",), "08"),
+         "64 bf16 RoPE values, 8 scale bytes).", ("refimpl.hybrid.kv_cache_interface.DSV4_FP8_DS_MLA_TOKEN_BYTES",), "08b"),
     Term("UE8M0", "An 8-bit scale that stores only an exponent (a power of two); fp8 and fp4 caches keep one per "
-         "group of values.", (), "08"),
+         "group of values.", (), "08b"),
     Term("SWA", "Sliding-window attention: a token attends only to the last W tokens, so blocks that fall out "
          "of the window can be given back (the null block takes their place).",
-         ("refimpl.hybrid.SlidingWindowSpec", "refimpl.hybrid.SlidingWindowManager"), "08"),
+         ("refimpl.hybrid.SlidingWindowSpec", "refimpl.hybrid.SlidingWindowManager"), "08a"),
     Term("compressor", "A DeepSeek V4 module that writes one compressed entry per 4 (or 128) tokens, so long "
          "context costs fewer entries; ratio-4 windows are 8 tokens and overlap. Its running state is cached too.",
-         ("refimpl.hybrid.addressing.compressed_slot_for_position",), "08"),
+         ("refimpl.hybrid.addressing.compressed_slot_for_position",), "08a"),
+    Term("compressor state", "The rows a compressor keeps until the entries that need them are written (both "
+         "series of a token, in float32): a sliding-window cache of 8 tokens (ratio 4) or 128 (ratio 128).",
+         ("refimpl.hybrid.SlidingWindowMLASpec",), "08a"),
     Term("indexer", "A DeepSeek V4 module that scores the compressed entries and picks the top-k a token "
-         "attends to, so attention reads only a few of them.", ("refimpl.kernels.compute_global_topk_indices_and_lens",), "08"),
+         "attends to, so attention reads only a few of them.", ("refimpl.kernels.compute_global_topk_indices_and_lens",), "08a"),
     Term("MTP", "Multi-token prediction: an extra layer that drafts the next token for speculative decoding "
-         "(vLLM runs it as an eagle layer); it has its own cache.", (), "08"),
+         "(vLLM runs it as an eagle layer); it has its own cache.", (), "08b"),
+    Term("FlashMLA", "DeepSeek's attention kernels for MLA; they read the `fp8_ds_mla` pages, whose sizes vLLM "
+         "aligns to 576 bytes.", (), "08b"),
 )
 
 

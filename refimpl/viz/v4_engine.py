@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.addressing import NO_SLOT, compressed_slot_for_position, slot_for_position
 from refimpl.viz.hybrid_layout import format_table
-from refimpl.viz.palette import EMPTY
+from refimpl.viz.palette import EMPTY, MAX_WIDTH
 
 READ_COLOR = "#4c72b0"
 KEPT_COLOR = "#b0b0b0"
@@ -34,8 +34,6 @@ def _label(name: str, ratio: int) -> str:
 def slot_table_text(layer_caches, tables: Sequence[Sequence[int]], positions: Sequence[int]) -> str:
     """For each position: the slot its row takes in every per-token cache of the layer, and the
     compressed-entry slot it writes when it closes a window (`-` when it closes none)."""
-    from refimpl.v4.paged import slots
-
     rows = []
     for p in positions:
         row = {"position": p}
@@ -43,13 +41,12 @@ def slot_table_text(layer_caches, tables: Sequence[Sequence[int]], positions: Se
             ref = getattr(layer_caches, kind)
             if ref is None:
                 continue
+            table = tables[ref.group]
             if ref.ratio == 1:
-                value = int(slots(ref, tables[ref.group], torch.tensor([p]))[0])
-            elif (p + 1) % ref.ratio == 0:
-                entry = p // ref.ratio
-                value = f"e{entry}->{int(slots(ref, tables[ref.group], torch.tensor([entry]))[0])}"
+                value = slot_for_position(table, p, ref.block_size)
             else:
-                value = "-"
+                slot = compressed_slot_for_position(table, p, ref.block_size, ref.ratio)
+                value = f"e{p // ref.ratio}->{slot}" if slot != NO_SLOT else "-"
             row[kind] = value
         rows.append(row)
     return format_table(rows)
@@ -81,7 +78,7 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     reused but never read (grey); compressed entries drawn over the tokens they summarise."""
     selected = _selected(summary, layers)
     hit = summary["hit"]
-    fig = Figure(figsize=(10, 0.42 * len(selected) + 1.3))
+    fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.3))
     ax = fig.add_subplot()
     for y, (name, info) in enumerate(reversed(selected)):
         ratio = info["ratio"]
@@ -118,14 +115,14 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
 def engine_snapshot(llm, requests: Sequence, names: Sequence[str]) -> tuple:
     """An immutable copy of what a step changes: per request (name, status, prompt tokens,
     computed tokens, generated tokens, live blocks per group), then the free block count."""
-    null = llm.manager.block_pool.null_block
+    manager = llm.scheduler.kv_cache_manager
     rows = []
     for name, req in zip(names, requests):
         r = req.request
-        held = llm.manager.get_blocks(r.request_id).blocks if r.status.value == "running" else ()
-        live = tuple(sum(1 for b in table if b is not null) for table in held)
+        held = manager.get_blocks(r.request_id).blocks if r.status.value == "running" else ()
+        live = tuple(sum(1 for b in table if not b.is_null) for table in held)
         rows.append((name, r.status.value, r.num_prompt_tokens, r.num_computed_tokens, len(r.output_token_ids), live))
-    return (tuple(rows), llm.manager.block_pool.get_num_free_blocks())
+    return (tuple(rows), manager.block_pool.get_num_free_blocks())
 
 
 def engine_state_text(state: tuple) -> str:

@@ -1,0 +1,149 @@
+"""Scheduler: which requests compute how many tokens this step, on Part II's `KVCacheManager`.
+
+Part I's pattern (`add`, `schedule`, `postprocess`, `preempt`, `is_finished`) with vLLM v1's
+policy, since the hybrid cache is vLLM's: each step hands a token budget first to running
+requests (a decode token or the next prefill chunk), then to waiting ones after a prefix-cache
+lookup (`get_computed_blocks`); every request gets its blocks from `allocate_slots`. When the
+pool runs dry the last running request is preempted (its blocks freed, recomputed later). The
+scheduler talks to the cache only through `KVCacheManager`'s public methods.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from refimpl.hybrid.kv_cache_manager import KVCacheManager
+from refimpl.hybrid.request import Request, RequestStatus
+from refimpl.paged.sequence import SamplingParams
+
+
+@dataclass
+class V4Request:
+    """A request plus what the engine needs besides the allocator's view of it."""
+
+    request: Request
+    sampling_params: SamplingParams
+    logits: list[torch.Tensor] = field(default_factory=list)  # behind each sampled token, only when recorded
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.request.output_token_ids)
+
+
+@dataclass
+class ScheduledChunk:
+    """One request's share of a step: `num_tokens` tokens from position `first_position` on."""
+
+    req: V4Request
+    num_tokens: int
+    first_position: int  # tokens of the request already in the cache (computed or a prefix hit)
+    block_ids: tuple[list[int], ...]  # the request's block table per cache group after allocation
+    num_cached_tokens: int = 0  # prefix-cache hit adopted when this chunk admitted the request
+
+    @property
+    def samples(self) -> bool:
+        """Whether the chunk reaches the request's last token, so the step samples its next one."""
+        return self.first_position + self.num_tokens == self.req.request.num_tokens
+
+
+class Scheduler:
+    """vLLM v1's scheduling over the hybrid `KVCacheManager`, with Part I's method names."""
+
+    def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 eos: int = -1) -> None:
+        self.kv_cache_manager = kv_cache_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.eos = eos
+        self.waiting: deque[V4Request] = deque()
+        self.running: list[V4Request] = []
+        self.num_preemptions = 0
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def add(self, req: V4Request) -> None:
+        self.waiting.append(req)
+
+    def max_blocks_needed(self, request_id: str, num_tokens: int) -> int:
+        """Blocks a request of `num_tokens` tokens holds at most at once (windows freeing as it goes)."""
+        return self.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
+            request_id, num_tokens, None, 0, apply_admission_cap=True)
+
+    def preempt(self, req: V4Request) -> None:
+        """Free all of a running request's blocks and put it first in line; it is recomputed later."""
+        self.running.remove(req)
+        self.kv_cache_manager.free(req.request)
+        req.request.num_computed_tokens = 0
+        req.request.status = RequestStatus.PREEMPTED
+        self.waiting.appendleft(req)
+        self.num_preemptions += 1
+
+    def _chunk(self, req: V4Request, num_tokens: int, num_cached_tokens: int = 0) -> ScheduledChunk:
+        block_ids = tuple(list(t) for t in self.kv_cache_manager.get_block_ids(req.request_id))
+        return ScheduledChunk(req, num_tokens, req.request.num_computed_tokens, block_ids, num_cached_tokens)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        """Pick this step's chunks: running requests first, then waiting ones while budget lasts."""
+        manager = self.kv_cache_manager
+        budget = self.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted = False
+        for req in list(self.running):
+            if budget == 0 or req not in self.running:
+                continue
+            r = req.request
+            n = min(r.num_tokens - r.num_computed_tokens, budget)
+            while manager.allocate_slots(r, n) is None:
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted = True
+                if victim is req:
+                    n = 0
+                    break
+            if n:
+                chunks.append(self._chunk(req, n))
+                budget -= n
+        while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            r = req.request
+            hits, num_hit = manager.get_computed_blocks(r)
+            n = min(r.num_tokens - num_hit, budget)
+            if manager.allocate_slots(r, n, num_new_computed_tokens=num_hit, new_computed_blocks=hits if num_hit else None,
+                                      has_scheduled_reqs=bool(chunks)) is None:
+                break
+            self.waiting.popleft()
+            r.num_computed_tokens = num_hit
+            r.status = RequestStatus.RUNNING
+            self.running.append(req)
+            chunks.append(self._chunk(req, n, num_hit))
+            budget -= n
+        return chunks
+
+    def postprocess(self, chunks: list[ScheduledChunk], token_ids: list[int]) -> list[V4Request]:
+        """Record a step: tokens computed, one sampled token per chunk that `samples` (in order);
+        finish requests at max_tokens or EOS and free their blocks. Returns the finished ones."""
+        sampled = iter(token_ids)
+        finished = []
+        for c in chunks:
+            r = c.req.request
+            samples = c.samples
+            r.num_computed_tokens += c.num_tokens
+            if not samples:
+                continue  # a prefill chunk that has not reached the end yet
+            token = next(sampled)
+            r.append_output_token_ids([token])
+            params = c.req.sampling_params
+            if c.req.num_completion_tokens >= params.max_tokens or (not params.ignore_eos and token == self.eos):
+                self.running.remove(c.req)
+                self.kv_cache_manager.free(r)
+                r.status = RequestStatus.FINISHED
+                finished.append(c.req)
+        return finished
