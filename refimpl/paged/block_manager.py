@@ -5,9 +5,9 @@ which sequence, shares full blocks between sequences with the same prefix, and k
 blocks findable until they are actually reused.
 
 Its public face is nano-vllm's six methods, which the Scheduler calls and nothing else:
-`can_allocate`, `allocate`, `deallocate`, `can_append`, `may_append`, `hash_blocks`. What makes
-them fast lives inside: an O(1) free queue, and each sequence's block hashes computed once and
-kept on the sequence (`seq.block_hashes`, as vLLM keeps `request.block_hashes`).
+`can_allocate`, `allocate`, `deallocate`, `can_append`, `may_append`, `hash_blocks`. Speed lives
+inside: an O(1) free queue, block hashes computed once and kept on the sequence (`seq.block_hashes`,
+as vLLM keeps `request.block_hashes`), and `allocate` reusing the walk of `can_allocate`.
 """
 
 from __future__ import annotations
