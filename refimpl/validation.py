@@ -32,8 +32,7 @@ def check_positive_int(name: str, value: object) -> int:
 
 
 def check_bool(name: str, value: object) -> bool:
-    """Return `value` if it is True or False, else raise a TypeError naming it (1, "yes" and None
-    are refused: a flag given as anything else is almost always a mistake)."""
+    """Return `value` if it is a bool, else raise a TypeError naming it ("no" is not False)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
