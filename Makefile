@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make lab` and `make test`. Everything else is for authors.
 PYTHON ?= python3
-# CPU=1 installs PyTorch's CPU-only build (about 0.2 GB instead of about 2.9 GB of CUDA wheels on Linux).
+# CPU=1 installs PyTorch's CPU-only build: on Linux the first install then downloads about 0.5 GB
+# instead of about 2.9 GB (the CUDA wheels); see the README's "What the first run downloads".
 CPU ?=
 TORCH_INDEX_URL ?= $(if $(CPU),https://download.pytorch.org/whl/cpu,)
 TORCH_PIN := $(shell grep '^torch==' constraints.txt)
@@ -12,6 +13,13 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 # Notebooks checked by strict nbval (student copies of exercises are checked by tests instead).
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb)) $(sort $(wildcard notebooks/exercises/solutions/*.ipynb))
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# `make lab`: notebooks are saved in the form `make notebooks` commits (a Run All leaves the checkout
+# clean and a stepper reopens as its placeholder, not as a widget whose model is gone), and
+# JupyterLab neither asks to fetch news nor checks for updates (settings defaults in the venv).
+LAB_OPTIONS := --notebook-dir=notebooks \
+  --ContentsManager.pre_save_hook=refimpl.course.notebook_format.pre_save_hook \
+  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/refimpl.json
 
 .PHONY: lab test test-python test-notebooks notebooks figures bench setup clean check-install
 
@@ -30,8 +38,12 @@ $(STAMP): pyproject.toml constraints.txt
 check-install: $(STAMP)
 	$(BIN)/python tools/check_install.py
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab $(LAB_FLAGS) --notebook-dir=notebooks
+lab: $(STAMP) $(LAB_OVERRIDES)
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(LAB_OPTIONS)
+
+$(LAB_OVERRIDES): tools/jupyterlab_overrides.json $(STAMP)
+	mkdir -p $(dir $@)
+	cp tools/jupyterlab_overrides.json $@
 
 test: test-python test-notebooks
 
@@ -41,9 +53,11 @@ test-python: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
 
-# Re-execute every chapter and exercise solution in place (outputs committed), rewrite figures/,
-# store each notebook as JupyterLab would save it, and regenerate the student copies.
+# Re-execute every chapter and exercise solution in place (outputs committed), store each notebook
+# as JupyterLab would save it, and regenerate the student copies.
 # NB="notebooks/03_block_manager.ipynb ..." re-executes only those.
+# `make figures` does the same and also rewrites figures/ (the README's pictures): the chapters'
+# save_figure calls write only when REFIMPL_WRITE_FIGURES is set, so a reader's Run All writes nothing.
 EXECUTE := jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False
 notebooks: $(STAMP)
 	for nb in $(or $(NB),$(NOTEBOOKS)); do \
@@ -53,6 +67,7 @@ notebooks: $(STAMP)
 	$(BIN)/python -m refimpl.course.notebook_format $(or $(NB),$(NOTEBOOKS))
 	$(BIN)/python -m refimpl.course.exercises generate
 
+figures: export REFIMPL_WRITE_FIGURES := $(CURDIR)/figures
 figures: notebooks
 
 bench: $(STAMP)
@@ -62,9 +77,14 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
 
 # Exercises: student copies are generated from the executed solution notebooks (never edited by hand).
-.PHONY: exercises check-exercises
+.PHONY: exercises check-exercises student-bundle
 exercises: $(STAMP)
 	$(BIN)/python -m refimpl.course.exercises generate
+
+# What students get: every tracked file but the solutions and the instructor guide, as
+# dist/student-bundle/ and dist/student-bundle.zip (see notebooks/exercises/README.md).
+student-bundle: $(STAMP)
+	$(BIN)/python -m refimpl.course.bundle dist/student-bundle
 
 check-exercises: $(STAMP)
 	$(BIN)/python -m refimpl.course.exercises check

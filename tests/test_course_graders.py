@@ -12,7 +12,7 @@ from refimpl.course import broken
 from refimpl.course.broken import BROKEN_VARIANTS, BrokenVariant
 from refimpl.course.lockstep import Lockstep, first_difference, run_check
 from refimpl.course.paged_checks import random_manager_workload, scenario_prefix_cache_example
-from refimpl.course.paged_worlds import LockstepManagerDriver, manager_state
+from refimpl.course.paged_worlds import LockstepManagerDriver
 from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
 from refimpl.hybrid.older_planners import get_kv_cache_config_b, get_packed_kv_cache_layout
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
@@ -119,7 +119,7 @@ def test_tables_are_deterministic(capsys):
 
 def test_prefix_cache_example_reaches_the_writeup_picture():
     """block_size=4, 12 tokens: L0 -> in-use #1 (ref 2), L1 -> free #3, L2 -> #6, 8 cached tokens."""
-    lockstep = Lockstep(lambda w: manager_state(w, prefix_cache=True))
+    lockstep = Lockstep()
     scenario_prefix_cache_example(BlockManager, lockstep)
     world = lockstep.reference
     q = world.seqs["Q"]
@@ -232,7 +232,7 @@ def test_first_difference_shows_only_differing_hash_entries():
 
 def test_student_state_fields_are_read_through_the_public_names():
     """A student's manager is compared field by field; a missing attribute is a clear failure."""
-    lockstep = Lockstep(lambda w: manager_state(w, prefix_cache=False))
+    lockstep = Lockstep()
 
     class NoUsedSet(BlockManager):
         def __init__(self, num_blocks, block_size):
@@ -310,7 +310,7 @@ def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
             if calls["allocate"] == k:
                 calls["corrupted_at"] = _corrupt(self, seq, kind)
 
-    result = run_check("probe", "", partial(manager_state, prefix_cache=True), partial(random_manager_workload, Corrupting, True, seed))
+    result = run_check("probe", "", partial(random_manager_workload, Corrupting, True, seed))
     assume(calls["corrupted_at"] is True)
     assert not result.passed
     assert result.divergence.action.startswith("allocate("), result.divergence
@@ -350,7 +350,7 @@ def test_instructor_guide_lists_the_rules():
 
 # ---------------------------------------------------------------------- realistic mistakes the scenarios must catch
 def test_a_real_collision_reaches_both_worlds_and_is_undone():
-    from refimpl.course.paged_checks import colliding_hashes
+    from refimpl.course.paged_worlds import colliding_hashes
     from refimpl.paged import compute_hash
 
     a, b = [1, 2, 3, 4], [5, 6, 7, 8]
@@ -481,13 +481,13 @@ def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
     script = textwrap.dedent('''
         import refimpl.course as course
         import refimpl.course.time_limit as time_limit
-        from refimpl.course.grading import _missing
+        from refimpl.course.grading_child import missing
         time_limit._can_use_alarm = lambda: False  # force the watchdog, as on Windows or in a thread
         def endless(values, lower_bound=None):
             while True:
                 pass
         first = course.check_approximate_gcd(endless, verbose=False, allow_reference=True, time_limit=0.2)
-        second = course.check_block_manager(_missing("BlockManager", "gone"), verbose=False)
+        second = course.check_block_manager(missing("BlockManager", "gone"), verbose=False)
         print(first.num_passed, second.num_checks)
     ''')
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

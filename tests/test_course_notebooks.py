@@ -243,7 +243,7 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
     assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out  # the cell after never ran
     loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
-    assert "score: 0 (timed out after 3 s)" in capsys.readouterr().out
+    assert "score: 0/15 checks passed (0.0%): timed out after 3 s" in capsys.readouterr().out
 
 
 def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):

@@ -131,3 +131,70 @@ def test_no_seed_in_reader_visible_text(path):
             assert match is None, (
                 f"cell {index} says {leftover[max(0, match.start() - 40):match.end() + 40]!r}: cite the "
                 "article by title instead of 'seed'")
+
+
+# --- checks added by issue 26; the chapters named below are still being rewritten for it ----------
+# Each list names the chapters that do not meet the rule yet. The marks are strict: a chapter that
+# meets it fails as XPASS until its name is removed here, so the lists only ever shrink to empty.
+MAX_CODE_LINE = 100  # characters: what a laptop-width JupyterLab shows without clipping
+LONG_LINES_PENDING = {
+    "05_scheduler", "07_kernels", "12_hybrid_allocator", "13_v4_engine",
+}
+REVEAL_PENDING = {
+    "05_scheduler", "07_kernels", "12_hybrid_allocator", "13_v4_engine",
+}
+
+
+def pending(paths: list[Path], names: set[str], reason: str) -> list:
+    """`paths` as test parameters, those named in `names` marked as a strict expected failure."""
+    unknown = names - {path.stem for path in paths}
+    assert not unknown, f"pending list names no chapter: {sorted(unknown)}"
+    return [pytest.param(path, id=path.stem, marks=pytest.mark.xfail(strict=True, reason=reason))
+            if path.stem in names else pytest.param(path, id=path.stem) for path in paths]
+
+
+@pytest.mark.parametrize("path", pending(CHAPTERS, LONG_LINES_PENDING, "long code lines not yet wrapped"))
+def test_code_lines_fit_a_laptop_screen(path):
+    long = [(index, len(line)) for index, cell in enumerate(cells(path)) if cell["cell_type"] == "code"
+            for line in text(cell).splitlines() if len(line) > MAX_CODE_LINE]
+    assert not long, f"code lines longer than {MAX_CODE_LINE} characters (cell, length): {long}"
+
+
+@pytest.mark.parametrize("path", pending(CHAPTERS, REVEAL_PENDING, "self-check answers not yet in reveal()"))
+def test_reveal_cells_show_only_a_closed_answer_box(path):
+    """A '# Reveal' cell shows exactly one closed <details> box (refimpl.viz.reveal): nothing of the
+    answer is on screen before the reader opens it, and its text/plain is what nbval compares."""
+    for index, cell in enumerate(cells(path)):
+        if cell["cell_type"] != "code" or not text(cell).startswith("# Reveal"):
+            continue
+        outputs = cell.get("outputs", [])
+        kinds = [(o["output_type"], sorted(o.get("data", {}))) for o in outputs]
+        assert len(outputs) == 1 and outputs[0]["output_type"] == "display_data", (
+            f"cell {index}: a reveal cell's only output is the answer box from `with reveal():`, found {kinds}")
+        data = outputs[0]["data"]
+        assert "".join(data.get("text/html", "")).startswith("<details>"), f"cell {index}: text/html is not a <details> box"
+        assert "".join(data.get("text/plain", "")).strip(), f"cell {index}: the answer's text/plain is empty"
+
+
+def test_the_two_checks_above_pass_a_good_chapter_and_fail_a_bad_one(tmp_path):
+    """The pending lists cover every chapter today, so check the checks on notebooks made here."""
+    from refimpl.viz.reveal import Answer
+
+    answer = Answer("42")
+    box = {"output_type": "display_data", "metadata": {},
+           "data": {"text/plain": repr(answer), "text/html": answer._repr_html_()}}
+
+    def notebook(source: str, outputs: list) -> Path:
+        path = tmp_path / f"nb{len(list(tmp_path.iterdir()))}.ipynb"
+        cell = {"cell_type": "code", "source": source, "outputs": outputs, "metadata": {}, "execution_count": 1}
+        path.write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
+        return path
+
+    test_reveal_cells_show_only_a_closed_answer_box(notebook("# Reveal Q1\nwith reveal():\n    print(42)", [box]))
+    test_code_lines_fit_a_laptop_screen(notebook("x = 1  # " + "." * 90, []))
+    printed = {"output_type": "stream", "name": "stdout", "text": "42\n"}
+    for bad in ([printed], [box, box], [{**box, "data": {"text/plain": "42", "text/html": "<b>42</b>"}}]):
+        with pytest.raises(AssertionError):
+            test_reveal_cells_show_only_a_closed_answer_box(notebook("# Reveal Q1\nprint(42)", bad))
+    with pytest.raises(AssertionError, match="longer than 100"):
+        test_code_lines_fit_a_laptop_screen(notebook("x = 1  # " + "." * 92, []))

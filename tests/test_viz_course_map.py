@@ -27,10 +27,9 @@ from refimpl.viz.course_map import (
     missing_api_names,
     part_table_markdown,
     resolve,
-    route_text,
+    route_to,
     total_minutes,
 )
-from refimpl.viz.stepper import Stepper, record_frames
 
 matplotlib.use("Agg")
 
@@ -138,9 +137,9 @@ def test_markdown_table_links_every_chapter():
 # --- the picture
 
 
-@pytest.mark.parametrize("read", [None, ("00", "01", "02", "03", "04", "08a")], ids=["map", "route"])
-def test_picture_reads_at_notebook_width(read):
-    fig = draw_course_map(read=read)
+@pytest.mark.parametrize("route", [None, ("00", "01", "02", "03", "04", "08a")], ids=["map", "route"])
+def test_picture_reads_at_notebook_width(route):
+    fig = draw_course_map(route=route)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
@@ -170,34 +169,27 @@ def test_picture_reads_at_notebook_width(read):
             assert not legend_box.overlaps(patch.get_window_extent(renderer))
 
 
-def test_route_stepper_frames_are_the_route_read_so_far():
-    """Chapter 00's stepper: frame i is the first i chapters of the route, as a fresh list stepped by hand."""
-    route = all_needs("12") + ["12"]
-    read: list[str] = []
-    frames = record_frames(lambda: tuple(read), [(f"read {n}", lambda n=n: read.append(n)) for n in route])
-    fresh: list[str] = []
-    expected = [tuple(fresh)]
-    for number in route:
-        fresh.append(number)
-        expected.append(tuple(fresh))
-    assert [f.state for f in frames] == expected
-    stepper = Stepper(frames, draw=lambda state: draw_course_map(read=state), describe=route_text)
-    assert stepper.strip_text().splitlines()[-1] == "just read 12 · The hybrid allocator; 14 chapters, 490 min so far"
-    assert route_text(["00"]) == "just read 00 · Start here; 1 chapter, 15 min so far"
-    assert route_text([]) == "nothing read yet; 0 chapters, 0 min so far"
+def test_route_is_every_need_then_the_goal():
+    assert route_to("10") == ["00", "01", "02", "03", "04", "08a", "08b", "09", "10"]  # no 05-07
+    assert route_to("12") == ["00", "01", "02", "03", "04", "05", "06", "07", "08a", "08b", "09", "10", "11",
+                              "12"]
+    assert route_to("00") == ["00"]
+    with pytest.raises(ValueError, match="no chapter '99'"):
+        route_to("99")
 
 
-def test_route_picture_marks_read_and_unread():
-    fig = draw_course_map(read=["00", "01"])
+def test_route_picture_marks_the_route_and_its_goal():
+    fig = draw_course_map(route=route_to("02"))
     ax = fig.axes[0]
     boxes = [p for p in ax.patches if type(p).__name__ == "FancyBboxPatch"]
-    assert [p.get_linestyle() for p in boxes].count("-") == 2
-    assert sum(p.get_linewidth() == 3.0 for p in boxes) == 1
+    assert [p.get_linestyle() for p in boxes].count("-") == 3  # 00, 01, 02 on the route
+    goal = [i for i, p in enumerate(boxes) if p.get_linewidth() == 3.0]
+    assert goal == [2] and boxes[2].get_edgecolor()[:3] == (0.0, 0.0, 0.0)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[-2:] == ["not read yet", "the chapter just read"]
+    assert labels[-2:] == ["not on this route", "the route's goal"]
     assert min(t.get_fontsize() for t in ax.get_legend().get_texts()) >= 8
     with pytest.raises(ValueError, match="no chapter '99'"):
-        draw_course_map(read=["99"])
+        draw_course_map(route=["99"])
 
 
 def test_one_arrow_per_need():

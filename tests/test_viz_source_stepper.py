@@ -73,6 +73,17 @@ def test_frames_are_the_states_after_each_action():
         Stepper([], _draw, str)
 
 
+def test_strip_text_box_folds_the_whole_strip_into_a_closed_box():
+    frames = record_frames(lambda: 0, [(f"step {i}", lambda: None) for i in range(30)])
+    stepper = Stepper(frames, _draw, lambda state: "a <state> line")
+    box = stepper.strip_text_box()
+    assert repr(box) == stepper.strip_text()  # what nbval compares: every frame, unchanged
+    html = box._repr_html_()
+    assert html.startswith("<details><summary>Every frame as text (31 frames)</summary><pre>")
+    assert "<details open" not in html and "&lt;state&gt;" in html and html.count("--- step") == 31
+    assert stepper.strip_text_box("Frames 0-30")._repr_html_().startswith("<details><summary>Frames 0-30<")
+
+
 def test_saved_widget_views_become_one_fixed_line():
     outputs = [{"output_type": "display_data", "metadata": {},
                 "data": {"text/plain": "VBox(...)", WIDGET_VIEW: {"model_id": "abc"}}},

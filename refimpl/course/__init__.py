@@ -10,6 +10,11 @@ reference itself and the deliberately broken variants in `refimpl.course.broken`
 Every scenario runs under `time_limit` seconds (default 10, `refimpl.course.time_limit`): an
 endless loop fails its row with a message naming the scenario instead of hanging the notebook.
 `refimpl.course.rules` lists the rules each grader checks, with the covering scenario and variant.
+
+The check_* functions are the feedback path: they run next to the student's code. Grades come from
+`python -m refimpl grade` (`refimpl.course.grading`), which runs the student's code in a
+restricted child process that only answers calls, and compares every answer with its own
+reference (`refimpl.course.remote`, `refimpl.course.sandbox`).
 """
 
 from refimpl.course.hybrid_checks import check_approximate_gcd, check_packed_layout

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
+import sys
 from pathlib import Path
 
 from refimpl.cli import DefaultsHelpFormatter
@@ -43,9 +45,11 @@ def add_parser(subparsers) -> None:
         "grade",
         help="grade exercise notebooks (prints a PASS/FAIL table and a score per notebook)",
         description=(
-            "Run the setup and solution cells of each exercise notebook in a fresh Python process, "
-            "replay the matching graders against the reference implementation, and print the "
-            "PASS/FAIL table and a score. Exercises are recognised by their notebook metadata."
+            "Run the setup and solution cells of each exercise notebook in a separate, restricted "
+            "Python process that only answers the grader's calls, replay the matching graders here "
+            "against the reference implementation, and print the PASS/FAIL table and a score. "
+            "Exercises are recognised by their notebook metadata. Not a sandbox for hostile code: "
+            "see notebooks/exercises/README.md."
         ),
         formatter_class=DefaultsHelpFormatter,
     )
@@ -55,6 +59,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--csv", type=writable_csv_path, default=None,
                         help="also write one row per notebook to this CSV file")
     parser.add_argument("--quiet", action="store_true", help="print only the score lines, not the tables")
+    parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                        help="do not restrict the graded code's files and network with Landlock (resource limits stay)")
     parser.set_defaults(func=main, parser_error=parser.error)
 
 
@@ -75,35 +81,125 @@ def expand_folders(paths: list[Path], error) -> list[Path]:
     return expanded
 
 
+class GradeSheet:
+    """The CSV file: its header at once, then one row per notebook, each flushed as it is written.
+
+    It remembers every row, and notices when the file changed behind its back (graded code
+    writing to it): `tampered()` says so, and `rewrite()` puts the rows back, into a new file
+    (a link put in its place is removed, never followed).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.resolve()
+        self.rows: list[list[str]] = [CSV_HEADER]
+        with self.path.open("w", newline="") as handle:
+            csv.writer(handle).writerows(self.rows)
+        self._seen = _signature(self.path)
+
+    def write(self, row: list[str]) -> None:
+        self.rows.append(row)
+        self._write([row], os.O_WRONLY | os.O_APPEND)
+
+    def rewrite(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._write(self.rows, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
+    def tampered(self) -> bool:
+        return _signature(self.path) != self._seen
+
+    def _write(self, rows: list[list[str]], flags: int) -> None:
+        fd = os.open(self.path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+        self._seen = _signature(self.path)
+
+
+def _signature(path: Path) -> tuple | None:
+    """What changes when a file is written, replaced or removed (size, time, inode)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
+    """Every notebook's bytes, read before any student code runs (so none can change another's)."""
+    from refimpl.course.grading import MAX_NOTEBOOK_BYTES
+
+    contents: dict[Path, bytes | None] = {}
+    for path in paths:
+        try:
+            with path.open("rb") as handle:
+                contents[path] = handle.read(MAX_NOTEBOOK_BYTES + 1)
+        except OSError:
+            contents[path] = None  # graded later, where the reason is worded
+    return contents
+
+
+def _csv_row(grade) -> list[str]:
+    failed = ";".join(f"{g}:{c}" for g, c, ok in grade.rows if not ok)
+    return [grade.path, grade.exercise, str(grade.num_passed), str(grade.num_checks), failed, grade.why]
+
+
+def _sandbox_note(settings) -> str:
+    """What the graded code can reach on this machine, when it is more than its own folder."""
+    import tempfile
+
+    from refimpl.course.grading import solution_folders
+    from refimpl.course.sandbox import file_rules, landlock_abi
+
+    if not settings.sandbox:
+        return "--no-sandbox: the graded code can read and write this user's files"
+    if landlock_abi() == 0:
+        return ("this system has no Landlock (Linux 5.13 or later): the graded code can read and write this "
+                "user's files, the solutions included; grade in a container (see notebooks/exercises/README.md)")
+    return file_rules(tempfile.gettempdir(), [*settings.protected, *solution_folders()]).note
+
+
 def main(args: argparse.Namespace) -> int:
     from refimpl.course.exercises import EXERCISES
-    from refimpl.course.grading import NotebookGrade, grade_missing, grade_notebook
+    from refimpl.course.grading import GradingSettings, NotebookGrade, grade_missing, grade_notebook
 
+    if os.name != "posix":
+        args.parser_error("grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works everywhere")
     paths = expand_folders(args.notebooks, args.parser_error)
+    contents = _read_all(paths)
+    watched = [p for p in paths if p.is_file()]
+    protected = {str(p.resolve().parent) for p in paths if p.parent.is_dir()}
+    if args.csv is not None:
+        protected.add(str(args.csv.resolve().parent))
+    settings = GradingSettings(protected=tuple(sorted(protected)), sandbox=args.sandbox)
+    note = _sandbox_note(settings)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    sheet = GradeSheet(args.csv) if args.csv is not None else None
 
     grades: list[NotebookGrade] = []
     for path in paths:
-        if path.is_file():
-            grade = grade_notebook(path, timeout=args.timeout)
-        elif path.stem in EXERCISES:  # not handed in: its checks still count in the total
+        before = {p: _signature(p) for p in watched}
+        if contents.get(path) is not None:
+            grade = grade_notebook(path, timeout=args.timeout, content=contents[path], settings=settings)
+        elif path.stem in EXERCISES and not path.exists():  # not handed in: its checks still count in the total
             grade = grade_missing(path, EXERCISES[path.stem])
         else:
-            grade = NotebookGrade(str(path), "?", error="no such file")
+            grade = grade_notebook(path, timeout=args.timeout, settings=settings)  # says why it cannot be read
+        changed = [str(p) for p in watched if _signature(p) != before[p]]
+        if sheet is not None and sheet.tampered():
+            changed.append(str(args.csv))
+            sheet.rewrite()
+        if changed:
+            grade.void(f"changed files it must not touch ({', '.join(changed)})")
         grades.append(grade)
         print(f"== {path} ({grade.exercise})")
         if not args.quiet:
             for table in grade.tables:
                 print(table)
-        print(grade.score_line())
+        print(grade.score_line(), flush=True)
+        if sheet is not None:
+            sheet.write(_csv_row(grade))
     if len(paths) > 1:
         total = sum(g.num_checks for g in grades)
         passed = sum(g.num_passed for g in grades)
         print(f"== total: {passed}/{total} checks passed over {len(paths)} notebooks")
-    if args.csv is not None:
-        with args.csv.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(CSV_HEADER)
-            for grade in grades:
-                failed = ";".join(f"{g}:{c}" for g, c, ok in grade.rows if not ok)
-                writer.writerow([grade.path, grade.exercise, grade.num_passed, grade.num_checks, failed, grade.why])
     return 0 if all(g.passed for g in grades) else 1

@@ -53,28 +53,48 @@ EXERCISES: dict[str, Exercise] = {
 }
 
 
+def _course_metadata(node) -> dict:
+    """A notebook's or cell's `refimpl_course` metadata; ValueError when it is not a mapping."""
+    metadata = node.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ValueError(f"its metadata is a {type(metadata).__name__}, not a mapping")
+    course = metadata.get("refimpl_course", {})
+    if not isinstance(course, dict):
+        raise ValueError(f"its refimpl_course metadata is a {type(course).__name__} ({str(course)[:40]!r}), not a mapping")
+    return course
+
+
 def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
     """The exercise a notebook belongs to, from its own metadata (`refimpl_course.exercise`).
 
     Tools such as nbgrader may drop that metadata; then a file named exactly like the exercise
     (`01_block_manager.ipynb`) still counts. A number prefix alone does not: chapter
-    `03_block_manager.ipynb` is not exercise `03_scheduler`.
+    `03_block_manager.ipynb` is not exercise `03_scheduler`. Metadata that is not well formed,
+    or that names another exercise than the file's exercise name, is a ValueError: a file handed
+    in as exercise 3 is graded as exercise 3 or not at all.
     """
-    name = notebook.metadata.get("refimpl_course", {}).get("exercise")
-    if name is None and path is not None and Path(path).stem in EXERCISES:
-        name = Path(path).stem
+    name = _course_metadata(notebook).get("exercise")
+    stem = Path(path).stem if path is not None else None
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"its refimpl_course.exercise is a {type(name).__name__} ({str(name)[:40]}), not a name")
+    if name is None and stem in EXERCISES:
+        name = stem
     if name not in EXERCISES:
         where = f"its metadata names {name!r}" if name is not None else "no refimpl_course.exercise in its metadata"
         raise ValueError(f"not an exercise notebook ({where}); the exercises are {', '.join(EXERCISES)}")
+    if stem in EXERCISES and stem != name:
+        raise ValueError(f"its metadata names exercise {name}, but the file is named {stem}.ipynb")
     return EXERCISES[name]
 
 
 def cell_role(cell) -> str | None:
     """The cell's role; without our metadata (a tool dropped it), nbgrader's flags decide."""
-    role = cell.metadata.get("refimpl_course", {}).get("role")
+    role = _course_metadata(cell).get("role")
     if role is not None:
         return role
-    nbgrader = cell.metadata.get("nbgrader", {})
+    nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+    if not isinstance(nbgrader, dict):
+        return None
     if nbgrader.get("solution"):
         return "solution"
     if nbgrader.get("grade"):

@@ -1,25 +1,32 @@
-"""Grade a student's notebook: run its code in a fresh Python process, then run the graders.
+"""Grade a student's notebook: its code runs in a child process, the graders run here.
 
 Only the cells the exercise needs are run (role "setup" and "solution", see
-`refimpl.course.exercises`), in notebook order, in a new interpreter with a time limit, so a
-student's exploration cells, an endless loop or a crash cannot affect the grading process.
-Inside it the graders apply the same limit per scenario as in a notebook
-(`refimpl.course.time_limit`), so a loop inside one method fails the rows that call it and the
-other rows are still graded.
+`refimpl.course.exercises`), in notebook order, in a child process (`refimpl.course.remote`)
+that answers the graders' calls and decides nothing: every scenario is replayed here against
+the reference, and each answer is compared here. A scenario still running after `time_limit`
+seconds fails its row (the child is replaced for the next one), and the whole notebook gets
+`timeout` seconds.
+
+Whatever goes wrong with one notebook (unreadable, not an exercise, malformed metadata, a crash
+of its code, a time-out, processes left running) becomes that notebook's grade with its reason:
+`grade_notebook` does not raise, and a notebook of a known exercise always counts every check
+of that exercise, failed, when it could not be graded.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
-import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from refimpl.course.exercises import Exercise, cell_role, exercise_for
+from refimpl.course.exercises import EXERCISES, Exercise, cell_role, exercise_for
+from refimpl.course.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
+from refimpl.course.report import GradeReport
+from refimpl.course.sandbox import Limits
 from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
+
+MAX_NOTEBOOK_BYTES = 20 * 2**20  # an exercise notebook with outputs is well under 1 MB
 
 
 @dataclass
@@ -30,7 +37,7 @@ class NotebookGrade:
     exercise: str
     tables: list[str] = field(default_factory=list)
     rows: list[tuple[str, str, bool]] = field(default_factory=list)  # (grader, check, passed)
-    error: str | None = None  # the notebook could not be graded at all (timeout, unreadable)
+    error: str | None = None  # the notebook could not be graded, or its score was voided (timeout, unreadable, ...)
     reason: str | None = None  # why checks failed wholesale: not implemented, a syntax error, the reference
 
     @property
@@ -48,7 +55,12 @@ class NotebookGrade:
     @property
     def why(self) -> str:
         """One phrase saying why the notebook lost its checks ("" when nothing went wrong wholesale)."""
-        return self.error or self.reason or ""
+        return "; ".join(part for part in (self.error, self.reason) if part)
+
+    def void(self, why: str) -> None:
+        """Score 0: every check fails (the tables still show what the code did), `why` says why."""
+        self.rows = [(grader, check, False) for grader, check, _ in self.rows]
+        self.error = why if self.error is None else f"{self.error}; {why}"
 
     def score_line(self) -> str:
         if self.error is not None and not self.rows:
@@ -56,6 +68,42 @@ class NotebookGrade:
         percent = 100.0 * self.num_passed / self.num_checks if self.num_checks else 0.0
         line = f"score: {self.num_passed}/{self.num_checks} checks passed ({percent:.1f}%)"
         return f"{line}: {self.why}" if self.why else line
+
+
+@dataclass(frozen=True)
+class GradingSettings:
+    """How every notebook of a run is graded (besides its time limits)."""
+
+    limits: Limits = field(default_factory=Limits)
+    protected: tuple[str, ...] = ()  # more folders the graded code must not read (the grade file's, the submissions')
+    sandbox: bool = True  # Landlock where available
+
+
+def check_names(check_name: str) -> list[str]:
+    """The rows of a grader, without running it."""
+    from refimpl.course import hybrid_checks, paged_checks
+
+    lists = {
+        "check_block_manager": lambda: paged_checks.block_manager_checks(None),
+        "check_prefix_cache": lambda: paged_checks.prefix_cache_checks(None),
+        "check_scheduler": lambda: paged_checks.scheduler_checks(None),
+        "check_approximate_gcd": hybrid_checks.approximate_gcd_checks,
+        "check_packed_layout": hybrid_checks.packed_layout_checks,
+    }
+    return [row[0] for row in lists[check_name]()]
+
+
+def failed_grade(path: str | Path, exercise: Exercise | None, why: str) -> NotebookGrade:
+    """A notebook that could not be graded: every check of its exercise fails, so totals stay fair."""
+    if exercise is None:
+        return NotebookGrade(str(path), "?", error=why)
+    rows = [(grader, name, False) for grader, _ in exercise.checks for name in check_names(grader)]
+    return NotebookGrade(str(path), exercise.name, rows=rows, error=why)
+
+
+def grade_missing(path: str | Path, exercise: Exercise) -> NotebookGrade:
+    """A notebook that was not handed in: every check of its exercise fails, so totals stay fair."""
+    return failed_grade(path, exercise, "no such file")
 
 
 def _strip_magics(source: str) -> str:
@@ -72,96 +120,107 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
-def grade_missing(path: str | Path, exercise: Exercise) -> NotebookGrade:
-    """A notebook that was not handed in: every check of its exercise fails, so totals stay fair."""
-    result = _run_graders({}, [list(c) for c in exercise.checks], "the file is missing")
-    return NotebookGrade(str(path), exercise.name, result["tables"], [tuple(r) for r in result["rows"]],
-                         error="no such file")
-
-
-def grade_notebook(path: str | Path, *, timeout: float = 120.0, time_limit: float | None = DEFAULT_TIME_LIMIT) -> NotebookGrade:
-    """Run the notebook's setup and solution cells in a subprocess and grade what they define.
-
-    `timeout` bounds the whole subprocess; `time_limit` each grader scenario inside it.
-    """
+def read_notebook(path: Path, content: bytes | None = None):
+    """The notebook at `path` (or in `content`, read earlier); ValueError saying what is wrong with it."""
     import nbformat
 
+    if content is None:
+        try:
+            with path.open("rb") as handle:
+                content = handle.read(MAX_NOTEBOOK_BYTES + 1)
+        except OSError as exc:
+            raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
+    if len(content) > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
+    try:
+        # capture_validation_error: a schema problem is ours to report (below), not a log line
+        notebook = nbformat.reads(content.decode("utf-8"), as_version=4, capture_validation_error={})
+    except Exception as exc:  # not UTF-8, not JSON, not a notebook: nbformat raises many kinds
+        raise ValueError(f"cannot read it as a notebook: {type(exc).__name__}: {str(exc)[:120]}") from None
+    cells = notebook.get("cells")
+    if not isinstance(cells, list):
+        raise ValueError("cannot read it as a notebook: it has no list of cells")
+    for index, cell in enumerate(cells, start=1):
+        if not (isinstance(cell, dict) and isinstance(cell.get("cell_type"), str) and isinstance(cell.get("source"), str)):
+            raise ValueError(f"cannot read it as a notebook: cell {index} is not a cell with text")
+    return notebook
+
+
+def grade_notebook(
+    path: str | Path,
+    *,
+    timeout: float = 120.0,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    content: bytes | None = None,
+    settings: GradingSettings | None = None,
+) -> NotebookGrade:
+    """Run the notebook's setup and solution cells in a child process and grade what they define.
+
+    `timeout` bounds the whole notebook; `time_limit` each grader scenario. `content` is the
+    file's bytes when they were read earlier (a batch reads every notebook before running any).
+    """
     path = Path(path)
     time_limit = check_time_limit(time_limit)
     try:
-        notebook = nbformat.read(path, as_version=4)
-    except Exception as exc:  # not JSON, not a notebook, unreadable
-        return NotebookGrade(str(path), "?", error=f"cannot read it as a notebook: {exc}")
-    try:
+        notebook = read_notebook(path, content)
         exercise = exercise_for(notebook, path)
+        program = notebook_program(notebook)
     except ValueError as exc:
-        return NotebookGrade(str(path), "?", error=str(exc))
-    payload = {"cells": notebook_program(notebook), "checks": [list(c) for c in exercise.checks], "time_limit": time_limit}
-    with tempfile.TemporaryDirectory(prefix="refimpl-grade-") as tmp:
-        payload_path = Path(tmp) / "payload.json"
-        result_path = Path(tmp) / "result.json"
-        payload_path.write_text(json.dumps(payload))
-        try:
-            completed = subprocess.run(
-                [sys.executable, "-m", "refimpl.course.grading", str(payload_path), str(result_path)],
-                cwd=path.parent,
-                timeout=timeout,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return NotebookGrade(str(path), exercise.name, error=f"timed out after {timeout:g} s")
-        if not result_path.exists():
-            tail = (completed.stderr or "").strip().splitlines()[-1:] or ["no message"]
-            return NotebookGrade(str(path), exercise.name, error=f"the grading process died before reporting: {tail[0]}")
-        result = json.loads(result_path.read_text())
-    return NotebookGrade(
-        str(path), exercise.name, result["tables"], [tuple(row) for row in result["rows"]],
-        reason=result.get("reason"),
-    )
+        return failed_grade(path, EXERCISES.get(path.stem), str(exc))
+    try:
+        return _grade_program(path, exercise, program, timeout, time_limit, settings or GradingSettings())
+    except Exception as exc:  # a failure of the grader itself must cost this row, not the class
+        return failed_grade(path, exercise, f"the grader failed on it ({type(exc).__name__}: {exc})")
 
 
-# --- inside the subprocess
-def _missing(target: str, reason: str):
-    """Stands in for a name the notebook did not define: every use raises NameError with the reason."""
-
-    def fail(*args, **kwargs):
-        raise NameError(f"{target} is not defined ({reason})")
-
-    return type(target, (), {"__init__": fail}) if target[:1].isupper() else fail
-
-
-def _cell_problem(index: int, exc: BaseException) -> str:
-    """Why a cell stopped, in the words a grade sheet needs."""
-    if isinstance(exc, NotImplementedError):
-        return f"not implemented (cell {index} raises NotImplementedError)"
-    if isinstance(exc, SyntaxError):
-        return f"syntax error in cell {index} (line {exc.lineno}: {exc.msg})"
-    return f"cell {index} raised {type(exc).__name__}: {exc}"
-
-
-def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders: dict | None = None,
-                 time_limit: float | None = DEFAULT_TIME_LIMIT) -> dict:
-    """Run each grader on the name the notebook should define, and say why checks failed wholesale.
-
-    `problem` is why names may be missing (a cell that raised, or `_NOT_DEFINED`); `graders` are
-    the grader functions looked up before any student code ran (default: look them up now);
-    `time_limit` bounds each grader scenario.
-    """
+def _grade_program(
+    path: Path, exercise: Exercise, program: list[tuple[int, str]], timeout: float, time_limit: float | None, settings: GradingSettings
+) -> NotebookGrade:
     import refimpl.course as course
 
-    tables, rows = [], []
-    reasons = [] if problem == _NOT_DEFINED else [problem]
-    for check_name, target in checks:
-        student = namespace.get(target)
-        if student is None:
-            reasons.append(f"does not define {target}" if problem == _NOT_DEFINED else problem)
-            student = _missing(target, problem)
-        grader = graders[check_name] if graders is not None else getattr(course, check_name)
-        report = grader(student, verbose=False, time_limit=time_limit)
-        tables.append(report.table())
-        rows.extend((check_name, r.name, r.passed) for r in report.results)
+    child_settings = ChildSettings(
+        cells=program,
+        checks=[grader for grader, _ in exercise.checks],
+        targets=[target for _, target in exercise.checks],
+        limits=replace(settings.limits, cpu_seconds=math.ceil(timeout) + 10),  # a backstop: the deadline ends it first
+        protected=tuple(sorted({*settings.protected, str(path.resolve().parent), *solution_folders()})),
+        sandbox=settings.sandbox,
+    )
+    with GradingChild(child_settings, timeout) as child:
+        try:
+            child.start()
+        except StartFailed as failed:
+            grade = failed_grade(path, exercise, str(failed))
+        else:
+            reports = [getattr(course, grader)(RemoteStudent(child, target), verbose=False, time_limit=time_limit)
+                       for grader, target in exercise.checks]
+            grade = NotebookGrade(
+                str(path), exercise.name, [r.table() for r in reports],
+                [(grader, row.name, row.passed) for (grader, _), r in zip(exercise.checks, reports) for row in r.results],
+                reason=_reasons(child, reports, child_settings.targets),
+            )
+            if child.expired:
+                grade.error = f"timed out after {timeout:g} s"
+    if child.stray:
+        grade.void(f"left {child.stray} process{'es' if child.stray > 1 else ''} running after grading (killed)")
+    return grade
+
+
+def solution_folders() -> list[str]:
+    """The course's notebooks folder when refimpl runs from a checkout (it holds the solutions)."""
+    import refimpl
+
+    notebooks = Path(refimpl.__file__).resolve().parent.parent / "notebooks"
+    return [str(notebooks)] if notebooks.is_dir() else []
+
+
+_REFERENCE = "the reference's "  # how `reference_complaint` starts what it found
+
+
+def _reasons(child: GradingChild, reports: list[GradeReport], targets: list[str]) -> str | None:
+    """Why checks failed wholesale, from the cells' outcome and the rows' first differences."""
+    reasons = [child.problem] if child.problem else [f"does not define {target}" for target in child.missing]
+    for report, target in zip(reports, targets):
         for result in report.results:
             found = result.divergence.found if result.divergence else ""
             if found.startswith(_REFERENCE):
@@ -171,40 +230,5 @@ def _run_graders(namespace: dict, checks: list[list[str]], problem: str, graders
             elif found.startswith("NotImplementedError"):
                 stub = re.search(r"(\S+) is not written yet", found)  # the stub message `make exercises` writes
                 reasons.append(f"not implemented ({stub.group(1) if stub else target} raises NotImplementedError)")
-    return {"tables": tables, "rows": rows, "reason": "; ".join(dict.fromkeys(reasons)) or None}
-
-
-_NOT_DEFINED = "the notebook does not define it"
-_REFERENCE = "the reference's "  # how `ReferenceGuard.complaint` starts what it found
-
-
-def _run_in_fresh_namespace(payload: dict) -> dict:
-    import refimpl.course as course
-
-    # Look the graders up before any student code runs, so a cell that rebinds
-    # `refimpl.course.check_*` cannot swap in a lenient one.
-    graders = {check_name: getattr(course, check_name) for check_name, _ in payload["checks"]}
-    namespace: dict = {"__name__": "__main__"}
-    problem = _NOT_DEFINED
-    for index, source in payload["cells"]:
-        try:
-            exec(compile(source, f"<notebook cell {index}>", "exec"), namespace)
-        except Exception as exc:  # the student's code may raise anything
-            problem = _cell_problem(index, exc)
-            break
-    return _run_graders(namespace, payload["checks"], problem, graders, payload.get("time_limit", DEFAULT_TIME_LIMIT))
-
-
-def _child_main(payload_path: str, result_path: str) -> int:
-    import contextlib
-    import io
-
-    payload = json.loads(Path(payload_path).read_text())
-    with contextlib.redirect_stdout(io.StringIO()):  # the student's prints are not part of the report
-        result = _run_in_fresh_namespace(payload)
-    Path(result_path).write_text(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1], sys.argv[2]))
+    reasons.extend(f"its code ended the process running it ({ending})" for ending in child.endings)
+    return "; ".join(dict.fromkeys(reasons)) or None

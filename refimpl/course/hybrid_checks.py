@@ -20,12 +20,22 @@ import random
 from functools import lru_cache
 from typing import Any, Callable
 
-from refimpl.course.lockstep import ReferenceGuard, describe_exception, render, timeout_divergence
+from refimpl.course.lockstep import (
+    Call,
+    LocalStudent,
+    StudentFailure,
+    StudentRaised,
+    StudentSide,
+    WorldSpec,
+    describe_exception,
+    render,
+    timeout_divergence,
+)
+from refimpl.course.reference_code import grading_side
 from refimpl.course.report import CheckResult, Divergence, GradeReport
 from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, ScenarioTimeout, check_time_limit, limit_is_enforceable, scenario_time_limit
 from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
 from refimpl.hybrid.older_planners import get_kv_cache_groups_b
-from refimpl.hybrid.kv_cache_planning import padding_curve
 from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as reference_packed_layout
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -38,56 +48,54 @@ Case = tuple[str, tuple]  # (label shown in the table, arguments)
 Compare = Callable[[Any, Any], "tuple[str, str, str] | None"]
 
 
-def _outcome(fn: Callable, args: tuple) -> tuple[bool, Any]:
-    """(True, result) or (False, exception)."""
-    try:
-        return True, fn(*args)
-    except Exception as exc:  # a student's function may raise anything
-        return False, exc
-
-
 def _run_cases(
     name: str,
     description: str,
     reference: Callable,
-    student: Callable,
+    side: StudentSide,
     cases: list[Case],
     compare: Compare,
-    guard: ReferenceGuard | None,
     time_limit: float | None = None,
 ) -> CheckResult:
     """Call both functions case by case; the whole check is stopped after `time_limit` seconds."""
     progress = {"step": 0, "label": "(before the first call)"}
     try:
         with scenario_time_limit(time_limit):
-            return _compare_cases(name, description, reference, student, cases, compare, guard, progress)
+            return _compare_cases(name, description, reference, side, cases, compare, progress)
     except ScenarioTimeout:
         return CheckResult(name, description, False, progress["step"], timeout_divergence(name, progress["step"], progress["label"], time_limit))
 
 
 def _compare_cases(
-    name: str, description: str, reference: Callable, student: Callable, cases: list[Case], compare: Compare, guard: ReferenceGuard | None, progress: dict
+    name: str, description: str, reference: Callable, side: StudentSide, cases: list[Case], compare: Compare, progress: dict
 ) -> CheckResult:
+    def fail(step: int, label: str, where: str, expected: str, found: str) -> CheckResult:
+        return CheckResult(name, description, False, step, Divergence(step, label, where, expected, found))
+
     for step, (label, args) in enumerate(cases, start=1):
         progress["step"], progress["label"] = step, label
-        ok, expected = _outcome(reference, args)
-        if guard is None:
-            student_ok, found = _outcome(student, args)
-        else:
-            with guard.watch():
-                student_ok, found = _outcome(student, args)
-            if guard.complaint() is not None:
-                return CheckResult(name, description, False, step, Divergence(step, label, *guard.complaint()))
+        try:
+            ok, expected = True, reference(*args)
+        except Exception as exc:  # the reference rejects this input
+            ok, expected = False, exc
+        try:
+            if step == 1:
+                side.start(WorldSpec("function"))
+            student_ok, found = True, side.run(Call("__call__", args))
+        except StudentRaised as raised:
+            student_ok, found = False, raised.exception
+        except StudentFailure as failure:  # the reference ran, or no answer came
+            return fail(step, label, failure.where, failure.expected, failure.found)
         if not ok:  # the reference rejects this input: the student must raise ValueError too
             if student_ok or not isinstance(found, ValueError):
                 shown = f"returns {render(found)}" if student_ok else describe_exception(found)
-                return CheckResult(name, description, False, step, Divergence(step, label, "result", f"raises ValueError ({expected})", shown))
+                return fail(step, label, "result", f"raises ValueError ({expected})", shown)
             continue
         if not student_ok:
-            return CheckResult(name, description, False, step, Divergence(step, label, "result", f"returns {render(expected)}", describe_exception(found)))
+            return fail(step, label, "result", f"returns {render(expected)}", describe_exception(found))
         difference = compare(expected, found)
         if difference is not None:
-            return CheckResult(name, description, False, step, Divergence(step, label, *difference))
+            return fail(step, label, *difference)
     return CheckResult(name, description, True, len(cases))
 
 
@@ -98,8 +106,16 @@ def _time_limit(time_limit: float | None, verbose: bool) -> float | None:
     return time_limit
 
 
-def _finish(title: str, results: list[CheckResult], verbose: bool) -> GradeReport:
-    report = GradeReport(title, results)
+def _grade(
+    check_name: str, student: Any, reference: Callable, checks: "CheckCases", compare: Compare,
+    verbose: bool, allow_reference: bool, time_limit: float | None,
+) -> GradeReport:
+    """Run every row of a Part II grader on the student's function (here, or behind a StudentSide)."""
+    time_limit = _time_limit(time_limit, verbose)
+    side, guard = grading_side(student, check_name, allow_reference)
+    side = side or LocalStudent(student, guard)
+    results = [_run_cases(name, desc, reference, side, cases, compare, time_limit) for name, desc, cases in checks]
+    report = GradeReport(f"{check_name}({getattr(student, '__name__', 'fn')})", results)
     if verbose:
         print(report.table())
     return report
@@ -145,15 +161,11 @@ def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
     return pairs
 
 
-def check_approximate_gcd(
-    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
-) -> GradeReport:
-    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.kv_cache_planning`.
+CheckCases = list[tuple[str, str, list[Case]]]  # (row name, description, cases)
 
-    A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
-    A check still running after `time_limit` seconds (None: no limit) is stopped and fails.
-    """
-    time_limit = _time_limit(time_limit, verbose)
+
+def approximate_gcd_checks() -> CheckCases:
+    """The rows of `check_approximate_gcd`, each with its calls."""
     checks = [
         ("worked_examples", "four worked examples, the last from DeepSeek V4 Pro",
          _gcd_cases([([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)])),
@@ -172,12 +184,19 @@ def check_approximate_gcd(
     ]
     for seed in range(2):
         checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
-    guard = None if allow_reference else ReferenceGuard([reference_approximate_gcd, padding_curve])
-    results = [
-        _run_cases(name, desc, reference_approximate_gcd, student_fn, cases, _compare_value, guard, time_limit)
-        for name, desc, cases in checks
-    ]
-    return _finish(f"check_approximate_gcd({getattr(student_fn, '__name__', 'fn')})", results, verbose)
+    return checks
+
+
+def check_approximate_gcd(
+    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
+    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.kv_cache_planning`.
+
+    A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
+    A check still running after `time_limit` seconds (None: no limit) is stopped and fails.
+    """
+    return _grade("check_approximate_gcd", student_fn, reference_approximate_gcd, approximate_gcd_checks(), _compare_value,
+                  verbose, allow_reference, time_limit)
 
 
 # --- packed layout
@@ -255,16 +274,8 @@ def random_groups(seed: int) -> list[KVCacheGroupSpec]:
     return groups
 
 
-def check_packed_layout(
-    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
-) -> GradeReport:
-    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
-
-    A call that runs the reference function (directly or through `get_kv_cache_config`) fails
-    unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
-    is stopped and fails.
-    """
-    time_limit = _time_limit(time_limit, verbose)
+def packed_layout_checks() -> CheckCases:
+    """The rows of `check_packed_layout`, each with its calls."""
     checks = [
         ("deepseek_v4_pro", "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
          [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))]),
@@ -283,9 +294,17 @@ def check_packed_layout(
     for seed in range(2):
         cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
         checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
-    guard = None if allow_reference else ReferenceGuard([reference_packed_layout])
-    results = [
-        _run_cases(name, desc, reference_packed_layout, student_fn, cases, _compare_layout, guard, time_limit)
-        for name, desc, cases in checks
-    ]
-    return _finish(f"check_packed_layout({getattr(student_fn, '__name__', 'fn')})", results, verbose)
+    return checks
+
+
+def check_packed_layout(
+    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+) -> GradeReport:
+    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
+
+    A call that runs the reference function (directly or through `get_kv_cache_config`) fails
+    unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
+    is stopped and fails.
+    """
+    return _grade("check_packed_layout", student_fn, reference_packed_layout, packed_layout_checks(), _compare_layout,
+                  verbose, allow_reference, time_limit)

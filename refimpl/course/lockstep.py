@@ -1,22 +1,99 @@
 """Lockstep replay: run every action on the reference and on the student's code, compare after each.
 
-A grader scenario is ordinary Python that calls `Lockstep.step(label, action)`. The action runs
-on the reference world first (its result drives the scenario), then on the student's world; the
-return values and then a list of named state fields are compared, and the first difference stops
-the scenario with a `Diverged` carrying what was expected and what was found.
+A grader scenario is ordinary Python that calls `Lockstep.step(label, action)`. The action (a
+`Call`: a world's method name and plain arguments) runs on the reference world first (its result
+drives the scenario), then on the student's world; the return values and then a list of named
+state fields are compared, and the first difference stops the scenario with a `Diverged`
+carrying what was expected and what was found.
+
+The student's world lives behind a *student side*. In a notebook it is a `LocalStudent`: the
+student's class runs in the same process, watched by a `ReferenceGuard`. The command-line grader
+uses `refimpl.course.remote.RemoteStudent`: the student's code runs in another process that only
+answers calls, and every comparison happens here, against this process's own reference. Both
+sides raise `StudentRaised` (the student's code raised) or `StudentFailure` (anything else that
+is not an answer: the reference ran, the process died), so a scenario reads the same either way.
 """
 
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager, nullcontext
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
 
 from refimpl.course.report import CheckResult, Divergence
 from refimpl.course.time_limit import ScenarioTimeout, scenario_time_limit
 
-World = TypeVar("World")
 StateFields = list[tuple[str, Any]]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One action on a world: its method `name` with plain (picklable) arguments."""
+
+    name: str
+    args: tuple = ()
+
+    def __call__(self, world: Any) -> Any:
+        return getattr(world, self.name)(*self.args)
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """How to build a world: its kind ("manager", "scheduler", "function") and plain arguments."""
+
+    kind: str
+    args: tuple = ()
+
+    def build(self, implementation: Any | None) -> Any:
+        """The world around `implementation` (a student's class or function), or the reference's (None)."""
+        from refimpl.course.paged_worlds import WORLD_KINDS
+
+        return WORLD_KINDS[self.kind](implementation, *self.args)
+
+
+class StudentRaised(Exception):
+    """The student's code raised `exception` (a stand-in for it when it ran in another process)."""
+
+    def __init__(self, exception: BaseException) -> None:
+        super().__init__(describe_exception(exception))
+        self.exception = exception
+
+
+class StudentFailure(Exception):
+    """No answer from the student's code: (where, expected, found) say why, as a divergence does."""
+
+    def __init__(self, where: str, expected: str, found: str) -> None:
+        super().__init__(f"{where}: expected {expected}, found {found}")
+        self.where, self.expected, self.found = where, expected, found
+
+
+class StudentSide:
+    """Where the student's world lives; see `LocalStudent` and `refimpl.course.remote.RemoteStudent`.
+
+    A grader handed a StudentSide instead of a class or function drives it as is (the command-line
+    grader hands in a `RemoteStudent`).
+    """
+
+    __name__ = "student"
+
+    def start(self, spec: WorldSpec) -> None:
+        """Build the student's world; StudentRaised / StudentFailure when that fails."""
+        raise NotImplementedError
+
+    def run(self, action: Call) -> Any:
+        """Apply `action` to the student's world and return its result (or raise as `start`)."""
+        raise NotImplementedError
+
+    def state(self) -> StateFields:
+        """The world's fields after the last action; StudentFailure when they cannot be read."""
+        raise NotImplementedError
+
+    def enter(self, name: str, args: tuple) -> None:
+        """Enter the context `paged_worlds.CONTEXTS[name](*args)` on the student's side too."""
+
+    def exit(self, name: str) -> None:
+        """Leave it again."""
 
 MAX_RENDER = 160  # characters; long values are cut in the middle so the table stays readable
 
@@ -96,10 +173,6 @@ class ReferenceGuard:
             self.names[function.__code__] = f"{function.__module__}.{function.__qualname__}"
         self.called: str | None = None
 
-    @classmethod
-    def for_methods(cls, owner: type, method_names: Iterable[str]) -> "ReferenceGuard":
-        return cls(vars(owner)[name] for name in method_names)
-
     @contextmanager
     def watch(self) -> Iterator[None]:
         """Record (in `called`) the first guarded function that starts inside the block."""
@@ -117,13 +190,57 @@ class ReferenceGuard:
 
     def complaint(self) -> tuple[str, str, str] | None:
         """(where, expected, found) for a divergence when the last watched call used the reference."""
-        if self.called is None:
-            return None
-        return (
-            "the code that ran",
-            "your own implementation",
-            f"the reference's {self.called} (subclassing or calling refimpl's version does not count)",
-        )
+        return None if self.called is None else reference_complaint(self.called)
+
+
+def reference_complaint(qualified_name: str) -> tuple[str, str, str]:
+    """(where, expected, found) of a step whose student side ran the reference's `qualified_name`."""
+    return (
+        "the code that ran",
+        "your own implementation",
+        f"the reference's {qualified_name} (subclassing or calling refimpl's version does not count)",
+    )
+
+
+class LocalStudent(StudentSide):
+    """The student's class or function in this process, run under a `ReferenceGuard` (notebooks).
+
+    Contexts need nothing here: the one the Lockstep entered in this process covers both worlds.
+    """
+
+    def __init__(self, implementation: Any, guard: ReferenceGuard | None = None) -> None:
+        self.implementation = implementation
+        self.guard = guard
+        self.__name__ = getattr(implementation, "__name__", type(implementation).__name__)
+        self.world: Any = None
+
+    def start(self, spec: WorldSpec) -> None:
+        self.world = self._guarded(lambda: spec.build(self.implementation))
+
+    def run(self, action: Call) -> Any:
+        return self._guarded(lambda: action(self.world))
+
+    def state(self) -> StateFields:
+        try:
+            return self.world.state()
+        except Exception as exc:  # the student's object may lack a field or raise reading it
+            raise StudentFailure("state (reading your object's fields)", "readable fields", describe_exception(exc)) from None
+
+    def _guarded(self, run: Callable[[], Any]) -> Any:
+        raised = None
+        try:
+            if self.guard is None:
+                return run()
+            with self.guard.watch():
+                result = run()
+        except Exception as exc:  # the student's code may raise anything; reported as found
+            raised = exc
+        complaint = self.guard.complaint() if self.guard else None
+        if complaint is not None:
+            raise StudentFailure(*complaint)
+        if raised is not None:
+            raise StudentRaised(raised) from None
+        return result
 
 
 class _Missing:
@@ -134,63 +251,74 @@ class _Missing:
 _MISSING = _Missing()
 
 
-class Lockstep(Generic[World]):
-    """Two worlds driven by the same actions; `state(world)` lists the fields to compare."""
+class Lockstep:
+    """Two worlds driven by the same actions: the reference's here, the student's behind `side`.
 
-    def __init__(self, state: Callable[[World], StateFields], guard: ReferenceGuard | None = None) -> None:
-        self.state = state
+    Without a `side`, `start` puts the student's class in this process (`LocalStudent`, watched
+    by `guard`); the command-line grader passes a `RemoteStudent`.
+    """
+
+    def __init__(self, side: StudentSide | None = None, guard: ReferenceGuard | None = None) -> None:
+        self.side = side
         self.guard = guard
-        self.reference: World | None = None
-        self.student: World | None = None
+        self.reference: Any = None
         self.steps = 0
         self.label = "(before the first step)"  # the step running now: named when a time limit stops it
 
-    def start(self, label: str, make_reference: Callable[[], World], make_student: Callable[[], World]) -> None:
+    def start(self, label: str, spec: WorldSpec, student: Any) -> None:
         """Build both worlds (step 1); the student's constructor may already diverge."""
+        if self.side is None:
+            self.side = LocalStudent(student, self.guard)
         self.steps += 1
         self.label = label
-        self.reference = make_reference()
-        self.student = self._run_student(label, make_student, "a new object")
+        self.reference = spec.build(None)
+        self._run_student(label, lambda: self.side.start(spec), "a new object")
         self._compare_state(label)
 
-    def step(self, label: str, action: Callable[[World], Any], *, compare_result: bool = True) -> Any:
+    def step(self, label: str, action: Call, *, compare_result: bool = True) -> Any:
         """Run `action` on both worlds; return the reference's result."""
         self.steps += 1
         self.label = label
         expected = action(self.reference)
-        found = self._run_student(label, lambda: action(self.student), f"returns {render(expected)}")
+        found = self._run_student(label, lambda: self.side.run(action), f"returns {render(expected)}")
         if compare_result and not _same_result(expected, found):
             self._diverge(label, "return value", render(expected), render(found))
         self._compare_state(label)
         return expected
 
-    def both(self, action: Callable[[World], Any]) -> None:
+    def both(self, action: Call) -> None:
         """Apply a driver-side change (what the scheduler or model would do) to both worlds, uncompared."""
         action(self.reference)
-        action(self.student)
+        self._run_student(self.label, lambda: self.side.run(action), "the driver's change to apply")
+
+    @contextmanager
+    def context(self, name: str, *args: Any) -> Iterator[None]:
+        """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both sides."""
+        from refimpl.course.paged_worlds import CONTEXTS
+
+        with CONTEXTS[name](*args):
+            side = self.side or StudentSide()
+            self._run_student(self.label, lambda: side.enter(name, args), f"{name} to apply")
+            try:
+                yield
+            finally:
+                side.exit(name)
 
     def _run_student(self, label: str, run: Callable[[], Any], expected: str) -> Any:
-        """Run the student's side under the guard; an exception or a use of the reference diverges."""
+        """Run the student's side; an exception, a use of the reference or no answer diverges."""
         try:
-            with self.guard.watch() if self.guard else nullcontext():
-                found = run()
-        except Exception as exc:  # the student's code may raise anything; report it as found
-            self._check_guard(label)
-            self._diverge(label, "result", expected, describe_exception(exc))
-        self._check_guard(label)
-        return found
-
-    def _check_guard(self, label: str) -> None:
-        complaint = self.guard.complaint() if self.guard else None
-        if complaint is not None:
-            self._diverge(label, *complaint)
+            return run()
+        except StudentRaised as raised:
+            self._diverge(label, "result", expected, describe_exception(raised.exception))
+        except StudentFailure as failure:
+            self._diverge(label, failure.where, failure.expected, failure.found)
 
     def _compare_state(self, label: str) -> None:
-        expected = self.state(self.reference)
+        expected = self.reference.state()
         try:
-            found = self.state(self.student)
-        except Exception as exc:
-            self._diverge(label, "state (reading your object's fields)", "readable fields", describe_exception(exc))
+            found = self.side.state()
+        except StudentFailure as failure:
+            self._diverge(label, failure.where, failure.expected, failure.found)
         try:
             difference = first_difference(expected, found)
         except Exception as exc:  # e.g. a numpy array where a list is expected: its == has no single truth value
@@ -224,17 +352,18 @@ def timeout_divergence(name: str, step: int, action: str, seconds: float) -> Div
 def run_check(
     name: str,
     description: str,
-    state: Callable[[Any], StateFields],
     scenario: Callable[[Lockstep], None],
     guard: ReferenceGuard | None = None,
     time_limit: float | None = None,
+    side: StudentSide | None = None,
 ) -> CheckResult:
     """Replay one scenario in lockstep and turn the outcome into a table row.
 
     With `time_limit` (seconds), a scenario still running after that long is stopped and its row
-    fails, naming the step that was running (see `refimpl.course.time_limit`).
+    fails, naming the step that was running (see `refimpl.course.time_limit`). `side` is where the
+    student's world lives (default: this process, watched by `guard`).
     """
-    lockstep: Lockstep = Lockstep(state, guard)
+    lockstep = Lockstep(side, guard)
     try:
         with scenario_time_limit(time_limit):
             scenario(lockstep)

@@ -10,6 +10,10 @@ written by nbformat, as the Jupyter server writes it on save.
 
     python -m refimpl.course.notebook_format NOTEBOOK...          # rewrite in place
     python -m refimpl.course.notebook_format --check NOTEBOOK...  # exit 1 if any would change
+
+The same form is applied when JupyterLab saves: `make lab` installs `pre_save_hook` as the Jupyter
+server's pre-save hook, so a Run All (whose autosave would otherwise store widget views naming models
+that no longer exist when the notebook is reopened) leaves the committed file unchanged.
 """
 
 from __future__ import annotations
@@ -79,6 +83,19 @@ def static_widgets(outputs: list) -> list:
                       "data": {"text/plain": WIDGET_PLACEHOLDER}}
         result.append(output)
     return result
+
+
+def pre_save_hook(model: dict, path: str = "", contents_manager=None, **kwargs) -> None:
+    """A Jupyter server pre-save hook: a notebook is saved in `lab_form`, as `make notebooks` stores it.
+
+    `make lab` passes it as `--ContentsManager.pre_save_hook=refimpl.course.notebook_format.pre_save_hook`.
+    The server calls it with the model it is about to write; other files pass through untouched.
+    """
+    if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
+        return
+    import nbformat
+
+    model["content"] = lab_form(nbformat.from_dict(model["content"]))
 
 
 def lab_text(path: Path) -> str:

@@ -21,20 +21,15 @@ and max_tokens). Every scenario runs under a time limit (`refimpl.course.time_li
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Iterator
-from unittest import mock
+from typing import Any, Callable
 
-import numpy as np
-import xxhash
-
-from refimpl.course.lockstep import Lockstep, ReferenceGuard, run_check
-from refimpl.course.paged_worlds import LockstepManagerDriver, LockstepSchedulerDriver, manager_state, scheduler_state
+from refimpl.course.lockstep import Lockstep, run_check
+from refimpl.course.paged_worlds import LockstepManagerDriver, LockstepSchedulerDriver
+from refimpl.course.reference_code import grading_side
 from refimpl.course.report import GradeReport
 from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit, limit_is_enforceable
-from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
-from refimpl.paged import hashing
+from refimpl.paged import SchedulerConfig
 
 
 def toks(start: int, n: int) -> list[int]:
@@ -45,24 +40,16 @@ def toks(start: int, n: int) -> list[int]:
 Scenario = Callable[[Lockstep], None]
 
 
-# The reference methods each exercise asks students to write: running one of them from the
-# student's side of a step (inherited, called through super() or on a reference object) fails.
-BLOCK_MANAGER_METHODS = (
-    "__init__", "_allocate_block", "_deallocate_block", "can_allocate", "allocate", "deallocate",
-    "_needs_new_block", "can_append", "may_append", "_match_prefix",
-)
-PREFIX_CACHE_METHODS = ("_allocate_block", "_match_prefix", "can_allocate", "allocate", "hash_blocks")
-SCHEDULER_METHODS = ("schedule", "preempt", "postprocess")
-
-
 def _report(
-    title: str, checks: list[tuple[str, str, Scenario]], state, verbose: bool, guard: ReferenceGuard | None, time_limit: float | None
+    check_name: str, student: Any, checks: list[tuple[str, str, Scenario]], verbose: bool, allow_reference: bool, time_limit: float | None
 ) -> GradeReport:
     time_limit = check_time_limit(time_limit)
     if verbose and time_limit is not None and not limit_is_enforceable():
         print(f"note: this Python cannot stop a scenario from this thread; the {time_limit:g} s limit per scenario is not enforced")
+    side, guard = grading_side(student, check_name, allow_reference)
     report = GradeReport(
-        title, [run_check(name, description, state, scenario, guard, time_limit) for name, description, scenario in checks]
+        f"{check_name}({student.__name__})",
+        [run_check(name, description, scenario, guard, time_limit, side) for name, description, scenario in checks],
     )
     if verbose:
         print(report.table())
@@ -221,9 +208,7 @@ def check_block_manager(
     (for grading the reference itself or the variants in `refimpl.course.broken`). A scenario
     still running after `time_limit` seconds (None: no limit) is stopped and fails.
     """
-    state = partial(manager_state, prefix_cache=False)
-    guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, BLOCK_MANAGER_METHODS)
-    return _report(f"check_block_manager({student_class.__name__})", block_manager_checks(student_class), state, verbose, guard, time_limit)
+    return _report("check_block_manager", student_class, block_manager_checks(student_class), verbose, allow_reference, time_limit)
 
 
 # --- prefix cache
@@ -309,50 +294,10 @@ def scenario_stale_hash_guard(cls: type, ls: Lockstep) -> None:
     d.admit("C")
 
 
-def _hash_input(token_ids: list[int], prefix: int = -1) -> bytes:
-    """The bytes `compute_hash` feeds to xxh64 for one block (see `refimpl.paged.hashing`)."""
-    head = prefix.to_bytes(8, "little") if prefix != -1 else b""
-    return head + np.asarray(token_ids, dtype="<i8").tobytes()
-
-
-class _CollidingXXH64:
-    """An xxh64 hasher that reports the digest of another input for the inputs listed in `aliases`."""
-
-    def __init__(self, aliases: dict[bytes, bytes]) -> None:
-        self.aliases = aliases
-        self.data = b""
-
-    def update(self, data: bytes) -> None:
-        self.data += bytes(data)
-
-    def intdigest(self) -> int:
-        return xxhash.xxh64_intdigest(self.aliases.get(self.data, self.data))
-
-
-@contextmanager
-def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]:
-    """Make `compute_hash(a) == compute_hash(b)` for each (a, b) of first blocks, in both worlds.
-
-    A real collision of xxh64 is too rare to find, so the hash function itself is patched for the
-    scenario (`refimpl.paged.hashing`'s xxhash, which `compute_hash` and `BlockManager.compute_hash`
-    both use); the managers' tables are never edited behind their back. A manager must hash with
-    `compute_hash` for this to reach it.
-    """
-    aliases = {_hash_input(a): _hash_input(b) for a, b in pairs}
-    fake = type("xxhash", (), {  # both the streaming and the one-shot API, whichever compute_hash uses
-        "xxh64": staticmethod(lambda: _CollidingXXH64(aliases)),
-        "xxh64_intdigest": staticmethod(lambda data: xxhash.xxh64_intdigest(aliases.get(bytes(data), bytes(data)))),
-    })
-    with mock.patch.object(hashing, "xxhash", fake):
-        if hashing.compute_hash(pairs[0][0]) != hashing.compute_hash(pairs[0][1]):
-            raise RuntimeError("colliding_hashes no longer reaches compute_hash; fix the grader")
-        yield
-
-
 def scenario_token_double_check(cls: type, ls: Lockstep) -> None:
     """A real collision: another block's tokens hash to the value of a cached block."""
     victim, other = toks(10, 4), toks(70, 4)
-    with colliding_hashes([(other, victim)]):
+    with ls.context("colliding_hashes", [(other, victim)]):
         d = _bm(ls, cls, 8, 4, True)
         d.new("A", victim + toks(14, 5))
         d.admit("A")
@@ -461,9 +406,7 @@ def check_prefix_cache(
     `allow_reference`. A scenario still running after `time_limit` seconds (None: no limit) is
     stopped and fails.
     """
-    state = partial(manager_state, prefix_cache=True)
-    guard = None if allow_reference else ReferenceGuard.for_methods(BlockManager, PREFIX_CACHE_METHODS)
-    return _report(f"check_prefix_cache({student_class.__name__})", prefix_cache_checks(student_class), state, verbose, guard, time_limit)
+    return _report("check_prefix_cache", student_class, prefix_cache_checks(student_class), verbose, allow_reference, time_limit)
 
 
 # --- scheduler
@@ -614,5 +557,4 @@ def check_scheduler(
     running after `time_limit` seconds (None: no limit) is stopped and fails, so an endless loop
     (in self-preemption, say) cannot hang a notebook.
     """
-    guard = None if allow_reference else ReferenceGuard.for_methods(Scheduler, SCHEDULER_METHODS)
-    return _report(f"check_scheduler({student_class.__name__})", scheduler_checks(student_class), scheduler_state, verbose, guard, time_limit)
+    return _report("check_scheduler", student_class, scheduler_checks(student_class), verbose, allow_reference, time_limit)

@@ -1,24 +1,84 @@
-"""The two kinds of Part I worlds a grader drives, and the fields it compares after every step.
+"""The worlds a grader drives, the fields it compares after every step, and the scenario vocabulary.
 
 A world holds one block manager (or scheduler) plus its own copies of the sequences, keyed by a
 short name ("A", "S3") so that the reference's and the student's sequences can be matched.
+Everything a scenario does to a world is one of the world's methods, called through a `Call`
+(a method name and plain arguments): the same call can then be applied to the reference here and
+to the student's world in another process (`refimpl.course.remote`), and each world reports its
+own `state()`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+from unittest import mock
 
-from refimpl.course.lockstep import Lockstep, StateFields
-from refimpl.paged import BlockManager, Scheduler, Sequence
+import numpy as np
+import xxhash
+
+from refimpl.course.lockstep import Call, Lockstep, StateFields, WorldSpec
+from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence
+from refimpl.paged import hashing
 
 
 class ManagerWorld:
-    """A block manager and the sequences it serves."""
+    """A block manager and the sequences it serves; the methods are the steps a scenario takes."""
 
-    def __init__(self, manager: Any, block_size: int) -> None:
+    def __init__(self, manager: Any, block_size: int, prefix_cache: bool = False) -> None:
         self.bm = manager
         self.block_size = block_size
+        self.prefix_cache = prefix_cache
         self.seqs: dict[str, Sequence] = {}
+
+    @classmethod
+    def build(cls, implementation: type | None, num_blocks: int, block_size: int, prefix_cache: bool) -> "ManagerWorld":
+        """The reference's manager (implementation None) or `implementation(num_blocks, block_size)`."""
+        if implementation is None:
+            manager = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_cache)
+        else:
+            manager = implementation(num_blocks, block_size)
+        return cls(manager, block_size, prefix_cache)
+
+    def state(self) -> StateFields:
+        return manager_state(self, prefix_cache=self.prefix_cache)
+
+    # --- driver-side changes (what the scheduler and the model do)
+    def new(self, key: str, token_ids: list[int]) -> None:
+        self.seqs[key] = Sequence(token_ids, block_size=self.block_size)
+
+    def forget(self, key: str) -> None:
+        del self.seqs[key]
+
+    def schedule_tokens(self, key: str, n: int) -> None:
+        self.seqs[key].num_scheduled_tokens = n
+
+    def commit(self, key: str, next_token: int | None) -> None:
+        """What postprocess does after hash_blocks: count the computed tokens, append the sampled one."""
+        seq = self.seqs[key]
+        seq.num_cached_tokens += seq.num_scheduled_tokens
+        seq.num_scheduled_tokens = 0
+        if next_token is not None:
+            seq.append_token(next_token)
+
+    # --- the manager's own methods, on a sequence named by its key
+    def can_allocate(self, key: str) -> int:
+        return self.bm.can_allocate(self.seqs[key])
+
+    def allocate(self, key: str, num_cached_blocks: int) -> None:
+        return self.bm.allocate(self.seqs[key], num_cached_blocks)
+
+    def deallocate(self, key: str) -> None:
+        return self.bm.deallocate(self.seqs[key])
+
+    def can_append(self, key: str) -> bool:
+        return self.bm.can_append(self.seqs[key])
+
+    def may_append(self, key: str) -> None:
+        return self.bm.may_append(self.seqs[key])
+
+    def hash_blocks(self, key: str) -> None:
+        return self.bm.hash_blocks(self.seqs[key])
 
 
 def manager_state(world: ManagerWorld, *, prefix_cache: bool) -> StateFields:
@@ -47,14 +107,14 @@ class LockstepManagerDriver:
     advancing `num_cached_tokens`, appending sampled tokens) identically in both worlds.
     """
 
-    def __init__(self, lockstep: Lockstep, student_class: type, num_blocks: int, block_size: int, *, prefix_cache: bool) -> None:
+    def __init__(self, lockstep: Lockstep, student_class: Any, num_blocks: int, block_size: int, *, prefix_cache: bool) -> None:
         self.ls = lockstep
         self.block_size = block_size
         self.prefix_cache = prefix_cache
         lockstep.start(
             f"BlockManager(num_blocks={num_blocks}, block_size={block_size})",
-            lambda: ManagerWorld(BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_cache), block_size),
-            lambda: ManagerWorld(student_class(num_blocks, block_size), block_size),
+            WorldSpec("manager", (num_blocks, block_size, prefix_cache)),
+            student_class,
         )
 
     # --- driver-side changes
@@ -63,53 +123,44 @@ class LockstepManagerDriver:
         return self.ls.reference
 
     def new(self, key: str, token_ids: list[int]) -> None:
-        self.ls.both(lambda w: w.seqs.__setitem__(key, Sequence(token_ids, block_size=w.block_size)))
+        self.ls.both(Call("new", (key, list(token_ids))))
 
     def forget(self, key: str) -> None:
-        self.ls.both(lambda w: w.seqs.pop(key))
+        self.ls.both(Call("forget", (key,)))
 
     def schedule_tokens(self, key: str, n: int) -> None:
-        self.ls.both(lambda w: setattr(w.seqs[key], "num_scheduled_tokens", n))
+        self.ls.both(Call("schedule_tokens", (key, n)))
 
     def commit(self, key: str, next_token: int | None) -> None:
-        """What postprocess does after hash_blocks: count the computed tokens, append the sampled one."""
-
-        def apply(w: ManagerWorld) -> None:
-            seq = w.seqs[key]
-            seq.num_cached_tokens += seq.num_scheduled_tokens
-            seq.num_scheduled_tokens = 0
-            if next_token is not None:
-                seq.append_token(next_token)
-
-        self.ls.both(apply)
+        self.ls.both(Call("commit", (key, next_token)))
 
     # --- compared steps
     def _name(self, key: str) -> str:
         return f"{key}: {len(self.ref.seqs[key])} tokens"
 
     def can_allocate(self, key: str) -> int:
-        return self.ls.step(f"can_allocate({self._name(key)})", lambda w: w.bm.can_allocate(w.seqs[key]))
+        return self.ls.step(f"can_allocate({self._name(key)})", Call("can_allocate", (key,)))
 
     def allocate(self, key: str, num_cached_blocks: int) -> None:
         self.ls.step(
             f"allocate({self._name(key)}, num_cached_blocks={num_cached_blocks})",
-            lambda w: w.bm.allocate(w.seqs[key], num_cached_blocks),
+            Call("allocate", (key, num_cached_blocks)),
             compare_result=False,
         )
 
     def deallocate(self, key: str) -> None:
-        self.ls.step(f"deallocate({self._name(key)})", lambda w: w.bm.deallocate(w.seqs[key]), compare_result=False)
+        self.ls.step(f"deallocate({self._name(key)})", Call("deallocate", (key,)), compare_result=False)
 
     def can_append(self, key: str) -> bool:
-        return self.ls.step(f"can_append({self._name(key)})", lambda w: w.bm.can_append(w.seqs[key]))
+        return self.ls.step(f"can_append({self._name(key)})", Call("can_append", (key,)))
 
     def may_append(self, key: str) -> None:
-        self.ls.step(f"may_append({self._name(key)})", lambda w: w.bm.may_append(w.seqs[key]), compare_result=False)
+        self.ls.step(f"may_append({self._name(key)})", Call("may_append", (key,)), compare_result=False)
 
     def hash_blocks(self, key: str) -> None:
         seq = self.ref.seqs[key]
         label = f"hash_blocks({self._name(key)}, num_cached_tokens={seq.num_cached_tokens}, num_scheduled_tokens={seq.num_scheduled_tokens})"
-        self.ls.step(label, lambda w: w.bm.hash_blocks(w.seqs[key]), compare_result=False)
+        self.ls.step(label, Call("hash_blocks", (key,)), compare_result=False)
 
     # --- a request's life
     def admit(self, key: str) -> bool:
@@ -156,11 +207,35 @@ class SchedulerWorld:
         self.batch: list[Sequence] = []
         self.is_prefill = False
 
+    @classmethod
+    def build(cls, implementation: type | None, config: Any) -> "SchedulerWorld":
+        """The reference's scheduler (implementation None) or `implementation(config)`."""
+        return cls(Scheduler(config) if implementation is None else implementation(config))
+
+    def state(self) -> StateFields:
+        return scheduler_state(self)
+
     def key_of(self, seq: Any) -> str:
         for key, own in self.seqs.items():
             if own is seq:
                 return key
         return f"<unknown object {type(seq).__name__}>"
+
+    def new(self, key: str, token_ids: list[int], max_tokens: int, ignore_eos: bool, block_size: int) -> None:
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+        self.seqs[key] = Sequence(token_ids, params, block_size=block_size)
+
+    def add(self, key: str) -> None:
+        return self.sched.add(self.seqs[key])
+
+    def schedule(self) -> tuple[list[str], bool]:
+        """schedule(), keeping the batch for postprocess; the batch is named by the sequences' keys."""
+        batch, is_prefill = self.sched.schedule()
+        self.batch, self.is_prefill = list(batch), bool(is_prefill)
+        return [self.key_of(s) for s in self.batch], self.is_prefill
+
+    def postprocess(self, token_ids: list[int]) -> None:
+        return self.sched.postprocess(self.batch, token_ids, self.is_prefill)
 
 
 def scheduler_state(world: SchedulerWorld) -> StateFields:
@@ -185,51 +260,31 @@ def scheduler_state(world: SchedulerWorld) -> StateFields:
 class LockstepSchedulerDriver:
     """Scenario vocabulary for scheduler graders: add, step (schedule + postprocess), run to the end."""
 
-    def __init__(self, lockstep: Lockstep, student_class: type, config: Any, *, token_seed: int = 0) -> None:
+    def __init__(self, lockstep: Lockstep, student_class: Any, config: Any, *, token_seed: int = 0) -> None:
         self.ls = lockstep
         self.config = config
         self.token_seed = token_seed
         self.vocab = 32
-        lockstep.start(
-            f"Scheduler({config})",
-            lambda: SchedulerWorld(Scheduler(config)),
-            lambda: SchedulerWorld(student_class(config)),
-        )
+        lockstep.start(f"Scheduler({config})", WorldSpec("scheduler", (config,)), student_class)
 
     @property
     def ref(self) -> SchedulerWorld:
         return self.ls.reference
 
     def add(self, key: str, token_ids: list[int], max_tokens: int, *, ignore_eos: bool = True) -> None:
-        from refimpl.paged import SamplingParams
-
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
-        block_size = self.config.kvcache_block_size
-        self.ls.both(lambda w: w.seqs.__setitem__(key, Sequence(token_ids, params, block_size=block_size)))
-        self.ls.step(
-            f"add({key}: {len(token_ids)} prompt tokens, max_tokens={max_tokens})",
-            lambda w: w.sched.add(w.seqs[key]),
-            compare_result=False,
-        )
+        self.ls.both(Call("new", (key, list(token_ids), max_tokens, ignore_eos, self.config.kvcache_block_size)))
+        self.ls.step(f"add({key}: {len(token_ids)} prompt tokens, max_tokens={max_tokens})", Call("add", (key,)), compare_result=False)
 
     def sampled_token(self, key: str, position: int) -> int:
         """The model's 'output': a fixed pseudo-random token per (sequence, position)."""
-        import xxhash
-
         return xxhash.xxh32_intdigest(f"{self.token_seed}:{key}:{position}".encode()) % self.vocab
 
     def step(self) -> tuple[list[str], bool]:
         """schedule() then postprocess() with deterministic tokens; both are compared."""
-
-        def schedule(w: SchedulerWorld) -> tuple[list[str], bool]:
-            batch, is_prefill = w.sched.schedule()
-            w.batch, w.is_prefill = list(batch), bool(is_prefill)
-            return [w.key_of(s) for s in w.batch], w.is_prefill
-
-        keys, is_prefill = self.ls.step("schedule()", schedule)
+        keys, is_prefill = self.ls.step("schedule()", Call("schedule"))
         tokens = [self.sampled_token(k, self.ref.seqs[k].num_tokens) for k in keys]
         label = f"postprocess([{', '.join(keys)}], token_ids={tokens}, is_prefill={is_prefill})"
-        self.ls.step(label, lambda w: w.sched.postprocess(w.batch, tokens, w.is_prefill), compare_result=False)
+        self.ls.step(label, Call("postprocess", (tokens,)), compare_result=False)
         return keys, is_prefill
 
     def run(self, max_steps: int = 400) -> None:
@@ -238,3 +293,60 @@ class LockstepSchedulerDriver:
                 return
             self.step()
         raise RuntimeError("grader scenario did not finish; this is a bug in the grader")
+
+
+def function_world(implementation: Callable | None) -> Callable:
+    """A pure function is its own world: `Call("__call__", args)` calls it (Part II graders call
+    the reference function directly, so there is no reference world to build)."""
+    if implementation is None:
+        raise ValueError("a function world is built around the student's function only")
+    return implementation
+
+
+# --- patches a scenario applies to both worlds
+def _hash_input(token_ids: list[int], prefix: int = -1) -> bytes:
+    """The bytes `compute_hash` feeds to xxh64 for one block (see `refimpl.paged.hashing`)."""
+    head = prefix.to_bytes(8, "little") if prefix != -1 else b""
+    return head + np.asarray(token_ids, dtype="<i8").tobytes()
+
+
+class _CollidingXXH64:
+    """An xxh64 hasher that reports the digest of another input for the inputs listed in `aliases`."""
+
+    def __init__(self, aliases: dict[bytes, bytes]) -> None:
+        self.aliases = aliases
+        self.data = b""
+
+    def update(self, data: bytes) -> None:
+        self.data += bytes(data)
+
+    def intdigest(self) -> int:
+        return xxhash.xxh64_intdigest(self.aliases.get(self.data, self.data))
+
+
+@contextmanager
+def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]:
+    """Make `compute_hash(a) == compute_hash(b)` for each (a, b) of first blocks, in both worlds.
+
+    A real collision of xxh64 is too rare to find, so the hash function itself is patched for the
+    scenario (`refimpl.paged.hashing`'s xxhash, which `compute_hash` and `BlockManager.compute_hash`
+    both use); the managers' tables are never edited behind their back. A manager must hash with
+    `compute_hash` for this to reach it.
+    """
+    aliases = {_hash_input(a): _hash_input(b) for a, b in pairs}
+    fake = type("xxhash", (), {  # both the streaming and the one-shot API, whichever compute_hash uses
+        "xxh64": staticmethod(lambda: _CollidingXXH64(aliases)),
+        "xxh64_intdigest": staticmethod(lambda data: xxhash.xxh64_intdigest(aliases.get(bytes(data), bytes(data)))),
+    })
+    with mock.patch.object(hashing, "xxhash", fake):
+        if hashing.compute_hash(pairs[0][0]) != hashing.compute_hash(pairs[0][1]):
+            raise RuntimeError("colliding_hashes no longer reaches compute_hash; fix the grader")
+        yield
+
+
+WORLD_KINDS: dict[str, Callable[..., Any]] = {
+    "manager": ManagerWorld.build,
+    "scheduler": SchedulerWorld.build,
+    "function": function_world,
+}
+CONTEXTS: dict[str, Callable[..., Any]] = {"colliding_hashes": colliding_hashes}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -18,6 +19,11 @@ class Divergence:
     where: str
     expected: str
     found: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What differs, without where it happened: equal keys are the same mistake seen again."""
+        return (self.where, self.expected, self.found)
 
     def lines(self) -> list[str]:
         return [
@@ -72,10 +78,23 @@ class GradeReport:
         return [r.name for r in self.results if not r.passed]
 
     def table(self) -> str:
+        """The header line and one row per check. A first difference that several rows share (one
+        wrong return type fails them all) is shown once, with the number of rows it fails; the
+        other rows point back to it."""
         width = max((len(r.name) for r in self.results), default=0)
         lines = [f"{self.title}: {self.num_passed}/{self.num_checks} checks passed"]
+        counts = Counter(r.divergence.key for r in self.results if r.divergence is not None)
+        first_row: dict[tuple[str, str, str], str] = {}
         for result in self.results:
-            lines.extend(result.row(width))
+            key = result.divergence.key if result.divergence is not None else None
+            if key is None or counts[key] == 1:
+                lines.extend(result.row(width))
+            elif key in first_row:
+                lines.append(f"{result.row(width)[0]}: same difference as {first_row[key]}")
+            else:
+                first_row[key] = result.name
+                lines.extend(result.row(width))
+                lines.append(" " * (8 + width) + f"(the same difference fails {counts[key]} rows)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

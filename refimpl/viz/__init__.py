@@ -5,7 +5,8 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 
 `show_source(obj)` shows the live lines a chapter teaches (`source`); `reveal()` hides a self-check's answer in
 a closed box until the reader opens it (`reveal`); `Stepper` plays frames recorded
-from real calls with a slider and shows them as a static strip (`stepper`). Drawing modules:
+from real calls with a slider and shows them as a static strip (`stepper`); `save_figure(fig, name)`
+writes a chapter's figure into figures/ only when `make figures` asks for it (`save`). Drawing modules:
 `paged` (block pool, prefix lookup, fragmentation), `paged_stepper` (block manager and prefix cache
 frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
 block tables), `kernels` (pages, prefill mask, reuse), `softmax_stepper` (the decode kernel's online
@@ -43,5 +44,6 @@ _show_figures_inline()
 from refimpl.viz.source import SourceView, show_source  # noqa: E402  (after the inline set-up)
 from refimpl.viz.stepper import Frame, Stepper, record_frames  # noqa: E402
 from refimpl.viz.reveal import reveal  # noqa: E402
+from refimpl.viz.save import save_figure  # noqa: E402
 
-__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "reveal", "show_source"]
+__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "reveal", "save_figure", "show_source"]

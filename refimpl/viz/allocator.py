@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid.addressing import slot_for_position
+from refimpl.viz.palette import MAX_WIDTH
 
 GROUP_COLORS = {
     "MLA": "#1f77b4",
@@ -30,6 +31,11 @@ FALLBACK_COLORS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 
 def _color(label: str, i: int) -> str:
     return GROUP_COLORS.get(label, FALLBACK_COLORS[i % len(FALLBACK_COLORS)])
+
+
+def fits(text: str, width_pt: float, fontsize: float = 8) -> bool:
+    """Whether `text` fits in `width_pt` points at `fontsize` (digits and letters are about 0.6 em wide)."""
+    return len(text) * 0.62 * fontsize + 2 <= width_pt
 
 
 # --- block tables
@@ -54,19 +60,23 @@ def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = ""
     tables = manager.get_block_ids(request_id)
     sizes = [m.block_size for m in manager.coordinator.single_type_managers]
     tokens = max([len(t) * bs for t, bs in zip(tables, sizes)] + [1])
-    fig = Figure(figsize=(min(0.26 * tokens + 2.2, 16), 0.5 * len(tables) + 1.1))
+    width = min(0.26 * tokens + 2.2, MAX_WIDTH)
+    token_pt = (width - 2.2) * 72 / tokens  # how wide one token position is drawn
+    fig = Figure(figsize=(width, 0.5 * len(tables) + 1.1))
     ax = fig.add_subplot()
     for row, (label, ids, bs) in enumerate(zip(labels, tables, sizes)):
         for col, b in enumerate(ids):
             color = NULL_COLOR if b == 0 else _color(label, row)
-            ax.add_patch(Rectangle((col * bs, -row - 0.9), bs, 0.8, facecolor=color, edgecolor="black", lw=0.6))
-            ax.text(col * bs + bs / 2, -row - 0.5, "." if b == 0 else str(b), ha="center", va="center", fontsize=8)
+            ax.add_patch(Rectangle((col * bs, -row - 0.9), bs, 0.8, facecolor=color, edgecolor="black", lw=0.6,
+                                   hatch="//" if b == 0 else None))
+            if b != 0 and fits(str(b), bs * token_pt):  # too narrow a cell shows its colour only
+                ax.text(col * bs + bs / 2, -row - 0.5, str(b), ha="center", va="center", fontsize=8)
     ax.set_xlim(0, tokens)
     ax.set_ylim(-len(tables), 0.1)
     ax.set_yticks([-r - 0.5 for r in range(len(tables))],
                   [f"{label} ({bs} tok/block)" for label, bs in zip(labels, sizes)], fontsize=8)
     ax.set_xlabel("token position (each cell is one block, as wide as its group's block size; "
-                  "grey '.': null block)", fontsize=8)
+                  "grey, hatched: null block)", fontsize=8)
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(title or f"block tables of request {request_id}", fontsize=9)
     fig.tight_layout()
@@ -124,7 +134,7 @@ def blocks_over_time_text(run) -> str:
 
 def draw_blocks_over_time(run, title: str = "") -> Figure:
     """Stacked bars: live blocks of each group after every step of one request."""
-    fig = Figure(figsize=(8, 3.6))
+    fig = Figure(figsize=(MAX_WIDTH - 1.0, 3.6))  # the legend right of the axes takes the rest
     ax = fig.add_subplot()
     steps = [r.step for r in run.records]
     bottom = np.zeros(len(steps))
@@ -134,7 +144,7 @@ def draw_blocks_over_time(run, title: str = "") -> Figure:
         bottom += values
     ax.set_xlabel("step (prefill chunks, then decode tokens)")
     ax.set_ylabel("blocks held")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or f"blocks per group of request {run.request.request_id}", fontsize=9)
     fig.tight_layout()
     return fig
@@ -160,20 +170,29 @@ def _block_legend(ax, block_ids: Sequence[int], used: Sequence[int], extra: list
               ncol=2, frameon=False)
 
 
+def _cells_width(n: int) -> float:
+    """Figure width for `n` cells: half an inch each, between 7 inches and the widest figure."""
+    return min(max(0.5 * n + 1.2, 7.0), MAX_WIDTH)
+
+
 def _cells(ax, n: int, per_block: int, block_ids: Sequence[int], selected, slot_of) -> None:
     """Cells 0..n-1 (label on top), selected ones coloured by block with their slot inside;
-    thick lines at block boundaries."""
+    thick lines at block boundaries. Narrow cells label every k-th position only."""
+    cell_pt = (_cells_width(n) - 1.2) * 72 / n
+    every = next(k for k in (1, 2, 4, 8, 16, 32, 64, 10**9) if fits(str(n - 1), k * cell_pt))
     for x in range(n):
         j = x // per_block
         face = FALLBACK_COLORS[j % len(FALLBACK_COLORS)] if x in selected else NULL_COLOR
         ax.add_patch(Rectangle((x, 0), 1, 1, facecolor=face, edgecolor="black", lw=0.5))
-        ax.text(x + 0.5, 1.08, str(x), ha="center", va="bottom", fontsize=8)
-        if x in selected:
+        if x % every == 0:
+            ax.text(x + 0.5, 1.08, str(x), ha="center", va="bottom", fontsize=8)
+        if x in selected and fits(str(slot_of(x)), cell_pt):
             ax.text(x + 0.5, 0.5, str(slot_of(x)), ha="center", va="center", fontsize=8)
     for j in [*range(0, n, per_block), n]:
         ax.plot([j, j], [-0.15, 1.15], color="black", lw=2.2)
-        if j < n:
-            ax.text(j + 0.08, -0.12, f"block {block_ids[j // per_block]}", fontsize=8, va="top")
+        label = f"block {block_ids[j // per_block]}" if j < n else ""
+        if label and fits(label, per_block * cell_pt):
+            ax.text(j + 0.08, -0.12, label, fontsize=8, va="top")
     ax.set_xlim(-0.1, n + 0.1)
     ax.set_ylim(-0.5, 1.5)
     ax.axis("off")
@@ -186,7 +205,7 @@ def draw_swa_window(block_ids: Sequence[int], block_size: int, position: int, wi
     """
     n = position + 1
     start = max(position - window + 1, 0)
-    fig = Figure(figsize=(min(max(0.5 * n + 1.2, 7.0), 16), 3.0))
+    fig = Figure(figsize=(_cells_width(n), 3.0))
     ax = fig.add_subplot()
     _cells(ax, n, block_size, block_ids, set(range(start, n)),
            lambda p: slot_for_position(block_ids, p, block_size))
@@ -218,7 +237,7 @@ def draw_topk(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int
     storage = block_size // compress_ratio
     usable = (position + 1) // compress_ratio
     chosen = {x for x in local_topk if x >= 0}
-    fig = Figure(figsize=(min(max(0.5 * max(usable, 1) + 1.2, 7.0), 16), 3.0))
+    fig = Figure(figsize=(_cells_width(max(usable, 1)), 3.0))
     ax = fig.add_subplot()
     _cells(ax, max(usable, 1), storage, mla_block_ids, chosen,
            lambda x: slot_for_position(mla_block_ids, x, storage))

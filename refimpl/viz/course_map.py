@@ -1,7 +1,8 @@
 """The map of the course: which chapters there are, how long each takes, and which needs which.
 
 `CHAPTERS` is the chapter list as data (number, notebook file, title, minutes, direct needs);
-`draw_course_map()` draws it as a graph coloured by part and `course_map_text()` is its text twin.
+`draw_course_map()` draws it as a graph coloured by part (optionally with one `route` picked out)
+and `course_map_text()` is its text twin.
 Chapter 00 also prints a glossary (`GLOSSARY`) and a Part I <-> Part II table (`PART_PAIRS`) from
 here. Every entry that names a package API keeps the dotted path, and `missing_api_names()` lists
 the paths that no longer resolve, so a rename in the package shows up as a failing check instead
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch
+
+from refimpl.viz.palette import MAX_WIDTH
 
 
 @dataclass(frozen=True)
@@ -111,11 +114,9 @@ def total_minutes(part: str | None = None) -> int:
     return sum(c.minutes for c in CHAPTERS if part is None or c.part == part)
 
 
-def route_text(read: tuple[str, ...] | list[str]) -> str:
-    """One line about a route's progress: what was read, the minutes so far, what is left."""
-    done = sum(chapter(number).minutes for number in read)
-    last = f"just read {read[-1]} · {chapter(read[-1]).title}" if read else "nothing read yet"
-    return f"{last}; {len(read)} chapter{'' if len(read) == 1 else 's'}, {done} min so far"
+def route_to(target: str) -> list[str]:
+    """The chapters to read for `target`, in course order, ending with `target` itself."""
+    return all_needs(target) + [target]
 
 
 def course_map_text() -> str:
@@ -142,17 +143,17 @@ def chapters_markdown() -> str:
 
 
 def draw_course_map(title: str = "The course: an arrow goes from a chapter to one that needs it",
-                    read: tuple[str, ...] | list[str] | None = None) -> Figure:
+                    route: list[str] | tuple[str, ...] | None = None) -> Figure:
     """Every chapter as a box coloured by part, with an arrow from each chapter to those needing it.
 
-    `read`: chapters read so far, in reading order (for a stepper along a route); the others are
-    drawn white and dashed, the last one read is outlined in black. Nine columns on a 9-inch-wide
-    figure: at a notebook's width every label stays at 8 pt or more.
+    `route`: the chapters of one route (`route_to("12")`), its goal last; the chapters off the route
+    are drawn white and dashed, the goal is outlined in black. Nine columns on a figure a notebook
+    column shows at full size, so every label stays at 8 pt or more.
     """
-    if read is not None:
-        for number in read:
+    if route is not None:
+        for number in route:
             chapter(number)  # ValueError for an unknown number
-    fig = Figure(figsize=(9.0, 3.9))
+    fig = Figure(figsize=(MAX_WIDTH - 0.2, 3.9))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.9))
     ax.set_xlim(-0.5, 8.5)
     ax.set_ylim(0.45, 3.55)
@@ -161,12 +162,13 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
     boxes = {}
     for c in CHAPTERS:
         x, y = _POSITION[c.number]
-        unread = read is not None and c.number not in read
-        latest = read is not None and len(read) > 0 and c.number == read[-1]
-        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height, boxstyle="round,pad=0,rounding_size=0.08",
-                             facecolor="white" if unread else PART_FILL[c.part],
-                             edgecolor="black" if latest else PART_EDGE[c.part], linewidth=3.0 if latest else 1.4,
-                             linestyle="--" if unread else "-", zorder=2)
+        off_route = route is not None and c.number not in route
+        goal = route is not None and len(route) > 0 and c.number == route[-1]
+        box = FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                             boxstyle="round,pad=0,rounding_size=0.08",
+                             facecolor="white" if off_route else PART_FILL[c.part],
+                             edgecolor="black" if goal else PART_EDGE[c.part], linewidth=3.0 if goal else 1.4,
+                             linestyle="--" if off_route else "-", zorder=2)
         ax.add_patch(box)
         boxes[c.number] = box
         label = "\n".join(textwrap.wrap(c.short, 12))
@@ -180,11 +182,12 @@ def draw_course_map(title: str = "The course: an arrow goes from a chapter to on
                                          color="#333333", linewidth=1.1, shrinkA=1, shrinkB=1, zorder=1))
     handles = [Patch(facecolor=PART_FILL[p], edgecolor=PART_EDGE[p], label=f"{heading} ({total_minutes(p)} min)")
                for p, heading in PARTS.items()]
-    if read is not None:
-        handles += [Patch(facecolor="white", edgecolor="#6f6f6f", linestyle="--", label="not read yet"),
-                    Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="the chapter just read")]
+    if route is not None:
+        handles += [Patch(facecolor="white", edgecolor="#6f6f6f", linestyle="--", label="not on this route"),
+                    Patch(facecolor="white", edgecolor="black", linewidth=3.0, label="the route's goal")]
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.02), fontsize=8, frameon=False,
-              title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours", title_fontsize=8, alignment="left")
+              title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours",
+              title_fontsize=8, alignment="left")
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     return fig
 

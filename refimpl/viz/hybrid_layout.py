@@ -23,6 +23,7 @@ from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.kv_cache_planning import padding_curve
 from refimpl.course.layout_summary import group_kind
 from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
+from refimpl.viz.palette import MAX_WIDTH
 
 KIND_COLORS = {
     "c4": "#1f77b4", "c128": "#aec7e8", "idx": "#ff7f0e", "swa": "#2ca02c",
@@ -155,22 +156,25 @@ def _num_layers(specs: Mapping[str, KVCacheSpec]) -> int:
     return max((_layer_index(n) or 0) for n in specs) + 1
 
 
-def _kind_legend(ax, seen: set[str]) -> None:
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen],
-              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+def _legend_below(fig: Figure, handles: list) -> None:
+    """The legend under the axes, in columns, inside the figure's width (needs a constrained layout)."""
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=min(len(handles), 3), frameon=False)
+
+
+def _kind_legend(fig: Figure, seen: set[str]) -> None:
+    _legend_below(fig, [Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen])
 
 
 def draw_grouping(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpec],
                   title: str = "Which layers' caches share a block table") -> Figure:
     """One row per group; a mark at each decoder layer whose cache is in the group."""
-    fig = Figure(figsize=(10, 0.55 * len(groups) + 1.6))
+    fig = Figure(figsize=(MAX_WIDTH, 0.55 * len(groups) + 2.2), layout="constrained")
     ax = fig.add_subplot()
     seen = _plot_grouping(ax, specs, groups)
     ax.set_xlim(-1, _num_layers(specs))
     ax.set_xlabel("decoder layer index")
-    _kind_legend(ax, seen)
+    _kind_legend(fig, seen)
     ax.set_title(title)
-    fig.tight_layout()
     return fig
 
 
@@ -182,7 +186,8 @@ def groupings_text(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequenc
 def draw_groupings(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequence[KVCacheGroupSpec]]],
                    title: str = "Groups of each model, on one layer axis") -> Figure:
     """Several models' groupings stacked on a shared layer axis, so their groups can be compared."""
-    fig = Figure(figsize=(10, sum(0.55 * len(groups) + 0.8 for _, groups in models.values()) + 1.0))
+    fig = Figure(figsize=(MAX_WIDTH, sum(0.55 * len(groups) + 0.8 for _, groups in models.values()) + 1.6),
+                 layout="constrained")
     axes = fig.subplots(len(models), 1, sharex=True, squeeze=False,
                         gridspec_kw={"height_ratios": [len(groups) for _, groups in models.values()]})[:, 0]
     seen: set[str] = set()
@@ -191,9 +196,8 @@ def draw_groupings(models: Mapping[str, tuple[Mapping[str, KVCacheSpec], Sequenc
         ax.set_title(f"{label} ({_num_layers(specs)} layers, {len(specs)} caches)", fontsize=10)
     axes[0].set_xlim(-1, max(_num_layers(specs) for specs, _ in models.values()))
     axes[-1].set_xlabel("decoder layer index")
-    _kind_legend(axes[0], seen)
+    _kind_legend(fig, seen)
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
@@ -275,7 +279,7 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
     """
     stride = max(g.width_bytes for g in groups)
     end = stride if upto is None else min(upto, stride)
-    fig = Figure(figsize=(11, 0.6 * len(groups) + 1.8))
+    fig = Figure(figsize=(MAX_WIDTH, 0.6 * len(groups) + 2.4), layout="constrained")
     ax = fig.add_subplot()
     seen = set()
     for row, g in enumerate(groups):
@@ -306,10 +310,10 @@ def draw_slab(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGroupSpe
     handles = [Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen]
     if upto is not None:
         handles.append(Patch(color=PADDING_COLOR, label="alignment padding"))
-    handles.append(Patch(facecolor="#eeeeee", edgecolor="#999999", hatch="xx", label="unused by this group"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if any(g.width_bytes < end for g in groups):
+        handles.append(Patch(facecolor="#eeeeee", edgecolor="#999999", hatch="xx", label="unused by this group"))
+    _legend_below(fig, handles)
     ax.set_title(title or f"one block of the packed slab, stride {stride:,} B")
-    fig.tight_layout()
     return fig
 
 
@@ -381,7 +385,7 @@ def draw_v4_layer(ratios: Sequence[int] = (4, 128), title: str = "What one DeepS
     """One panel per layer kind: writer -> cache (coloured by kind) -> reader, in registration order."""
     _check_ratios(ratios)
     heights = [len(V4_LAYER_CACHES[r]) + 1.2 for r in ratios]
-    fig = Figure(figsize=(9, 0.55 * sum(heights) + 0.9))
+    fig = Figure(figsize=(MAX_WIDTH, 0.55 * sum(heights) + 0.9))
     axes = fig.subplots(len(ratios), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     for ax, ratio in zip(axes, ratios):
         rows = V4_LAYER_CACHES[ratio]
@@ -445,7 +449,7 @@ def draw_position_strip(num_positions: int = 16, title: str | None = None) -> Fi
     n = num_positions
     rows = list(STRIP_ROWS)
     rows.insert(rows.index("c4") + 1, "window")
-    fig = Figure(figsize=(min(0.45 * n + 2.4, 9), 0.5 * len(rows) + 1.7))
+    fig = Figure(figsize=(min(0.45 * n + 2.4, MAX_WIDTH), 0.5 * len(rows) + 1.7))
     ax = fig.add_subplot()
     for row, kind in enumerate(rows):
         y = -row
@@ -505,7 +509,7 @@ def draw_layer_view(name: str, offset: int, page: int, stride: int, num_blocks: 
     visible (the label gives its true size).
     """
     layer_view_text(name, offset, page, stride, num_blocks)  # validates
-    fig = Figure(figsize=(11, 2.4))
+    fig = Figure(figsize=(MAX_WIDTH, 2.4))
     ax = fig.add_subplot()
     shown = max(page, 0.02 * stride)
     for b in range(num_blocks):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.viz.allocator import NULL_COLOR, _color
+from refimpl.viz.allocator import NULL_COLOR, _color, fits
+from refimpl.viz.palette import MAX_WIDTH
 from refimpl.viz.stepper import Frame, Stepper, record_frames
 
 CACHED_COLOR = "#fdd0a2"
@@ -111,15 +112,17 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
     for b, owner in enumerate(state.owners):
         row, col = divmod(b, ncols)
         ax.add_patch(Rectangle((col, -row - 1), 0.94, 0.94, facecolor=_fill(owner, state.labels),
-                               edgecolor="black", lw=1.6 if b in hashed else 0.6))
-        ax.text(col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8)
+                               edgecolor="black", lw=1.6 if b in hashed else 0.6,
+                               hatch="//" if owner == "null" else None))
+        plate = {"facecolor": NULL_COLOR, "edgecolor": "none", "pad": 0.5} if owner == "null" else None  # over the hatch
+        ax.text(col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8, bbox=plate)
         below = owner.split(":")[1] if ":" in owner else ("null" if owner == "null" else "")
         if b == head:
             below = "head"
         elif b == tail:
             below = "tail"
         if below:
-            ax.text(col + 0.47, -row - 0.7, below, ha="center", va="center", fontsize=8,
+            ax.text(col + 0.47, -row - 0.7, below, ha="center", va="center", fontsize=8, bbox=plate,
                     fontweight="bold" if below in ("head", "tail") else "normal")
     ax.set_xlim(-0.05, ncols)
     ax.set_ylim(-nrows - 0.05, 0.05)
@@ -132,7 +135,7 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
     nrows = -(-len(state.owners) // ncols)
     widest = max([len(ids) for _, groups in state.tables for ids in groups] + [ncols])
     grid_h, legend_h, table_h = 0.5 * nrows, 0.75, 0.3 * n_table_rows
-    fig = Figure(figsize=(10, grid_h + legend_h + table_h + 0.9))
+    fig = Figure(figsize=(MAX_WIDTH, grid_h + legend_h + table_h + 0.9))
     if state.tables:
         grid_ax, table_ax = fig.subplots(2, 1, gridspec_kw={"height_ratios": [grid_h + legend_h, table_h]})
     else:
@@ -141,23 +144,26 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
     handles = [Patch(facecolor=_color(label, i), edgecolor="black", label=label) for i, label in enumerate(state.labels)]
     handles += [Patch(facecolor=CACHED_COLOR, edgecolor="black", label="free, hashed (evicted last)"),
                 Patch(facecolor=FREE_COLOR, edgecolor="black", label="free"),
-                Patch(facecolor=NULL_COLOR, edgecolor="black", label="null block"),
+                Patch(facecolor=NULL_COLOR, edgecolor="black", hatch="//", label="null block"),
                 Patch(facecolor="white", edgecolor="black", lw=1.6, label="thick border: has a hash")]
     grid_ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, frameon=False)
     grid_ax.set_title(title or "the pool: block id on top; below it the owning request, or head / tail of the free queue",
                       fontsize=9)
     if table_ax is not None:
+        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + 4)  # one table column, in points (x spans -4..widest)
         y = 0
         for rid, groups in state.tables:
-            table_ax.text(-0.2, y, f"request {rid}: block table of each group (grey '.': null block)",
+            table_ax.text(-0.2, y, f"request {rid}: block table of each group (grey, hatched: null block)",
                           fontsize=9, fontweight="bold", va="center")
             y -= 1
             for g, (label, ids) in enumerate(zip(state.labels, groups)):
                 table_ax.text(-0.2, y, label, fontsize=8, va="center", ha="right")
                 for col, b in enumerate(ids):
                     face = NULL_COLOR if b == 0 else _color(label, g)
-                    table_ax.add_patch(Rectangle((col, y - 0.45), 0.92, 0.9, facecolor=face, edgecolor="black", lw=0.5))
-                    table_ax.text(col + 0.46, y, "." if b == 0 else str(b), ha="center", va="center", fontsize=8)
+                    table_ax.add_patch(Rectangle((col, y - 0.45), 0.92, 0.9, facecolor=face, edgecolor="black",
+                                                 lw=0.5, hatch="//" if b == 0 else None))
+                    if b != 0 and fits(str(b), pitch_pt):  # a cell too narrow for its id shows its colour
+                        table_ax.text(col + 0.46, y, str(b), ha="center", va="center", fontsize=8)
                 y -= 1
         table_ax.set_xlim(-4, widest)
         table_ax.set_ylim(y + 0.5, 0.6)

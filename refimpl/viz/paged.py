@@ -16,6 +16,7 @@ Figures are built with `matplotlib.figure.Figure` (not pyplot) so nothing leaks 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence as Seq
 
@@ -30,7 +31,8 @@ from refimpl.course.prefix_match import MatchOutcome, PrefixMatch
 from refimpl.course.paged_scenarios import reusable_prefix_tokens
 from refimpl.paged.sequence import Sequence
 
-from refimpl.viz.palette import EMPTY, SEQ_COLORS
+from refimpl.viz.allocator import fits
+from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS
 
 FREE_CACHED = "#b7e4c7"
 #: Background requests in a picture about one subject: drawn quietly.
@@ -128,6 +130,12 @@ class PoolSnapshot:
         """The names whose block tables point at `block_id`."""
         return [name for name, table in self.tables if block_id in table]
 
+    def filled(self, block_id: int) -> int:
+        """How many of the block's slots its holders' tokens occupy (0 for a block no one holds)."""
+        lengths = dict(self.lengths)
+        return max([min(self.block_size, lengths[name] - table.index(block_id) * self.block_size)
+                    for name, table in self.tables if block_id in table] + [0])
+
 
 def pool_snapshot(bm: BlockManager, seqs: Mapping[str, Sequence]) -> PoolSnapshot:
     """Copy the state of `bm` and the named sequences (names, not global seq ids) into frozen tuples,
@@ -176,7 +184,9 @@ def draw_pool_snapshot(state: PoolSnapshot, *, title: str | None = None, muted: 
     n = len(state.blocks)
     queue_pos = {b: i for i, b in enumerate(state.free_queue)}
     width = max(n, sum(max(len(t), 1) + 0.5 for _, t in state.tables))
-    fig = Figure(figsize=(max(7.0, 0.8 * width + 1.4), 4.4))
+    unit = min(0.8, MAX_WIDTH / (width + 1.75))  # inches per block: the widest pool still fits a column
+    box_pt = 0.9 * unit * 72
+    fig = Figure(figsize=(max(7.0, unit * (width + 1.75)), 4.4))
     ax = fig.add_subplot()
     ax.set_xlim(-1.6, width + 0.1)
     ax.set_ylim(-2.0, 3.5)
@@ -198,11 +208,8 @@ def draw_pool_snapshot(state: PoolSnapshot, *, title: str | None = None, muted: 
         ink = "white" if face in SEQ_COLORS else "black"
         ax.text(b + 0.5, 1.0, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", color=ink, zorder=4)
         ax.text(b + 0.5, 0.74, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, color=ink, zorder=4)
-        tokens = block.token_ids
-        if tokens:
-            half = (len(tokens) + 1) // 2
-            ax.text(b + 0.5, 0.3, " ".join(map(str, tokens[:half])) + "\n" + " ".join(map(str, tokens[half:])),
-                    ha="center", va="center", fontsize=8, family="monospace", color=ink, zorder=4, linespacing=1.0)
+        ax.text(b + 0.5, 0.3, _block_content(block, state, box_pt), ha="center", va="center", fontsize=8,
+                family="monospace", color=ink, zorder=4, linespacing=1.0)
         if shared:
             present.add("shared")
             ax.text(b + 0.5, -0.18, "+".join(owners), ha="center", va="center", fontsize=8, zorder=4)
@@ -251,6 +258,20 @@ def draw_pool_snapshot(state: PoolSnapshot, *, title: str | None = None, muted: 
     return fig
 
 
+def _block_content(block: BlockSnapshot, state: PoolSnapshot, box_pt: float) -> str:
+    """What a pool block shows inside: its registered tokens in two lines when they fit; otherwise,
+    and for a block that is held but not registered yet, how many of its slots are filled."""
+    tokens = block.token_ids
+    if tokens:
+        half = (len(tokens) + 1) // 2
+        lines = [" ".join(map(str, tokens[:half])), " ".join(map(str, tokens[half:]))]
+        if all(fits(line, box_pt) for line in lines):
+            return "\n".join(lines)
+        return f"{len(tokens)}/{state.block_size}\nfull"
+    filled = state.filled(block.block_id)
+    return f"{filled}/{state.block_size}\nfilled" if filled else ""
+
+
 # --- prefix match
 def _tokens_text(tokens: Seq[int], limit: int = 6) -> str:
     if len(tokens) <= limit:
@@ -291,7 +312,8 @@ def draw_prefix_match(match: PrefixMatch, *, title: str | None = None) -> Figure
     under each looked-up block and the physical block it ends up in."""
     m = match
     n = len(m.blocks)
-    fig = Figure(figsize=(max(6.0, 2.0 * n + 1.0), 3.2))
+    unit = min(1.0, (MAX_WIDTH - 1.0) / (2.0 * n))  # inches per x unit (a block's column is 2 units)
+    fig = Figure(figsize=(max(6.0, 2.0 * n * unit + 1.0), 3.2))
     ax = fig.add_subplot()
     ax.set_xlim(-0.1, 2.0 * n)
     ax.set_ylim(-1.0, 2.1)
@@ -301,15 +323,17 @@ def draw_prefix_match(match: PrefixMatch, *, title: str | None = None) -> Figure
         colour = OUTCOME_COLORS[b.outcome]
         ax.add_patch(Rectangle((x + 0.1, 0), 1.7, 1.2, facecolor=colour, edgecolor="black", alpha=0.9))
         ax.text(x + 0.95, 0.95, f"L{b.index}", ha="center", va="center", fontsize=11, weight="bold", color="white")
-        ax.text(x + 0.95, 0.6, _tokens_text(b.token_ids, 4), ha="center", va="center", fontsize=7, color="white")
+        ax.text(x + 0.95, 0.6, _tokens_text(b.token_ids, 4), ha="center", va="center", fontsize=8, color="white")
         ax.text(x + 0.95, 0.25, b.outcome.value, ha="center", va="center", fontsize=8, color="white")
         if b.hash is not None:
             ax.text(x + 0.95, 1.45, f"h={short_hash(b.hash)}", ha="center", va="center", fontsize=8, family="monospace")
             if b.index > 0:
                 ax.add_patch(FancyArrowPatch((x - 0.55, 1.45), (x + 0.45, 1.45), arrowstyle="-|>", mutation_scale=8, color="#555555"))
-        ax.text(x + 0.95, -0.35, _effect(b).replace(", ", "\n", 1), ha="center", va="top", fontsize=7.5)
+        effect = textwrap.fill(_effect(b).replace(", ", "\n", 1), width=max(8, int(2.0 * unit * 72 / 4.4)),
+                               replace_whitespace=False)
+        ax.text(x + 0.95, -0.35, effect, ha="center", va="top", fontsize=8)
     handles = [Patch(facecolor=c, label=o.value) for o, c in OUTCOME_COLORS.items()]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=5, fontsize=7, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=5, fontsize=8, frameon=False)
     summary = (
         f"{m.num_tokens} tokens, block_size {m.block_size}: {m.num_cached_blocks} cached blocks = "
         f"{m.num_cached_blocks * m.block_size} tokens; needs {m.num_free_blocks_needed} of {m.num_free_blocks} free blocks"
@@ -327,7 +351,7 @@ def fragmentation_text(rows: Seq[MemoryUse], bytes_per_token: int | None = None)
 
 def draw_fragmentation(lengths: RequestLengths, rows: Seq[MemoryUse]) -> Figure:
     """Left: the request-length histogram against max_len. Right: used vs wasted memory per scheme."""
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(MAX_WIDTH, 3.8))
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     totals = lengths.total_lens
     ax1.hist(totals, bins=40, color="#4c72b0")
@@ -345,6 +369,7 @@ def draw_fragmentation(lengths: RequestLengths, rows: Seq[MemoryUse]) -> Figure:
     ax2.bar(x, wasted, bottom=used, color="#c44e52", label="reserved but empty")
     for xi, r in zip(x, rows):
         ax2.text(xi, (r.reserved_tokens / 1e3) * 1.01, f"{100 * r.waste_fraction:.1f}%", ha="center", va="bottom", fontsize=8)
+    ax2.set_ylim(0, max(r.reserved_tokens for r in rows) / 1e3 * 1.12)  # room for the labels on top
     ax2.set_xticks(x, labels, fontsize=8)
     ax2.set_ylabel("thousand token slots")
     ax2.set_title("KV memory reserved, and the share wasted", fontsize=10)
@@ -370,7 +395,7 @@ def draw_reusable_tokens(shared_prefix_len: int, prompt_len: int, block_sizes: S
     ax.plot(block_sizes, reused, marker="o", color="#4c72b0", label="reused tokens")
     ax.axhline(shared_prefix_len, color="#c44e52", linestyle="--", label=f"shared prefix = {shared_prefix_len}")
     for bs, r in zip(block_sizes, reused):
-        ax.annotate(str(r), (bs, r), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=7)
+        ax.annotate(str(r), (bs, r), textcoords="offset points", xytext=(0, -13), ha="center", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(block_sizes), [str(b) for b in block_sizes], fontsize=8)
     ax.set_ylim(0, shared_prefix_len * 1.15)
@@ -428,11 +453,11 @@ def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, 
     their holders' names; freed blocks that keep a hash are green; the free queue is drawn in order.
     """
     named = list(seqs.items())
-    holders, _, queue_pos = _pool_rows(bm, named)
+    holders, filled, queue_pos = _pool_rows(bm, named)
     n_pool, n_req = bm.num_blocks, len(match.blocks)
     col = max(1.9, n_pool / n_req)  # width of one request column, in pool-block units
     width = max(n_pool, col * n_req)
-    fig = Figure(figsize=(0.8 * (width + 1.7), 6.4))
+    fig = Figure(figsize=(min(0.8, MAX_WIDTH / (width + 1.7)) * (width + 1.7), 6.4))
     ax = fig.add_subplot()
     ax.set_xlim(-1.6, width + 0.1)
     ax.set_ylim(-2.6, 7.3)
@@ -471,7 +496,12 @@ def draw_prefix_lookup(bm: BlockManager, match: PrefixMatch, seqs: Mapping[str, 
         ax.add_patch(Rectangle((b + 0.05, 0), 0.9, 1.2, facecolor=face, edgecolor="black", zorder=3))
         ax.text(b + 0.5, 0.95, f"#{b}", ha="center", va="center", fontsize=10, weight="bold", zorder=4)
         ax.text(b + 0.5, 0.6, f"ref {block.ref_count}", ha="center", va="center", fontsize=8, zorder=4)
-        ax.text(b + 0.5, 0.25, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace", zorder=4)
+        # a block in use that is not registered yet shows how full it is instead of its (missing) hash
+        if block.hash == -1 and b in filled:
+            ax.text(b + 0.5, 0.25, f"fill {filled[b]}/{bm.block_size}", ha="center", va="center", fontsize=8, zorder=4)
+        else:
+            ax.text(b + 0.5, 0.25, short_hash(block.hash), ha="center", va="center", fontsize=8, family="monospace",
+                    zorder=4)
     ax.text(-0.1, -1.05, "free queue\nhead \u2192 tail", ha="right", va="center", fontsize=8)
     for position, b in enumerate(bm.free_block_ids):
         face = FREE_CACHED if bm.blocks[b].hash != -1 else EMPTY

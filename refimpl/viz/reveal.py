@@ -20,7 +20,10 @@ SUMMARY = "Reveal the answer"
 
 
 class Answer:
-    """What a reveal cell displays: `text/plain` is the answer, `text/html` a closed box."""
+    """What a reveal cell displays: `text/plain` is the answer, `text/html` a closed box.
+
+    Any long text that should stay folded until asked for (a stepper's text strip) uses it too.
+    """
 
     def __init__(self, text: str, summary: str = SUMMARY) -> None:
         self.text = text.rstrip("\n")

@@ -3,14 +3,16 @@
 A chapter records frames by running real calls (`record_frames`), each frame a snapshot of the
 objects' state after one call. In JupyterLab `Stepper.widget()` plays them with Play/Prev/Next
 buttons and a slider while the picture redraws; `Stepper.strip()` shows the very same frames as a
-static strip of pictures (and `strip_text()` as text), for GitHub, nbval and print, where widgets
-do not run. Tests check that each frame equals the state of freshly stepped real objects.
+static strip of pictures (and `strip_text()` as text, or `strip_text_box()` folded into a closed
+box when it is long), for GitHub, nbval and print, where widgets do not run. Tests check that each frame equals the state of freshly stepped real objects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, TypeVar
+
+from refimpl.viz.reveal import Answer
 
 State = TypeVar("State")
 
@@ -55,7 +57,9 @@ class Stepper(Generic[State]):
         """The picture of frame `index`, titled with its step number and label."""
         frame = self.frames[index]
         figure = self.draw(frame.state)
-        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left")
+        # Above the picture's top edge (the notebook trims to what is drawn), never over its own title.
+        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left", va="bottom",
+                        y=1.0 + 0.05 / figure.get_figheight())
         return figure
 
     def caption(self, index: int) -> str:
@@ -67,6 +71,11 @@ class Stepper(Generic[State]):
         for index, frame in enumerate(self.frames):
             blocks.append(f"--- {self.caption(index)}\n{self.describe(frame.state)}")
         return "\n".join(blocks)
+
+    def strip_text_box(self, summary: str | None = None) -> Answer:
+        """The text strip in one closed `<details>` box: a strip of many frames stays one click away
+        instead of burying the page, while its plain text, which nbval compares, is `strip_text()`."""
+        return Answer(self.strip_text(), summary or f"Every frame as text ({len(self.frames)} frames)")
 
     def strip(self, every: int = 1) -> None:
         """Show every `every`-th frame's picture, one under another (the last frame always)."""

@@ -17,6 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.course.runners import StepRecord
+from refimpl.viz.palette import MAX_WIDTH
 
 PREFILL_COLOR = "#4c72b0"
 CHUNK_COLOR = "#a6bddb"
@@ -99,8 +100,8 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
     seq_ids = sorted({s for r in steps for s in r.seq_ids + r.preempted_seq_ids})
     row = {seq_id: i for i, seq_id in enumerate(seq_ids)}
     first = steps[0].step
-    labelled = len(steps) <= MAX_LABELLED_STEPS
-    width = min(16.0, max(7.0, 0.45 * len(steps) + 3))
+    width = min(MAX_WIDTH, max(7.0, 0.45 * len(steps) + 3))
+    labelled = len(steps) <= MAX_LABELLED_STEPS and (width - 3) * 72 / len(steps) >= 18  # a label fits a cell
     height = 2.2 + 0.4 * len(seq_ids)
     fig = Figure(figsize=(width, height), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[max(1.0, 0.4 * len(seq_ids)), 1.2])

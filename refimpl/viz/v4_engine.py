@@ -17,7 +17,7 @@ from matplotlib.patches import Patch, Rectangle
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.addressing import NO_SLOT, compressed_slot_for_position, slot_for_position
 from refimpl.viz.hybrid_layout import format_table
-from refimpl.viz.palette import EMPTY
+from refimpl.viz.palette import EMPTY, MAX_WIDTH
 
 READ_COLOR = "#4c72b0"
 KEPT_COLOR = "#b0b0b0"
@@ -78,7 +78,7 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     reused but never read (grey); compressed entries drawn over the tokens they summarise."""
     selected = _selected(summary, layers)
     hit = summary["hit"]
-    fig = Figure(figsize=(10, 0.42 * len(selected) + 1.3))
+    fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.3))
     ax = fig.add_subplot()
     for y, (name, info) in enumerate(reversed(selected)):
         ratio = info["ratio"]

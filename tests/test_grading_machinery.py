@@ -1,0 +1,337 @@
+"""The parts the command-line grader is built from: the wire format, reasons, tables, limits, sandbox, processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import refimpl.course as course
+from refimpl.course import broken, wire
+from refimpl.course.exercises import EXERCISES, exercise_for
+from refimpl.course.grading import check_names, read_notebook
+from refimpl.course.remote import clean_text, describe_exit
+from refimpl.course.report import CheckResult, Divergence, GradeReport
+from refimpl.course.sandbox import landlock_abi
+
+ROOT = Path(__file__).resolve().parents[1]
+
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=4)
+    | st.frozensets(st.integers(), max_size=4),
+    max_leaves=20,
+)
+
+
+@given(plain)
+def test_plain_values_cross_the_wire_unchanged(value):
+    decoded = wire.decode(json.loads(json.dumps(wire.encode(value))))
+    assert decoded == value and type(decoded) is type(value)
+
+
+@given(st.recursive(st.none() | st.integers() | st.text(max_size=3) | st.booleans(),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+                    max_leaves=12))
+def test_any_json_either_decodes_or_is_a_protocol_error(data):
+    try:
+        wire.decode(data)
+    except wire.ProtocolError:
+        pass
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"l": 3}, "not in the grader's encoding"),
+    ({"s": [{"l": [1]}]}, "cannot be one"),
+    ({"d": [[{"l": []}, 1]]}, "cannot be one"),
+    ({"x": [[], "message"]}, "without a type name"),
+    ({"q": []}, "tagged 'q'"),
+    ({"l": [], "t": []}, "not in the grader's encoding"),
+])
+def test_malformed_values_are_protocol_errors(data, words):
+    with pytest.raises(wire.ProtocolError, match=words):
+        wire.decode(data)
+
+
+def test_what_is_not_plain_data_is_shown_but_equal_to_nothing():
+    class Thing:
+        pass
+
+    decoded = wire.decode(wire.encode([np.int64(3), Thing(), np.array([1, 2])]))
+    assert decoded[0] == 3 and type(decoded[0]) is int  # numpy integers count as the int they stand for
+    assert decoded[1] != decoded[1] and "0x" not in repr(decoded[1]) and "Thing object" in repr(decoded[1])
+    assert decoded[2] != [1, 2] and repr(decoded[2]) == "array([1, 2])"
+    deep = []
+    for _ in range(100):
+        deep = [deep]
+    assert "too large" in repr(wire.decode(wire.encode(deep)))
+
+
+def test_a_students_exception_keeps_its_name_message_and_builtin_base():
+    class ShapeError(ValueError):
+        pass
+
+    exc = wire.decode(wire.encode(ShapeError("bad shape")))
+    assert isinstance(exc, ValueError) and type(exc).__name__ == "ShapeError" and str(exc) == "bad shape"
+    key_error = wire.decode(wire.encode(KeyError("x")))
+    assert isinstance(key_error, KeyError) and str(key_error) == "'x'"
+    exit_request = wire.decode(wire.encode(SystemExit(3)))  # never something that could stop the grader itself
+    assert isinstance(exit_request, Exception) and not isinstance(exit_request, SystemExit)
+
+
+def test_frames_have_a_size_limit_and_answers_must_be_objects():
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b"\x00\x00\x00\x05[1,2]")
+    with pytest.raises(wire.ProtocolError, match="JSON list"):
+        wire.read_answer(ours, None)
+    theirs.sendall(b"\xff\xff\xff\xff")
+    with pytest.raises(wire.ProtocolError, match="at most"):
+        wire.read_answer(ours, None)
+    theirs.close()
+    with pytest.raises(wire.ChildGone):
+        wire.read_answer(ours, None)
+    quiet, _other = socket.socketpair()
+    with pytest.raises(TimeoutError):
+        wire.read_answer(quiet, 0.0)
+
+
+def test_text_from_the_child_is_one_clean_line():
+    assert clean_text("a\nb\x00c\x1b[31m") == "a b c [31m"
+    assert len(clean_text("x" * 1000)) == 300
+    assert describe_exit(0) == "exit code 0" and describe_exit(-24) == "killed by SIGXCPU (CPU time limit)"
+
+
+def test_a_shared_first_difference_is_shown_once_with_its_count():
+    same = Divergence(1, "BlockManager(num_blocks=8, block_size=4)", "result", "a new object", "TypeError: boom")
+    report = GradeReport("check", [
+        CheckResult("a", "first", False, 1, same),
+        CheckResult("b", "second", False, 1, Divergence(1, "other action", "result", "a new object", "TypeError: boom")),
+        CheckResult("c", "third", False, 2, Divergence(2, "x", "return value", "1", "2")),
+        CheckResult("d", "fourth", True, 5),
+    ])
+    lines = report.table().splitlines()
+    assert lines[0] == "check: 1/4 checks passed"
+    assert sum("TypeError: boom" in line for line in lines) == 1
+    assert lines[6].strip() == "(the same difference fails 2 rows)"
+    assert lines[7].endswith("second (1 step): same difference as a")
+    assert "expected 1" in "\n".join(lines[8:])
+
+
+@pytest.mark.parametrize("metadata, words", [
+    ("01_block_manager", "refimpl_course metadata is a str"),
+    ({"exercise": ["01_block_manager"]}, "refimpl_course.exercise is a list"),
+    ({"exercise": "02_prefix_cache"}, "names exercise 02_prefix_cache, but the file is named 01_block_manager.ipynb"),
+    ({"exercise": "99_nothing"}, "not an exercise notebook (its metadata names '99_nothing')"),
+])
+def test_malformed_or_contradicting_metadata_is_refused_with_a_reason(metadata, words):
+    nb = nbformat.v4.new_notebook(metadata={"refimpl_course": metadata})
+    with pytest.raises(ValueError) as info:
+        exercise_for(nb, "submissions/alice/01_block_manager.ipynb")
+    assert words in str(info.value)
+    assert exercise_for(nbformat.v4.new_notebook(), "01_block_manager.ipynb") is EXERCISES["01_block_manager"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "cannot read it as a notebook"),
+    (b"\xff\xfe", "UnicodeDecodeError"),
+    (json.dumps({"cells": [{"cell_type": "code", "id": "a", "source": 7, "metadata": {}, "outputs": [], "execution_count": None}], "metadata": {}, "nbformat": 4,
+                 "nbformat_minor": 5}).encode(), "cell 1 is not a cell with text"),
+])
+def test_unreadable_notebooks_are_value_errors(content, words):
+    with pytest.raises(ValueError, match=words):
+        read_notebook(Path("x.ipynb"), content)
+
+
+def test_every_exercise_knows_its_rows_without_running_them():
+    counts = {name: sum(len(check_names(grader)) for grader, _ in exercise.checks) for name, exercise in EXERCISES.items()}
+    assert counts == {"01_block_manager": 10, "02_prefix_cache": 15, "03_scheduler": 11, "04_packed_layout": 16}
+
+
+@pytest.mark.skipif(not hasattr(broken, "_ConfigurableScheduler"), reason="broken.py has no complete scheduler copy")
+def test_the_courses_own_copy_of_the_reference_counts_as_the_reference():
+    report = course.check_scheduler(broken._ConfigurableScheduler, verbose=False)
+    assert report.num_passed == 0
+    assert "refimpl.course.broken._ConfigurableScheduler.schedule" in report.results[0].divergence.found
+
+
+# --- in child processes of their own
+def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
+    done = _run_python("""
+        import refimpl.course
+        from refimpl.course.reference_code import ReferenceUsed, install_traps, reference_code
+        from refimpl.paged import BlockManager
+        import refimpl.hybrid.kv_cache_planning as planning
+        held = {"gcd": planning.approximate_gcd}   # a plain dict that holds the original
+        captured = planning.approximate_gcd        # a module global
+        def make_closure():
+            inner = planning.approximate_gcd       # a closure cell
+            return lambda: inner([4, 6])
+        closure = make_closure()
+        install_traps(reference_code("check_block_manager") + reference_code("check_approximate_gcd"))
+        for call in (lambda: BlockManager(4, 4), lambda: held["gcd"]([4, 6]), lambda: captured([4, 6]), closure):
+            try:
+                call()
+                print("ran")
+            except ReferenceUsed as used:
+                print("trapped", used.qualified_name)
+    """, tmp_path)
+    gcd = "trapped refimpl.hybrid.kv_cache_planning.approximate_gcd"
+    assert done.stdout.splitlines() == ["trapped refimpl.paged.block_manager.BlockManager.__init__", gcd, gcd, gcd], done.stderr
+
+
+@pytest.mark.slow
+def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
+    done = _run_python("""
+        from refimpl.course.sandbox import Limits
+        Limits().apply()
+        try:
+            hog = bytearray(64 * 2**30)
+        except MemoryError:
+            print("refused")
+        import torch  # a large library still imports under the data limit
+        print("torch", torch.ones(2).sum().item())
+    """, tmp_path)
+    assert done.stdout.splitlines() == ["refused", "torch 2.0"], done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(landlock_abi() == 0, reason="needs Landlock (Linux 5.13 or later)")
+def test_landlock_limits_writes_reads_and_connections(tmp_path):
+    work, private, outside = tmp_path / "work", tmp_path / "private", tmp_path / "outside.txt"
+    work.mkdir()
+    private.mkdir()
+    (private / "secret.txt").write_text("solution")
+    done = _run_python(f"""
+        import socket, refimpl.paged.block_manager as reference
+        from refimpl.course.sandbox import file_rules, restrict
+        rules = file_rules({str(work)!r}, [{str(private)!r}], [reference.__file__])
+        restrict(rules)
+        def attempt(label, action):
+            try:
+                action()
+                print(label, "allowed")
+            except OSError as exc:
+                print(label, "refused", type(exc).__name__)
+        attempt("write in work", lambda: open({str(work / 'x')!r}, "w").write("x"))
+        attempt("write outside", lambda: open({str(outside)!r}, "w").write("x"))
+        attempt("read protected", lambda: open({str(private / 'secret.txt')!r}).read())
+        attempt("read reference source", lambda: open(reference.__file__).read())
+        attempt("read refimpl", lambda: open(reference.__file__.replace("block_manager", "sequence")).read())
+        attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=1))
+    """, tmp_path)
+    lines = done.stdout.splitlines()
+    assert lines[:5] == [
+        "write in work allowed",
+        "write outside refused PermissionError",
+        "read protected refused PermissionError",
+        "read reference source refused PermissionError",
+        "read refimpl allowed",
+    ], done.stdout + done.stderr
+    assert lines[5] == ("tcp refused PermissionError" if landlock_abi() >= 4 else lines[5])
+    assert not outside.exists()
+
+
+@pytest.mark.slow
+def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
+    from refimpl.course.processes import descendants, end_new_descendants, subreaper
+
+    with subreaper() as enabled:
+        if not enabled:
+            pytest.skip("needs Linux's child subreaper")
+        before = set(descendants())
+        script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nos._exit(0)\n"
+        subprocess.run([sys.executable, "-c", script], check=True)
+        new = [key for key in descendants() if key not in before]
+        assert len(new) == 1  # the grandchild, re-parented to this process
+        assert end_new_descendants(before) == 1
+        assert [key for key in descendants() if key not in before] == []
+
+
+def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
+    """A run stopped after the first notebook keeps the header and that notebook's row on disk."""
+    from refimpl.__main__ import main as refimpl_main
+    from refimpl.course.grading import NotebookGrade, failed_grade
+
+    first, second = tmp_path / "a" / "01_block_manager.ipynb", tmp_path / "b" / "01_block_manager.ipynb"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text("{}")
+    csv_path = tmp_path / "grades.csv"
+
+    def fake_grade(path, **kwargs):
+        if Path(path) == second:
+            raise KeyboardInterrupt
+        grade: NotebookGrade = failed_grade(path, EXERCISES["01_block_manager"], "timed out after 3 s")
+        return grade
+
+    monkeypatch.setattr("refimpl.course.grading.grade_notebook", fake_grade)
+    with pytest.raises(KeyboardInterrupt):
+        refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(first), str(second)])
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == "notebook,exercise,passed,checks,failed_checks,reason"
+    assert len(lines) == 2 and lines[1].startswith(f"{first},01_block_manager,0,10,") and lines[1].endswith(",timed out after 3 s")
+
+
+@pytest.mark.slow
+def test_the_student_bundle_has_no_solutions(tmp_path):
+    import zipfile
+
+    from refimpl.course.bundle import STUDENT_GUIDE, build, solution_leaks
+
+    archive = build(ROOT, tmp_path / "student-bundle")
+    folder = tmp_path / "student-bundle"
+    names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert not any(name.startswith("notebooks/exercises/solutions") for name in names)
+    assert {f"notebooks/exercises/{n}.ipynb" for n in EXERCISES} <= set(names)
+    assert "refimpl/course/grading.py" in names and "Makefile" in names and ".git" not in {n.split("/")[0] for n in names}
+    assert (folder / "notebooks/exercises/README.md").read_text() == STUDENT_GUIDE
+    assert solution_leaks(folder, names) == []
+    with zipfile.ZipFile(archive) as zipped:
+        assert sorted(n.split("/", 1)[1] for n in zipped.namelist()) == names
+    assert solution_leaks(ROOT, ["notebooks/exercises/solutions/01_block_manager.ipynb"]) == ["notebooks/exercises/solutions/01_block_manager.ipynb"]
+
+
+def test_the_references_helpers_count_as_the_reference():
+    """`_prefix_hits` is the whole matching walk and `_allocate_hits` the whole allocation."""
+    from refimpl.paged import BlockManager
+
+    class OwnMatchOnTop(BlockManager):  # every listed method written, the work done by the helpers
+        def can_allocate(self, seq):
+            hits = self._prefix_hits(seq, seq.num_blocks - 1)
+            needed = seq.num_blocks - sum(b in self.used_block_ids for b in hits)
+            return len(hits) if len(self.free_block_ids) >= needed else -1
+
+        def allocate(self, seq, num_cached_blocks):
+            self._allocate_hits(seq, self._prefix_hits(seq, num_cached_blocks))
+
+    report = course.check_prefix_cache(OwnMatchOnTop, verbose=False)
+    assert report.num_passed == 0
+    assert "BlockManager._prefix_hits" in report.results[0].divergence.found
+    assert course.check_prefix_cache(OwnMatchOnTop, verbose=False, allow_reference=True).num_passed > 0
+
+
+@pytest.mark.slow
+def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
+    from refimpl.course.remote import ChildSettings, GradingChild, StartFailed
+
+    with GradingChild(ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]), timeout=60) as child:
+        with pytest.raises(StartFailed, match=r"the grader could not set up the process for its code \(ValueError: check_name must be"):
+            child.start()
+        assert child.process is None and child.stray == 0
