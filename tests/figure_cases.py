@@ -387,7 +387,8 @@ def _toy_manager():
     from refimpl.course import hybrid_simulate
     from refimpl.hybrid.kv_cache_manager import KVCacheManager
 
-    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256), \
+    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256,
+                          prefix_cache_retention_interval=None), \
         hybrid_simulate.MINI_V4_LABELS
 
 
@@ -419,6 +420,14 @@ def pool():
     first = allocator.draw_pool(toy, labels, ["A", "B"], title="the toy pool with A and B running", ncols=16)
     toy.free(a)
     return [first, allocator.draw_pool(toy, labels, ["B"], title="A is freed", ncols=16)]
+
+
+def retention():
+    """Chapter 12 section 8: A, then B and C sharing its first 40 tokens, at retention None, 0 and 32."""
+    from refimpl.course import hybrid_simulate
+
+    runs = [hybrid_simulate.retention_run(r) for r in (None, 0, 32)]
+    return allocator.draw_retention(runs, title="A runs, then B and C, which share A's first 40 tokens: the window blocks each kept")
 
 
 def blocks_over_time():
@@ -531,6 +540,7 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "tables": (allocator.draw_tables, tables),
     "pool": (allocator.draw_pool, pool),
     "blocks_over_time": (allocator.draw_blocks_over_time, blocks_over_time),
+    "retention": (allocator.draw_retention, retention),
     "allocator_state": (hybrid_stepper.draw_allocator_state, allocator_frames),
     "hit_reads": (v4_engine.draw_hit_reads, hit_reads),
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),

@@ -219,7 +219,7 @@ def test_pool_invariants_hold_under_random_operations(num_blocks, ops, caching):
                 tables.append(hit)
         elif kind == "partial" and tables and caching and tables[o[1] % len(tables)]:
             table = tables[o[1] % len(tables)]
-            pool.cache_partial_block(H[o[2]], table[-1], kv_cache_group_id=o[3])
+            pool.cache_partial_block(H[o[2]], table[-1], kv_cache_group_id=o[3], num_tokens=o[2] + 1)
         elif kind == "reset":
             assert pool.reset_prefix_cache() == (not any(tables))
         check_pool_invariants(pool, tables + [[]])
@@ -227,24 +227,34 @@ def test_pool_invariants_hold_under_random_operations(num_blocks, ops, caching):
         assert pool.get_num_free_blocks() == num_blocks - 1 - len(in_use)
 
 
-def test_partial_keys_are_replaced_when_the_block_becomes_full():
+def test_partial_keys_follow_vllm_rules():
     pool = BlockPool(4)
     (b,) = pool.get_new_blocks(1)
-    pool.cache_partial_block(H[1], b, kv_cache_group_id=0)
-    pool.cache_partial_block(H[2], b, kv_cache_group_id=0)
-    assert ids(pool.get_cached_block(H[1], [0])) == [1] and ids(pool.get_cached_block(H[2], [0])) == [1]
+    pool.cache_partial_block(H[1], b, kv_cache_group_id=0, num_tokens=2)
+    assert b.block_hash == make_block_hash_with_group_id(H[1], 0) and b.block_hash_num_tokens == 2
+    # a longer prefix ending in the same block replaces the shorter one
+    pool.cache_partial_block(H[2], b, kv_cache_group_id=0, num_tokens=3)
+    assert pool.get_cached_block(H[1], [0]) is None and ids(pool.get_cached_block(H[2], [0])) == [1]
     check_pool_invariants(pool, [[b]])
-    pool.cache_full_blocks([H[3]], [b], 0, 1, kv_cache_group_id=0)
-    assert pool.get_cached_block(H[1], [0]) is None and ids(pool.get_cached_block(H[3], [0])) == [1]
-    pool.cache_partial_block(H[4], b, kv_cache_group_id=0)  # a full block takes no partial key
-    assert pool.get_cached_block(H[4], [0]) is None
+    # the block becomes full: its partial key is promoted to the full one
+    pool.cache_full_blocks([H[3]], [b], 0, 1, kv_cache_group_id=0, block_size=4)
+    assert pool.get_cached_block(H[2], [0]) is None and ids(pool.get_cached_block(H[3], [0])) == [1]
+    assert b.block_hash_num_tokens == 4
+    # a shorter prefix inside a full block becomes an extra key of it
+    pool.cache_partial_block(H[4], b, kv_cache_group_id=0, num_tokens=2)
+    assert ids(pool.get_cached_block(H[4], [0])) == [1] and ids(pool.get_cached_block(H[3], [0])) == [1]
+    assert pool.cached_block_hashes_by_block == {1: [make_block_hash_with_group_id(H[4], 0)]}
     check_pool_invariants(pool, [[b]])
+    pool.free_blocks([b])
+    pool.get_new_blocks(3)  # reuse evicts both keys
+    assert pool.get_cached_block(H[3], [0]) is None and pool.get_cached_block(H[4], [0]) is None
+    check_pool_invariants(pool)
 
 
 def test_partially_cached_block_is_freed_to_the_back_and_evicted_on_reuse():
     pool = BlockPool(4)
     a, b = pool.get_new_blocks(2)
-    pool.cache_partial_block(H[5], a, kv_cache_group_id=0)
+    pool.cache_partial_block(H[5], a, kv_cache_group_id=0, num_tokens=2)
     pool.free_blocks([a, b])
     assert free_ids(pool) == [2, 3, 1]  # b (no key) in front, a (partial key) at the back
     pool.get_new_blocks(3)

@@ -3,7 +3,7 @@
 import pytest
 
 from refimpl.hybrid.invariants import check_pool_invariants
-from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
+from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.request import Request
 from refimpl.hybrid.single_type_kv_cache_manager import (
     BlockHashListWithBlockSize,
@@ -31,7 +31,7 @@ def plant(coord, request, group_id, indices):
 
 def test_groups_draw_from_one_pool_and_counts_add_up():
     groups = [KVCacheGroupSpec(("L0",), full()), KVCacheGroupSpec(("L1",), swa()), KVCacheGroupSpec(("L2",), swa())]
-    coord = KVCacheCoordinator(groups, 30)
+    coord = HybridKVCacheCoordinator(groups, 30)
     assert coord.scheduler_block_size == 4 and coord.hash_block_size == 4
     assert [type(m) for m in coord.single_type_managers] == [FullAttentionManager, SlidingWindowManager, SlidingWindowManager]
     assert [g.group_ids for g in coord.attention_groups] == [[0], [1, 2]]  # equal specs looked up together
@@ -52,19 +52,19 @@ def test_groups_draw_from_one_pool_and_counts_add_up():
 
 def test_fixed_point_shrinks_until_every_group_agrees():
     # full attention, a window of 8 (needs 2 blocks) and a window of 5 (needs 1 block)
-    coord = KVCacheCoordinator([full(), swa(window=8), swa(window=5)], 40)
+    coord = HybridKVCacheCoordinator([full(), swa(window=8), swa(window=5)], 40)
     r = Request("r", list(range(25)), hash_block_size=4)
     fa = plant(coord, r, 0, range(6))  # full attention could serve 24 tokens
     sw8 = plant(coord, r, 1, [0, 1, 2, 3, 5])  # the 8-window: run 2..3 -> 16 tokens
     sw5 = plant(coord, r, 2, [0, 1])  # the 5-window at 16 misses; run at block 1 -> 8 tokens
-    hits, length = coord.find_longest_cache_hit(r.block_hashes, r.num_tokens - 1)
+    hits, length, _ = coord.find_longest_cache_hit(r.block_hashes, r.num_tokens - 1)
     assert length == 8
     assert ids(hits[0]) == [fa[0], fa[1]]
     assert ids(hits[1]) == [sw8[0], sw8[1]]
     assert ids(hits[2]) == [0, sw5[1]]  # the null block stands for the token outside the window
     # planting the 5-window's block 3 lets all groups agree on 16 tokens
     extra = plant(coord, r, 2, [3])
-    hits, length = coord.find_longest_cache_hit(r.block_hashes, 24)
+    hits, length, _ = coord.find_longest_cache_hit(r.block_hashes, 24)
     assert length == 16
     assert ids(hits[0]) == [fa[i] for i in range(4)]
     assert ids(hits[1]) == [0, 0, sw8[2], sw8[3]]
@@ -72,45 +72,45 @@ def test_fixed_point_shrinks_until_every_group_agrees():
 
 
 def test_a_miss_in_any_group_of_a_spec_group_is_a_miss():
-    coord = KVCacheCoordinator([full(), swa(), swa()], 30)
+    coord = HybridKVCacheCoordinator([full(), swa(), swa()], 30)
     r = Request("r", list(range(17)), hash_block_size=4)
     plant(coord, r, 0, range(4))
     plant(coord, r, 1, range(4))
     plant(coord, r, 2, [0, 1])  # group 2 misses blocks 2, 3: the shared lookup must stop at 8
-    hits, length = coord.find_longest_cache_hit(r.block_hashes, 16)
+    hits, length, _ = coord.find_longest_cache_hit(r.block_hashes, 16)
     assert length == 8
     assert [len(h) for h in hits] == [2, 2, 2]
 
 
 def test_least_common_multiple_of_block_sizes_can_kill_hits():
     # block sizes 8 and 12: hits must end on multiples of lcm = 24; hashes every gcd = 4 tokens
-    coord = KVCacheCoordinator([full(8), swa(12, window=8)], 40)
+    coord = HybridKVCacheCoordinator([full(8), swa(12, window=8)], 40)
     assert coord.scheduler_block_size == 24 and coord.hash_block_size == 4
     a = Request("a", list(range(48)), hash_block_size=4)
     coord.allocate_new_blocks("a", 48)
-    coord.cache_blocks("a", a.block_hashes, 48)
+    coord.cache_blocks(a, 48)
     coord.free("a")
     shares_20 = Request("b", list(range(20)) + [999] * 28, hash_block_size=4)
     (fa_alone,) = FullAttentionManager.find_longest_cache_hit(
         shares_20.block_hashes, 47, [0], coord.block_pool, full(8), hash_block_size=4
     )
     assert len(fa_alone) * 8 == 16  # full attention alone could reuse 16 tokens
-    _, length = coord.find_longest_cache_hit(shares_20.block_hashes, 47)
+    _, length, _ = coord.find_longest_cache_hit(shares_20.block_hashes, 47)
     assert length == 0  # ...but 16 is not a multiple of 24: nothing is reused
     shares_30 = Request("c", list(range(30)) + [999] * 18, hash_block_size=4)
-    _, length = coord.find_longest_cache_hit(shares_30.block_hashes, 47)
+    _, length, _ = coord.find_longest_cache_hit(shares_30.block_hashes, 47)
     assert length == 24
 
 
 def test_bad_hash_block_size_is_rejected():
     with pytest.raises(ValueError, match="must divide"):
-        KVCacheCoordinator([full(8), swa(12)], 10, hash_block_size=8)
+        HybridKVCacheCoordinator([full(8), swa(12)], 10, hash_block_size=8)
     with pytest.raises(ValueError, match="at least one"):
-        KVCacheCoordinator([], 10)
+        HybridKVCacheCoordinator([], 10)
 
 
 def test_allocation_that_does_not_fit_allocates_nothing():
-    coord = KVCacheCoordinator([full(), swa()], 8)  # 7 usable blocks
+    coord = HybridKVCacheCoordinator([full(), swa()], 8)  # 7 usable blocks
     with pytest.raises(ValueError, match="needs 8 new blocks"):
         coord.allocate_new_blocks("a", 16)  # 4 + 4
     assert coord.block_pool.get_num_free_blocks() == 7 and coord.get_blocks("a") == ([], [])
@@ -122,12 +122,12 @@ def test_allocation_that_does_not_fit_allocates_nothing():
 def test_blocks_are_cached_only_up_to_an_alignment_boundary():
     # block sizes 8 and 12: a hit can only end on multiples of 24, so nothing past the last
     # multiple of 24 is registered, even a full 8-token block
-    coord = KVCacheCoordinator([full(8), swa(12, window=8)], 40)
+    coord = HybridKVCacheCoordinator([full(8), swa(12, window=8)], 40)
     a = Request("a", list(range(48)), hash_block_size=4)
     coord.allocate_new_blocks("a", 48)
-    coord.cache_blocks("a", a.block_hashes, 16)
+    coord.cache_blocks(a, 16)
     assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [False] * 6
-    coord.cache_blocks("a", a.block_hashes, 40)
+    coord.cache_blocks(a, 40)
     assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [True] * 3 + [False] * 3
     # the window needs 1 block before a boundary: only block 1 of every 2 is hashed
     assert [b.block_hash is not None for b in coord.get_blocks("a")[1]] == [False, True, False, False]

@@ -26,7 +26,7 @@ def test_request_hashes_chain_and_grow():
 
 
 def test_allocate_slots_across_groups_then_decode_frees_window_blocks():
-    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64, prefix_cache_retention_interval=None)
     r = m.make_request("a", range(10))
     new = step(m, r, 10)
     assert new.get_block_ids() == ([1, 2, 3], [4, 5, 6])
@@ -44,7 +44,7 @@ def test_allocate_slots_across_groups_then_decode_frees_window_blocks():
 
 
 def test_get_computed_blocks_never_returns_the_last_token():
-    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64, prefix_cache_retention_interval=None)
     a = m.make_request("a", range(8))
     step(m, a, 8)
     m.free(a)
@@ -58,7 +58,7 @@ def test_get_computed_blocks_never_returns_the_last_token():
 
 
 def test_second_request_reuses_the_prefix_and_allocates_the_rest():
-    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64)
+    m = KVCacheManager([full(), swa()], num_blocks=20, max_model_len=64, prefix_cache_retention_interval=None)
     a = m.make_request("a", range(16))
     step(m, a, 16)
     m.free(a)
@@ -75,7 +75,7 @@ def test_second_request_reuses_the_prefix_and_allocates_the_rest():
 
 
 def test_none_when_it_does_not_fit_and_nothing_changes():
-    m = KVCacheManager([full(), swa()], num_blocks=8, max_model_len=64)
+    m = KVCacheManager([full(), swa()], num_blocks=8, max_model_len=64, prefix_cache_retention_interval=None)
     a = m.make_request("a", range(12))
     step(m, a, 12)  # 3 + 3 blocks of the 7 usable ones
     m.free(a)
@@ -189,7 +189,9 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     step(m, a, 14)
     assert m.get_block_ids("A") == ([1, 2],)
     # block 1 is full and hashed; block 2 holds 6 tokens and is registered for its first 4
-    assert m.block_pool.cached_block_hashes_by_block.keys() == {2}
+    # (its own key, standing for 12 tokens, as vLLM files a partial entry)
+    assert [m.block_pool.blocks[i].block_hash_num_tokens for i in (1, 2)] == [8, 12]
+    assert m.block_pool.cached_block_hashes_by_block == {}
     b = m.make_request("B", [*range(13), 90, 91, 92, 93, 94, 95, 96])
     hits, n = m.get_computed_blocks(b)
     assert n == 12 and hits.get_block_ids() == ([1, 2],)
@@ -204,12 +206,16 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     assert m.take_kv_cache_block_copies() == [(0, 2, 3)]
     assert [m.block_pool.blocks[i].ref_cnt for i in (1, 2, 3, 4)] == [2, 1, 1, 1]
     check_pool_invariants(m.block_pool, [*m.get_blocks("A").blocks, *m.get_blocks("B").blocks])
-    # A fills block 2: the full key replaces the partial one, so a prefix of 12 no longer hits
+    # A fills block 2: the full key (16 tokens) replaces the partial one as the block's own key,
+    # and the prompt's tail boundary (12 tokens) stays reachable as an extra key (vLLM's
+    # partial tail block), so a request sharing 13 tokens still reuses 12 of them
     a.append_output_token_ids([50, 51])
     step(m, a, 2)
-    assert 2 not in m.block_pool.cached_block_hashes_by_block
+    assert m.block_pool.blocks[2].block_hash_num_tokens == 16 and len(m.block_pool.cached_block_hashes_by_block[2]) == 1
     c = m.make_request("C", [*range(13), 70, 71, 72])
-    assert m.get_computed_blocks(c)[1] == 8
+    assert m.get_computed_blocks(c)[1] == 12
+    d = m.make_request("D", [*range(11), 70, 71, 72])  # shares 11 tokens: only block 1's 8
+    assert m.get_computed_blocks(d)[1] == 8
     # with the default alignment (the block size) the same request B would only hit 8 tokens
     coarse = KVCacheManager([full(8)], num_blocks=20, max_model_len=64, hash_block_size=4)
     a2 = coarse.make_request("A", range(14))
@@ -223,7 +229,7 @@ def test_alignment_must_be_a_multiple_of_the_hash_block_size():
 
 
 def test_running_request_that_does_not_fit_still_frees_its_window_blocks():
-    m = KVCacheManager([full(), swa()], num_blocks=10, max_model_len=64)
+    m = KVCacheManager([full(), swa()], num_blocks=10, max_model_len=64, prefix_cache_retention_interval=None)
     r = m.make_request("r", range(16))
     step(m, r, 16)  # 4 + 4 blocks, 1 free
     r.append_output_token_ids(list(range(100, 108)))

@@ -24,7 +24,7 @@ def req(rid, tokens, h=4):
 def run_to(manager, request, num_tokens):
     """Allocate for `num_tokens` and cache what is full, as allocate_slots would."""
     manager.allocate_new_blocks(request.request_id, num_tokens)
-    manager.cache_blocks(request.request_id, request.block_hashes, num_tokens)
+    manager.cache_blocks(request, num_tokens)  # dense retention (None), the manager's default
 
 
 def test_make_manager_picks_the_kind_and_unwraps_uniform_specs():
@@ -184,7 +184,7 @@ def test_sliding_window_hit_shrinks_when_a_hash_is_removed():
 def test_sliding_window_hashes_only_blocks_before_alignment_boundaries():
     pool = BlockPool(12)
     m = SlidingWindowManager(swa(bs=4, window=8), pool, 0, alignment_tokens=16)
-    assert list(m.reachable_block_mask(8)) == [False, False, True, True] * 2
+    assert m.reachable_block_mask(0, 8, 16, m.kv_cache_spec, False) == [False, False, True, True] * 2
     a = req("a", range(32))
     run_to(m, a, 32)
     assert [b.block_hash is not None for b in m.req_to_blocks["a"]] == [False, False, True, True] * 2
@@ -209,7 +209,7 @@ def test_sliding_window_hit_ends_only_on_an_alignment_boundary():
     # every block hashed (the window needs 2 blocks = a whole 8-token segment, so no mask)
     pool = BlockPool(12)
     m = SlidingWindowManager(swa(bs=4, window=8), pool, 0, alignment_tokens=8)
-    assert m.reachable_block_mask(5) is None
+    assert m.reachable_block_mask(0, 5, 8, m.kv_cache_spec, False) is None
     a = req("a", range(24))
     run_to(m, a, 24)
     assert all(b.block_hash is not None for b in m.req_to_blocks["a"])

@@ -74,8 +74,14 @@ def test_requests_that_fit_in_a_budget():
 
 
 def test_prefix_hits_are_multiples_of_256():
-    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000)
+    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000, prefix_cache_retention_interval=None)
     assert hits == {100: 0, 256: 256, 1000: 768, 5000: 4864, 11999: 11776}
+    # vLLM's default retention keeps A's windows only at A's replay boundary (11,999 -> 11,776)
+    hits = S.prefix_hit_lengths([1000, 5000, 11999], prompt_len=12_000)
+    assert hits == {1000: 0, 5000: 0, 11999: 11776}
+    # a positive interval keeps one tail per 4096 tokens too
+    hits = S.prefix_hit_lengths([1000, 5000, 9000], prompt_len=12_000, prefix_cache_retention_interval=4096)
+    assert hits == {1000: 0, 5000: 4096, 9000: 8192}
 
 
 def test_mini_v4_life_pictures_and_text_twins():
@@ -84,7 +90,7 @@ def test_mini_v4_life_pictures_and_text_twins():
     from refimpl.hybrid.kv_cache_manager import KVCacheManager
     from refimpl.viz import allocator as V
 
-    m = KVCacheManager(S.mini_v4_groups(), 120, 256)
+    m = KVCacheManager(S.mini_v4_groups(), 120, 256, prefix_cache_retention_interval=None)
     labels = S.group_labels(S.mini_v4_groups())
     assert labels == S.MINI_V4_LABELS and m.scheduler_block_size == 16 and m.hash_block_size == 1
     r = m.make_request("a", S.prompt_tokens(40))
@@ -106,7 +112,7 @@ def test_mini_v4_life_pictures_and_text_twins():
 
 
 def test_second_request_runs_from_its_prefix_hit():
-    m = S.pro_kv_cache_manager()
+    m = S.pro_kv_cache_manager(prefix_cache_retention_interval=None)
     a = m.make_request("A", S.prompt_tokens(3000, seed=1))
     S.run_request(m, a, chunk_size=8192)
     b = m.make_request("B", S.prompt_tokens(3000, seed=2, shared_prefix=a.prompt_token_ids[:1000]))
@@ -131,3 +137,33 @@ def test_schedule_step_advances_the_request_or_changes_nothing():
         S.schedule_step(m, a, 8)  # two more blocks per group, none free
     assert a.num_computed_tokens == 8 and m.get_block_ids("A") == ([1, 2], [3, 4])
     check_pool_invariants(m.block_pool, m.get_blocks("A").blocks)
+
+
+def test_retention_run_picture_and_text_twin():
+    from matplotlib.figure import Figure
+
+    from refimpl.viz.allocator import draw_retention, retention_text
+
+    runs = [S.retention_run(r) for r in (None, 0, 32)]
+    assert [(r.hits, r.junctions["B"]) for r in runs] == [
+        ({"A": 0, "B": 32, "C": 32}, 0),
+        ({"A": 0, "B": 0, "C": 32}, 32),  # 0: B misses, pins the junction, and C hits there
+        ({"A": 0, "B": 32, "C": 32}, 0),
+    ]
+    assert [r.blocks for r in runs] == [
+        {"A": "--kk--kk--kk--kk", "B": "......hh--kk--kk"},
+        {"A": "----------kk----", "B": "------kk--kk----"},  # A: its replay boundary 48 only
+        {"A": "------kk--kk--kk", "B": "......hh--kk--kk"},
+    ]
+    text = retention_text(runs)
+    assert text.splitlines()[5:7] == ["  A  ----------kk----  hit  0", "  B  ------kk--kk----  hit  0, junction 32"]
+    fig = draw_retention(runs)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3 and fig.get_size_inches()[0] * fig.dpi <= 900
+
+
+def test_cached_window_blocks_per_retention_setting():
+    dense, sparse, periodic = (S.cached_blocks_per_group(r) for r in (None, 0, 4096))
+    assert dense == {"MLA": 46, "SWA-a": 92, "SWA-b": 92, "C128 state": 736, "C4 state": 92}
+    # 0: the replay boundary only (11,999 -> 11,776): 2 SWA blocks each, 16 C128 and 2 C4 blocks
+    assert sparse == {"MLA": 46, "SWA-a": 2, "SWA-b": 2, "C128 state": 16, "C4 state": 2}
+    assert periodic == {"MLA": 46, "SWA-a": 6, "SWA-b": 6, "C128 state": 48, "C4 state": 6}  # + 4096, 8192

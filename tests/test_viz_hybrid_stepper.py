@@ -16,7 +16,8 @@ LABELS = hybrid_simulate.MINI_V4_LABELS
 
 
 def fresh() -> KVCacheManager:
-    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256)
+    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256,
+                          prefix_cache_retention_interval=None)
 
 
 def step(manager: KVCacheManager, request, n: int) -> None:

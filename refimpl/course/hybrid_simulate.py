@@ -19,6 +19,7 @@ from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
 from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.kv_cache_utils import get_group_id
 from refimpl.hybrid.older_planners import PLANNERS
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -65,11 +66,14 @@ def pro_kv_cache_manager(
     max_num_batched_tokens: int = 8192,
     enable_caching: bool = True,
     variant: str = "pro",
+    prefix_cache_retention_interval: int | None = 0,
 ) -> KVCacheManager:
-    """A `KVCacheManager` over DeepSeek V4's real groups and the block count of the budget."""
+    """A `KVCacheManager` over DeepSeek V4's real groups and the block count of the budget
+    (retention as vLLM's default, 0, unless given)."""
     config = pro_kv_cache_config(available_memory, variant)
     return KVCacheManager.from_config(
-        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens
+        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens,
+        prefix_cache_retention_interval=prefix_cache_retention_interval,
     )
 
 
@@ -248,15 +252,19 @@ def prefix_hit_lengths(
     prompt_len: int = 12_000,
     chunk_size: int = 8192,
     available_memory: int = 10 * GIB,
+    prefix_cache_retention_interval: int | None = 0,
 ) -> dict[int, int]:
     """{shared prefix length: hit length} for a second request after a first one finished.
 
     Each pair runs on a fresh pool: request A (prompt_len tokens) runs and is freed, then B,
-    whose first `shared` tokens equal A's, asks for its prefix hit.
+    whose first `shared` tokens equal A's, asks for its prefix hit. With vLLM's default
+    retention (0) A's windows keep blocks only at A's own replay boundary, so B hits only
+    when the shared prefix reaches it; with None (dense) B hits every 256-token boundary.
     """
     out = {}
     for shared in shared_prefix_lens:
-        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20)
+        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20,
+                                       prefix_cache_retention_interval=prefix_cache_retention_interval)
         a = manager.make_request("A", prompt_tokens(prompt_len, seed=1))
         run_request(manager, a, chunk_size)
         b = manager.make_request("B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared]))
@@ -283,3 +291,72 @@ def mini_v4_groups() -> list:
         toy_window_spec(1, 2, dtype="float32"),
     ]
     return [KVCacheGroupSpec((f"{label}.layer",), spec) for label, spec in zip(MINI_V4_LABELS, specs)]
+
+
+# --- retention: which sliding-window checkpoints survive
+
+@dataclass
+class RetentionRun:
+    """Three requests sharing a prefix, run one after another at one retention setting.
+
+    `blocks[rid]` is, per block of the request's sliding-window table, one letter: "." the null
+    block (before the hit, never held), "h" reused from the prefix cache, "k" computed and kept
+    as a checkpoint (still hashed after the request finished), "-" computed and dropped.
+    `hits[rid]` and `junctions[rid]` are what its lookup found before it ran.
+    """
+
+    retention: int | None
+    block_size: int
+    alignment: int
+    blocks: dict[str, str]
+    hits: dict[str, int]
+    junctions: dict[str, int]
+
+
+RETENTION_TOY = ("full", 16), ("swa", 4, 8)
+"""The retention figure's groups: full attention in 16-token blocks (the hit alignment) and a
+window of 8 tokens in 4-token blocks, so a hit needs the window's 2 blocks before its end."""
+
+
+def retention_run(
+    retention: int | None, prompt_len: int = 64, shared: int = 40, seed: int = 3
+) -> RetentionRun:
+    """Request A runs its `prompt_len`-token prompt and finishes; B shares A's first `shared`
+    tokens, runs and finishes; C shares the same prefix and looks it up (the window blocks each
+    request kept, every lookup's hit and junction)."""
+    groups = [toy_full_spec(RETENTION_TOY[0][1]), toy_window_spec(*RETENTION_TOY[1][1:])]
+    manager = KVCacheManager(groups, 200, 4 * prompt_len, prefix_cache_retention_interval=retention)
+    base = prompt_tokens(prompt_len, seed=seed)
+    states, hits, junctions = {}, {}, {}
+    for rid, prompt in (("A", base), ("B", prompt_tokens(prompt_len, seed=seed + 1, shared_prefix=base[:shared])),
+                        ("C", prompt_tokens(prompt_len, seed=seed + 2, shared_prefix=base[:shared]))):
+        request = manager.make_request(rid, prompt)
+        blocks, hit = manager.get_computed_blocks(request)
+        hits[rid], junctions[rid] = hit, request.shared_prefix_boundary
+        if rid == "C":
+            break
+        reused = {i for i, b in enumerate(blocks.blocks[1]) if not b.is_null}
+        schedule_step(manager, request, request.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        table = list(manager.coordinator.single_type_managers[1].req_to_blocks[rid])
+        manager.free(request)  # the blocks still hashed afterwards are the kept checkpoints
+        states[rid] = "".join(
+            "h" if i in reused else "." if i * groups[1].block_size < hit else "k" if b.block_hash is not None else "-"
+            for i, b in enumerate(table)
+        )
+    return RetentionRun(retention, groups[1].block_size, manager.scheduler_block_size, states, hits, junctions)
+
+
+def cached_blocks_per_group(
+    retention: int | None, prompt_len: int = 12_000, chunk_size: int = 8192, available_memory: int = 10 * GIB
+) -> dict[str, int]:
+    """{group label: blocks still in the prefix cache} after one Pro request of `prompt_len`
+    tokens ran and finished at this retention setting (every full MLA block stays cached; the
+    window groups keep only their checkpoints)."""
+    manager = pro_kv_cache_manager(available_memory, prefix_cache_retention_interval=retention)
+    run_request(manager, manager.make_request("A", prompt_tokens(prompt_len, seed=1)), chunk_size)
+    counts = [0] * len(manager.coordinator.single_type_managers)
+    for block in manager.block_pool.blocks:
+        if block.block_hash is not None:
+            counts[get_group_id(block.block_hash)] += 1
+    labels = group_labels([m.kv_cache_spec for m in manager.coordinator.single_type_managers])
+    return dict(zip(labels, counts))

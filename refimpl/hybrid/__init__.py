@@ -27,7 +27,13 @@ from refimpl.hybrid.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
-from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
+from refimpl.hybrid.kv_cache_coordinator import (
+    HybridKVCacheCoordinator,
+    KVCacheCoordinator,
+    KVCacheCoordinatorNoPrefixCache,
+    UnitaryKVCacheCoordinator,
+    get_kv_cache_coordinator,
+)
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 
@@ -51,6 +57,10 @@ __all__ = [
     "KVCacheBlocks",
     "KVCacheConfig",
     "KVCacheCoordinator",
+    "HybridKVCacheCoordinator",
+    "UnitaryKVCacheCoordinator",
+    "KVCacheCoordinatorNoPrefixCache",
+    "get_kv_cache_coordinator",
     "KVCacheGroupSpec",
     "KVCacheManager",
     "KVCacheSpec",

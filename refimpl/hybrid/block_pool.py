@@ -86,7 +86,8 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
-        # Extra keys of partially filled blocks (fine-grained prefix caching): block id -> keys.
+        # Extra keys of a block that has its own key too (a partial prefix ending inside a full
+        # block): block id -> keys.
         self.cached_block_hashes_by_block: dict[int, list[BlockHashWithGroupId]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
@@ -110,12 +111,16 @@ class BlockPool:
         num_full_blocks: int,
         kv_cache_group_id: int,
         block_mask: Sequence[bool] | None = None,
+        block_size: int | None = None,
     ) -> None:
         """Register blocks [num_cached_blocks, num_full_blocks) of one group's table.
 
         `block_hashes[i]` is the hash of the prefix ending with block i at this group's block
         size. Null blocks and blocks whose `block_mask` entry is False are skipped (a sliding
-        window group hashes only the blocks a future hit could use).
+        window group hashes only the blocks a future hit could use); `block_mask[j]` stands for
+        block `num_cached_blocks + j`, as in vLLM. A block that already carries a partial entry
+        (see `cache_partial_block`) is promoted: its keys are dropped and the full key replaces
+        them. `block_size` only records how many tokens each key covers.
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -126,50 +131,63 @@ class BlockPool:
             )
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.is_null or (block_mask is not None and not block_mask[i]):
+            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
-            if block.block_hash is not None:  # already registered (e.g. a prefix hit)
-                continue
+            if block.block_hash is not None:  # a partial entry becomes a full one
+                self._remove_cached_block_hashes(block)
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
-            self._drop_partial_hashes(block)  # promotion: the full key replaces partial aliases
-            block.set_block_hash(key)
-            self.cached_block_hash_to_block.insert(key, block)
+            self._insert_block_hash(key, block, None if block_size is None else (i + 1) * block_size)
 
-    def cache_partial_block(self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int) -> None:
-        """Register a not-yet-full block under the hash of a prefix that ends inside it.
+    def cache_partial_block(
+        self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int, num_tokens: int
+    ) -> None:
+        """Register a block under the hash of a prefix of `num_tokens` tokens that ends inside it.
 
-        Only fine-grained groups (hit alignment smaller than the block size) do this: a later
-        request may then reuse the block's first tokens by copying them (copy-on-write).
+        vLLM 0.32's rules: a block without a key takes this one as its own key (so it counts as
+        cached and is freed to the back of the queue); a block whose key covers fewer tokens
+        drops its keys first (the longer prefix replaces the shorter one); a block whose key
+        covers more tokens (a full block) keeps it and answers this key too.
         """
-        if block.is_null or block.block_hash is not None:
+        if block.is_null:
             return
         key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
-        aliases = self.cached_block_hashes_by_block.setdefault(block.block_id, [])
-        if key not in aliases:
-            aliases.append(key)
-            self.cached_block_hash_to_block.insert(key, block)
+        already = block.block_hash == key or key in self.cached_block_hashes_by_block.get(block.block_id, ())
+        if (
+            not already
+            and block.block_hash is not None
+            and block.block_hash_num_tokens is not None
+            and block.block_hash_num_tokens < num_tokens
+        ):
+            self._remove_cached_block_hashes(block)
+        self._insert_block_hash(key, block, num_tokens)
 
-    def _drop_partial_hashes(self, block: KVCacheBlock) -> bool:
-        aliases = self.cached_block_hashes_by_block.pop(block.block_id, [])
-        for key in aliases:
+    def _insert_block_hash(self, key: BlockHashWithGroupId, block: KVCacheBlock, num_tokens: int | None) -> None:
+        """File `block` under `key`: as its own key if it has none, else as an extra key."""
+        if block.block_hash == key or key in self.cached_block_hashes_by_block.get(block.block_id, ()):
+            return
+        if block.block_hash is None:
+            block.set_block_hash(key, num_tokens)
+        else:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, []).append(key)
+        self.cached_block_hash_to_block.insert(key, block)
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
+        """Drop every key of a block (its own and the extra ones); True if it had any."""
+        keys = ([block.block_hash] if block.block_hash is not None else [])
+        keys += self.cached_block_hashes_by_block.pop(block.block_id, [])
+        for key in keys:
             if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
-                raise InvariantError(f"block {block.block_id} has a partial key missing from the hash map")
-        return bool(aliases)
+                raise InvariantError(f"block {block.block_id} has a key missing from the hash map")
+        block.reset_hash()
+        return bool(keys)
 
     def is_cached(self, block: KVCacheBlock) -> bool:
-        """Does the block answer any prefix-cache key (full or partial)?"""
-        return block.block_hash is not None or block.block_id in self.cached_block_hashes_by_block
+        """Does the block answer any prefix-cache key? (Extra keys exist only next to its own.)"""
+        return block.block_hash is not None
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop a block's prefix-cache entry before it is reused; True if it had one."""
-        had_partial = self._drop_partial_hashes(block)
-        key = block.block_hash
-        if key is None:
-            return had_partial
-        if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
-            raise InvariantError(f"block {block.block_id} has a hash but is missing from the hash map")
-        block.reset_hash()
-        return True
+        """Drop a block's prefix-cache entries before it is reused; True if it had any."""
+        return self._remove_cached_block_hashes(block)
 
     # --- allocate / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -198,9 +216,8 @@ class BlockPool:
         """Drop one reference on each block; blocks reaching 0 go back to the free queue.
 
         `ordered_blocks` is in eviction priority, first evicted first. A block without a key can
-        never be a prefix hit, so it goes to the *front* (reused first); a block with a key (full,
-        or partial for fine-grained groups) goes to the *back*, so the prefix cache evicts least
-        recently freed first.
+        never be a prefix hit, so it goes to the *front* (reused first); a block with a key (full
+        or partial) goes to the *back*, so the prefix cache evicts least recently freed first.
         """
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []

@@ -180,6 +180,10 @@ def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
 #: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
 #: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for it).
 SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
+#: vLLM's DeepSeek V4 indexer backend reports the same single kernel block of 256 tokens (its
+#: pages of 64 compressed rows), so the indexer cache is split and rounded the same way. The SWA
+#: backend (any multiple of 32) and the compressor backend (any size) set no kernel block.
+INDEXER_KERNEL_BLOCK_SIZE = 256
 
 
 def kv_cache_specs(
@@ -203,6 +207,8 @@ def kv_cache_specs(
         raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
     if cache_dtype not in ROW_FORMATS:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
+    if not isinstance(mtp, bool):
+        raise TypeError(f"mtp must be True or False, got {mtp!r}")
     fmt = ROW_FORMATS[cache_dtype]
     if fmt.dtype == "float32" and indexer is not None:
         raise ValueError(f"indexer must be None with cache_dtype 'float32' (float32 indexer keys), got {indexer!r}")
@@ -234,7 +240,7 @@ def kv_cache_specs(
                                     dtype="float32", compress_ratio=4)
         return MLAAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=indexer_bytes, dtype="uint8",
-            compress_ratio=4, alignment=fmt.alignment,
+            compress_ratio=4, alignment=fmt.alignment, kernel_block_size=INDEXER_KERNEL_BLOCK_SIZE,
         )
 
     def compressor_state(ratio: int, head_dim: int) -> SlidingWindowMLASpec:

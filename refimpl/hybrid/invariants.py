@@ -73,8 +73,8 @@ def check_pool_invariants(pool: BlockPool, block_tables: Iterable[Sequence[KVCac
     key_to_blocks = dict(pool.cached_block_hash_to_block.items())
     for block_id, aliases in pool.cached_block_hashes_by_block.items():
         block = pool.blocks[block_id]
-        if block.block_hash is not None:
-            raise InvariantError(f"hash map: full block {block_id} still has partial keys")
+        if block.block_hash is None:
+            raise InvariantError(f"hash map: block {block_id} has extra keys but no key of its own")
         for key in aliases:
             if all(b is not block for b in key_to_blocks.get(key, [])):
                 raise InvariantError(f"hash map: partial key of block {block_id} is not in the map")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from refimpl.hybrid.kv_cache_utils import KVCacheBlock
-from refimpl.hybrid.kv_cache_coordinator import KVCacheCoordinator
+from refimpl.hybrid.kv_cache_coordinator import get_kv_cache_coordinator
 from refimpl.hybrid.request import Request, RequestStatus
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_bool, check_int_at_least, check_positive_int
 from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 
 @dataclass
@@ -41,7 +41,11 @@ class KVCacheManager:
     (see `from_config`). `watermark` is a fraction of the pool kept free when admitting new
     requests while others are running, so running requests can still grow. `use_eagle`:
     speculative decoding with an eagle/MTP drafter (prefix hits drop their last block in the
-    eagle groups, see `KVCacheCoordinator`).
+    eagle groups, see `KVCacheCoordinator`). `max_num_batched_tokens` (vLLM's
+    `max_in_flight_tokens`) caps what the full-sequence admission check asks of a sliding window.
+    `prefix_cache_retention_interval` is vLLM's `CacheConfig` field with vLLM's default 0: a
+    sliding window keeps its blocks only where a later request can resume (see
+    `SlidingWindowManager.reachable_block_mask`); None keeps them at every hit boundary.
     """
 
     def __init__(
@@ -56,13 +60,23 @@ class KVCacheManager:
         watermark: float = 0.0,
         max_num_batched_tokens: int | None = None,
         use_eagle: bool = False,
+        prefix_cache_retention_interval: int | None = 0,
     ) -> None:
         check_positive_int("max_model_len", max_model_len)
+        check_int_at_least("num_blocks", num_blocks, 2, " (block 0 is the null block, so one block holds nothing)")
+        check_bool("enable_caching", enable_caching)
+        check_bool("use_eagle", use_eagle)
+        if max_num_batched_tokens is not None:
+            check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
+        if isinstance(watermark, bool) or not isinstance(watermark, (int, float)):
+            raise TypeError(f"watermark must be a number, got {watermark!r}")
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
+        if isinstance(kv_cache_groups, (str, bytes)) or not isinstance(kv_cache_groups, Sequence):
+            raise TypeError(f"kv_cache_groups must be a list of KVCacheGroupSpec, got {type(kv_cache_groups).__name__}")
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
-        self.coordinator = KVCacheCoordinator(
+        self.coordinator = get_kv_cache_coordinator(
             kv_cache_groups,
             num_blocks,
             enable_caching=enable_caching,
@@ -70,7 +84,10 @@ class KVCacheManager:
             alignment_tokens=alignment_tokens,
             max_in_flight_tokens=max_num_batched_tokens,
             use_eagle=use_eagle,
+            prefix_cache_retention_interval=prefix_cache_retention_interval,
         )
+        # request id -> the Request holding blocks under it (two requests may not share an id)
+        self._requests: dict[str, Request] = {}
         self.block_pool = self.coordinator.block_pool
         self.num_gpu_blocks = num_blocks
         self.watermark_blocks = int(watermark * num_blocks)
@@ -100,11 +117,20 @@ class KVCacheManager:
         """Prefix-cache hit for a waiting request: blocks per group and the hit length in tokens.
 
         At most `num_tokens - 1` tokens are looked up: the last token must run through the model
-        to produce the next token's logits.
+        to produce the next token's logits. When a group could have served more than the agreed
+        hit (a shared prefix a sliding window has not kept), the junction where that prefix
+        ends is recorded on `request.shared_prefix_boundary`, so this request's window keeps its
+        blocks there under sparse retention. (vLLM returns it as a third value and its scheduler
+        stores it on the request; refimpl stores it here and keeps the two-value answer.)
         """
+        self._check_request(request)
         if not self.enable_caching:
+            request.shared_prefix_boundary = 0
             return self.empty_blocks(), 0
-        hits, hit_length = self.coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)
+        hits, hit_length, uncached = self.coordinator.find_longest_cache_hit(
+            request.block_hashes, request.num_tokens - 1
+        )
+        request.shared_prefix_boundary = hit_length + uncached if uncached else 0
         return KVCacheBlocks(hits), hit_length
 
     # --- allocation
@@ -132,11 +158,21 @@ class KVCacheManager:
         `num_new_tokens` may be 0 when the step only adopts a prefix hit
         (`num_new_computed_tokens > 0`), as vLLM allows.
         """
-        if num_new_tokens < 0 or num_new_computed_tokens < 0 or num_lookahead_tokens < 0 or reserved_blocks < 0:
-            raise ValueError("token and block counts passed to allocate_slots must be >= 0")
+        self._check_request(request)
+        for name, value in (("num_new_tokens", num_new_tokens), ("num_new_computed_tokens", num_new_computed_tokens),
+                            ("num_lookahead_tokens", num_lookahead_tokens), ("reserved_blocks", reserved_blocks)):
+            check_int_at_least(name, value, 0)
+        for name, flag in (("delay_cache_blocks", delay_cache_blocks), ("full_sequence_must_fit", full_sequence_must_fit),
+                           ("has_scheduled_reqs", has_scheduled_reqs)):
+            check_bool(name, flag)
+        if new_computed_blocks is not None and not isinstance(new_computed_blocks, KVCacheBlocks):
+            raise TypeError(f"new_computed_blocks must be the KVCacheBlocks from get_computed_blocks, got "
+                            f"{type(new_computed_blocks).__name__}")
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
         hits = new_computed_blocks.blocks if new_computed_blocks is not None else None
+        if hits is not None:
+            self._check_hit_blocks(hits)
         if num_new_computed_tokens and hits is None:
             raise ValueError("num_new_computed_tokens > 0 needs the new_computed_blocks from get_computed_blocks")
         total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
@@ -174,12 +210,38 @@ class KVCacheManager:
         if hits is not None:  # first allocation: adopt the hits (possibly none) and start the tables
             coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
+        self._requests[request.request_id] = request
 
         if self.enable_caching and not delay_cache_blocks:
-            coordinator.cache_blocks(
-                request.request_id, request.block_hashes, min(total_computed + num_new_tokens, request.num_tokens)
-            )
+            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
+
+    def _check_hit_blocks(self, hits: Sequence[Sequence[KVCacheBlock]]) -> None:
+        """Hits must be this pool's blocks, one list per group (as get_computed_blocks gives)."""
+        if len(hits) != len(self.coordinator.single_type_managers):
+            raise ValueError(f"new_computed_blocks has {len(hits)} groups, this manager has "
+                             f"{len(self.coordinator.single_type_managers)}")
+        blocks = self.block_pool.blocks
+        for group in hits:
+            for block in group:
+                if not isinstance(block, KVCacheBlock) or not 0 <= block.block_id < len(blocks) or blocks[block.block_id] is not block:
+                    raise ValueError(f"new_computed_blocks holds {block!r}, which is not a block of this manager's pool")
+
+    def _check_request(self, request: Request) -> None:
+        """A `Request`, and not a second one under the id of a request that holds blocks."""
+        if not isinstance(request, Request):
+            raise TypeError(f"request must be a refimpl.hybrid.request.Request, got {type(request).__name__}")
+        if request.hash_block_size != self.hash_block_size:
+            raise ValueError(
+                f"request {request.request_id!r} is hashed every {request.hash_block_size} tokens but this manager "
+                f"hashes every {self.hash_block_size} (build it with make_request)"
+            )
+        holder = self._requests.get(request.request_id)
+        if holder is not None and holder is not request:
+            raise ValueError(
+                f"request_id {request.request_id!r} already belongs to another request that holds blocks; "
+                "request ids must be unique"
+            )
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as
@@ -188,7 +250,9 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Give back all blocks of a finished or preempted request (tail first, per group)."""
+        self._check_request(request)
         self.coordinator.free(request.request_id)
+        self._requests.pop(request.request_id, None)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(self.coordinator.get_blocks(request_id))

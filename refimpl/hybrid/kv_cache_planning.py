@@ -239,14 +239,19 @@ def get_kv_cache_groups(
     """Group the layers of `specs` ({layer name: spec}, registration order) into cache groups.
 
     This is planner C, what vLLM 0.32/0.33 run; the article's planner B is
-    `older_planners.get_kv_cache_groups_b`. In order: no layers -> no groups; every spec equal ->
+    `older_planners.get_kv_cache_groups_b`. In order: every spec equal ->
     one group; one `UniformTypeKVCacheSpecs` fits -> one group; pages of several sizes ->
     `get_packed_kv_cache_groups`; otherwise the general hybrid path on unified page sizes.
     `use_eagle=True` (speculative decoding with an MTP/eagle layer) flags the group that holds
     the last registered layer.
     """
+    if not isinstance(specs, Mapping):
+        raise TypeError(f"specs must be a dict {{layer name: KVCacheSpec}}, got {type(specs).__name__}")
     if not specs:
-        return []
+        raise ValueError("specs is empty: a model without attention layers has no KV cache to group")
+    bad = [name for name, spec in specs.items() if not isinstance(spec, KVCacheSpec)]
+    if bad:
+        raise TypeError(f"specs[{bad[0]!r}] must be a KVCacheSpec, got {type(specs[bad[0]]).__name__}")
     values = list(specs.values())
     if all(v == values[0] for v in values):
         return [KVCacheGroupSpec(list(specs), values[0])]
@@ -310,11 +315,15 @@ def get_kv_cache_config(
     `num_blocks_override` is given). The article's planner B is `older_planners.get_kv_cache_config_b`.
     """
     _check_memory(available_memory)
+    if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
+        raise TypeError(f"groups must be a list of KVCacheGroupSpec, got {type(groups).__name__}")
     groups = list(groups)
-    check_layers_unique(groups)
     if not groups:
-        # An attention-free model still needs one block: the block pool's null block.
-        return KVCacheConfig(num_blocks=1, kv_cache_tensors=(), kv_cache_groups=())
+        raise ValueError("groups is empty: there is no cache to lay out (get_kv_cache_groups gives at least one)")
+    bad = [g for g in groups if not isinstance(g, KVCacheGroupSpec)]
+    if bad:
+        raise TypeError(f"groups must hold KVCacheGroupSpec, got {type(bad[0]).__name__}")
+    check_layers_unique(groups)
     block_stride = get_kv_cache_bytes_per_block(groups)
     num_blocks = _num_blocks(available_memory, block_stride, num_blocks_override)
     size = block_stride * num_blocks

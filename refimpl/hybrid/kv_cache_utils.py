@@ -42,14 +42,19 @@ class KVCacheBlock:
     `ref_cnt` counts the block tables holding this block. A block with `ref_cnt == 0` sits in the
     free queue but may still carry a hash ("lazily freed"): a prefix hit can revive it until
     `get_new_blocks` hands it to someone else and its hash is dropped.
+
+    `block_hash_num_tokens` is the prefix length the key stands for: the end of the block for a
+    full block, a point inside it for a partial entry (vLLM's `_cache_partial_tail_block`).
     """
 
-    __slots__ = ("block_id", "ref_cnt", "_block_hash", "prev_free_block", "next_free_block", "is_null")
+    __slots__ = ("block_id", "ref_cnt", "_block_hash", "block_hash_num_tokens", "prev_free_block",
+                 "next_free_block", "is_null")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self._block_hash: BlockHashWithGroupId | None = None
+        self.block_hash_num_tokens: int | None = None
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
@@ -58,15 +63,17 @@ class KVCacheBlock:
     def block_hash(self) -> BlockHashWithGroupId | None:
         return self._block_hash
 
-    def set_block_hash(self, key: BlockHashWithGroupId) -> None:
+    def set_block_hash(self, key: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
         if self._block_hash is not None:
             raise InvariantError(f"block {self.block_id} already has a hash; reset it before re-hashing")
         self._block_hash = key
+        self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Forget the prefix-cache key (the block is about to hold other tokens)."""
         self._block_hash = None
+        self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
         tag = ", null" if self.is_null else ""

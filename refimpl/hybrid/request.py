@@ -35,6 +35,10 @@ class Request:
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
     block_hashes: list[BlockHash] = field(default_factory=list)
+    # Where a prefix this request shares with others ends, when a sliding window has not kept
+    # it yet (set by `KVCacheManager.get_computed_blocks`; vLLM's scheduler sets it from the
+    # lookup's third value). Retention keeps the window's blocks there.
+    shared_prefix_boundary: int = 0
 
     def __post_init__(self) -> None:
         check_positive_int("hash_block_size", self.hash_block_size)

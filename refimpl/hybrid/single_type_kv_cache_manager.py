@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
 from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.request import Request
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     KVCacheGroupSpec,
@@ -56,26 +57,6 @@ class BlockHashListWithBlockSize:
         if not 0 <= j < len(self):
             raise IndexError(f"block {j} has no hash yet ({len(self)} full blocks)")
         return self.block_hashes[(j + 1) * self.scale - 1]
-
-
-class PeriodicBlockMask(Sequence):
-    """`mask[i]` is True for the last `keep` blocks of every `period` blocks, counted from block
-    `shift` (no list is built, so masking a long prompt's table costs nothing). With eagle the
-    hit run ends one block later, so the kept blocks move right by `shift = 1`."""
-
-    def __init__(self, length: int, period: int, keep: int, shift: int = 0) -> None:
-        self.length, self.period, self.keep, self.shift = length, period, keep, shift
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.length))]
-        if not -self.length <= i < self.length:
-            raise IndexError(i)
-        i %= self.length
-        return i >= self.shift and (i - self.shift) % self.period >= self.period - self.keep
 
 
 class SingleTypeKVCacheManager:
@@ -129,8 +110,19 @@ class SingleTypeKVCacheManager:
         """Most blocks this group can hold for one request at once (None: no cap)."""
         return None
 
-    def reachable_block_mask(self, num_full_blocks: int) -> Sequence[bool] | None:
-        """Which full blocks are worth hashing (None: all of them)."""
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int,
+        kv_cache_spec: AttentionSpec,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+    ) -> list[bool] | None:
+        """Which of blocks [start_block, end_block) are worth hashing (None: all of them, as for
+        full attention). Sliding windows override it."""
         return None
 
     # --- counting
@@ -237,23 +229,36 @@ class SingleTypeKVCacheManager:
         self.pending_copies.clear()
         return done
 
-    def cache_blocks(self, request_id: str, block_hashes: Sequence[BlockHash], num_tokens: int) -> None:
-        """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix cache."""
+    def cache_blocks(
+        self,
+        request: Request,
+        num_tokens: int,
+        retention_interval: int | None = None,
+        *,
+        replay_boundaries: Sequence[int] = (),
+    ) -> None:
+        """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix cache.
+
+        `retention_interval` and `replay_boundaries` (see `KVCacheCoordinator.cache_blocks`) only
+        matter to sliding windows, which keep a block only where a later hit could use it; the
+        request's `shared_prefix_boundary` (a junction its lookup found) is kept as well.
+        """
+        request_id = request.request_id
         num_cached = self.num_cached_block.get(request_id, 0)
         num_full = num_tokens // self.block_size
-        if self.is_fine_grained and num_tokens % self.block_size and num_tokens >= self.hash_block_size:
-            # register the block being filled under the hash of the prefix that ends inside it
-            table = self.req_to_blocks[request_id]
-            if num_full < len(table):
-                self.block_pool.cache_partial_block(
-                    block_hashes[num_tokens // self.hash_block_size - 1], table[num_full], self.kv_cache_group_id
-                )
         if num_full <= num_cached:
             return
-        hashes = BlockHashListWithBlockSize(block_hashes, self.hash_block_size, self.block_size)
-        table = self.req_to_blocks[request_id]
+        boundaries = [*replay_boundaries]
+        if request.shared_prefix_boundary:
+            boundaries.append(request.shared_prefix_boundary)
+        mask = self.reachable_block_mask(
+            num_cached, num_full, self.alignment_tokens, self.kv_cache_spec, self.use_eagle,
+            retention_interval=retention_interval, reachable_boundaries=boundaries,
+        )
+        hashes = BlockHashListWithBlockSize(request.block_hashes, self.hash_block_size, self.block_size)
         self.block_pool.cache_full_blocks(
-            hashes, table, num_cached, num_full, self.kv_cache_group_id, block_mask=self.reachable_block_mask(num_full)
+            hashes, self.req_to_blocks[request_id], num_cached, num_full, self.kv_cache_group_id,
+            block_mask=mask, block_size=self.block_size,
         )
         self.num_cached_block[request_id] = num_full
 
@@ -304,6 +309,49 @@ class SingleTypeKVCacheManager:
 
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Full attention: every token's KV stays until the request ends."""
+
+    def cache_blocks(
+        self,
+        request: Request,
+        num_tokens: int,
+        retention_interval: int | None = None,
+        *,
+        replay_boundaries: Sequence[int] = (),
+    ) -> None:
+        """Cache the full blocks, then the partial entries (see `_cache_partial_tail_block`)."""
+        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
+        if self.is_fine_grained and num_tokens % self.block_size and num_tokens >= self.hash_block_size:
+            # refimpl's fine-grained mode: the block being filled answers the prefix ending in it
+            table = self.req_to_blocks[request.request_id]
+            idx = num_tokens // self.block_size
+            if idx < len(table):
+                aligned = num_tokens // self.hash_block_size * self.hash_block_size
+                self.block_pool.cache_partial_block(
+                    request.block_hashes[aligned // self.hash_block_size - 1], table[idx],
+                    self.kv_cache_group_id, aligned,
+                )
+        if self.block_size != self.hash_block_size:
+            self._cache_partial_tail_block(request, num_tokens)
+
+    def _cache_partial_tail_block(self, request: Request, num_tokens: int) -> None:
+        """Register the prompt's last hash boundary when it ends inside a block (vLLM 0.32).
+
+        A resend of the same prompt can reuse at most `num_prompt_tokens - 1` tokens (an eagle
+        lookup reads the whole prompt before dropping), so only that boundary, rounded down to
+        the hash unit, gets a partial entry; boundaries between it and the block start do not.
+        """
+        hash_block_size = self.hash_block_size
+        limit = request.num_prompt_tokens if self.use_eagle else request.num_prompt_tokens - 1
+        boundary = limit // hash_block_size * hash_block_size
+        if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
+            return
+        table = self.req_to_blocks[request.request_id]
+        idx = boundary // self.block_size
+        if idx >= len(table):
+            return
+        self.block_pool.cache_partial_block(
+            request.block_hashes[boundary // hash_block_size - 1], table[idx], self.kv_cache_group_id, boundary
+        )
 
     @classmethod
     def find_longest_cache_hit(
@@ -393,20 +441,50 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         with eagle (that block is matched and then dropped, see `find_longest_cache_hit`)."""
         return cdiv(sliding_window - 1, block_size) + (1 if use_eagle else 0)
 
-    def reachable_block_mask(self, num_full_blocks: int) -> Sequence[bool] | None:
-        """Hash only the blocks just before each alignment boundary: a hit can end only there
-        and needs only the last `cdiv(W - 1, block_size)` blocks before it.
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int,
+        kv_cache_spec: AttentionSpec,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+    ) -> list[bool] | None:
+        """Which of blocks [start_block, end_block) to hash (vLLM's retention rules).
 
-        A window of one token needs no earlier block at all, so nothing is hashed (vLLM's rule;
-        hashing anyway would create hits vLLM never finds).
+        A hit can end only on an alignment boundary and needs only the `need` blocks just before
+        it (`contiguous_blocks_for_hit`), so a block elsewhere can never serve a hit. Where the
+        kept tails are:
+        - `retention_interval=None` (dense): before every alignment boundary;
+        - `0` (vLLM's default): only before the reachable boundaries, the positions a later
+          request can actually resume at (the prompt's replay boundary and a shared-prefix
+          junction a lookup reported);
+        - a positive multiple of the alignment: before every boundary of that interval, plus
+          the reachable ones.
+        With eagle the run ends one block later (`shift`), on the block the lookup drops. A
+        window of one token needs no block before the hit, so nothing is hashed.
         """
-        if self.alignment_tokens % self.block_size:
+        bs = kv_cache_spec.block_size
+        if alignment_tokens % bs:
             return None  # the mask is per block; a finer alignment cannot be expressed
-        per_segment = self.alignment_tokens // self.block_size
-        need = self.contiguous_blocks_for_hit(self.sliding_window, self.block_size, self.use_eagle)
-        if need >= per_segment:
-            return None
-        return PeriodicBlockMask(num_full_blocks, per_segment, need, shift=1 if self.use_eagle else 0)
+        need = cls.contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, use_eagle)
+        shift = 1 if use_eagle else 0
+        mask = [False] * (end_block - start_block)
+        segment = alignment_tokens if retention_interval is None else retention_interval
+        if segment:
+            per_segment = segment // bs
+            if need >= per_segment:
+                return None  # every block is the tail of some boundary
+            for i in range(max(start_block, shift), end_block):
+                mask[i - start_block] = (i - shift) % per_segment >= per_segment - need
+        if retention_interval is not None:
+            for boundary in reachable_boundaries:
+                end = boundary // alignment_tokens * alignment_tokens // bs + shift
+                for j in range(max(start_block, end - need), min(end_block, end)):
+                    mask[j - start_block] = True
+        return mask
 
     @classmethod
     def find_longest_cache_hit(

@@ -92,7 +92,8 @@ def compute_swa_indices_and_lens(
     num_rows = reference_v4.check_swa_inputs(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
-    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, token_offset, num_rows)
+    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size,
+                           token_offset, num_rows, window_size)
     check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     device = block_table.device
     indices = torch.empty((num_rows, window_size), dtype=torch.int32, device=device)

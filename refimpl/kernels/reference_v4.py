@@ -106,7 +106,8 @@ def compute_swa_indices_and_lens(
     num_rows = check_swa_inputs(
         query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
     )
-    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, token_offset, num_rows)
+    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size,
+                           token_offset, num_rows, window_size)
     if seq_lens.numel() == 0:  # no request: every row is padding
         return (
             torch.full((num_rows, window_size), -1, dtype=torch.int32, device=block_table.device),

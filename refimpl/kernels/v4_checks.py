@@ -75,8 +75,11 @@ def check_swa_index_ranges(
     block_size: int,
     token_offset: int,
     num_rows: int,
+    window_size: int | None = None,
 ) -> None:
-    """Ranges for `compute_swa_indices_and_lens` (shapes already checked): see the module docstring."""
+    """Ranges for `compute_swa_indices_and_lens` (shapes already checked): see the module docstring.
+    With `window_size`, every block a valid token's window reads must be a block id (>= 0), not
+    the -1 padding of a block table."""
     _check_requests(query_start_loc, seq_lens)
     if num_rows == 0:
         return
@@ -113,6 +116,18 @@ def check_swa_index_ranges(
             f"token {int(tokens[i])} of request {int(safe[i])} sits at position {int(positions[i])}, past its block_table "
             f"({block_table.shape[1]} blocks of {block_size} = {capacity} positions); seq_lens and block_table disagree"
         )
+    if window_size is not None:
+        first = (positions - window_size + 1).clamp(min=0) // block_size
+        cols = first[:, None] + torch.arange(-(-window_size // block_size) + 1, device=device)[None, :]
+        read = valid[:, None] & (cols <= (positions // block_size)[:, None])
+        ids = block_table.long()[safe[:, None], cols.clamp(max=block_table.shape[1] - 1)]
+        bad = read & (ids < 0)
+        if bool(bad.any()):
+            i, j = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(
+                f"block_table[{int(safe[i])}, {int(cols[i, j])}] = {int(ids[i, j])} is not a block id, but token "
+                f"{int(tokens[i])}'s window reads it (block ids are >= 0)"
+            )
 
 
 def check_topk_index_ranges(

@@ -4,7 +4,8 @@
 - `draw_pool` / `pool_text`: every block of the one pool, coloured by the group that owns it;
 - `draw_blocks_over_time` / `blocks_over_time_text`: live blocks per group per step of a run;
 - `draw_swa_window` / `swa_window_text`: which positions (and slots) a token's window reads;
-- `draw_topk` / `topk_text`: compressed entries chosen by top-k and the slots they map to.
+- `draw_topk` / `topk_text`: compressed entries chosen by top-k and the slots they map to;
+- `draw_retention` / `retention_text`: which sliding-window checkpoints each retention setting keeps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid.addressing import slot_for_position
-from refimpl.viz.palette import MAX_WIDTH
+from refimpl.viz.palette import EMPTY, MAX_WIDTH
 
 GROUP_COLORS = {
     "MLA": "#1f77b4",
@@ -246,4 +247,66 @@ def draw_topk(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int
     ax.set_title(title or f"compressed entries usable by the token at position {position}\n(entry numbers on top, "
                  "chosen ones show their slot, thick lines: block boundaries)", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+# --- retention: which sliding-window checkpoints survive
+
+RETENTION_CELL = {"k": ("#2ca02c", "kept checkpoint"), "h": ("#98df8a", "reused from the cache"),
+                  "-": (EMPTY, "computed, then dropped"), ".": ("white", "null (before the hit)")}
+
+
+def _retention_name(retention: int | None) -> str:
+    if retention is None:
+        return "None (dense)"
+    return "0 (vLLM's default)" if retention == 0 else f"{retention} (every {retention} tokens)"
+
+
+def retention_text(runs) -> str:
+    """One block per setting: each request's window blocks (k kept, h reused, - dropped, . null),
+    its hit and the junction it reported (see `hybrid_simulate.retention_run`)."""
+    lines = []
+    for run in runs:
+        lines.append(f"retention {_retention_name(run.retention)}")
+        for rid in run.hits:
+            cells = run.blocks.get(rid, "")
+            note = f"hit {run.hits[rid]:>2}" + (f", junction {run.junctions[rid]}" if run.junctions[rid] else "")
+            lines.append(f"  {rid}  {cells.ljust(max(len(c) for c in run.blocks.values()))}  {note}")
+    return "\n".join(lines)
+
+
+def draw_retention(runs, title: str = "") -> Figure:
+    """Per retention setting, the sliding-window blocks of requests A and B on a token axis (kept
+    checkpoints dark, reused hits light, dropped blocks grey), the hit boundaries dashed, and
+    each request's hit on the right; C only looks up."""
+    first = runs[0]
+    tokens = max(len(c) for c in first.blocks.values()) * first.block_size
+    fig = Figure(figsize=(MAX_WIDTH, 1.15 * len(runs) + 0.9))
+    axes = fig.subplots(len(runs), 1, sharex=True)
+    for ax, run in zip(np.atleast_1d(axes), runs):
+        rids = list(run.blocks)
+        for row, rid in enumerate(rids):
+            for col, state in enumerate(run.blocks[rid]):
+                color, _ = RETENTION_CELL[state]
+                ax.add_patch(Rectangle((col * run.block_size, -row - 0.9), run.block_size, 0.8, facecolor=color,
+                                       edgecolor="black", lw=0.5))
+        for boundary in range(run.alignment, tokens, run.alignment):
+            ax.axvline(boundary, color="black", ls="--", lw=0.8)
+        for row, rid in enumerate(rids):
+            junction = f", pins {run.junctions[rid]}" if run.junctions[rid] else ""
+            ax.text(tokens + 1, -row - 0.5, f"{rid}: hit {run.hits[rid]}{junction}", va="center", fontsize=8)
+        ax.text(tokens + 1, -len(rids) - 0.35, f"C: hit {run.hits['C']}", va="center", fontsize=8)
+        ax.set_xlim(0, tokens + 17)
+        ax.set_ylim(-len(rids) - 0.7, 0.1)
+        ax.set_yticks([-r - 0.5 for r in range(len(rids))], rids, fontsize=8)
+        ax.set_title(f"retention {_retention_name(run.retention)}", fontsize=9, loc="left")
+        ax.tick_params(axis="x", labelsize=8)
+    axes_list = list(np.atleast_1d(axes))
+    axes_list[-1].set_xticks(range(0, tokens + 1, first.alignment))
+    axes_list[-1].set_xlabel(f"token position (window blocks of {first.block_size} tokens; dashed: hit boundaries "
+                             f"every {first.alignment} tokens)", fontsize=8)
+    handles = [Patch(facecolor=c, edgecolor="black", lw=0.5, label=label) for c, label in RETENTION_CELL.values()]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(title or "which sliding-window checkpoints survive", fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

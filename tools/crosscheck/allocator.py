@@ -1,21 +1,39 @@
 """Play the same random streams through vLLM's and refimpl's allocators and compare every output
-and the pool state after every operation; shrink the first divergence of a failing stream."""
+and the pool state after every operation; shrink the first divergence of a failing stream.
+
+Each stream runs at one retention setting (`streams.RETENTION_SETTINGS`); `causes` names what a
+stream exercised (the unitary coordinator, a pinned junction, a refused allocation, ...), so the
+report can say how many agreeing streams reached each feature.
+"""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from functools import partial
 
 from tools.crosscheck.refimpl_side import RefimplAllocator
 from tools.crosscheck.streams import GROUP_SETS, GroupSet, Harness, random_stream
 
 
-def run_stream(gs: GroupSet, ops: list[tuple], make_other) -> tuple[list, int | None, tuple | None]:
-    """(vLLM-side observations, index of the first divergence or None, (theirs, ours) there)."""
-    theirs = Harness(make_other(gs), gs.max_model_len)
+def _construct(make, gs: GroupSet, retention: str):
     try:
-        ours = Harness(RefimplAllocator(gs), gs.max_model_len)
-    except Exception as exc:  # noqa: BLE001 - a crash is a divergence too
-        return [], 0, ("constructed", f"{type(exc).__name__}: {exc}")
+        return Harness(make(gs, retention), gs.max_model_len), None
+    except Exception as exc:  # noqa: BLE001 - a refusal is an observation too
+        return None, type(exc).__name__
+
+
+def run_stream(gs: GroupSet, ops: list[tuple], make_other, retention: str = "0") -> tuple[list, int | None, tuple | None]:
+    """(vLLM-side observations, index of the first divergence or None, (theirs, ours) there).
+
+    Both sides refusing the configuration with the same exception type is an agreement (one
+    observation, ["refused", type])."""
+    theirs, their_error = _construct(make_other, gs, retention)
+    ours, our_error = _construct(RefimplAllocator, gs, retention)
+    if their_error or our_error:
+        if their_error == our_error:
+            return [["refused", their_error]], None, None
+        return [], 0, (f"constructed: {their_error or 'ok'}", f"constructed: {our_error or 'ok'}")
     record = []
     for i, op in enumerate(ops):
         a = (theirs.play(op), theirs.observe())
@@ -29,16 +47,18 @@ def run_stream(gs: GroupSet, ops: list[tuple], make_other) -> tuple[list, int | 
     return record, None, None
 
 
-def shrink(gs: GroupSet, ops: list[tuple], make_other) -> list[tuple]:
+def shrink(gs: GroupSet, ops: list[tuple], make_other, retention: str = "0") -> list[tuple]:
     """Delete operations (halves, then single ones) while the streams still diverge."""
-    ops = list(ops[: run_stream(gs, ops, make_other)[1] + 1])
+    run = partial(run_stream, gs, make_other=make_other, retention=retention)
+    ops = list(ops[: run(ops)[1] + 1])
     chunk = max(1, len(ops) // 2)
     while chunk >= 1:
         i = 0
         while i < len(ops):
             trial = ops[:i] + ops[i + chunk :]
-            if trial and run_stream(gs, trial, make_other)[1] is not None:
-                ops = trial[: run_stream(gs, trial, make_other)[1] + 1]
+            at = run(trial)[1] if trial else None
+            if at is not None:
+                ops = trial[: at + 1]
             else:
                 i += chunk
         chunk //= 2
@@ -46,9 +66,7 @@ def shrink(gs: GroupSet, ops: list[tuple], make_other) -> list[tuple]:
 
 
 def _jsonable(x):
-    if isinstance(x, tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, list):
+    if isinstance(x, (tuple, list)):
         return [_jsonable(v) for v in x]
     if isinstance(x, dict):
         return {k: _jsonable(v) for k, v in x.items()}
@@ -63,18 +81,61 @@ def stream_for(seed: int) -> tuple[GroupSet, list[tuple]]:
     return gs, random_stream(rng, gs, rng.randrange(20, 81))
 
 
-def crosscheck_allocator(num_streams: int, make_other, log=print) -> tuple[int, list[str]]:
-    """Returns (streams that agree, one report line per failing stream)."""
-    agreed, failures = 0, []
+def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
+    """What one stream exercised, read from its group set, its operations and vLLM's answers."""
+    found = set()
+    if record and record[0][0] == "refused":
+        return {"configuration refused by both"}
+    if len(gs.groups) == 1 and gs.enable_caching:
+        found.add("one group (unitary coordinator)")
+    if gs.use_eagle or gs.eagle_groups:
+        found.add("eagle / MTP drop")
+    if any(g[0] == "full" and g[1] > min(d[1] for d in gs.groups) for g in gs.groups) or gs.unit > 1:
+        found.add("full block above the hash unit (partial tail)")
+    if gs.unit > 1:
+        found.add("DeepSeek V4 real block sizes")
+    if gs.max_in_flight_tokens is not None:
+        found.add("in-flight token cap")
+    for op, (out, _state) in zip(ops, record):
+        if not isinstance(out, list):
+            continue
+        if out[0] == "hit":
+            _, _, hit_len, _, junction, _, new = out
+            if hit_len:
+                found.add("prefix hit")
+            if junction:
+                found.add("shared-prefix junction pinned")
+            if new is None:
+                found.add("allocation refused")
+                if op[6]:
+                    found.add("refused with reserved_blocks")
+                if op[4]:
+                    found.add("full-sequence check")
+            elif op[7]:
+                found.add("delayed caching")
+        elif out[0] == "alloc" and out[1] is None:
+            found.add("allocation refused")
+        elif out[0] == "reset":
+            found.add("reset_prefix_cache " + ("accepted" if out[1] else "refused"))
+    return found
+
+
+def crosscheck_allocator(num_streams: int, make_other, retention: str = "0", log=print) -> tuple[int, list[str], Counter]:
+    """Returns (streams that agree, one report line per failing stream, agreeing streams per cause)."""
+    agreed, failures, by_cause = 0, [], Counter()
     for seed in range(num_streams):
         gs, ops = stream_for(seed)
-        _, at, diff = run_stream(gs, ops, make_other)
+        record, at, diff = run_stream(gs, ops, make_other, retention)
         if at is None:
             agreed += 1
+            by_cause.update(causes(gs, ops, record))
             continue
-        small = shrink(gs, ops, make_other) if at > 0 or diff[0] != "constructed" else ops[:1]
-        _, at2, diff2 = run_stream(gs, small, make_other)
-        failures.append(f"stream {seed} ({gs.name}): diverges at operation {at} of {len(ops)}; shrunk to "
-                        f"{len(small)} operations {small}\n    vLLM:    {diff2[0]}\n    refimpl: {diff2[1]}")
+        small = shrink(gs, ops, make_other, retention) if ops else ops
+        _, at2, diff2 = run_stream(gs, small, make_other, retention)
+        if diff2 is None:  # the divergence is in construction only
+            small, diff2 = [], diff
+        failures.append(f"stream {seed} ({gs.name}, retention {retention}): diverges at operation {at} of "
+                        f"{len(ops)}; shrunk to {len(small)} operations {small}\n    vLLM:    {diff2[0]}\n"
+                        f"    refimpl: {diff2[1]}")
         log(failures[-1])
-    return agreed, failures
+    return agreed, failures, by_cause

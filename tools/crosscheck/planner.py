@@ -60,3 +60,15 @@ def plan_refimpl(case: dict) -> dict:
 
 def _groups(groups) -> list:
     return [[list(g.layer_names), bool(g.is_eagle_group)] for g in groups]
+
+
+def plan_causes(case: dict, plan: dict) -> set[str]:
+    """What one planner case exercised, for the report."""
+    found = {f"block size {case['block_size']}", f"{case['indexer']} indexer", f"{case['cache_dtype']} cache"}
+    if case["block_size"] > 256 and 4 in case["ratios"]:
+        found.add("indexer and main attention split into 256-token kernel blocks")
+    if case["mtp"]:
+        found.add("MTP layer (eagle group)")
+    if "error" in plan:
+        found.add("budget below one block")
+    return found

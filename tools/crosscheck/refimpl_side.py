@@ -7,7 +7,7 @@ from refimpl.hybrid.request import RequestStatus
 from refimpl.hybrid.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
 
 from tools.crosscheck.adapter import ManagerAdapter
-from tools.crosscheck.streams import GroupSet
+from tools.crosscheck.streams import GroupSet, retention_interval
 
 
 def make_spec(desc: tuple):
@@ -20,20 +20,22 @@ def make_spec(desc: tuple):
 class RefimplAllocator(ManagerAdapter):
     RequestStatus = RequestStatus
 
-    def __init__(self, gs: GroupSet) -> None:
+    def __init__(self, gs: GroupSet, retention: str = "0") -> None:
         groups = [
             KVCacheGroupSpec((f"layer{i}",), make_spec(d), is_eagle_group=i in gs.eagle_groups)
             for i, d in enumerate(gs.groups)
         ]
-        eagle = {"use_eagle": True} if gs.use_eagle else {}
         self.m = KVCacheManager(groups, gs.num_blocks, gs.max_model_len, watermark=gs.watermark,
-                                enable_caching=gs.enable_caching, **eagle)
+                                enable_caching=gs.enable_caching, use_eagle=gs.use_eagle,
+                                max_num_batched_tokens=gs.max_in_flight_tokens,
+                                prefix_cache_retention_interval=retention_interval(retention, gs))
 
     def new_request(self, rid, tokens):
         return self.m.make_request(rid, tokens)
 
     def _computed_blocks(self, req):
-        return self.m.get_computed_blocks(req)
+        blocks, n = self.m.get_computed_blocks(req)
+        return blocks, n, req.shared_prefix_boundary
 
     def _free_block_ids(self):
         return [b.block_id for b in self.m.block_pool.free_block_queue]

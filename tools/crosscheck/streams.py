@@ -9,16 +9,20 @@ request that was freed), identically for both allocators; that keeps every sub-s
 
 Operations:
 - ("new", rid, tokens)                     a request arrives (waiting)
-- ("schedule", rid, chunk, lookahead, must_fit, has_scheduled)
-      a waiting/preempted request: look up its prefix hit, then allocate `chunk` new tokens
-      (capped at what is left); a running request with uncomputed tokens: the next chunk
+- ("schedule", rid, chunk, lookahead, must_fit, has_scheduled, reserved, delay)
+      a waiting/preempted request: look up its prefix hit (and the shared-prefix junction it
+      reports), then allocate `chunk` new tokens (capped at what is left), keeping `reserved`
+      blocks free and, with `delay`, without caching this step's blocks (P/D-style delayed
+      caching); a running request with uncomputed tokens: the next chunk
 - ("decode", rid, k, lookahead)           a running request, fully computed: k new tokens
 - ("preempt", rid)                         free its blocks, it waits again from token 0
 - ("finish", rid)                          free its blocks, it leaves
+- ("reset",)                               reset_prefix_cache (refused while blocks are held)
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,7 +31,11 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class GroupSet:
     """Cache groups for the allocator: ("full", block_size) or ("swa", block_size, window),
-    with an optional eagle flag per group."""
+    with an optional eagle flag per group.
+
+    `unit` scales prompt lengths and chunk sizes (DeepSeek V4's real block sizes need prompts of
+    hundreds of tokens before a hit can end on a 256-token boundary). `max_in_flight_tokens`
+    caps the blocks the full-sequence admission check asks of a sliding-window group."""
 
     name: str
     groups: tuple[tuple, ...]
@@ -37,7 +45,21 @@ class GroupSet:
     use_eagle: bool = False
     watermark: float = 0.0
     enable_caching: bool = True
+    unit: int = 1
+    max_in_flight_tokens: int | None = None
 
+    @property
+    def scheduler_block_size(self) -> int:
+        return math.lcm(*(g[1] for g in self.groups))
+
+    @property
+    def has_sliding_window(self) -> bool:
+        return any(g[0] == "swa" for g in self.groups)
+
+
+# DeepSeek V4 Pro's five groups at their real block sizes: MLA (256), two SWA groups (64, W 128),
+# the ratio-128 compressor state (8, W 128) and the ratio-4 compressor state (4, W 8).
+DSV4 = (("full", 256), ("swa", 64, 128), ("swa", 64, 128), ("swa", 8, 128), ("swa", 4, 8))
 
 GROUP_SETS: dict[str, GroupSet] = {
     gs.name: gs
@@ -57,22 +79,52 @@ GROUP_SETS: dict[str, GroupSet] = {
         GroupSet("eagle-all", (("full", 4), ("swa", 4, 6)), 30, use_eagle=True),
         GroupSet("eagle-dsv4-like", (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8)), 60,
                  eagle_groups=(2,), use_eagle=True),
+        # one group: vLLM's unitary coordinator (one lookup, no look-one-block-further margin)
+        GroupSet("full-eagle", (("full", 4),), 24, use_eagle=True),
+        GroupSet("swa-single", (("swa", 4, 6),), 24),
+        GroupSet("swa-single-eagle", (("swa", 4, 9),), 24, use_eagle=True),
+        # a flagged full group whose block is larger than the hash unit: the partial tail block
+        GroupSet("full8-flagged+swa4", (("full", 8), ("swa", 4, 21)), 40, eagle_groups=(0,), use_eagle=True),
+        GroupSet("full8+swa4", (("full", 8), ("swa", 4, 5)), 40),
+        # the in-flight token cap of the full-sequence admission check
+        GroupSet("in-flight-cap", (("full", 4), ("swa", 4, 8), ("swa", 2, 4)), 36, max_in_flight_tokens=8),
+        # DeepSeek V4's real block sizes (256/64/8/4)
+        GroupSet("dsv4-real", DSV4, 900, max_model_len=2048, unit=32, max_in_flight_tokens=512),
+        GroupSet("dsv4-real-mtp", DSV4 + (("swa", 64, 128),), 1000, max_model_len=2048, unit=32,
+                 eagle_groups=(5,), use_eagle=True),
     ]
 }
+
+RETENTION_SETTINGS = ("none", "0", "2x")
+"""Retention settings the crosscheck runs at: dense (None), vLLM's default (0), and a positive
+interval of twice the scheduler block size."""
+
+
+def retention_interval(setting: str, gs: GroupSet) -> int | None:
+    """The `prefix_cache_retention_interval` a setting means for one group set."""
+    if setting == "none":
+        return None
+    if setting.endswith("x"):
+        return int(setting[:-1]) * gs.scheduler_block_size
+    return int(setting)
 
 
 def random_stream(rng: random.Random, group_set: GroupSet, length: int = 40) -> list[tuple]:
     """Operations over a few prompts that share prefixes (3 symbols, so hits are common)."""
     ops: list[tuple] = []
-    bases = [[rng.randrange(3) for _ in range(rng.randrange(4, 40))] for _ in range(3)]
+    u = group_set.unit
+    bases = [[rng.randrange(3) for _ in range(rng.randrange(4, 40) * u)] for _ in range(3)]
     next_id = 0
     live: list[str] = []
     for _ in range(length):
-        kind = rng.choices(["new", "schedule", "decode", "preempt", "finish"], [3, 5, 5, 1, 2])[0]
+        kind = rng.choices(["new", "schedule", "decode", "preempt", "finish", "reset"], [3, 5, 5, 1, 2, 0.3])[0]
+        if kind == "reset":
+            ops.append(("reset",))
+            continue
         if kind == "new" or not live:
             base = rng.choice(bases)
-            tokens = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(0, 12))]
-            tokens = tokens[: group_set.max_model_len - 20] or [0]
+            tokens = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(0, 12) * u)]
+            tokens = tokens[: group_set.max_model_len - 20 * u] or [0]
             rid = f"r{next_id}"
             next_id += 1
             live.append(rid)
@@ -80,8 +132,9 @@ def random_stream(rng: random.Random, group_set: GroupSet, length: int = 40) -> 
             continue
         rid = rng.choice(live)
         if kind == "schedule":
-            ops.append(("schedule", rid, rng.choice([1, 3, 4, 8, 16, 64]), rng.choice([0, 0, 0, 2]),
-                        rng.random() < 0.2, rng.random() < 0.7))
+            ops.append(("schedule", rid, rng.choice([1, 3, 4, 8, 16, 64]) * u, rng.choice([0, 0, 0, 2]),
+                        rng.random() < 0.2, rng.random() < 0.7, rng.choice([0, 0, 0, 0, 1, 3]),
+                        rng.random() < 0.1))
         elif kind == "decode":
             ops.append(("decode", rid, rng.choice([1, 1, 2, 3]), rng.choice([0, 0, 1, 3])))
         elif kind == "preempt":
@@ -99,10 +152,12 @@ class Allocator(Protocol):
     def new_request(self, rid: str, tokens: list[int]) -> Any: ...
     def append_tokens(self, req: Any, tokens: list[int]) -> None: ...
     def set_state(self, req: Any, num_computed: int, running: bool, preempted: bool) -> None: ...
-    def get_computed_blocks(self, req: Any) -> tuple[Any, list[list[int]], int]: ...
+    def get_computed_blocks(self, req: Any) -> tuple[Any, list[list[int]], int, int]: ...
     def allocate_slots(self, req: Any, n: int, n_computed: int, hits: Any, lookahead: int,
-                       must_fit: bool, has_scheduled: bool) -> list[list[int]] | None: ...
+                       must_fit: bool, has_scheduled: bool, reserved: int = 0,
+                       delay: bool = False) -> list[list[int]] | None: ...
     def free(self, req: Any) -> None: ...
+    def reset_prefix_cache(self) -> bool: ...
     def tables(self, rid: str) -> list[list[int]]: ...
     def pool_state(self) -> dict: ...
 
@@ -126,6 +181,8 @@ class Harness:
     next_token: int = 100
 
     def play(self, op: tuple) -> Any:
+        if op[0] == "reset":
+            return ("reset", self.alloc.reset_prefix_cache())
         kind, rid = op[0], op[1]
         if kind == "new":
             if rid in self.reqs:
@@ -145,7 +202,7 @@ class Harness:
                 self.alloc.set_state(req.handle, 0, running=False, preempted=True)
             return "ok"
         if kind == "schedule":
-            _, _, chunk, lookahead, must_fit, has_scheduled = op
+            _, _, chunk, lookahead, must_fit, has_scheduled, reserved, delay = op
             if req.status == "running":
                 left = len(req.tokens) - req.num_computed
                 if left <= 0:
@@ -153,21 +210,23 @@ class Harness:
                 n = min(chunk, left)
                 if req.num_computed + n + lookahead > self.max_model_len:
                     return "skip"
-                out = self.alloc.allocate_slots(req.handle, n, 0, None, lookahead, False, has_scheduled)
+                out = self.alloc.allocate_slots(req.handle, n, 0, None, lookahead, False, has_scheduled,
+                                                reserved, delay)
                 if out is not None:
                     req.num_computed += n
                     self.alloc.set_state(req.handle, req.num_computed, running=True, preempted=False)
                 return ("alloc", out)
-            hits, hit_ids, hit_len = self.alloc.get_computed_blocks(req.handle)
+            hits, hit_ids, hit_len, junction = self.alloc.get_computed_blocks(req.handle)
             n = min(chunk, len(req.tokens) - hit_len)
             if hit_len + n + lookahead > self.max_model_len:
                 return "skip"
-            out = self.alloc.allocate_slots(req.handle, n, hit_len, hits, lookahead, must_fit, has_scheduled)
+            out = self.alloc.allocate_slots(req.handle, n, hit_len, hits, lookahead, must_fit, has_scheduled,
+                                            reserved, delay)
             if out is not None:
                 req.num_computed = hit_len + n
                 req.status, req.started = "running", True
                 self.alloc.set_state(req.handle, req.num_computed, running=True, preempted=False)
-            return ("hit", hit_ids, hit_len, "alloc", out)
+            return ("hit", hit_ids, hit_len, "junction", junction, "alloc", out)
         if kind == "decode":
             _, _, k, lookahead = op
             if req.status != "running" or req.num_computed != len(req.tokens):

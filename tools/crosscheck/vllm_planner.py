@@ -1,33 +1,90 @@
-"""The installed vLLM's planner on a refimpl spec dict (only inside `.venv-vllm`)."""
+"""The installed vLLM's planner on DeepSeek V4 specs that vLLM builds itself (only inside `.venv-vllm`).
+
+Nothing here reads refimpl's specs: every cache layer is one of vLLM's own DeepSeek V4 layer
+classes (`DeepseekV4IndexerCache`, `CompressorStateCache`, `DeepseekV4SWACache`, and the main
+attention's `get_kv_cache_spec`), constructed with the arguments vLLM's model passes them, and
+each spec goes through `customize_attention_spec(backend, spec)` with the layer's own attention
+backend, which is where a backend's `get_supported_kernel_block_sizes` sets the stride
+alignment. Only the layer names (`layers.N.indexer.k_cache`, ...) are refimpl's, so the two
+plans can be compared layer by layer.
+"""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import torch
-from vllm.v1.attention.backend import MultipleOf
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.models.deepseek_v4.attention import DeepseekV4IndexerCache, _resolve_dsv4_kv_cache_dtype
+from vllm.models.deepseek_v4.compressor import CompressorStateCache
+from vllm.models.deepseek_v4.cpu.cpu_sparse import DeepseekV4CPUAttention
+from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
+from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.worker.utils import customize_attention_spec
+
 try:  # vLLM 0.33 moved the planner out of kv_cache_utils
     from vllm.v1.core import kv_cache_planning as kv_cache_utils
 except ImportError:  # vLLM 0.32
     from vllm.v1.core import kv_cache_utils
-from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
-from vllm.v1.kv_cache_layout import KVCacheLayout
 
-from refimpl.hybrid import kv_cache_interface as R
-from tools.crosscheck.planner import _groups, refimpl_specs
+from tools.crosscheck.planner import _groups as groups_summary
+
+# DeepSeek V4's model config numbers that vLLM's layers receive (config.json of V4 Pro/Flash).
+HEAD_DIM = 512  # config.head_dim
+INDEX_HEAD_DIM = 128  # config.index_head_dim
+INDEXER_QUANT_BLOCK = 128  # DeepseekV4Indexer.quant_block_size: one fp32 scale per 128 fp8 values
+MXFP4_BLOCK = 32  # one UE8M0 scale per 32 fp4 values
 
 
-def to_vllm_spec(spec):
-    """Same page sizes, kinds, windows and equalities as the refimpl spec: one stored state of
-    `entry_bytes` per `compress_ratio` tokens, padded to the same alignment."""
-    common = dict(block_size=spec.block_size, num_kv_heads=1, head_size=spec.entry_bytes, dtype=torch.uint8,
-                  tokens_per_state=spec.compress_ratio, alignment=spec.alignment,
-                  cache_dtype_str=spec.cache_dtype_str, model_version=spec.model_version)
-    if spec.kernel_block_size is not None:
-        common["block_stride_alignment"] = MultipleOf(spec.kernel_block_size)
-    if isinstance(spec, R.SlidingWindowMLASpec):
-        return SlidingWindowMLASpec(sliding_window=spec.sliding_window, **common)
-    return MLAAttentionSpec(**common)
+def indexer_k_cache_head_dim(indexer: str) -> int:
+    """Bytes per indexer entry, as `DeepseekV4Indexer.__init__` computes `k_cache_head_dim`."""
+    if indexer == "fp4":
+        return INDEX_HEAD_DIM // 2 + INDEX_HEAD_DIM // MXFP4_BLOCK
+    return INDEX_HEAD_DIM + INDEX_HEAD_DIM // INDEXER_QUANT_BLOCK * 4
+
+
+def vllm_specs(case: dict) -> dict:
+    """{layer name: vLLM spec after its backend customised it}, in vLLM's registration order."""
+    vc = VllmConfig()
+    vc.cache_config.block_size = case["block_size"]
+    vc.cache_config.cache_dtype = case["cache_dtype"]
+    attention_cls = DeepseekV4CPUAttention  # the installed platform's V4 attention layer
+    fp8_layout = case["cache_dtype"] == "fp8_ds_mla"
+    kv_cache_dtype, kv_torch_dtype = _resolve_dsv4_kv_cache_dtype(fp8_layout, case["cache_dtype"], vc.cache_config)
+    layers: list[tuple[str, object, type]] = []  # (name, spec before customising, backend)
+
+    def add(name: str, layer) -> None:
+        layers.append((name, layer.get_kv_cache_spec(vc), layer.get_attn_backend()))
+
+    ratios = list(case["ratios"]) + ([0] if case["mtp"] else [])
+    with set_current_vllm_config(vc):
+        for i, ratio in enumerate(ratios):
+            if ratio == 4:
+                add(f"layers.{i}.indexer.k_cache", DeepseekV4IndexerCache(
+                    head_dim=indexer_k_cache_head_dim(case["indexer"]), dtype=torch.uint8,
+                    prefix=f"layers.{i}.indexer.k_cache", cache_config=vc.cache_config, compress_ratio=4))
+                add(f"layers.{i}.indexer.compressor.state_cache", CompressorStateCache(
+                    state_dim=2 * 2 * INDEX_HEAD_DIM, dtype=torch.float32, compress_ratio=4,
+                    prefix=f"layers.{i}.indexer.compressor.state_cache"))
+            add(f"layers.{i}.swa_cache", DeepseekV4SWACache(
+                head_dim=HEAD_DIM, window_size=case["sliding_window"], dtype=kv_torch_dtype,
+                prefix=f"layers.{i}.swa_cache", cache_config=vc.cache_config,
+                backend_cls=attention_cls.swa_backend_cls))
+            if ratio > 1:
+                attn = SimpleNamespace(compress_ratio=ratio, kv_cache_dtype=kv_cache_dtype, head_dim=HEAD_DIM,
+                                       kv_cache_torch_dtype=kv_torch_dtype)
+                layers.append((f"layers.{i}.attn", attention_cls.get_kv_cache_spec(attn, vc), attention_cls.backend_cls))
+                coff = 2 if ratio == 4 else 1
+                add(f"layers.{i}.compressor.state_cache", CompressorStateCache(
+                    state_dim=2 * coff * HEAD_DIM, dtype=torch.float32, compress_ratio=ratio,
+                    prefix=f"layers.{i}.compressor.state_cache"))
+    return {name: customize_attention_spec(backend, spec) for name, spec, backend in layers}
+
+
+def kernel_block_sizes(case: dict) -> dict:
+    """{cache kind: the kernel block sizes its backend reports}, for the report."""
+    specs = vllm_specs(case)
+    return {name.split(".", 2)[2]: spec.block_stride_alignment for name, spec in specs.items()}
 
 
 def vllm_config(mtp: bool):
@@ -36,7 +93,7 @@ def vllm_config(mtp: bool):
         spec_config = SimpleNamespace(use_eagle=lambda: True, use_eagle_block_drop=lambda: True, method="mtp")
     return SimpleNamespace(
         cache_config=SimpleNamespace(get_resolved_kv_cache_layout=lambda: KVCacheLayout.BLHNC,
-                                     num_gpu_blocks_override=None, prefix_cache_retention_interval=None),
+                                     num_gpu_blocks_override=None, prefix_cache_retention_interval=0),
         scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
         attention_config=SimpleNamespace(hisparse_config=None),
         speculative_config=spec_config,
@@ -45,10 +102,7 @@ def vllm_config(mtp: bool):
 
 
 def plan_vllm(case: dict) -> dict:
-    ours = refimpl_specs(case)
-    specs = {name: to_vllm_spec(s) for name, s in ours.items()}
-    for name, s in ours.items():  # the conversion must keep every page size
-        assert specs[name].page_size_bytes == s.page_size_bytes, (name, specs[name].page_size_bytes, s.page_size_bytes)
+    specs = vllm_specs(case)
     cfg = vllm_config(case["mtp"])
     groups = kv_cache_utils.get_kv_cache_groups(cfg, specs)
     if case["mtp"] and "is_draft" in getattr(type(next(iter(specs.values()))), "__dataclass_fields__", {}):
@@ -62,9 +116,9 @@ def plan_vllm(case: dict) -> dict:
         if config.num_blocks < 1:
             raise ValueError
     except ValueError:
-        return {"groups": _groups(groups), "error": "budget below one block"}
+        return {"groups": groups_summary(groups), "error": "budget below one block"}
     return {
-        "groups": _groups(groups),
+        "groups": groups_summary(groups),
         "num_blocks": config.num_blocks,
         "block_stride": max(t.block_stride for t in config.kv_cache_tensors),
         "tensors": [[list(t.layers), t.offset, t.layer_stride, t.block_stride, t.size]

@@ -5,6 +5,7 @@ Only imported inside `.venv-vllm` (see `make crosscheck`).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -16,9 +17,10 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.request import Request, RequestStatus
 
 from tools.crosscheck.adapter import ManagerAdapter
-from tools.crosscheck.streams import GroupSet
+from tools.crosscheck.streams import GroupSet, retention_interval
 
 init_none_hash(sha256)
+logging.getLogger("vllm").setLevel(logging.ERROR)  # refused resets are answers here, not warnings
 
 
 def make_spec(desc: tuple):
@@ -31,7 +33,7 @@ def make_spec(desc: tuple):
 class VllmAllocator(ManagerAdapter):
     RequestStatus = RequestStatus
 
-    def __init__(self, gs: GroupSet) -> None:
+    def __init__(self, gs: GroupSet, retention: str = "0") -> None:
         groups = []
         for i, d in enumerate(gs.groups):
             g = KVCacheGroupSpec([f"layer{i}"], make_spec(d))
@@ -39,18 +41,21 @@ class VllmAllocator(ManagerAdapter):
             groups.append(g)
         sizes = [d[1] for d in gs.groups]
         self.hash_block_size = math.gcd(*sizes)
-        config = KVCacheConfig(num_blocks=gs.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+        config = KVCacheConfig(num_blocks=gs.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
+                               prefix_cache_retention_interval=retention_interval(retention, gs))
         self.m = KVCacheManager(config, gs.max_model_len, scheduler_block_size=math.lcm(*sizes),
                                 hash_block_size=self.hash_block_size, enable_caching=gs.enable_caching,
-                                use_eagle=gs.use_eagle, watermark=gs.watermark)
+                                use_eagle=gs.use_eagle, watermark=gs.watermark,
+                                max_in_flight_tokens=gs.max_in_flight_tokens)
         self.hasher = get_request_block_hasher(self.hash_block_size, sha256)
 
     def new_request(self, rid, tokens):
         return Request(rid, list(tokens), SamplingParams(max_tokens=1000), None, block_hasher=self.hasher)
 
     def _computed_blocks(self, req):
-        blocks, n, _shared = self.m.get_computed_blocks(req)
-        return blocks, n
+        blocks, n, junction = self.m.get_computed_blocks(req)
+        req.shared_prefix_boundary = junction  # what vLLM's scheduler does with the third value
+        return blocks, n, junction
 
     def _free_block_ids(self):
         return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]
