@@ -71,6 +71,50 @@ def test_preemption_recomputes_and_still_matches():
     assert_matches_oracle("A", names, outputs)
 
 
+def test_preempted_request_gives_back_every_block_keeps_its_tokens_and_is_recomputed():
+    """Chapter 13's run: two 12-token requests in 16 usable blocks. At position 16 both cross a
+    block boundary in both compressor-state groups; the first takes the last two free blocks and
+    the second, the last running request, is preempted in the middle of its decode."""
+    import torch
+
+    from refimpl.hybrid.request import RequestStatus
+    from refimpl.v4.oracle import oracle_generate
+
+    llm = make_llm("A", num_kvcache_blocks=17, max_num_batched_tokens=32)
+    g = torch.Generator().manual_seed(7)
+    short = [torch.randint(0, 256, (12,), generator=g).tolist() for _ in range(2)]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    x, y = [llm.add_request(prompt, params) for prompt in short]
+    manager, pool = llm.scheduler.kv_cache_manager, llm.scheduler.kv_cache_manager.block_pool
+    for _ in range(5):
+        llm.step()
+    assert llm.scheduler.num_preemptions == 0 and pool.get_num_free_blocks() == 2
+    held = [b for table in manager.get_block_ids(y.request_id) for b in table if b != 0]
+    assert len(held) == 7
+
+    llm.step()
+    assert llm.scheduler.num_preemptions == 1
+    assert y.request.status is RequestStatus.PREEMPTED and y.request.num_computed_tokens == 0
+    assert len(y.request.output_token_ids) == 5  # the generated tokens survive
+    assert list(llm.scheduler.waiting) == [y] and llm.scheduler.running == [x]
+    assert manager.get_block_ids(y.request_id) == ([], [], [], [], [])
+    assert all(pool.blocks[b].ref_cnt == 0 for b in held)
+    assert pool.get_num_free_blocks() == 7  # x took the two free blocks, y gave back its 7
+
+    while y.request.status is not RequestStatus.RUNNING:
+        llm.step()
+    assert x.request.status is RequestStatus.FINISHED  # 11 blocks for y's 17 tokens: only after x
+    assert y.request.num_computed_tokens == 17 and len(y.request.output_token_ids) == 6
+    while not llm.is_finished():
+        llm.step()
+    assert llm.scheduler.num_preemptions == 1 and llm.stats.cached_tokens == 0
+    for req, prompt in ((x, short[0]), (y, short[1])):
+        tokens, logits = oracle_generate(hf_model("A"), prompt, 12)
+        assert list(req.request.output_token_ids) == tokens
+        assert max((a - b).abs().max().item() for a, b in zip(req.logits, logits)) < 1e-4
+    assert pool.get_num_free_blocks() == 16
+
+
 def test_generate_shape_and_text():
     llm = make_llm("A")
     llm.record_logits = False  # the default: no logits kept anywhere
