@@ -107,7 +107,7 @@ def revival(num_blocks: int, block_size: int, queue: str, num_revivals: int, see
     seqs = []
     for i in range(num_blocks // 2):
         prompt = [i * block_size + j for j in range(block_size)]
-        seq = Sequence(prompt + [-1], block_size=block_size)
+        seq = Sequence(prompt + [num_blocks * block_size], block_size=block_size)  # an id no block holds
         bm.allocate(seq, 0)
         seq.num_scheduled_tokens = len(seq)
         bm.hash_blocks(seq)
@@ -121,7 +121,7 @@ def revival(num_blocks: int, block_size: int, queue: str, num_revivals: int, see
     position = {block_id: pos for pos, block_id in enumerate(bm.free_block_ids)}
     middle = [p for p in prompts if num_blocks // 4 <= position[bm.hash_to_block_id[bm.compute_hash(p)]] < 3 * num_blocks // 4]
     targets = rng.sample(middle, min(num_revivals, num_blocks // 4, len(middle)))
-    requests = [Sequence(p + [-2], block_size=block_size) for p in targets]
+    requests = [Sequence(p + [num_blocks * block_size + 1], block_size=block_size) for p in targets]
     start = time.perf_counter()
     for seq in requests:
         bm.allocate(seq, 1)  # block 0 comes out of the middle of the free queue

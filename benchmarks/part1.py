@@ -173,7 +173,7 @@ def revival_us(manager, make_seq, num_blocks: int, block_size: int, num_revivals
     firsts = []
     for i in range(num_seqs):
         tokens = [(i * per_seq * block_size + j) % (1 << 40) for j in range(per_seq * block_size)]
-        seq = make_seq(tokens + [-1])
+        seq = make_seq(tokens + [1 << 40])  # one token past the full blocks (an id no block holds)
         manager.allocate(seq, 0)
         seq.num_scheduled_tokens = per_seq * block_size
         manager.hash_blocks(seq)
@@ -188,7 +188,7 @@ def revival_us(manager, make_seq, num_blocks: int, block_size: int, num_revivals
     chosen = rng.sample(middle, count * repeats)
     times = []
     for r in range(repeats):
-        targets = [make_seq(t + [-2]) for t in chosen[r * count : (r + 1) * count]]
+        targets = [make_seq(t + [(1 << 40) + 1]) for t in chosen[r * count : (r + 1) * count]]
         gc.collect()
         start = time.process_time()
         for seq in targets:

@@ -36,3 +36,9 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def check_instance(name: str, value: object, expected: type) -> None:
+    """Raise a TypeError naming the argument unless `value` is an `expected` (or a subclass)."""
+    if not isinstance(value, expected):
+        raise TypeError(f"{name} must be a {expected.__name__}, got {type(value).__name__} {value!r:.80}")

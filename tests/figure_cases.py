@@ -348,8 +348,11 @@ def pages():
 
 
 def padding_curve():
-    return hybrid_layout.draw_padding_curve([31, 61, 31, 30], lower_bound=31,
-                                            title="Pro: padding against d (search from 31 to 61)")
+    """Chapter 09 (planner C's balanced buckets) and planner B's four buckets."""
+    return [hybrid_layout.draw_padding_curve([61, 31, 30], lower_bound=30,
+                                             title="Pro: padding against d (search from 30 to 61)"),
+            hybrid_layout.draw_padding_curve([31, 61, 31, 30], lower_bound=31,
+                                             title="Pro: padding against d (search from 31 to 61)")]
 
 
 def grouping():
@@ -367,11 +370,18 @@ def groupings():
 
 
 def slab():
+    """Chapter 10 draws planner C's groups in layout order (spec runs); B's groups as they are."""
+    from refimpl.course.layout_summary import groups_in_layout_order
+    from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_config
+
+    specs, groups = _pro()
+    laid_out = groups_in_layout_order(get_kv_cache_config(groups, 10 * GIB))
     figures = []
-    for specs, groups in (_pro(), _pro_b()):
+    for groups in (laid_out, _pro_b()[1]):
         figures.append(hybrid_layout.draw_slab(specs, groups, title="DeepSeek V4-Pro: one block, drawn to scale"))
-        figures.append(hybrid_layout.draw_slab(specs, groups, upto=100_000,
-                                               title="DeepSeek V4-Pro: the first 100,000 bytes of a block"))
+        for upto in (60_000, 100_000):
+            figures.append(hybrid_layout.draw_slab(specs, groups, upto=upto,
+                                                   title=f"DeepSeek V4-Pro: the first {upto:,} bytes of a block"))
     return figures
 
 

@@ -33,9 +33,22 @@ def test_reference_passes_every_check(grader):
     assert report.num_checks >= 6
 
 
-def test_scheduler_variant_base_without_mistakes_passes():
-    """The copy the scheduler variants are built from must itself be exact."""
-    assert course.check_scheduler(broken._ConfigurableScheduler, verbose=False, allow_reference=True).passed
+def test_an_edit_that_changes_nothing_passes_every_grader():
+    """The variants are reference methods recompiled with one edit: recompiling alone changes nothing."""
+    same = {name: broken.edited(getattr(Scheduler, name)) for name in ("schedule", "preempt", "postprocess")}
+    assert course.check_scheduler(type("Same", (Scheduler,), same), verbose=False, allow_reference=True).passed
+    methods = ("_allocate_block", "_block_hashes", "_prefix_hits", "_match_prefix", "can_allocate", "allocate",
+               "deallocate", "can_append", "may_append", "hash_blocks")
+    same = type("Same", (BlockManager,), {name: broken.edited(getattr(BlockManager, name)) for name in methods})
+    assert course.check_block_manager(same, verbose=False, allow_reference=True).passed
+    assert course.check_prefix_cache(same, verbose=False, allow_reference=True).passed
+
+
+def test_an_edit_must_match_exactly_one_line():
+    with pytest.raises(ValueError, match="has 0 lines 'no such line'"):
+        broken.edited(Scheduler.schedule, ("no such line", "pass"))
+    with pytest.raises(ValueError, match="has 4 lines 'break'"):
+        broken.edited(Scheduler.schedule, ("break", "pass"))
 
 
 def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:

@@ -251,3 +251,21 @@ def test_reserved_blocks_are_kept_out_of_reach():
     assert m.allocate_slots(r, 36, reserved_blocks=2) is None
     assert m.block_pool.get_num_free_blocks() == 10
     assert step(m, r, 36, reserved_blocks=1) is not None
+
+
+def test_get_max_num_blocks_bounds_what_a_request_ever_holds():
+    # full attention keeps every block; the window of 8 keeps at most cdiv(8 - 1 + 4, 4) + 1 = 4
+    # blocks when a step schedules at most 4 tokens
+    m = KVCacheManager([full(), swa()], num_blocks=40, max_model_len=64, max_num_batched_tokens=4,
+                       prefix_cache_retention_interval=None)
+    assert [m.get_max_num_blocks(n) for n in (1, 8, 17, 33)] == [2, 4, 9, 13]
+    r = m.make_request("a", range(4))
+    step(m, r, 4)
+    peak = 0
+    for t in range(4, 33):
+        r.append_output_token_ids([100 + t])
+        step(m, r, 1)
+        peak = max(peak, sum(1 for group in m.get_block_ids("a") for block_id in group if block_id))
+    assert peak == 12 <= m.get_max_num_blocks(33)
+    with pytest.raises(ValueError, match="num_tokens"):
+        m.get_max_num_blocks(0)

@@ -195,3 +195,24 @@ def test_viz_figures_and_text_twins():
     assert "4,701" in viz.blocks_per_budget_text(budget, 10 * GIB)
     assert viz.slab_text(PRO, groups) == viz.slab_text(PRO, groups)  # deterministic
     assert viz.format_table([]) == "(empty)"
+
+
+@pytest.mark.parametrize("variant,planner", [("pro", "C"), ("flash", "C"), ("pro", "B")])
+def test_groups_in_layout_order_walk_the_planned_offsets(variant, planner):
+    """Walking each reordered group page after page lands every layer on its planned offset."""
+    from refimpl.course.layout_summary import groups_in_layout_order
+    from refimpl.hybrid.older_planners import PLANNERS
+
+    get_groups, get_config = PLANNERS[planner]
+    config = get_config(get_groups(v4.kv_cache_specs(variant)), 10 * GIB)
+    planned = {n: t.layer_offset(n) for t in config.kv_cache_tensors for n in t.shared_by}
+    ordered = groups_in_layout_order(config)
+    for before, after in zip(config.kv_cache_groups, ordered):
+        assert set(after.layer_names) == set(before.layer_names) and after.width_bytes == before.width_bytes
+        at = 0
+        for name in after.layer_names:
+            assert planned[name] == at
+            at += after.page_size_of(name)
+    if (variant, planner) == ("pro", "C"):  # C's MLA group: the 31 ratio-128 pages, then the indexer run
+        mla = next(g for g in ordered if len(g.layer_names) == 91)
+        assert planned[mla.layer_names[31]] == 31 * 1728 and "indexer" in mla.layer_names[31]

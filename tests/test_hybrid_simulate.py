@@ -11,16 +11,16 @@ def test_pro_manager_has_five_groups_in_one_pool():
     m = S.pro_kv_cache_manager()
     assert m.num_gpu_blocks == 7477 and m.block_pool.get_num_free_blocks() == 7476
     specs = [mgr.kv_cache_spec for mgr in m.coordinator.single_type_managers]
-    assert S.group_labels(specs) == ["MLA", "SWA-a", "SWA-b", "C128 state", "C4 state"]
-    assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [256, 64, 64, 8, 4]
+    assert S.group_labels(specs) == ["SWA-a", "SWA-b", "MLA", "C128 state", "C4 state"]  # planner C
+    assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [64, 64, 256, 8, 4]
     assert m.scheduler_block_size == 256 and m.hash_block_size == 4
-    # the two SWA groups have equal scheduler specs, so they are looked up together
-    assert [g.group_ids for g in m.coordinator.attention_groups] == [[0], [1, 2], [3], [4]]
+    # full attention is looked up first; the two SWA groups have equal specs, so they go together
+    assert [g.group_ids for g in m.coordinator.attention_groups] == [[2], [0, 1], [3], [4]]
 
 
 def test_one_8192_token_chunk_needs_3360_blocks():
     peak, run = S.peak_blocks_chunked_prefill(8192)
-    assert peak.live_blocks == (32, 128, 128, 1024, 2048)
+    assert peak.live_blocks == (128, 128, 32, 1024, 2048)
     assert peak.total_live == 3360 == sum(S.transient_blocks_one_chunk(8192).values())
     assert peak.free_blocks == 7476 - 3360
 
@@ -29,11 +29,11 @@ def test_chunked_prefill_timeline_and_window_nulling():
     peak, run = S.peak_blocks_chunked_prefill(4 * 8192)
     rows = [(r.num_computed_tokens, r.live_blocks, r.null_blocks) for r in run.records]
     assert rows == [
-        (8192, (32, 128, 128, 1024, 2048), (0, 0, 0, 0, 0)),
+        (8192, (128, 128, 32, 1024, 2048), (0, 0, 0, 0, 0)),
         # before chunk 2 the windows drop all but their last 127 (C4 state: 7) tokens
-        (16384, (64, 130, 130, 1040, 2050), (0, 126, 126, 1008, 2046)),
-        (24576, (96, 130, 130, 1040, 2050), (0, 254, 254, 2032, 4094)),
-        (32768, (128, 130, 130, 1040, 2050), (0, 382, 382, 3056, 6142)),
+        (16384, (130, 130, 64, 1040, 2050), (126, 126, 0, 1008, 2046)),
+        (24576, (130, 130, 96, 1040, 2050), (254, 254, 0, 2032, 4094)),
+        (32768, (130, 130, 128, 1040, 2050), (382, 382, 0, 3056, 6142)),
     ]
     assert peak.step == 3 and peak.total_live == 3478
     # the request was freed at the end: every block is back
@@ -45,8 +45,8 @@ def test_long_prompt_then_decode_drops_to_the_windows():
     assert [r.phase for r in run.records] == ["prefill"] * 8 + ["decode"] * 2
     assert peak.step == 7 and peak.total_live == 3606
     # the first decode token opens MLA block 257; each window keeps what its last 127 (7) tokens need
-    assert run.records[8].live_blocks == (257, 3, 3, 17, 3) and run.records[8].total_live == 283
-    assert run.records[8].null_blocks == (0, 1022, 1022, 8176, 16382)
+    assert run.records[8].live_blocks == (3, 3, 257, 17, 3) and run.records[8].total_live == 283
+    assert run.records[8].null_blocks == (1022, 1022, 0, 8176, 16382)
 
 
 def test_decode_frees_the_last_chunk_windows():
@@ -54,9 +54,9 @@ def test_decode_frees_the_last_chunk_windows():
     r = m.make_request("r", S.prompt_tokens(5000))
     run = S.run_request(m, r, chunk_size=8192, decode_tokens=3, free_at_end=False)
     assert [rec.phase for rec in run.records] == ["prefill", "decode", "decode", "decode"]
-    assert run.records[0].live_blocks == (20, 79, 79, 625, 1250)
+    assert run.records[0].live_blocks == (79, 79, 20, 625, 1250)
     # after the first decode step only the windows remain: 127 tokens (3 SWA blocks of 64 ...)
-    assert run.records[1].live_blocks == (20, 3, 3, 17, 3)
+    assert run.records[1].live_blocks == (3, 3, 20, 17, 3)
     check_pool_invariants(m.block_pool, m.get_blocks("r").blocks)
     m.free(r)
     assert m.block_pool.get_num_free_blocks() == 7476
@@ -96,17 +96,17 @@ def test_mini_v4_life_pictures_and_text_twins():
     r = m.make_request("a", S.prompt_tokens(40))
     run = S.run_request(m, r, chunk_size=16, decode_tokens=2, free_at_end=False)
     assert [rec.live_blocks for rec in run.records] == [
-        (1, 4, 4, 8, 16),
-        (2, 6, 6, 12, 17),
-        (3, 4, 4, 8, 9),
+        (4, 4, 1, 8, 16),
+        (6, 6, 2, 12, 17),
+        (4, 4, 3, 8, 9),
         (3, 3, 3, 5, 2),
         (3, 3, 3, 4, 2),
     ]
     text = V.tables_text(m, "a", labels)
-    assert text.splitlines()[0] == "MLA        | 1 32 42"
-    assert text.splitlines()[1] == "SWA-a      | . . . . . . . . 41 40 20"
-    assert V.pool_text(m, labels, ["a"]).startswith("120 blocks: MLA=3, SWA-a=3, SWA-b=3, C128 state=4, C4 state=2,")
-    assert V.blocks_over_time_text(run).splitlines()[1].split() == ["0", "prefill", "16", "1", "4", "4", "8", "16", "33", "86"]
+    assert text.splitlines()[0] == "SWA-a      | . . . . . . . . 42 41 20"
+    assert text.splitlines()[2] == "MLA        | 9 24 38"
+    assert V.pool_text(m, labels, ["a"]).startswith("120 blocks: SWA-a=3, SWA-b=3, MLA=3, C128 state=4, C4 state=2,")
+    assert V.blocks_over_time_text(run).splitlines()[1].split() == ["0", "prefill", "16", "4", "4", "1", "8", "16", "33", "86"]
     for fig in (V.draw_tables(m, "a", labels), V.draw_pool(m, labels, ["a"]), V.draw_blocks_over_time(run)):
         assert isinstance(fig, Figure) and fig.axes
 
@@ -119,10 +119,11 @@ def test_second_request_runs_from_its_prefix_hit():
     run = S.run_request(m, b, chunk_size=2048, free_at_end=False)
     assert run.hit_tokens == 768
     assert [r.num_computed_tokens for r in run.records] == [2816, 3000]  # 768 + 2048, then the rest
-    mla = m.get_block_ids("B")[0]
-    assert mla[:3] == [1, 2, 3] and len(mla) == 12  # A's first three MLA blocks, reused
+    mla = m.get_block_ids("B")[2]
+    # A's first three MLA blocks, reused: A's one chunk took 47 + 47 SWA blocks (ids 1-94) first
+    assert mla[:3] == [95, 96, 97] and len(mla) == 12
     # the hit put null blocks in front of what each window needs before token 768
-    assert run.records[0].null_blocks[1:] == (10, 10, 80, 190)
+    assert run.records[0].null_blocks == (10, 10, 0, 80, 190)
     check_pool_invariants(m.block_pool, m.get_blocks("B").blocks)
 
 

@@ -59,12 +59,18 @@ def test_layer_view_places_one_page_per_block_a_stride_apart():
 
 def test_toy_has_the_same_five_groups_as_pro():
     toy = toy_v4_specs()
-    assert len(toy) == 14 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
-    pro_groups = get_kv_cache_groups_b(v4.kv_cache_specs("pro"))  # the article's planner
-    toy_groups = get_kv_cache_groups_b(toy)
-    assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
-    assert len(toy_groups) == len(TOY_GROUP_LABELS)
-    assert get_packed_kv_cache_layout(toy_groups)[0] == max(g.width_bytes for g in toy_groups)
+    assert len(toy) == 19 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
+    for get_groups in (get_kv_cache_groups, get_kv_cache_groups_b):  # planner C (vLLM's) and the article's B
+        pro_groups = get_groups(v4.kv_cache_specs("pro"))
+        toy_groups = get_groups(toy)
+        assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
+        assert len(toy_groups) == len(TOY_GROUP_LABELS)
+    c_groups = get_kv_cache_groups(toy)
+    assert [[v4.short_name(n, toy[n]) for n in g.layer_names] for g in c_groups][:2] == [
+        ["L0.swa", "L2.swa", "L4.swa"], ["L1.swa", "L3.swa"]]
+    assert get_packed_kv_cache_layout(get_kv_cache_groups_b(toy))[0] == max(g.width_bytes for g in c_groups)
+    # four layers are too few for planner C: the ratio-4 state bucket's single layer makes d = 1
+    assert len(get_kv_cache_groups(toy_v4_specs(4))) == 9
     for bad in (0, 62, 2.0, True):
         with pytest.raises(ValueError):
             toy_v4_specs(bad)

@@ -43,7 +43,8 @@ def test_frames_equal_the_state_of_freshly_stepped_objects():
         action()
         assert frame.state == allocator_state(replay, LABELS, ["A"])
     first = frames[1].state
-    assert first.tables == (("A", ((1,), (2, 3, 4, 5), (6, 7, 8, 9), tuple(range(10, 18)), tuple(range(18, 34)))),)
+    # planner C's group order: SWA-a, SWA-b, MLA, C128 state, C4 state, each from the queue head
+    assert first.tables == (("A", ((1, 2, 3, 4), (5, 6, 7, 8), (9,), tuple(range(10, 18)), tuple(range(18, 34)))),)
     assert first.free_queue[:3] == (34, 35, 36) and first.usage == round(33 / 63, 6)
     assert frames[-1].state.tables == () and frames[-1].state.usage == 0.0
 
@@ -67,7 +68,7 @@ def test_text_picture_and_bad_labels():
     manager = fresh()
     frames = record_allocator_frames(manager, LABELS, ["A"], actions(manager, [16]))
     text = allocator_state_text(frames[1].state)
-    assert text.splitlines()[0] == ("pool: MLA=1, SWA-a=4, SWA-b=4, C128 state=8, C4 state=16, free(hashed)=0, "
+    assert text.splitlines()[0] == ("pool: SWA-a=4, SWA-b=4, MLA=1, C128 state=8, C4 state=16, free(hashed)=0, "
                                     "free=30, null=1; usage 0.524")
     assert "free queue (30), head -> tail: 34 35 36 37 38 39 ... 58 59 60 61 62 63" in text
     assert isinstance(draw_allocator_state(frames[1].state), Figure)
@@ -105,9 +106,9 @@ def test_prefix_hit_frames_show_shared_owners_and_hashes():
         action()
         assert frame.state == allocator_state(replay, LABELS, ["A", "B"])
     with_b = frames[5].state
-    assert with_b.owners[1] == "MLA:A+B" and with_b.owners[32] == "MLA:A+B"  # A's first two MLA blocks, shared
+    assert with_b.owners[9] == "MLA:A+B" and with_b.owners[24] == "MLA:A+B"  # A's first two MLA blocks, shared
     assert with_b.usage == round(54 / 63, 6) and with_b.owners.count("cached") == 9
     after = frames[6].state
-    assert [rid for rid, _ in after.tables] == ["B"] and after.owners[1] == "MLA:B"
-    assert after.free_queue[:3] == (7, 21, 10)  # A's unhashed blocks go to the front of the queue
-    assert set(after.hashed) >= {1, 32}
+    assert [rid for rid, _ in after.tables] == ["B"] and after.owners[9] == "MLA:B"
+    assert after.free_queue[:3] == (6, 21, 10)  # A's unhashed blocks go to the front of the queue
+    assert set(after.hashed) >= {9, 24}

@@ -2,43 +2,64 @@
 
 They exist to test the graders: every grader must fail every variant it is relevant to and pass
 the reference. Instructors can also hand them out ("find the bug with check_prefix_cache").
+
+A Part I variant is the reference class with one small hook overridden (`_needs_new_block`, the
+Scheduler's `__init__`), or one of its methods recompiled with one line of its source edited
+(`edited`): the rest is the reference itself, so a variant can never drift from it, and the
+edit, shown next to the reference line, is the whole mistake.
 """
 
 from __future__ import annotations
 
+import __future__
+import inspect
+import sys
+import textwrap
 from dataclasses import dataclass
+from typing import Callable
 
-from refimpl.errors import InvariantError
-from refimpl.paged import BlockManager, Scheduler, SequenceStatus
-from refimpl.paged.hashing import compute_hash
+from refimpl.paged import BlockManager, Scheduler
+
+
+# --- one edited line
+def edited(function: Callable, *edits: tuple[str, str]) -> Callable:
+    """`function` recompiled from its own source with each `(line, replacement)` edit applied.
+
+    `line` is the code of one line of the source (stripped, without its trailing comment) and must
+    match exactly one line; the replacement keeps that line's indentation and may hold several
+    lines. The new function runs in the reference module's namespace, so it sees the same names.
+    """
+    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
+    for old, new in edits:
+        matches = [i for i, line in enumerate(lines) if line.split("  # ")[0].strip() == old]
+        if len(matches) != 1:
+            raise ValueError(f"{function.__qualname__} has {len(matches)} lines {old!r}; an edit needs exactly one")
+        i = matches[0]
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        lines[i : i + 1] = [indent + part for part in new.splitlines()]
+    namespace: dict = {}
+    code = compile("\n".join(lines) + "\n", f"<{function.__qualname__}, edited>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, dict(vars(sys.modules[function.__module__])), namespace)
+    new_function = namespace[function.__name__]
+    new_function.__qualname__ = function.__qualname__
+    return new_function
 
 
 # --- block manager mistakes
 class FreeForwardOrder(BlockManager):
     """Frees a sequence's blocks first to last, so shared early blocks are overwritten first."""
 
-    def deallocate(self, seq):
-        for block_id in seq.block_table:
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                self._deallocate_block(block_id)
-        seq.num_cached_tokens = 0
-        seq.block_table.clear()
+    deallocate = edited(BlockManager.deallocate, ("for block_id in reversed(table):", "for block_id in table:"))
 
 
 class AllocateFromTail(BlockManager):
     """Takes new blocks from the tail of the free queue (LIFO), evicting the freshest cache first."""
 
-    def _allocate_block(self):
-        block_id = list(self.free_block_ids)[-1]
-        self.free_block_ids.remove(block_id)
-        block = self.blocks[block_id]
-        if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
-            del self.hash_to_block_id[block.hash]
-        block.reset()
-        self.used_block_ids.add(block_id)
-        return block_id
+    _allocate_block = edited(BlockManager._allocate_block, (
+        "block_id = self.free_block_ids.popleft()",
+        "block_id = list(self.free_block_ids)[-1]\nself.free_block_ids.remove(block_id)",
+    ))
 
 
 class AppendOnMultiple(BlockManager):
@@ -58,176 +79,101 @@ class AppendWhenLenModIsOne(BlockManager):
 class CanAllocateStrict(BlockManager):
     """Refuses a prompt that needs exactly the free blocks left (`>` where `>=` is meant)."""
 
-    def can_allocate(self, seq):
-        num_cached_blocks, num_new_blocks = self._match_prefix(seq)
-        return num_cached_blocks if len(self.free_block_ids) > num_new_blocks else -1
+    can_allocate = edited(BlockManager.can_allocate, (
+        "if len(self.free_block_ids) < num_new_blocks:", "if len(self.free_block_ids) <= num_new_blocks:"
+    ))
 
 
 class CanAppendNeedsAFreeBlock(BlockManager):
     """Refuses any decode while the pool is empty, even one that still has room in its last block."""
 
-    def can_append(self, seq):
-        return len(self.free_block_ids) > 0
+    can_append = edited(BlockManager.can_append, (
+        "return not self._needs_new_block(seq) or len(self.free_block_ids) > 0", "return len(self.free_block_ids) > 0"
+    ))
 
 
 class FreeIgnoresRefCount(BlockManager):
     """Frees every block of a finished sequence, also the ones another sequence still shares."""
 
-    def deallocate(self, seq):
-        for block_id in reversed(seq.block_table):
-            self.blocks[block_id].ref_count = 0
-            self._deallocate_block(block_id)
-        seq.num_cached_tokens = 0
-        seq.block_table.clear()
+    deallocate = edited(BlockManager.deallocate, ("block.ref_count -= 1", "block.ref_count = 0"))
 
 
 class HitResetsRefCount(BlockManager):
     """Sets ref_count = 1 on every cache hit, also on a block another sequence is using."""
 
-    def allocate(self, seq, num_cached_blocks):
-        shared = set(self.used_block_ids)
-        super().allocate(seq, num_cached_blocks)
-        for block_id in seq.block_table[:num_cached_blocks]:
-            if block_id in shared:
-                self.blocks[block_id].ref_count = 1
+    allocate = edited(BlockManager.allocate, ("block.ref_count += 1", "block.ref_count = 1"))
+
+
+_REUSED_ENTRY_GUARD = "if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:"
 
 
 class KeepsReusedBlockEntry(BlockManager):
     """Never deletes the hash entry of a block it hands out again, so the table points at new contents."""
 
-    def _allocate_block(self):
-        block_id = self.free_block_ids.popleft()
-        self.blocks[block_id].reset()
-        self.used_block_ids.add(block_id)
-        return block_id
+    _allocate_block = edited(BlockManager._allocate_block, (_REUSED_ENTRY_GUARD, "if False:"))
 
 
 class NoStaleHashGuard(BlockManager):
     """Deletes a reused block's hash entry even when the entry points to another block."""
 
-    def _allocate_block(self):
-        block_id = self.free_block_ids.popleft()
-        block = self.blocks[block_id]
-        if block.hash != -1:
-            self.hash_to_block_id.pop(block.hash, None)
-        block.reset()
-        self.used_block_ids.add(block_id)
-        return block_id
+    _allocate_block = edited(BlockManager._allocate_block, (
+        _REUSED_ENTRY_GUARD, "if block.hash != -1 and block.hash in self.hash_to_block_id:"
+    ))
 
 
-def _match(manager, seq, *, last_block: bool, double_check: bool, in_use_free: bool, free_hits_free: bool, stop_at_miss: bool = True):
-    """A configurable copy of prefix matching, to inject exactly one mistake at a time."""
-    num_new_blocks = seq.num_blocks
-    h = -1
-    num_cached_blocks = 0
-    for i in range(seq.num_blocks if last_block else seq.num_blocks - 1):
-        token_ids = seq.block(i)
-        h = compute_hash(token_ids, h)
-        block_id = manager.hash_to_block_id.get(h, -1)
-        if block_id == -1 or (double_check and manager.blocks[block_id].token_ids != token_ids):
-            if stop_at_miss:
-                break
-            continue
-        num_cached_blocks += 1
-        if free_hits_free or (in_use_free and block_id in manager.used_block_ids):
-            num_new_blocks -= 1
-    return num_cached_blocks, num_new_blocks
+_HIT_TEST = "if block_id == -1 or blocks[block_id].token_ids != token_ids[i * bs : (i + 1) * bs]:"
 
 
 class ConfirmHitByHash(BlockManager):
     """Confirms a hit by comparing the cached block's hash with the looked-up one, not its tokens."""
 
-    def _match_prefix(self, seq):
-        num_new_blocks = seq.num_blocks
-        h = -1
-        num_cached_blocks = 0
-        for i in range(seq.num_blocks - 1):
-            h = compute_hash(seq.block(i), h)
-            block_id = self.hash_to_block_id.get(h, -1)
-            if block_id == -1 or self.blocks[block_id].hash != h:  # always equal when the table is right
-                break
-            num_cached_blocks += 1
-            if block_id in self.used_block_ids:
-                num_new_blocks -= 1
-        return num_cached_blocks, num_new_blocks
-
-
-class LooksUpLastBlock(BlockManager):
-    """Also matches the last block, so a fully cached prompt would leave nothing to compute."""
-
-    def _match_prefix(self, seq):
-        return _match(self, seq, last_block=True, double_check=True, in_use_free=True, free_hits_free=False)
+    # always equal when the table is right, so a real collision passes
+    _prefix_hits = edited(BlockManager._prefix_hits, (_HIT_TEST, "if block_id == -1 or blocks[block_id].hash != hashes[i]:"))
 
 
 class NoTokenDoubleCheck(BlockManager):
     """Trusts a hash hit without comparing tokens: a collision reuses the wrong K/V."""
 
-    def _match_prefix(self, seq):
-        return _match(self, seq, last_block=False, double_check=False, in_use_free=True, free_hits_free=False)
-
-
-class InUseHitsNeedFreeBlocks(BlockManager):
-    """Counts a hit on a block in use as needing a free block, so can_allocate refuses too often."""
-
-    def _match_prefix(self, seq):
-        return _match(self, seq, last_block=False, double_check=True, in_use_free=False, free_hits_free=False)
-
-
-class FreeHitsCostNothing(BlockManager):
-    """Counts a hit on a freed block as costing nothing, although it leaves the free queue."""
-
-    def _match_prefix(self, seq):
-        return _match(self, seq, last_block=False, double_check=True, in_use_free=True, free_hits_free=True)
+    _prefix_hits = edited(BlockManager._prefix_hits, (_HIT_TEST, "if block_id == -1:"))
 
 
 class KeepMatchingAfterMiss(BlockManager):
     """Skips a missing block and keeps matching, counting later cached blocks as hits."""
 
-    def _match_prefix(self, seq):
-        return _match(self, seq, last_block=False, double_check=True, in_use_free=True, free_hits_free=False, stop_at_miss=False)
+    _prefix_hits = edited(BlockManager._prefix_hits, ("break", "continue"))
+
+
+class LooksUpLastBlock(BlockManager):
+    """Also matches the last block, so a fully cached prompt would leave nothing to compute."""
+
+    _match_prefix = edited(BlockManager._match_prefix, (
+        "hits = self._prefix_hits(seq, seq.num_blocks - 1)", "hits = self._prefix_hits(seq, seq.num_blocks)"
+    ))
+
+
+_MATCH_RESULT = "return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)"
+
+
+class InUseHitsNeedFreeBlocks(BlockManager):
+    """Counts a hit on a block in use as needing a free block, so can_allocate refuses too often."""
+
+    _match_prefix = edited(BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks"))
+
+
+class FreeHitsCostNothing(BlockManager):
+    """Counts a hit on a freed block as costing nothing, although it leaves the free queue."""
+
+    _match_prefix = edited(BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks - len(hits)"))
 
 
 class HashWithoutChain(BlockManager):
     """Hashes each block on its own, so equal blocks after different prefixes collide."""
 
-    def hash_blocks(self, seq):
-        start = seq.num_cached_tokens // self.block_size
-        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
-        for i in range(start, end):
-            block = self.blocks[seq.block_table[i]]
-            token_ids = seq.block(i)
-            h = compute_hash(token_ids)
-            block.update(h, token_ids)
-            self.hash_to_block_id[h] = block.block_id
-
-    def _match_prefix(self, seq):
-        num_new_blocks = seq.num_blocks
-        num_cached_blocks = 0
-        for i in range(seq.num_blocks - 1):
-            token_ids = seq.block(i)
-            block_id = self.hash_to_block_id.get(compute_hash(token_ids), -1)
-            if block_id == -1 or self.blocks[block_id].token_ids != token_ids:
-                break
-            num_cached_blocks += 1
-            if block_id in self.used_block_ids:
-                num_new_blocks -= 1
-        return num_cached_blocks, num_new_blocks
-
-    def allocate(self, seq, num_cached_blocks):
-        # Same as the reference, but looks hits up with the unchained hash.
-        for i in range(num_cached_blocks):
-            block_id = self.hash_to_block_id[compute_hash(seq.block(i))]
-            block = self.blocks[block_id]
-            if block_id in self.used_block_ids:
-                block.ref_count += 1
-            else:
-                block.ref_count = 1
-                self.free_block_ids.remove(block_id)
-                self.used_block_ids.add(block_id)
-            seq.block_table.append(block_id)
-        for _ in range(num_cached_blocks, seq.num_blocks):
-            seq.block_table.append(self._allocate_block())
-        seq.num_cached_tokens = num_cached_blocks * self.block_size
+    _block_hashes = edited(
+        BlockManager._block_hashes,
+        ("h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)", "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs])"),
+        ("h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)", "h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs])"),
+    )
 
 
 class PrefixHashFromTable(BlockManager):
@@ -237,210 +183,111 @@ class PrefixHashFromTable(BlockManager):
     chain restarts from -1.
     """
 
-    def hash_blocks(self, seq):
-        start = seq.num_cached_tokens // self.block_size
-        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
-        if start == end:
-            return
-        h = -1
-        if start > 0:
-            previous = seq.block_table[start - 1]
-            h = next((k for k, v in self.hash_to_block_id.items() if v == previous), -1)
-        for i in range(start, end):
-            block = self.blocks[seq.block_table[i]]
-            token_ids = seq.block(i)
-            h = compute_hash(token_ids, h)
-            block.update(h, token_ids)
-            self.hash_to_block_id[h] = block.block_id
+    hash_blocks = edited(BlockManager.hash_blocks, (
+        "h = blocks[table[start - 1]].hash if start > 0 else -1",
+        "h = next((k for k, v in self.hash_to_block_id.items() if v == table[start - 1]), -1) if start > 0 else -1",
+    ))
 
 
 class RegistersPartialBlock(BlockManager):
     """Rounds the end of the step up, registering a block the step left only partly filled."""
 
-    def hash_blocks(self, seq):
-        start = seq.num_cached_tokens // self.block_size
-        end = min(-(-(seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size), len(seq.block_table))
-        h = self.blocks[seq.block_table[start - 1]].hash if start > 0 else -1
-        for i in range(start, end):
-            block = self.blocks[seq.block_table[i]]
-            token_ids = seq.block(i)
-            h = compute_hash(token_ids, h)
-            block.update(h, token_ids)
-            self.hash_to_block_id[h] = block.block_id
+    hash_blocks = edited(BlockManager.hash_blocks, (
+        "end = computed // bs", "end = min(-(-computed // bs), len(seq.block_table))",
+    ))
 
 
 # --- scheduler mistakes
-class _ConfigurableScheduler(Scheduler):
-    """A copy of the reference schedule/preempt/postprocess with switches for single mistakes."""
-
-    preempt_first = False
-    chunk_any = False
-    preempt_to_back = False
-    keep_decode_flag = False
-    register_after_commit = False
-    drop_instead_of_self_preempt = False
-    budget_counts_cached = False
-    skip_blocked_head = False
-    one_more_seq = False
-    batch_to_back = False
-    keep_chunk_token = False
-    eos_despite_ignore = False
-
-    def schedule(self):
-        scheduled_seqs = []
-        num_batched_tokens = 0
-        max_num_seqs = self.max_num_seqs + (1 if self.one_more_seq else 0)
-        skipped = 0  # waiting sequences passed over (only with skip_blocked_head)
-        while len(self.waiting) > skipped and len(scheduled_seqs) < max_num_seqs:
-            seq = self.waiting[skipped]
-            remaining = self.max_num_batched_tokens - num_batched_tokens
-            if remaining == 0:
-                break
-            if not seq.block_table:
-                num_cached_blocks = self.block_manager.can_allocate(seq)
-                if num_cached_blocks == -1:
-                    if self.skip_blocked_head:
-                        skipped += 1
-                        continue
-                    break
-                num_tokens = seq.num_tokens - (0 if self.budget_counts_cached else num_cached_blocks * self.block_size)
-                if remaining < num_tokens and scheduled_seqs and not self.chunk_any:
-                    break
-                self.block_manager.allocate(seq, num_cached_blocks)
-            num_tokens = seq.num_tokens - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled_seqs and not self.chunk_any:
-                break
-            seq.num_scheduled_tokens = min(num_tokens, remaining)
-            num_batched_tokens += seq.num_scheduled_tokens
-            if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
-                seq.status = SequenceStatus.RUNNING
-                del self.waiting[skipped]
-                self.running.append(seq)
-            scheduled_seqs.append(seq)
-        if scheduled_seqs:
-            return scheduled_seqs, True
-        while self.running and len(scheduled_seqs) < max_num_seqs:
-            seq = self.running.popleft()
-            while not self.block_manager.can_append(seq):
-                if self.running:
-                    self.preempt(self.running.popleft() if self.preempt_first else self.running.pop())
-                else:
-                    if not self.drop_instead_of_self_preempt:
-                        self.preempt(seq)
-                    break
-            else:
-                seq.num_scheduled_tokens = 1
-                seq.is_prefill = False
-                self.block_manager.may_append(seq)
-                scheduled_seqs.append(seq)
-        if not scheduled_seqs:
-            raise InvariantError("schedule() found nothing to run although sequences are queued")
-        if self.batch_to_back:
-            self.running.extend(scheduled_seqs)
-        else:
-            self.running.extendleft(reversed(scheduled_seqs))
-        return scheduled_seqs, False
-
-    def preempt(self, seq):
-        seq.status = SequenceStatus.WAITING
-        if not self.keep_decode_flag:
-            seq.is_prefill = True
-        seq.num_scheduled_tokens = 0
-        self.block_manager.deallocate(seq)
-        if self.preempt_to_back:
-            self.waiting.append(seq)
-        else:
-            self.waiting.appendleft(seq)
-        self.num_preemptions += 1
-
-    def postprocess(self, seqs, token_ids, is_prefill):
-        for seq, token_id in zip(seqs, token_ids):
-            if self.register_after_commit:
-                seq.num_cached_tokens += seq.num_scheduled_tokens
-                self.block_manager.hash_blocks(seq)
-            else:
-                self.block_manager.hash_blocks(seq)
-                seq.num_cached_tokens += seq.num_scheduled_tokens
-            seq.num_scheduled_tokens = 0
-            if is_prefill and seq.num_cached_tokens < seq.num_tokens and not self.keep_chunk_token:
-                continue
-            seq.append_token(token_id)
-            if ((not seq.ignore_eos or self.eos_despite_ignore) and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
-                seq.status = SequenceStatus.FINISHED
-                self.block_manager.deallocate(seq)
-                self.running.remove(seq)
+_CHUNK_RULE = "if remaining < num_tokens and scheduled_seqs:"
 
 
-class PreemptFirstRunning(_ConfigurableScheduler):
+class PreemptFirstRunning(Scheduler):
     """Preempts the oldest running sequence instead of the newest."""
 
-    preempt_first = True
+    schedule = edited(Scheduler.schedule, ("self.preempt(self.running.pop())", "self.preempt(self.running.popleft())"))
 
 
-class ChunkAnyWaiting(_ConfigurableScheduler):
+class ChunkAnyWaiting(Scheduler):
     """Cuts any waiting sequence to the leftover budget, not only the first of the batch."""
 
-    chunk_any = True
+    schedule = edited(Scheduler.schedule, (_CHUNK_RULE, "if False:"))
 
 
-class PreemptToBack(_ConfigurableScheduler):
-    """Puts a preempted sequence at the back of the waiting queue instead of the front."""
-
-    preempt_to_back = True
-
-
-class KeepDecodeFlagOnPreempt(_ConfigurableScheduler):
-    """Forgets to reset is_prefill when preempting, so the recompute is treated as a decode."""
-
-    keep_decode_flag = True
-
-
-class DropInsteadOfSelfPreempt(_ConfigurableScheduler):
-    """When no other request is left to preempt, skips the request instead of preempting it (it is lost)."""
-
-    drop_instead_of_self_preempt = True
-
-
-class BudgetCountsCachedTokens(_ConfigurableScheduler):
+class BudgetCountsCachedTokens(Scheduler):
     """Checks a new request's whole prompt against the token budget, cached blocks included."""
 
-    budget_counts_cached = True
+    schedule = edited(Scheduler.schedule, (_CHUNK_RULE, "if remaining < seq.num_tokens and scheduled_seqs:"))
 
 
-class SkipBlockedWaitingHead(_ConfigurableScheduler):
+class SkipBlockedWaitingHead(Scheduler):
     """Passes over a waiting request that does not fit and prefills a later one that does."""
 
-    skip_blocked_head = True
+    schedule = edited(
+        Scheduler.schedule,
+        ("num_batched_tokens = 0", "num_batched_tokens = 0\nskipped = 0  # waiting requests passed over"),
+        ("while self.waiting and len(scheduled_seqs) < self.max_num_seqs:",
+         "while len(self.waiting) > skipped and len(scheduled_seqs) < self.max_num_seqs:"),
+        ("seq = self.waiting[0]", "seq = self.waiting[skipped]"),
+        ("if num_cached_blocks == -1:", "if num_cached_blocks == -1:\n    skipped += 1\n    continue"),
+        ("self.waiting.popleft()", "del self.waiting[skipped]"),
+    )
 
 
-class OneSeqTooMany(_ConfigurableScheduler):
+class DropInsteadOfSelfPreempt(Scheduler):
+    """When no other request is left to preempt, skips the request instead of preempting it (it is lost)."""
+
+    schedule = edited(Scheduler.schedule, ("self.preempt(seq)", "pass"))
+
+
+class OneSeqTooMany(Scheduler):
     """Lets a batch hold max_num_seqs + 1 sequences (`<=` where `<` is meant)."""
 
-    one_more_seq = True
+    def __init__(self, config):
+        super().__init__(config)
+        self.max_num_seqs += 1
 
 
-class BatchToBackOfRunning(_ConfigurableScheduler):
+class BatchToBackOfRunning(Scheduler):
     """Puts the decode batch back at the end of running, so the requests left out of it run first next."""
 
-    batch_to_back = True
+    schedule = edited(Scheduler.schedule, ("self.running.extendleft(reversed(scheduled_seqs))", "self.running.extend(scheduled_seqs)"))
 
 
-class KeepTokenAfterChunk(_ConfigurableScheduler):
+class PreemptToBack(Scheduler):
+    """Puts a preempted sequence at the back of the waiting queue instead of the front."""
+
+    preempt = edited(Scheduler.preempt, ("self.waiting.appendleft(seq)", "self.waiting.append(seq)"))
+
+
+class KeepDecodeFlagOnPreempt(Scheduler):
+    """Forgets to reset is_prefill when preempting, so the recompute is treated as a decode."""
+
+    preempt = edited(Scheduler.preempt, ("seq.is_prefill = True", "pass"))
+
+
+class KeepTokenAfterChunk(Scheduler):
     """Appends the token sampled after a prefill chunk that did not reach the end of the prompt."""
 
-    keep_chunk_token = True
+    postprocess = edited(Scheduler.postprocess, ("if is_prefill and seq.num_cached_tokens < seq.num_tokens:", "if False:"))
 
 
-class EosDespiteIgnoreEos(_ConfigurableScheduler):
+class EosDespiteIgnoreEos(Scheduler):
     """Finishes a request on eos even when its sampling params say ignore_eos."""
 
-    eos_despite_ignore = True
+    postprocess = edited(Scheduler.postprocess, (
+        "if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:",
+        "if token_id == self.eos or seq.num_completion_tokens == seq.max_tokens:",
+    ))
 
 
-class RegisterAfterCommit(_ConfigurableScheduler):
+class RegisterAfterCommit(Scheduler):
     """Advances num_cached_tokens before hash_blocks, so filled blocks are never registered."""
 
-    register_after_commit = True
+    postprocess = edited(
+        Scheduler.postprocess,
+        ("self.block_manager.hash_blocks(seq)", "pass"),
+        ("seq.num_scheduled_tokens = 0", "seq.num_scheduled_tokens = 0\nself.block_manager.hash_blocks(seq)"),
+    )
 
 
 # --- Part II mistakes

@@ -49,12 +49,13 @@ def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> l
 
 
 def pro_kv_cache_config(
-    available_memory: int = 10 * GIB, variant: str = "pro", *, planner: str = "B", **spec_kwargs
+    available_memory: int = 10 * GIB, variant: str = "pro", *, planner: str = "C", **spec_kwargs
 ):
     """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab).
 
-    Planner B by default: chapter 12 follows the vLLM KV-cache article's group order (MLA
-    first). Planner C (vLLM 0.32/0.33) only reorders the groups; blocks and strides are equal.
+    Planner C by default, what vLLM 0.32/0.33 run (groups SWA-a, SWA-b, MLA, C128 state, C4
+    state); `planner="B"` gives the article's order (MLA first). For Pro the two differ only in
+    the group order: the members, the stride and the block count are equal.
     """
     get_groups, get_config = PLANNERS[planner]
     return get_config(get_groups(kv_cache_specs(variant, **spec_kwargs)), available_memory)
@@ -204,11 +205,12 @@ def run_request(
 
 def transient_blocks_one_chunk(chunk: int, block_size: int = 256) -> dict[str, int]:
     """Blocks one request needs for its first `chunk` tokens before the windows free anything
-    (DeepSeek V4 Pro: MLA bs 256, two SWA groups bs 64, C128 state bs 8, C4 state bs 4)."""
+    (DeepSeek V4 Pro in planner C's group order: two SWA groups bs 64, MLA bs 256, C128 state
+    bs 8, C4 state bs 4)."""
     return {
-        "MLA": cdiv(chunk, block_size),
         "SWA-a": cdiv(chunk, 64),
         "SWA-b": cdiv(chunk, 64),
+        "MLA": cdiv(chunk, block_size),
         "C128 state": cdiv(chunk, 8),
         "C4 state": cdiv(chunk, 4),
     }
@@ -273,20 +275,22 @@ def prefix_hit_lengths(
     return out
 
 
-MINI_V4_LABELS = ["MLA", "SWA-a", "SWA-b", "C128 state", "C4 state"]
+MINI_V4_LABELS = ["SWA-a", "SWA-b", "MLA", "C128 state", "C4 state"]
 
 
 def mini_v4_groups() -> list:
-    """A DeepSeek-V4-shaped toy with five groups small enough to draw block by block.
+    """The Part II toy (Pro's first five layers, chapter 09) shrunk to be drawn block by block.
 
-    Same kinds and order as Pro (full attention first, two equal sliding-window groups, two
-    compressor-state windows), scaled down: block sizes 16 / 4 / 4 / 2 / 1 (the real ones are
-    256 / 64 / 64 / 8 / 4) and windows 8 / 8 / 8 / 2 (real: 128 / 128 / 128 / 8).
+    The toy's five groups in planner C's order, one stand-in layer each, every block size and
+    window divided by 16: block sizes 4 / 4 / 16 / 2 / 1 (the toy's are 64 / 64 / 256 / 8 / 4)
+    and windows 8 / 8 / - / 8 / 2 (128 / 128 / - / 128 / 8). The allocator only reads block
+    sizes, windows and the group order, so a request of a few dozen tokens shows what a
+    DeepSeek V4 request of a thousand does.
     """
     specs = [
+        toy_window_spec(4, 8, dtype="uint8"),
+        toy_window_spec(4, 8, dtype="uint8"),
         toy_full_spec(16, dtype="uint8"),
-        toy_window_spec(4, 8, dtype="uint8"),
-        toy_window_spec(4, 8, dtype="uint8"),
         toy_window_spec(2, 8, dtype="float32"),
         toy_window_spec(1, 2, dtype="float32"),
     ]

@@ -1,10 +1,12 @@
-"""The Part II toy: the first four decoder layers of DeepSeek V4-Pro, carried through chapters 09-12.
+"""The Part II toy: the first five decoder layers of DeepSeek V4-Pro, carried through chapters 09-12.
 
-Four layers are enough to meet every cache kind and every group of the full model: layers 0, 1
-and 3 compress with ratio 128, layer 2 with ratio 4 (and so has an indexer). Planned like Pro by
-the article's planner (`older_planners.get_kv_cache_groups_b`, as chapters 09-12 use it), the toy's 14 caches form
-the same five groups in the same order (MLA, SWA-a, SWA-b, C128 state, C4 state), small enough to
-print every layer name.
+Five layers are the fewest of Pro's first layers that meet every cache kind and every group of
+the full model: layers 0, 1 and 3 compress with ratio 128, layers 2 and 4 with ratio 4 (and so
+have an indexer). Planned like Pro by the planner vLLM runs (`kv_cache_planning.get_kv_cache_groups`,
+planner C), the toy's 19 caches form the same five groups in the same order as Pro's (SWA-a,
+SWA-b, MLA, C128 state, C4 state), small enough to print every layer name. With four layers the
+ratio-4 state bucket would hold a single layer, the approximate gcd would fall to 1 and planner C
+would make nine groups (chapter 09's self-check).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
 
 #: How many of Pro's layers the toy keeps.
-TOY_LAYERS = 4
-#: The toy's (and Pro's) groups, in the article's group order.
-TOY_GROUP_LABELS = ("MLA", "SWA-a", "SWA-b", "C128 state", "C4 state")
+TOY_LAYERS = 5
+#: The toy's (and Pro's) groups, in planner C's group order.
+TOY_GROUP_LABELS = ("SWA-a", "SWA-b", "MLA", "C128 state", "C4 state")
 
 
 def toy_v4_specs(num_layers: int = TOY_LAYERS, **spec_kwargs) -> dict[str, KVCacheSpec]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, UniformTypeKVCacheSpecs
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, UniformTypeKVCacheSpecs
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,17 @@ def summarize_groups(groups: Sequence[KVCacheGroupSpec]) -> list[GroupSummary]:
         rows.append(GroupSummary(i, group_kind(g), g.block_size, len(g.layer_names), g.width_bytes,
                                  stride - g.width_bytes, padding))
     return rows
+
+
+def groups_in_layout_order(config: KVCacheConfig) -> list[KVCacheGroupSpec]:
+    """The config's groups, each listing its layers in the order their pages sit in a block.
+
+    Planner C lays a group out spec run by spec run (all ratio-128 pages of the MLA group, then
+    all indexer pages, then all ratio-4 pages), not in registration order. The slab pictures
+    (`viz.hybrid_layout.slab_text`, `draw_slab`) place a group's pages one after another in list
+    order, so they show the planned offsets when given these groups. Members and widths are
+    unchanged; only the order of `layer_names` follows the byte offsets.
+    """
+    at = {name: tensor.layer_offset(name) for tensor in config.kv_cache_tensors for name in tensor.shared_by}
+    return [KVCacheGroupSpec(sorted(g.layer_names, key=at.__getitem__), g.kv_cache_spec, g.is_eagle_group)
+            for g in config.kv_cache_groups]

@@ -25,17 +25,17 @@ from typing import Any, Callable, Iterable
 from refimpl.course.lockstep import ReferenceGuard, StudentSide
 
 # The reference methods each exercise asks students to write, with the reference's own helpers
-# that do that work for them (`_prefix_hits` is the whole matching walk, `_allocate_hits` the
-# whole allocation): running one of them from the student's side of a step (inherited, called
-# through super() or on a reference object) fails.
-_ALLOCATION_HELPERS = ("_prefix_hits", "_cached_block_ids", "_allocate_hits")
+# that do that work for them (`_prefix_hits` is the whole matching walk, `_cached_block_ids` the
+# checked hits that `allocate` takes): running one of them from the student's side of a step
+# (inherited, called through super() or on a reference object) fails.
+_ALLOCATION_HELPERS = ("_prefix_hits", "_cached_block_ids")
 BLOCK_MANAGER_METHODS = (
     "__init__", "_allocate_block", "_deallocate_block", "can_allocate", "allocate", "deallocate",
     "_needs_new_block", "can_append", "may_append", "_match_prefix", *_ALLOCATION_HELPERS,
 )
 PREFIX_CACHE_METHODS = (
     "_allocate_block", "_match_prefix", "can_allocate", "allocate", "hash_blocks",
-    *_ALLOCATION_HELPERS, "_block_hashes", "_register_blocks",
+    *_ALLOCATION_HELPERS, "_block_hashes",
 )
 SCHEDULER_METHODS = ("schedule", "preempt", "postprocess")
 

@@ -266,3 +266,15 @@ class KVCacheManager:
     @property
     def usage(self) -> float:
         return self.block_pool.get_usage()
+
+    def get_max_num_blocks(self, num_tokens: int) -> int:
+        """Blocks a new request of `num_tokens` tokens can hold at once: every block for a full
+        group; for a sliding-window group, when `max_num_batched_tokens` bounds a step, only the
+        window plus one step's tokens (its older blocks are freed as it goes).
+
+        refimpl's own helper: an engine asks it once per request to refuse a request that could
+        never fit the pool (vLLM makes the same check once, for `max_model_len`, at start-up).
+        """
+        check_positive_int("num_tokens", num_tokens)
+        return self.coordinator.get_num_blocks_to_allocate(
+            "<no request yet>", num_tokens, None, 0, apply_admission_cap=True)

@@ -3,6 +3,11 @@
 It never touches K/V numbers. It decides which physical block holds which logical block of
 which sequence, shares full blocks between sequences with the same prefix, and keeps freed
 blocks findable until they are actually reused.
+
+Its public face is nano-vllm's six methods, which the Scheduler calls and nothing else:
+`can_allocate`, `allocate`, `deallocate`, `can_append`, `may_append`, `hash_blocks`. Speed lives
+inside: an O(1) free queue, block hashes computed once and kept on the sequence (`seq.block_hashes`,
+as vLLM keeps `request.block_hashes`), and `allocate` reusing the walk of `can_allocate`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from refimpl.paged.block import Block
 from refimpl.paged.free_queue import FreeBlockQueue
 from refimpl.paged.hashing import compute_hash
 from refimpl.paged.sequence import Sequence, check_block_size
-from refimpl.validation import check_positive_int, is_integer
+from refimpl.validation import check_instance, check_positive_int, is_integer
 
 
 class BlockManager:
@@ -33,6 +38,16 @@ class BlockManager:
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids = FreeBlockQueue(range(num_blocks))
         self.used_block_ids: set[int] = set()
+        # seq_id -> the block table `allocate` filled (the very list the sequence holds). Not in
+        # nano-vllm, which trusts `seq.block_table`; vLLM's managers keep the same record
+        # (`req_to_blocks`). With it, a copy of a sequence, or one already freed, is refused
+        # instead of driving a ref_count below zero.
+        self.block_tables: dict[int, list[int]] = {}
+        # `can_allocate`'s walk, kept for the `allocate` that follows it: (sequence, cache version,
+        # hit ids). The version moves whenever a cached block or a hash entry changes, so a kept
+        # walk is used only while it is still what a new walk would find (nano-vllm walks twice).
+        self._cache_version = 0
+        self._last_match: tuple[Sequence, int, list[int]] | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -42,7 +57,7 @@ class BlockManager:
     def compute_hash(token_ids: list[int], prefix: int = -1) -> int:
         return compute_hash(token_ids, prefix)
 
-    # --- internal moves
+    # --- internal moves (nano-vllm's)
     def _allocate_block(self) -> int:
         """Take the head of the free queue and hand it to a new owner."""
         block_id = self.free_block_ids.popleft()
@@ -54,6 +69,7 @@ class BlockManager:
         if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:
             del self.hash_to_block_id[block.hash]
         block.reset()
+        self._cache_version += 1
         self.used_block_ids.add(block_id)
         return block_id
 
@@ -62,36 +78,32 @@ class BlockManager:
         self.used_block_ids.remove(block_id)
         self.free_block_ids.append(block_id)
 
-    def _check_sequence(self, seq: Sequence) -> None:
-        if seq.block_size != self.block_size:
-            raise ValueError(
-                f"sequence {seq.seq_id} has block_size {seq.block_size} but this BlockManager uses {self.block_size}"
-            )
-
+    # --- prefix matching (nano-vllm inlines this walk in can_allocate and again in allocate)
     def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
         """`seq.block_hashes`, extended to cover its first `num_blocks` (full) blocks.
 
-        Each full block of a sequence is hashed once and the chain is kept on the sequence (vLLM
-        keeps block hashes on its Request); nano-vllm rehashes the chain on every walk, in
-        `can_allocate`, again in `allocate`, and in `hash_blocks`.
+        Each full block of a sequence is hashed once and the chain is kept on the sequence, as
+        vLLM keeps block hashes on its Request; nano-vllm rehashes the chain on every walk (in
+        `can_allocate`, again in `allocate`, and in `hash_blocks`). Full blocks never change.
         """
         hashes = seq.block_hashes
         if len(hashes) < num_blocks:
-            bs = self.block_size
-            token_ids = seq.token_ids
+            bs, packed = self.block_size, seq.prompt_bytes
             h = hashes[-1] if hashes else -1
             for i in range(len(hashes), num_blocks):
-                h = compute_hash(token_ids[i * bs : (i + 1) * bs], h)
+                if 8 * (i + 1) * bs <= len(packed):  # a block of the prompt: its bytes are packed already
+                    h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)
+                else:
+                    h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)
                 hashes.append(h)
         return hashes
 
     def _prefix_hits(self, seq: Sequence, limit: int) -> list[int]:
         """The block ids of the leading blocks (at most `limit`) found in the prefix cache.
 
-        One walk of the hash chain: a hash hit counts only if the cached block holds exactly the
-        same tokens (a collision must never reuse K/V), and the first miss ends the walk, because
-        later blocks depend on K/V that is not cached. (A helper of our own; nano-vllm inlines
-        this walk in `can_allocate` and again in `allocate`.)
+        A hash hit counts only if the cached block holds exactly the same tokens (a collision must
+        never reuse K/V), and the first miss ends the walk, because later blocks depend on K/V
+        that is not cached.
         """
         if not self.enable_prefix_caching or limit <= 0:
             return []
@@ -113,15 +125,56 @@ class BlockManager:
         a hit on a freed block must be pulled out of the free queue, so it still costs one.
         """
         hits = self._prefix_hits(seq, seq.num_blocks - 1)
+        self._last_match = (seq, self._cache_version, hits)
         used = self.used_block_ids
         return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)
 
+    # --- argument checks (none of these is in nano-vllm, which trusts its one caller)
+    def _check_sequence(self, seq: Sequence) -> None:
+        """Refuse what is not a Sequence of this block size (each public method tests the common
+        case inline and calls this only when it fails)."""
+        check_instance("seq", seq, Sequence)
+        if seq.block_size != self.block_size:
+            raise ValueError(
+                f"sequence {seq.seq_id} has block_size {seq.block_size} but this BlockManager uses {self.block_size}"
+            )
+
+    def _check_holder(self, seq: Sequence) -> None:
+        """Refuse a sequence whose block table this manager did not hand out.
+
+        A deep copy of a sequence has its own list, so it is told apart from the sequence
+        `allocate` served; a sequence freed before has no record at all. A
+        subclass whose own `allocate` keeps no record (an exercise's) gets `deallocate`'s
+        table checks only.
+        """
+        table = seq.block_table
+        if not table:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks: it was never allocated or is already freed")
+        recorded = self.block_tables.get(seq.seq_id)
+        if recorded is table:
+            return
+        if recorded is not None or self._keeps_records:
+            raise ValueError(
+                f"seq: sequence {seq.seq_id} holds blocks {table} that this BlockManager did not give it "
+                "(a copy of a sequence, or one that was already freed?)"
+            )
+
+    @property
+    def _keeps_records(self) -> bool:
+        """True when this manager's `allocate` is BlockManager's, which records every table it fills."""
+        return type(self).allocate is BlockManager.allocate
+
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
-        """The ids of the first `num_cached_blocks` blocks, checked to be hits in one walk.
+        """The ids of the first `num_cached_blocks` blocks, checked to be hits.
 
         nano-vllm trusts `can_allocate`'s count; here a wrong count gets a ValueError before
-        anything changes, at no extra walk over the chain on the good path.
+        anything changes. Right after `can_allocate(seq)` the hits of its walk are taken as they
+        are; otherwise the chain is walked again.
         """
+        if is_integer(num_cached_blocks) and 0 <= num_cached_blocks < seq.num_blocks:
+            match = self._last_match
+            if match is not None and match[0] is seq and match[1] == self._cache_version and num_cached_blocks <= len(match[2]):
+                return match[2][:num_cached_blocks]
         if is_integer(num_cached_blocks) and num_cached_blocks >= 0:
             hit_block_ids = self._prefix_hits(seq, min(num_cached_blocks, seq.num_blocks - 1))
             if num_cached_blocks == len(hit_block_ids):
@@ -135,7 +188,8 @@ class BlockManager:
     # --- allocate
     def can_allocate(self, seq: Sequence) -> int:
         """-1 if the sequence does not fit now, else how many leading blocks are prefix-cache hits."""
-        self._check_sequence(seq)
+        if type(seq) is not Sequence or seq.block_size != self.block_size:
+            self._check_sequence(seq)
         num_cached_blocks, num_new_blocks = self._match_prefix(seq)
         if len(self.free_block_ids) < num_new_blocks:
             return -1
@@ -147,21 +201,17 @@ class BlockManager:
         `num_cached_blocks` is what `can_allocate` returned; it is checked against the cache
         before anything changes.
         """
-        self._check_sequence(seq)
-        if seq.block_table:
+        if type(seq) is not Sequence or seq.block_size != self.block_size:
+            self._check_sequence(seq)
+        if seq.block_table or seq.seq_id in self.block_tables:
             raise ValueError(f"sequence {seq.seq_id} already has blocks {seq.block_table}; deallocate it first")
         hit_block_ids = self._cached_block_ids(seq, num_cached_blocks)
-        # Recount the free blocks for exactly the hits that will be taken.
-        needed = seq.num_blocks - sum(b in self.used_block_ids for b in hit_block_ids)
+        used, blocks, table = self.used_block_ids, self.blocks, seq.block_table
+        needed = seq.num_blocks - sum(1 for block_id in hit_block_ids if block_id in used)
         if len(self.free_block_ids) < needed:
             raise ValueError(
                 f"sequence {seq.seq_id} needs {needed} free blocks but only {len(self.free_block_ids)} are free"
             )
-        self._allocate_hits(seq, hit_block_ids)
-
-    def _allocate_hits(self, seq: Sequence, hit_block_ids: list[int]) -> None:
-        """`allocate` without its checks, given the hit ids of the one walk (the Scheduler's path)."""
-        used, blocks, table = self.used_block_ids, self.blocks, seq.block_table
         for block_id in hit_block_ids:
             block = blocks[block_id]
             if block_id in used:
@@ -174,18 +224,37 @@ class BlockManager:
         for _ in range(len(hit_block_ids), seq.num_blocks):
             table.append(self._allocate_block())
         seq.num_cached_tokens = len(hit_block_ids) * self.block_size
+        self.block_tables[seq.seq_id] = table
 
     # --- free
     def deallocate(self, seq: Sequence) -> None:
         """Drop the sequence's references, last block first; unreferenced blocks go to the queue tail."""
-        self._check_sequence(seq)
-        if not seq.block_table:
-            raise ValueError(f"sequence {seq.seq_id} holds no blocks: it was never allocated or is already freed")
-        for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
+        if type(seq) is not Sequence or seq.block_size != self.block_size:
+            self._check_sequence(seq)
+        self._check_holder(seq)
+        table = seq.block_table
+        blocks = self.blocks
+        # Every id must name a block in use, once: a -1, an id past the pool, a block already free
+        # or a block listed twice would drive a ref_count below zero.
+        try:
+            valid = (
+                min(table) >= 0
+                and max(table) < len(blocks)
+                and len(set(table)) == len(table)
+                and all(blocks[b].ref_count >= 1 for b in table)
+            )
+        except TypeError:  # an id that is not an integer
+            valid = False
+        if not valid:
+            raise ValueError(
+                f"seq: the block table of sequence {seq.seq_id}, {table}, must list blocks in use, each once"
+            )
+        for block_id in reversed(table):
+            block = blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._deallocate_block(block_id)
+        self.block_tables.pop(seq.seq_id, None)
         seq.num_cached_tokens = 0
         seq.block_table.clear()
 
@@ -196,18 +265,22 @@ class BlockManager:
         nano-vllm writes `len(seq) % block_size == 1`; `(len - 1) % block_size == 0` is the same
         test for block_size >= 2 and is also right for block_size 1.
         """
-        return (len(seq) - 1) % self.block_size == 0
+        return (seq.num_tokens - 1) % self.block_size == 0
 
     def can_append(self, seq: Sequence) -> bool:
         """Is there a free block for this decode step if the sequence crosses into a new block?"""
-        self._check_sequence(seq)
-        return len(self.free_block_ids) >= self._needs_new_block(seq)
+        if type(seq) is not Sequence or seq.block_size != self.block_size:
+            self._check_sequence(seq)
+        return not self._needs_new_block(seq) or len(self.free_block_ids) > 0
 
     def may_append(self, seq: Sequence) -> None:
         """Add a block to the table when the token to compute starts a new block."""
-        self._check_sequence(seq)
-        if not seq.block_table:
-            raise ValueError(f"sequence {seq.seq_id} holds no blocks; allocate it before appending")
+        if type(seq) is not Sequence or self.block_tables.get(seq.seq_id) is not seq.block_table:
+            # Not the table `allocate` filled (whose sequence it checked then): check it all.
+            self._check_sequence(seq)
+            if not seq.block_table:
+                raise ValueError(f"sequence {seq.seq_id} holds no blocks; allocate it before appending")
+            self._check_holder(seq)
         if self._needs_new_block(seq):
             if len(seq.block_table) >= seq.num_blocks:
                 raise ValueError(f"sequence {seq.seq_id} already has a block for token {len(seq)}")
@@ -217,35 +290,34 @@ class BlockManager:
 
     # --- register (postprocess)
     def hash_blocks(self, seq: Sequence) -> None:
-        """Register the blocks that this step's tokens filled, chaining from the last registered block."""
-        self._check_sequence(seq)
-        if seq.num_scheduled_tokens < 0 or seq.num_cached_tokens + seq.num_scheduled_tokens > seq.num_tokens:
+        """Register the blocks that this step's tokens filled, chaining from the previous block's hash.
+
+        nano-vllm chains from the hash stored on block start-1; on every path through the
+        Scheduler that is the sequence's own chain, so its kept hashes are used. Should a caller
+        have left block start-1 registered under another chain, the chain starts from what that
+        block stores, as upstream.
+        """
+        if type(seq) is not Sequence or seq.block_size != self.block_size:
+            self._check_sequence(seq)
+        cached, computed = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
+        if computed < cached or computed > seq.num_tokens:
             raise ValueError(
-                f"sequence {seq.seq_id} has num_cached_tokens={seq.num_cached_tokens} and "
+                f"sequence {seq.seq_id} has num_cached_tokens={cached} and "
                 f"num_scheduled_tokens={seq.num_scheduled_tokens}: num_scheduled_tokens must be >= 0 and "
                 f"their sum at most its {seq.num_tokens} tokens"
             )
         if not self.enable_prefix_caching:
             return
-        start = seq.num_cached_tokens // self.block_size
-        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        bs = self.block_size
+        start = cached // bs
+        end = computed // bs
         if start == end:
             return
-        if end > len(seq.block_table):
-            raise ValueError(
-                f"sequence {seq.seq_id} schedules tokens up to block {end - 1} but holds only {len(seq.block_table)} blocks"
-            )
-        self._register_blocks(seq, start, end)
-
-    def _register_blocks(self, seq: Sequence, start: int, end: int) -> None:
-        """`hash_blocks` without its checks: register blocks start..end-1 of the sequence.
-
-        nano-vllm chains from the hash stored on block start-1; on every path through the
-        scheduler that is the sequence's own chain, so the kept hashes are used. Should a caller
-        have left block start-1 unregistered, the chain starts from what it stores, as upstream.
-        """
-        bs = self.block_size
-        blocks, table, token_ids = self.blocks, seq.block_table, seq.token_ids
+        table = seq.block_table
+        if end > len(table):
+            raise ValueError(f"sequence {seq.seq_id} schedules tokens up to block {end - 1} but holds only {len(table)} blocks")
+        self._check_holder(seq)
+        blocks, token_ids = self.blocks, seq.token_ids
         hashes = self._block_hashes(seq, end)
         h = blocks[table[start - 1]].hash if start > 0 else -1
         own_chain = start == 0 or hashes[start - 1] == h
@@ -255,6 +327,7 @@ class BlockManager:
             h = hashes[i] if own_chain else compute_hash(block_tokens, h)
             block.update(h, block_tokens)
             self.hash_to_block_id[h] = block.block_id  # the newest block with this content wins
+        self._cache_version += 1
 
     # --- views
     def num_free_blocks(self) -> int:

@@ -8,7 +8,7 @@ from typing import Iterable
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.hashing import compute_hash
-from refimpl.paged.sequence import Sequence
+from refimpl.paged.sequence import Sequence, SequenceStatus
 
 
 def _fail(rule: str, detail: str) -> None:
@@ -20,6 +20,8 @@ def check_invariants(block_manager: BlockManager, seqs: Iterable[Sequence]) -> N
 
     A block table may be one block short of `num_blocks` only while the newest token starts a
     new block that `may_append` has not added yet (between `postprocess` and the next decode).
+    A running sequence has at most one token whose K/V is neither cached nor scheduled: the
+    token `postprocess` sampled last (a second postprocess of one step would leave two).
     """
     bm = block_manager
     seqs = list(seqs)
@@ -43,6 +45,15 @@ def check_invariants(block_manager: BlockManager, seqs: Iterable[Sequence]) -> N
 
     holders: Counter[int] = Counter()
     for seq in seqs:
+        cached, scheduled = seq.num_cached_tokens, seq.num_scheduled_tokens
+        if seq.status == SequenceStatus.RUNNING and not (
+            cached >= 0 and scheduled >= 0 and len(seq) - 1 <= cached + scheduled <= len(seq)
+        ):
+            _fail(
+                "one-uncached-token",
+                f"running sequence {seq.seq_id} has num_tokens={len(seq)}, num_cached_tokens={cached} and "
+                f"num_scheduled_tokens={scheduled}: all its tokens but the last sampled one must be cached or scheduled",
+            )
         table = seq.block_table
         if len(set(table)) != len(table):
             _fail("table-unique", f"sequence {seq.seq_id} holds a block twice: {table}")

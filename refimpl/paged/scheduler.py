@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size
-from refimpl.validation import check_int_at_least, check_positive_int
+from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size, checked_token_ids
+from refimpl.validation import check_bool, check_instance, check_int_at_least, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -39,22 +39,32 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    """nano-vllm's scheduler over a BlockManager, with counters a learner can inspect."""
+    """nano-vllm's scheduler over a BlockManager, with counters a learner can inspect.
+
+    It moves blocks only through the BlockManager's six public methods, at the lines where
+    nano-vllm's scheduler calls them, so any BlockManager with those methods can be plugged in
+    (`scheduler.block_manager = MyBlockManager(...)` before the first `add`).
+    """
 
     def __init__(self, config: SchedulerConfig) -> None:
+        check_instance("config", config, SchedulerConfig)
         self.config = config
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
-        self.block_size = config.kvcache_block_size
         self.eos = config.eos
+        self.block_size = config.kvcache_block_size
         self.block_manager = BlockManager(
             config.num_kvcache_blocks, config.kvcache_block_size, enable_prefix_caching=config.enable_prefix_caching
         )
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        self._queued: set[Sequence] = set()  # sequences add() accepted and that have not finished
+        self._queued: dict[int, Sequence] = {}  # seq_id -> sequence add() accepted and that has not finished
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
+        # The batch the latest schedule() returned, until postprocess() takes it: postprocess knows
+        # it at once (nano-vllm trusts its engine to postprocess each batch once).
+        self._scheduled: tuple[Sequence, ...] | None = None
+        self._scheduled_is_prefill = False
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -67,27 +77,26 @@ class Scheduler:
         return (longest + self.block_size - 1) // self.block_size
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new sequence; reject one that could never fit in the whole pool.
-
-        Arguments are checked here, once per sequence, so that `schedule` and `postprocess` can
-        call the block manager's unchecked internals step after step.
-        """
+        """Queue a new sequence; reject one that could never fit in the whole pool."""
+        check_instance("seq", seq, Sequence)
         if seq.block_size != self.block_size:
             raise ValueError(f"sequence block_size {seq.block_size} != scheduler kvcache_block_size {self.block_size}")
         if seq.status != SequenceStatus.WAITING or seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again")
         # `_queued` remembers what add() accepted, so the usual case needs no scan of the queues;
-        # a remembered sequence is looked for in them (code may have taken it out by hand).
-        if seq in self._queued and (seq in self.waiting or seq in self.running):
+        # a remembered sequence is looked for in them (code may have taken it out by hand). It is
+        # keyed by seq_id, so a copy of a queued sequence is refused too.
+        queued = self._queued.get(seq.seq_id)
+        if queued is not None and (queued in self.waiting or queued in self.running):
             raise ValueError(f"sequence {seq.seq_id} is already scheduled")
         need = self.max_blocks_needed(seq)
-        if need > self.block_manager.num_blocks:
+        if need > self.config.num_kvcache_blocks:
             raise ValueError(
                 f"sequence {seq.seq_id} can grow to {need} blocks ({seq.num_prompt_tokens} prompt tokens + "
                 f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has only "
-                f"{self.block_manager.num_blocks}; it could never run"
+                f"{self.config.num_kvcache_blocks}; it could never run"
             )
-        self._queued.add(seq)
+        self._queued[seq.seq_id] = seq
         self.waiting.append(seq)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
@@ -95,73 +104,61 @@ class Scheduler:
 
         Sets each scheduled sequence's `num_scheduled_tokens` (the prompt tokens not served by the
         prefix cache, or a chunk of them; 1 for a decode) for the model runner and `postprocess`.
-
-        The block-manager moves are nano-vllm's (`can_allocate` + `allocate`, `can_append` +
-        `may_append`) through their unchecked internals: the prefix walk runs once per admission
-        and its hit ids go straight to the allocation.
         """
         if self.is_finished():
             raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
-        bm = self.block_manager
-        free_block_ids = bm.free_block_ids
-        used_block_ids = bm.used_block_ids
-        block_size = self.block_size
-        max_num_seqs = self.max_num_seqs
         scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
+        self._scheduled = None
 
         # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
-        waiting = self.waiting
-        while waiting and len(scheduled_seqs) < max_num_seqs:
-            seq = waiting[0]
+        while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
+            seq = self.waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
                 break
-            if not seq.block_table:  # new, or preempted: find cached blocks and room for the rest
-                # can_allocate: the cached leading blocks (never the last one), and whether the free
-                # queue covers the rest; a hit on a block in use needs no free block.
-                hit_block_ids = bm._prefix_hits(seq, seq.num_blocks - 1)
-                num_new_blocks = seq.num_blocks - sum(1 for block_id in hit_block_ids if block_id in used_block_ids)
-                if len(free_block_ids) < num_new_blocks:
+            if not seq.block_table:  # new, or preempted: the cached leading blocks, and room for the rest?
+                num_cached_blocks = self.block_manager.can_allocate(seq)
+                if num_cached_blocks == -1:
                     break
-                num_tokens = seq.num_tokens - len(hit_block_ids) * block_size
+                num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
             else:  # the rest of a prompt that an earlier step cut into a chunk
                 num_tokens = seq.num_tokens - seq.num_cached_tokens
             if remaining < num_tokens and scheduled_seqs:  # only the first sequence of a step may be chunked
                 break
             if not seq.block_table:
-                bm._allocate_hits(seq, hit_block_ids)  # allocate
+                self.block_manager.allocate(seq, num_cached_blocks)
             seq.num_scheduled_tokens = min(num_tokens, remaining)
             num_batched_tokens += seq.num_scheduled_tokens
             if seq.num_cached_tokens + seq.num_scheduled_tokens == seq.num_tokens:
                 seq.status = SequenceStatus.RUNNING
-                waiting.popleft()
+                self.waiting.popleft()
                 self.running.append(seq)
             # else: a partial prefill stays first in `waiting`, holding all its blocks.
             scheduled_seqs.append(seq)
         if scheduled_seqs:
+            self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), True
             return scheduled_seqs, True
 
         # Decode: one token per running sequence, preempting from the back when blocks run out.
-        running = self.running
-        while running and len(scheduled_seqs) < max_num_seqs:
-            seq = running.popleft()
-            # can_append / may_append: the newest token starts a new block (nano-vllm's
-            # `len % block_size == 1`, written so that it also holds for block_size 1).
-            if (seq.num_tokens - 1) % block_size == 0:
-                while not free_block_ids and running:
-                    self.preempt(running.pop())
-                if not free_block_ids:
+        while self.running and len(scheduled_seqs) < self.max_num_seqs:
+            seq = self.running.popleft()
+            while not self.block_manager.can_append(seq):
+                if self.running:
+                    self.preempt(self.running.pop())
+                else:
                     self.preempt(seq)  # nothing left to take blocks from: wait for recomputation
-                    continue
-                seq.block_table.append(bm._allocate_block())
-            seq.num_scheduled_tokens = 1
-            seq.is_prefill = False
-            scheduled_seqs.append(seq)
+                    break
+            else:
+                seq.num_scheduled_tokens = 1
+                seq.is_prefill = False
+                self.block_manager.may_append(seq)
+                scheduled_seqs.append(seq)
         if not scheduled_seqs:
             raise InvariantError("schedule() found nothing to run although sequences are queued")
-        running.extendleft(reversed(scheduled_seqs))
+        self.running.extendleft(reversed(scheduled_seqs))
+        self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), False
         return scheduled_seqs, False
 
     def preempt(self, seq: Sequence) -> None:
@@ -171,10 +168,12 @@ class Scheduler:
         """
         if not seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} holds no blocks, so there is nothing to preempt")
+        if seq in self.running:
+            raise ValueError(f"sequence {seq.seq_id} is still in `running`: schedule() takes a sequence out before preempting it")
+        self.block_manager.deallocate(seq)  # first: it refuses a sequence it did not allocate
         seq.status = SequenceStatus.WAITING
         seq.is_prefill = True
         seq.num_scheduled_tokens = 0
-        self.block_manager.deallocate(seq)
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
         self.preempted_last_step.append(seq.seq_id)
@@ -186,33 +185,49 @@ class Scheduler:
         computed tokens count as cached. A sampled token is kept only when the whole prompt has
         been computed (a chunk in the middle of a prompt produces no usable token).
         """
-        if len(seqs) != len(token_ids):
-            raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
-        bm = self.block_manager
-        block_size = self.block_size
-        caching = bm.enable_prefix_caching
-        eos = self.eos
+        self._check_step_results(seqs, token_ids, is_prefill)
+        self._scheduled = None
         finished = []
         for seq, token_id in zip(seqs, token_ids):
-            cached = seq.num_cached_tokens
-            computed = cached + seq.num_scheduled_tokens
-            if caching and computed // block_size != cached // block_size:  # hash_blocks: blocks filled now
-                bm._register_blocks(seq, cached // block_size, computed // block_size)
-            seq.num_cached_tokens = computed
+            self.block_manager.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
-            if is_prefill and computed < seq.num_tokens:
+            if is_prefill and seq.num_cached_tokens < seq.num_tokens:
                 finished.append(False)
                 continue
-            # seq.append_token(token_id), inlined: this loop runs once per sequence per step.
-            seq.token_ids.append(token_id)
-            seq.last_token = token_id
-            seq.num_tokens += 1
-            if (token_id == eos and not seq.ignore_eos) or seq.num_tokens - seq.num_prompt_tokens == seq.max_tokens:
+            seq.append_token(token_id)
+            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
                 seq.status = SequenceStatus.FINISHED
-                bm.deallocate(seq)
+                self.block_manager.deallocate(seq)
                 self.running.remove(seq)
-                self._queued.discard(seq)
+                del self._queued[seq.seq_id]
                 finished.append(True)
             else:
                 finished.append(False)
         return finished
+
+    def _check_step_results(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> None:
+        """Refuse anything but the batch of the latest schedule(), once, with one valid token each.
+
+        nano-vllm trusts its engine here. A second postprocess of one step would append a token
+        whose K/V is never computed; a sequence that was never scheduled has nothing to record.
+        Every check runs before postprocess changes anything. The batch schedule() returned is
+        recognised at once; anything else (a subclass's own schedule(), a copy) is checked
+        sequence by sequence.
+        """
+        if not (is_prefill is self._scheduled_is_prefill and tuple(seqs) == self._scheduled):
+            check_bool("is_prefill", is_prefill)
+            for i, seq in enumerate(seqs):
+                check_instance(f"seqs[{i}]", seq, Sequence)
+                if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or self._queued.get(seq.seq_id) is not seq:
+                    raise ValueError(
+                        f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, num_scheduled_tokens="
+                        f"{seq.num_scheduled_tokens}, is_prefill={seq.is_prefill}) is not part of the "
+                        f"{'prefill' if is_prefill else 'decode'} batch waiting for postprocess(): pass the batch "
+                        "of the latest schedule(), once"
+                    )
+            if len(set(map(id, seqs))) != len(seqs):
+                raise ValueError("seqs lists a sequence twice")
+        if len(seqs) != len(token_ids):
+            raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
+        checked_token_ids(token_ids, "token_ids")  # the ids only; their packed bytes are not needed

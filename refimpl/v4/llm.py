@@ -116,7 +116,7 @@ class V4LLM:
                                      self.hf_model.config.vocab_size, self.max_model_len)
         request_id = f"req-{self._next_id}"
         longest = len(ids) + sampling_params.max_tokens
-        need = self.scheduler.max_blocks_needed(request_id, longest)
+        need = self.scheduler.max_blocks_needed(longest)
         usable = self.model_runner.kv_cache.config.num_blocks - 1  # block 0 is the null block
         if need > usable:
             raise ValueError(f"a request of up to {longest} tokens needs {need} blocks; the pool has only {usable}")

@@ -72,10 +72,9 @@ class Scheduler:
     def add(self, req: V4Request) -> None:
         self.waiting.append(req)
 
-    def max_blocks_needed(self, request_id: str, num_tokens: int) -> int:
+    def max_blocks_needed(self, num_tokens: int) -> int:
         """Blocks a request of `num_tokens` tokens holds at most at once (windows freeing as it goes)."""
-        return self.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
-            request_id, num_tokens, None, 0, apply_admission_cap=True)
+        return self.kv_cache_manager.get_max_num_blocks(num_tokens)
 
     def preempt(self, req: V4Request) -> None:
         """Free all of a running request's blocks and put it first in line; it is recomputed later."""
