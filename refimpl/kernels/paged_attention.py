@@ -1,5 +1,11 @@
 """Triton paged attention: decode (one query per sequence) and varlen causal prefill.
 
+Why three versions of paged attention exist: these kernels are what a GPU runs (and what
+chapter 07 reads line by line); `reference.py` holds their readable torch twins, the yardstick
+every test compares with; `torch_backend.py` holds the same contract written for speed on a CPU,
+so the engine runs at laptop speed without a GPU. All three share the argument checks in
+`reference.py` and are held equal by the tests.
+
 Both kernels walk a sequence's context in tiles of ``BLOCK_N`` token positions. For every
 position ``t`` they look up ``block_table[seq, t // block_size]`` and read row
 ``t % block_size`` of that block, so pages can sit anywhere in the cache and the block size
