@@ -134,8 +134,8 @@ def test_no_seed_in_reader_visible_text(path):
 
 
 # --- checks added by issue 26 ---------------------------------------------------------------------
-# Each list names the chapters that do not meet the rule yet (none today). The marks are strict: a chapter that
-# meets it fails as XPASS until its name is removed here, so the lists only ever shrink to empty.
+# Each list names the chapters that do not meet the rule yet (none today). The marks are strict:
+# a chapter that meets it fails as XPASS until its name is removed, so the lists only shrink.
 MAX_CODE_LINE = 100  # characters: what a laptop-width JupyterLab shows without clipping
 LONG_LINES_PENDING: set[str] = set()
 REVEAL_PENDING: set[str] = set()
