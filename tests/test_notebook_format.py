@@ -170,7 +170,8 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
 def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path, monkeypatch):
     """Run All of a chapter with a stepper, then JupyterLab's save: the file is byte for byte the
     committed one (outputs, execution counts, metadata), so `git status` stays clean."""
-    from nbclient import NotebookClient
+    import subprocess
+    import sys
 
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("REFIMPL_WRITE_FIGURES", raising=False)
@@ -180,9 +181,22 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True, store_widget_state=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    run = json.loads(nbformat.writes(nb))
+    cleared, executed = tmp_path / "cleared.ipynb", tmp_path / "executed.ipynb"
+    nbformat.write(nb, cleared)
+    # Run All in a fresh interpreter, as JupyterLab's kernel runs apart from the server: the test
+    # worker's own state (event loops, signal handlers of earlier tests) cannot reach it, and a
+    # stuck kernel fails the test within the limit instead of holding the whole run.
+    script = (
+        "import sys, nbformat\n"
+        "from nbclient import NotebookClient\n"
+        "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+        "NotebookClient(nb, timeout=120, startup_timeout=60, kernel_name='python3', record_timing=True,\n"
+        "               store_widget_state=True, resources={'metadata': {'path': sys.argv[3]}}).execute()\n"
+        "nbformat.write(nb, sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(cleared), str(executed), str(tmp_path)],
+                   check=True, timeout=300)
+    run = json.loads(executed.read_text(encoding="utf-8"))
     assert any(WIDGET_VIEW in o.get("data", {}) for c in run["cells"] for o in c.get("outputs", []))
     saved = save_as_jupyterlab(tmp_path, chapter.name, run)
     assert json.loads(saved)["metadata"] == json.loads(chapter.read_text(encoding="utf-8"))["metadata"]
