@@ -23,6 +23,7 @@ from typing import Sequence as SequenceLike
 from tqdm import TqdmWarning, tqdm
 
 from refimpl.engine.config import Config
+from refimpl.engine.lifecycle import ClosableEngine
 from refimpl.engine.model_runner import ModelRunner
 from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
 from refimpl.paged.scheduler import Scheduler, SchedulerConfig
@@ -61,7 +62,7 @@ def load_tokenizer(model_dir: str):
         return AutoTokenizer.from_pretrained(model_dir)
 
 
-class LLMEngine:
+class LLMEngine(ClosableEngine):
     def __init__(self, model: str | os.PathLike, **kwargs) -> None:
         unknown = sorted(set(kwargs) - set(Config.field_names()))
         if unknown:
@@ -88,23 +89,6 @@ class LLMEngine:
     @property
     def attention_backend(self) -> str:
         return self.model_runner.attention_backend
-
-    def close(self) -> None:
-        """Release the KV cache and the model and forget queued requests; the engine refuses work afterwards."""
-        self.model_runner.close()
-        self.scheduler.waiting.clear()
-        self.scheduler.running.clear()
-        self.closed = True
-
-    def __enter__(self) -> "LLMEngine":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError("this LLM is closed; create a new one")
 
     # --- requests
     def make_sequence(self, prompt: str | list[int], sampling_params: SamplingParams) -> Sequence:

@@ -17,6 +17,7 @@ import os
 from time import perf_counter
 from typing import Sequence as SequenceLike
 
+from refimpl.engine.lifecycle import ClosableEngine
 from refimpl.engine.llm import EngineStats, load_tokenizer
 from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
 from refimpl.engine.sampler import Sampler
@@ -54,7 +55,7 @@ def _check_positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-class V4LLM:
+class V4LLM(ClosableEngine):
     """The tiny V4 engine. Keyword arguments mirror Part I's `LLM` where they mean the same.
 
     `attention_backend` picks the index kernels: "torch" (the twins; default on a CPU), "triton"
@@ -105,10 +106,6 @@ class V4LLM:
         return self.model_runner.attention_backend
 
     # --- requests
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError("this V4LLM is closed; create a new one")
-
     def make_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> V4Request:
         """Tokenize and check one request without queueing it (ValueError on bad input)."""
         self._check_open()
@@ -188,17 +185,3 @@ class V4LLM:
                 out["logits"] = req.logits
             outputs.append(out)
         return outputs
-
-    # --- resources
-    def close(self) -> None:
-        """Release the KV cache and forget queued requests; the engine refuses work afterwards."""
-        self.model_runner.close()
-        self.scheduler.waiting.clear()
-        self.scheduler.running.clear()
-        self.closed = True
-
-    def __enter__(self) -> "V4LLM":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
