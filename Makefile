@@ -45,7 +45,15 @@ $(LAB_OVERRIDES): tools/jupyterlab_overrides.json $(STAMP)
 	mkdir -p $(dir $@)
 	cp tools/jupyterlab_overrides.json $@
 
-test: test-python test-notebooks
+test: lint test-python test-notebooks
+
+# One style (ruff, configured in pyproject.toml) and the import contract (.importlinter: the core
+# never imports the course layer or the grader, and no package imports in a cycle).
+.PHONY: lint
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 test-python: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) tests

@@ -1,4 +1,5 @@
-"""Benchmark: refimpl's LLM.generate next to transformers' generate, and prefix caching on vs off.
+"""Benchmark: refimpl's LLM.generate next to transformers' generate, and prefix caching on vs
+off.
 
     python benchmarks/engine.py                 # a tiny random Qwen3 written to a temp dir
     python benchmarks/engine.py --model-dir D   # any Qwen3 checkpoint directory (safetensors)
@@ -30,7 +31,9 @@ def make_prompts(n: int, seed: int = 0) -> list[list[int]]:
 
 def bench_refimpl(model_dir, prompts, max_tokens, block_size) -> tuple[float, list[list[int]]]:
     sp = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    with LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=False, dtype="float32") as llm:
+    with LLM(
+        model_dir, kvcache_block_size=block_size, enable_prefix_caching=False, dtype="float32"
+    ) as llm:
         llm.generate(prompts[:2], sp, use_tqdm=False)  # warm-up
         start = time.perf_counter()
         outputs = llm.generate(prompts, sp, use_tqdm=False)
@@ -52,7 +55,7 @@ def bench_transformers(model_dir, prompts, max_tokens) -> tuple[float, float, li
         for p in prompts:
             ids = torch.tensor([p])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-            one_by_one.append(out[0, len(p):].tolist())
+            one_by_one.append(out[0, len(p) :].tolist())
         sequential = time.perf_counter() - start
         width = max(len(p) for p in prompts)
         pad = model.generation_config.pad_token_id or 0
@@ -67,63 +70,114 @@ def bench_transformers(model_dir, prompts, max_tokens) -> tuple[float, float, li
 def bench_prefix_cache(model_dir, num_prompts, prefix_len, block_size) -> list[dict]:
     g = torch.Generator().manual_seed(1)
     system = torch.randint(0, 256, (prefix_len,), generator=g).tolist()
-    prompts = [system + torch.randint(0, 256, (12,), generator=g).tolist() for _ in range(num_prompts)]
+    prompts = [
+        system + torch.randint(0, 256, (12,), generator=g).tolist() for _ in range(num_prompts)
+    ]
     sp = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     rows = []
     for enabled in (False, True):
         # A token budget smaller than two prompts puts each prompt in its own prefill step, so
         # later prompts find the system prompt's blocks already registered.
-        with LLM(model_dir, kvcache_block_size=block_size, enable_prefix_caching=enabled,
-                 max_num_batched_tokens=prefix_len + 16, dtype="float32") as llm:  # closed: the next one gets the memory
+        with LLM(
+            model_dir,
+            kvcache_block_size=block_size,
+            enable_prefix_caching=enabled,
+            # closed: the next one gets the memory
+            max_num_batched_tokens=prefix_len + 16,
+            dtype="float32",
+        ) as llm:
             start = time.perf_counter()
             outputs = llm.generate(prompts, sp, use_tqdm=False)
             elapsed = time.perf_counter() - start
-        rows.append(dict(prefix_caching=enabled, prompt_tokens=sum(map(len, prompts)),
-                         prefill_tokens=llm.stats.prefill_tokens, cached_tokens=llm.stats.cached_tokens,
-                         prefill_time_s=llm.stats.prefill_time_s, total_time_s=elapsed,
-                         outputs=[o["token_ids"] for o in outputs]))
+        rows.append(
+            dict(
+                prefix_caching=enabled,
+                prompt_tokens=sum(map(len, prompts)),
+                prefill_tokens=llm.stats.prefill_tokens,
+                cached_tokens=llm.stats.cached_tokens,
+                prefill_time_s=llm.stats.prefill_time_s,
+                total_time_s=elapsed,
+                outputs=[o["token_ids"] for o in outputs],
+            )
+        )
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", help="a Qwen3 checkpoint directory (default: a fresh tiny model)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model-dir", help="a Qwen3 checkpoint directory (default: a fresh tiny model)"
+    )
     parser.add_argument("--num-prompts", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--prefix-len", type=int, default=512, help="shared system prompt length (part 2)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps runs comparable)")
+    parser.add_argument(
+        "--prefix-len", type=int, default=512, help="shared system prompt length (part 2)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 keeps runs comparable)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    workdir = tempfile.TemporaryDirectory(prefix="refimpl-bench-")  # removed when the script ends
-    model_dir = args.model_dir or make_tiny_model(workdir.name, seed=0, hidden_size=128, intermediate_size=384,
-                                                  num_hidden_layers=4, num_attention_heads=8,
-                                                  num_key_value_heads=2, head_dim=32)
+    # removed when the script ends
+    workdir = tempfile.TemporaryDirectory(prefix="refimpl-bench-")
+    model_dir = args.model_dir or make_tiny_model(
+        workdir.name,
+        seed=0,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=32,
+    )
     prompts = make_prompts(args.num_prompts)
     generated = args.num_prompts * args.max_tokens
     print(f"model: {model_dir}")
-    print(f"part 1: {args.num_prompts} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
-          f"{args.max_tokens} greedy tokens each ({generated} generated), float32, {args.threads} thread(s)")
+    print(
+        f"part 1: {args.num_prompts} prompts of "
+        f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
+        f"{args.max_tokens} greedy tokens each ({generated} generated), float32, "
+        f"{args.threads} thread(s)"
+    )
     t_ref, ours = bench_refimpl(model_dir, prompts, args.max_tokens, args.block_size)
     t_seq, t_batch, theirs = bench_transformers(model_dir, prompts, args.max_tokens)
     same = sum(a == b for a, b in zip(ours, theirs))
     print(f"  {'engine':44s} {'seconds':>8s} {'tokens/s':>9s}")
-    for label, t in ((f"refimpl LLM.generate (block_size {args.block_size}, torch)", t_ref),
-                     ("transformers generate, one prompt at a time", t_seq),
-                     ("transformers generate, one padded batch", t_batch)):
+    for label, t in (
+        (f"refimpl LLM.generate (block_size {args.block_size}, torch)", t_ref),
+        ("transformers generate, one prompt at a time", t_seq),
+        ("transformers generate, one padded batch", t_batch),
+    ):
         print(f"  {label:44s} {t:8.2f} {generated / t:9.0f}")
-    print(f"  refimpl output equals transformers' (one at a time) for {same}/{len(prompts)} prompts")
+    print(
+        f"  refimpl output equals transformers' (one at a time) for {same}/{len(prompts)} "
+        "prompts"
+    )
 
     rows = bench_prefix_cache(model_dir, args.num_prompts, args.prefix_len, args.block_size)
-    print(f"part 2: {args.num_prompts} prompts = shared {args.prefix_len}-token system prompt + 12 own tokens")
-    print(f"  {'prefix caching':15s} {'prompt tok':>10s} {'computed':>9s} {'cached':>7s} {'prefill s':>9s}")
+    print(
+        f"part 2: {args.num_prompts} prompts = shared {args.prefix_len}-token system prompt + "
+        "12 own tokens"
+    )
+    print(
+        f"  {'prefix caching':15s} {'prompt tok':>10s} {'computed':>9s} {'cached':>7s} "
+        f"{'prefill s':>9s}"
+    )
     for r in rows:
-        print(f"  {'on' if r['prefix_caching'] else 'off':15s} {r['prompt_tokens']:10d} {r['prefill_tokens']:9d} "
-              f"{r['cached_tokens']:7d} {r['prefill_time_s']:9.2f}")
+        print(
+            f"  {'on' if r['prefix_caching'] else 'off':15s} {r['prompt_tokens']:10d} "
+            f"{r['prefill_tokens']:9d} "
+            f"{r['cached_tokens']:7d} {r['prefill_time_s']:9.2f}"
+        )
     off, on = rows
-    print(f"  prefill tokens computed: {off['prefill_tokens']} -> {on['prefill_tokens']} "
-          f"({1 - on['prefill_tokens'] / off['prefill_tokens']:.1%} fewer); "
-          f"outputs identical: {off['outputs'] == on['outputs']}")
+    print(
+        f"  prefill tokens computed: {off['prefill_tokens']} -> {on['prefill_tokens']} "
+        f"({1 - on['prefill_tokens'] / off['prefill_tokens']:.1%} fewer); "
+        f"outputs identical: {off['outputs'] == on['outputs']}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""nano-vllm's Part I bookkeeping, restated for timing: Sequence, Block, BlockManager, Scheduler.
+"""nano-vllm's Part I bookkeeping, restated for timing: Sequence, Block, BlockManager,
+Scheduler.
 
-This is the yardstick `benchmarks/part1.py` times refimpl against. It follows nano-vllm's behaviour
-as the article "3.4 KV Cache and BlockManager" describes it, with nano-vllm's data structures and
-costs: a `collections.deque` free queue (so reviving a freed block scans the queue), xxh64 over
-`numpy.array(tokens).tobytes()` recomputed on every walk of the hash chain (in `can_allocate`,
-again in `allocate`, and in `hash_blocks`), `len(seq) % block_size == 1` for block boundaries, and
-no argument checks. It is written here, not copied, and imports nothing from refimpl, so a change
-to refimpl can never speed up or slow down the yardstick.
+This is the yardstick `benchmarks/part1.py` times refimpl against. It follows nano-vllm's
+behaviour as the article "3.4 KV Cache and BlockManager" describes it, with nano-vllm's data
+structures and costs: a `collections.deque` free queue (so reviving a freed block scans the
+queue), xxh64 over `numpy.array(tokens).tobytes()` recomputed on every walk of the hash chain
+(in `can_allocate`, again in `allocate`, and in `hash_blocks`), `len(seq) % block_size == 1`
+for block boundaries, and no argument checks. It is written here, not copied, and imports
+nothing from refimpl, so a change to refimpl can never speed up or slow down the yardstick.
 
-`tests/nanovllm_oracle.py` restates the same rules for lockstep tests (keyed by seq_id, built for
-clarity); this copy keeps nano-vllm's object layout so that its speed is nano-vllm's speed.
+`tests/nanovllm_oracle.py` restates the same rules for lockstep tests (keyed by seq_id, built
+for clarity); this copy keeps nano-vllm's object layout so that its speed is nano-vllm's speed.
 The smoke test of the benchmark checks that both loops produce the same schedule.
 """
 
@@ -31,11 +32,14 @@ class Status(Enum):
 
 
 class NanoSequence:
-    """A request: tokens, progress counters and a block table; block size is per instance here."""
+    """A request: tokens, progress counters and a block table; block size is per instance
+    here."""
 
     counter = count()
 
-    def __init__(self, token_ids: list[int], block_size: int, max_tokens: int, ignore_eos: bool = False) -> None:
+    def __init__(
+        self, token_ids: list[int], block_size: int, max_tokens: int, ignore_eos: bool = False
+    ) -> None:
         self.block_size = block_size
         self.seq_id = next(NanoSequence.counter)
         self.status = Status.WAITING
@@ -93,7 +97,8 @@ class NanoBlock:
 
 
 class NanoBlockManager:
-    """FIFO deque free queue, hash -> block id map, set of used ids; hashes recomputed per walk."""
+    """FIFO deque free queue, hash -> block id map, set of used ids; hashes recomputed per
+    walk."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
@@ -188,11 +193,18 @@ class NanoBlockManager:
 
 
 class NanoScheduler:
-    """Prefill first (only the first sequence of a step may be chunked), else decode with preemption
-    of the last running sequence; postprocess registers filled blocks and finishes sequences."""
+    """Prefill first (only the first sequence of a step may be chunked), else decode with
+    preemption of the last running sequence; postprocess registers filled blocks and finishes
+    sequences."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 eos: int = -1) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        eos: int = -1,
+    ) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos = eos
@@ -256,7 +268,9 @@ class NanoScheduler:
         self.block_manager.deallocate(seq)
         self.waiting.appendleft(seq)
 
-    def postprocess(self, seqs: list[NanoSequence], token_ids: list[int], is_prefill: bool) -> None:
+    def postprocess(
+        self, seqs: list[NanoSequence], token_ids: list[int], is_prefill: bool
+    ) -> None:
         for seq, token_id in zip(seqs, token_ids):
             self.block_manager.hash_blocks(seq)
             seq.num_cached_tokens += seq.num_scheduled_tokens
@@ -264,11 +278,14 @@ class NanoScheduler:
             if is_prefill and seq.num_cached_tokens < seq.num_tokens:
                 continue
             seq.append_token(token_id)
-            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+            if (
+                not seq.ignore_eos and token_id == self.eos
+            ) or seq.num_completion_tokens == seq.max_tokens:
                 seq.status = Status.FINISHED
                 self.block_manager.deallocate(seq)
                 self.running.remove(seq)
 
 
-if __name__ == "__main__":  # `make bench` runs every script here; this one is a module of part1.py
+# `make bench` runs every script here; this one is a module of part1.py
+if __name__ == "__main__":
     print("nano_vllm_logic is the yardstick of benchmarks/part1.py; run that script")

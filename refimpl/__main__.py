@@ -21,7 +21,7 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python -m refimpl", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name, module_name in SUBCOMMANDS.items():
+    for _name, module_name in SUBCOMMANDS.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
-    except SystemExit as exc:  # argparse's errors and --help: hand the status back to the caller
+    # argparse's errors and --help: hand the status back to the caller
+    except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
 
 

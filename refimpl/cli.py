@@ -7,11 +7,12 @@ import sys
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported in one line and negative values reaching their check.
+    """argparse, with a bad argument reported in one line and negative values reaching their
+    check.
 
     Plain argparse prints the whole usage before the error, and reads `--memory -5GiB` as a
-    missing value followed by an unknown option `-5GiB`; here that value goes to `--memory`'s own
-    check, which can then say what is wrong with it.
+    missing value followed by an unknown option `-5GiB`; here that value goes to `--memory`'s
+    own check, which can then say what is wrong with it.
     """
 
     def error(self, message: str):
@@ -20,12 +21,19 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         takes_one_value = {
-            option for action in self._actions if action.nargs is None and action.option_strings
+            option
+            for action in self._actions
+            if action.nargs is None and action.option_strings
             for option in action.option_strings
         }
         glued: list[str] = []
         for arg in args:
-            if glued and glued[-1] in takes_one_value and arg[:1] == "-" and arg[1:2].isdigit():
+            if (
+                glued
+                and glued[-1] in takes_one_value
+                and arg[:1] == "-"
+                and arg[1:2].isdigit()
+            ):
                 glued[-1] = f"{glued[-1]}={arg}"
             else:
                 glued.append(arg)
@@ -33,7 +41,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
-    """Shows "(default: X)" after an option's help, except for flags and options without a default."""
+    """Shows "(default: X)" after an option's help, except for flags and options without a
+    default."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""

@@ -1,4 +1,5 @@
-"""Argument checks shared by every part of refimpl, so bad input gets the same clear ValueError."""
+"""Argument checks shared by every part of refimpl, so bad input gets the same clear
+ValueError."""
 
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ def is_integer(value: object) -> bool:
 
 
 def check_int_at_least(name: str, value: object, minimum: int, meaning: str = "") -> int:
-    """Return `value` as an int if it is an integer >= `minimum`, else raise a ValueError naming
-    it; `meaning` (e.g. " (a token index)") is added to the message."""
+    """Return `value` as an int if it is an integer >= `minimum`, else raise a ValueError
+    naming it; `meaning` (e.g. " (a token index)") is added to the message."""
     if not is_integer(value) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}{meaning}, got {value!r}")
     return int(value)
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """Return `value` as an int if it is a positive integer, else raise a ValueError naming it."""
+    """Return `value` as an int if it is a positive integer, else raise a ValueError naming
+    it."""
     if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
@@ -39,6 +41,9 @@ def check_bool(name: str, value: object) -> bool:
 
 
 def check_instance(name: str, value: object, expected: type) -> None:
-    """Raise a TypeError naming the argument unless `value` is an `expected` (or a subclass)."""
+    """Raise a TypeError naming the argument unless `value` is an `expected` (or a
+    subclass)."""
     if not isinstance(value, expected):
-        raise TypeError(f"{name} must be a {expected.__name__}, got {type(value).__name__} {value!r:.80}")
+        raise TypeError(
+            f"{name} must be a {expected.__name__}, got {type(value).__name__} {value!r:.80}"
+        )

@@ -1,15 +1,17 @@
-"""Shared test settings and fixtures: small, reproducible hypothesis runs, single-threaded torch
-per worker, one tiny checkpoint per worker session, and the device a test's kernels run on.
+"""Shared test settings and fixtures: small, reproducible hypothesis runs, single-threaded
+torch per worker, one tiny checkpoint per worker session, and the device a test's kernels run
+on.
 
-Where tests run: a test that calls a Triton kernel takes the `kernel_device` fixture and puts its
-tensors there ("cpu" under Triton's interpreter, "cuda" where the kernels compile for a GPU); every
-other test that builds tensors or an engine names its device itself. With REFIMPL_FAKE_CUDA=1
-(`tests/test_device_neutral.py` runs it) the tests run as if on a GPU machine, to find a test that
-assumes the CPU on a machine that has none: torch reports a CUDA device, the kernels still run in
-the interpreter, and the default device is "meta" (a device that holds no data), so a tensor
-made without saying where it goes cannot be computed with, just as on a GPU machine it would be a
-CPU tensor the compiled kernels refuse. Tests that take no `kernel_device` run with the CPU as
-default device (as there), and may launch no Triton kernel.
+Where tests run: a test that calls a Triton kernel takes the `kernel_device` fixture and puts
+its tensors there ("cpu" under Triton's interpreter, "cuda" where the kernels compile for a
+GPU); every other test that builds tensors or an engine names its device itself. With
+REFIMPL_FAKE_CUDA=1 (`tests/test_device_neutral.py` runs it) the tests run as if on a GPU
+machine, to find a test that assumes the CPU on a machine that has none: torch reports a CUDA
+device, the kernels still run in the interpreter, and the default device is "meta" (a device
+that holds no data), so a tensor made without saying where it goes cannot be computed with,
+just as on a GPU machine it would be a CPU tensor the compiled kernels refuse. Tests that take
+no `kernel_device` run with the CPU as default device (as there), and may launch no Triton
+kernel.
 
 Literal restatements of upstream and workload strategies live in `nanovllm_oracle.py` (Part I)
 and `hybrid_helpers.py` (Part II); test files import those, never each other.
@@ -43,14 +45,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
-# The REFIMPL_FAKE_CUDA run checks where tensors go, not values: a few examples per property suffice.
+# The REFIMPL_FAKE_CUDA run checks where tensors go, not values: a few examples per property
+# suffice.
 settings.register_profile("device-check", parent=settings.get_profile("ci"), max_examples=5)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    """A tiny random Qwen3 checkpoint (config, safetensors, offline tokenizer), built once per worker."""
+    """A tiny random Qwen3 checkpoint (config, safetensors, offline tokenizer), built once per
+    worker."""
     from refimpl.engine import make_tiny_model
 
     with torch.device("cpu"):
@@ -59,11 +63,15 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kernel_device() -> str:
-    """The device the Triton kernels take here: "cpu" (interpreter) or "cuda" (compiled); skips without Triton."""
+    """The device the Triton kernels take here: "cpu" (interpreter) or "cuda" (compiled); skips
+    without Triton."""
     from refimpl.kernels.triton_setup import TRITON_DEVICE
 
     if TRITON_DEVICE is None:
-        pytest.skip("the Triton kernels cannot run in this process (Triton missing, or compiled mode without CUDA)")
+        pytest.skip(
+            "the Triton kernels cannot run in this process (Triton missing, or compiled mode "
+            "without CUDA)"
+        )
     return TRITON_DEVICE
 
 
@@ -72,8 +80,9 @@ _launches_allowed = [not FAKE_CUDA]
 
 @pytest.fixture(autouse=True)
 def _default_device_as_on_a_gpu_machine(request):
-    """Under REFIMPL_FAKE_CUDA: a test with `kernel_device` keeps the meta default device and may launch
-    kernels; any other test runs with the CPU as default device (as on a GPU machine) and may not."""
+    """Under REFIMPL_FAKE_CUDA: a test with `kernel_device` keeps the meta default device and
+    may launch kernels; any other test runs with the CPU as default device (as on a GPU
+    machine) and may not."""
     if not FAKE_CUDA:
         yield
         return
@@ -96,7 +105,8 @@ if FAKE_CUDA:
     def _guarded_run(self, *args, **kwargs):
         if not _launches_allowed[0]:
             raise AssertionError(
-                "this test launches a Triton kernel but does not take the `kernel_device` fixture: on a GPU "
+                "this test launches a Triton kernel but does not take the `kernel_device` "
+                "fixture: on a GPU "
                 "machine the kernels are compiled and refuse the CPU tensors it builds"
             )
         return _interpreted_run(self, *args, **kwargs)

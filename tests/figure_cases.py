@@ -1,11 +1,14 @@
-"""Every drawing function of refimpl.viz, called as the chapters call it (same props, same sizes).
+"""Every drawing function of refimpl.viz, called as the chapters call it (same props, same
+sizes).
 
-`CASES` maps a case name to (the draw function it exercises, a zero-argument builder returning the
-Figure a chapter shows). Steppers' pictures are built through `Stepper.figure`, which adds the step
-caption, because that is the picture a reader sees. tests/test_viz_figure_sizes.py renders each case
-as the notebook's inline backend does and checks its width and its smallest text.
+`CASES` maps a case name to (the draw function it exercises, a zero-argument builder returning
+the Figure a chapter shows). Steppers' pictures are built through `Stepper.figure`, which adds
+the step caption, because that is the picture a reader sees. tests/test_viz_figure_sizes.py
+renders each case as the notebook's inline backend does and checks its width and its smallest
+text.
 
-    python -m tests.figure_cases OUT_DIR [CASE...]   # write each case's PNG as a notebook shows it
+    # write each case's PNG as a notebook shows it
+    python -m tests.figure_cases OUT_DIR [CASE...]
 """
 
 from __future__ import annotations
@@ -38,14 +41,18 @@ def _stepper_figures(stepper: Stepper) -> list:
     return [stepper.figure(i) for i in range(len(stepper))]
 
 
-# --- Part I -------------------------------------------------------------------------------------
+# --- Part I
+# -------------------------------------------------------------------------------------
+
 
 def course_map_plain():
     return course_map.draw_course_map()
 
 
 def course_map_route():
-    return course_map.draw_course_map("The route to chapter 12, the hybrid allocator", route=course_map.route_to("12"))
+    return course_map.draw_course_map(
+        "The route to chapter 12, the hybrid allocator", route=course_map.route_to("12")
+    )
 
 
 def pool_snapshot_00():
@@ -56,18 +63,26 @@ def pool_snapshot_00():
     bm = BlockManager(num_blocks=6, block_size=2)
     seqs = {"A": Sequence([1, 2, 3], block_size=2), "B": Sequence([7, 8], block_size=2)}
     a, b = seqs["A"], seqs["B"]
-    actions = [("prefill(A): 3 tokens", lambda: prefill(bm, a)), ("prefill(B): 2 tokens", lambda: prefill(bm, b)),
-               ("A decodes token 4", lambda: decode_step(bm, a, 4)), ("B decodes token 9", lambda: decode_step(bm, b, 9)),
-               ("A decodes token 5", lambda: decode_step(bm, a, 5))]
+    actions = [
+        ("prefill(A): 3 tokens", lambda: prefill(bm, a)),
+        ("prefill(B): 2 tokens", lambda: prefill(bm, b)),
+        ("A decodes token 4", lambda: decode_step(bm, a, 4)),
+        ("B decodes token 9", lambda: decode_step(bm, b, 9)),
+        ("A decodes token 5", lambda: decode_step(bm, a, 5)),
+    ]
     frames = record_frames(lambda: paged.pool_snapshot(bm, seqs), actions)
-    return _stepper_figures(Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text))
+    return _stepper_figures(
+        Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text)
+    )
 
 
 def fragmentation():
     from refimpl.course.fragmentation import compare_allocation, sample_request_lengths
 
     lengths = sample_request_lengths(1000, max_len=2048, seed=0)
-    return paged.draw_fragmentation(lengths, compare_allocation(lengths.total_lens, 2048, block_sizes=[1, 16, 256]))
+    return paged.draw_fragmentation(
+        lengths, compare_allocation(lengths.total_lens, 2048, block_sizes=[1, 16, 256])
+    )
 
 
 def _running_example_pool():
@@ -81,7 +96,7 @@ def _running_example_pool():
 
 def block_pool_scattered():
     """Chapter 02: fillers scatter the free blocks, then A's 11 tokens land in #5, #2, #6."""
-    from refimpl.paged import BlockManager, Sequence
+    from refimpl.paged import Sequence
 
     bm, seqs = _running_example_pool()
     fillers = {f"f{i}": Sequence([900 + i], block_size=4) for i in range(8)}
@@ -92,8 +107,12 @@ def block_pool_scattered():
     a = seqs["A"]
     bm.allocate(a, bm.can_allocate(a))
     others = {name: f for name, f in fillers.items() if f.block_table}
-    return paged.draw_block_pool(bm, {**others, "A": a}, muted=others,
-                                 title="A's 11 tokens in blocks #5, #2, #6 (fillers in grey)")
+    return paged.draw_block_pool(
+        bm,
+        {**others, "A": a},
+        muted=others,
+        title="A's 11 tokens in blocks #5, #2, #6 (fillers in grey)",
+    )
 
 
 def pool_snapshot_stepper():
@@ -101,8 +120,12 @@ def pool_snapshot_stepper():
     from refimpl.viz.paged_stepper import running_example_actions
 
     bm, seqs = _running_example_pool()
-    frames = record_frames(lambda: paged.pool_snapshot(bm, seqs), running_example_actions(bm, seqs))
-    return _stepper_figures(Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text))
+    frames = record_frames(
+        lambda: paged.pool_snapshot(bm, seqs), running_example_actions(bm, seqs)
+    )
+    return _stepper_figures(
+        Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text)
+    )
 
 
 def prefix_cache_stepper():
@@ -113,8 +136,12 @@ def prefix_cache_stepper():
     bm, seqs = _running_example_pool()
     seqs = {name: seqs[name] for name in ("A", "B")}
     seqs["A2"] = Sequence(second_turn_prompt(), block_size=4)
-    frames = record_frames(lambda: paged.pool_snapshot(bm, seqs), prefix_cache_actions(bm, seqs))
-    return _stepper_figures(Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text))
+    frames = record_frames(
+        lambda: paged.pool_snapshot(bm, seqs), prefix_cache_actions(bm, seqs)
+    )
+    return _stepper_figures(
+        Stepper(frames, paged.draw_pool_snapshot, paged.pool_snapshot_text)
+    )
 
 
 def _second_turn_lookup():
@@ -140,8 +167,12 @@ def _second_turn_lookup():
 
 def prefix_lookup():
     bm, match, holders = _second_turn_lookup()
-    return paged.draw_prefix_lookup(bm, match, holders, title="A's second turn (18 tokens): 3 hits (2 in use, "
-                                    "1 freed), then a miss")
+    return paged.draw_prefix_lookup(
+        bm,
+        match,
+        holders,
+        title="A's second turn (18 tokens): 3 hits (2 in use, 1 freed), then a miss",
+    )
 
 
 def prefix_lookup_article():
@@ -149,8 +180,12 @@ def prefix_lookup_article():
     from refimpl.course.prefix_match import explain_prefix_match
 
     bm, holders, request = prefix_cache_example()
-    return paged.draw_prefix_lookup(bm, explain_prefix_match(bm, request), holders,
-                                    title="The article's example: 12 tokens, block_size 4 -> 2 hits, 8 cached tokens")
+    return paged.draw_prefix_lookup(
+        bm,
+        explain_prefix_match(bm, request),
+        holders,
+        title="The article's example: 12 tokens, block_size 4 -> 2 hits, 8 cached tokens",
+    )
 
 
 def prefix_match():
@@ -172,9 +207,16 @@ def scheduler_stepper_frames():
     reqs = running_example.requests(block_size=4, max_tokens=5)
     for name in ("A", "B", "C"):
         scheduler.add(reqs[name])
-    frames = scheduler_stepper.scheduler_frames(scheduler, FakeModelRunner.for_scheduler(scheduler), reqs)
-    return _stepper_figures(Stepper(frames, scheduler_stepper.draw_scheduler_state,
-                                    scheduler_stepper.scheduler_state_text))
+    frames = scheduler_stepper.scheduler_frames(
+        scheduler, FakeModelRunner.for_scheduler(scheduler), reqs
+    )
+    return _stepper_figures(
+        Stepper(
+            frames,
+            scheduler_stepper.draw_scheduler_state,
+            scheduler_stepper.scheduler_state_text,
+        )
+    )
 
 
 def _timeline(num_blocks: int, max_tokens: int, late: int, **config):
@@ -182,17 +224,26 @@ def _timeline(num_blocks: int, max_tokens: int, late: int, **config):
     from refimpl.course.runners import SchedulerDriver
     from refimpl.paged import Scheduler, SchedulerConfig
 
-    driver = SchedulerDriver(Scheduler(SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=4, **config)))
+    driver = SchedulerDriver(
+        Scheduler(
+            SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=4, **config)
+        )
+    )
     reqs = running_example.requests(block_size=4, max_tokens=max_tokens)
     names = running_example.names_by_seq_id(reqs)
-    early, later = [reqs[n] for n in running_example.NAMES[:3 - late]], [reqs[n] for n in running_example.NAMES[3 - late:]]
+    early, later = (
+        [reqs[n] for n in running_example.NAMES[: 3 - late]],
+        [reqs[n] for n in running_example.NAMES[3 - late :]],
+    )
     driver.add(early)
     driver.step()
     if late == 1:
         driver.step()
     driver.add(later)
     driver.run()
-    return timeline.draw_timeline(driver.steps, num_blocks=num_blocks, names=names, title="the running example")
+    return timeline.draw_timeline(
+        driver.steps, num_blocks=num_blocks, names=names, title="the running example"
+    )
 
 
 def timeline_05():
@@ -218,8 +269,13 @@ def step_inputs():
         seqs, _ = llm.scheduler.schedule()
         llm.model_runner.prepare_prefill(seqs)
         try:
-            return engine.draw_step_inputs(seqs, get_context(), 10, {b.seq_id: "B", c.seq_id: "C"},
-                                           label=engine.byte_label)
+            return engine.draw_step_inputs(
+                seqs,
+                get_context(),
+                10,
+                {b.seq_id: "B", c.seq_id: "C"},
+                label=engine.byte_label,
+            )
         finally:
             reset_context()
 
@@ -229,7 +285,8 @@ def paged_layout():
 
 
 def _decode_case():
-    """Chapter 07's decode example: (q, k_cache, v_cache, block_table, seqlens, the twin's output)."""
+    """Chapter 07's decode example: (q, k_cache, v_cache, block_table, seqlens, the twin's
+    output)."""
     import torch
 
     from refimpl.kernels import reference
@@ -264,17 +321,40 @@ def merge_frames():
     from refimpl.kernels.online_softmax import PartialMerge, chunk_partials
 
     q, k, v, table, _, out = _decode_case()
-    parts = chunk_partials(q[0, 0], k, v, 10, table[0], kv_head=0, tokens_per_split=4, block_n=3)
-    stepper = Stepper(split_kv.merge_frames(PartialMerge(parts)), split_kv.merge_drawer(out), split_kv.merge_state_text)
+    parts = chunk_partials(
+        q[0, 0], k, v, 10, table[0], kv_head=0, tokens_per_split=4, block_n=3
+    )
+    stepper = Stepper(
+        split_kv.merge_frames(PartialMerge(parts)),
+        split_kv.merge_drawer(out),
+        split_kv.merge_state_text,
+    )
     return _stepper_figures(stepper)
 
 
 def decode_timings():
-    """A record in the format benchmarks/kernels_gpu.py writes, three decode shapes (made-up numbers)."""
-    shapes = [dict(batch=b, context=c, num_heads=32, num_kv_heads=8, head_dim=128, dtype="float16", block_size=16,
-                   kv_bytes=2 * b * c * 8 * 128 * 2, sdpa_ms=0.1 * b * c / 65536, unsplit_ms=0.5 * b * c / 65536,
-                   split_ms=0.2 * b * c / 65536, auto_splits=3) for b, c in ((32, 2048), (64, 512), (4, 8192))]
-    return split_kv.draw_decode_timings(dict(machine="A GPU", torch="2", triton="3", copy_gbps=4000.0, decode=shapes))
+    """A record in the format benchmarks/kernels_gpu.py writes, three decode shapes (made-up
+    numbers)."""
+    shapes = [
+        dict(
+            batch=b,
+            context=c,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            dtype="float16",
+            block_size=16,
+            kv_bytes=2 * b * c * 8 * 128 * 2,
+            sdpa_ms=0.1 * b * c / 65536,
+            unsplit_ms=0.5 * b * c / 65536,
+            split_ms=0.2 * b * c / 65536,
+            auto_splits=3,
+        )
+        for b, c in ((32, 2048), (64, 512), (4, 8192))
+    ]
+    return split_kv.draw_decode_timings(
+        dict(machine="A GPU", torch="2", triton="3", copy_gbps=4000.0, decode=shapes)
+    )
 
 
 def prefill_mask():
@@ -285,7 +365,9 @@ def reuse_by_block_size():
     return kernels.draw_reuse_by_block_size([100, 300, 600, 1000, 2000], 40, [16, 256])
 
 
-# --- Part II ------------------------------------------------------------------------------------
+# --- Part II
+# ------------------------------------------------------------------------------------
+
 
 def _pro():
     from refimpl.hybrid import deepseek_v4 as v4
@@ -313,7 +395,8 @@ def overlapping_windows():
 
 
 def indexer_picks():
-    """Chapter 08a: 24 query positions scoring 6 compressed entries, top-2, -1 where fewer are visible."""
+    """Chapter 08a: 24 query positions scoring 6 compressed entries, top-2, -1 where fewer are
+    visible."""
     import torch
 
     from refimpl.v4.topk import stable_topk
@@ -326,14 +409,21 @@ def indexer_picks():
 
 
 def fp8_ds_mla_page():
-    return [layer_viz.draw_fp8_ds_mla_page(2, alignment=576, title="one c128a page: 2 entries of 584 bytes, "
-                                          "padded to a multiple of 576"),
-            layer_viz.draw_fp8_ds_mla_page(64, alignment=576)]
+    return [
+        layer_viz.draw_fp8_ds_mla_page(
+            2,
+            alignment=576,
+            title="one c128a page: 2 entries of 584 bytes, padded to a multiple of 576",
+        ),
+        layer_viz.draw_fp8_ds_mla_page(64, alignment=576),
+    ]
 
 
 def v4_layer():
-    return hybrid_layout.draw_v4_layer((4, 128), title="What one DeepSeek V4 layer writes: a ratio-4 layer and a "
-                                       "ratio-128 layer")
+    return hybrid_layout.draw_v4_layer(
+        (4, 128),
+        title="What one DeepSeek V4 layer writes: a ratio-4 layer and a ratio-128 layer",
+    )
 
 
 def position_strip():
@@ -343,21 +433,33 @@ def position_strip():
 def pages():
     from refimpl.hybrid import deepseek_v4 as v4
 
-    return hybrid_layout.draw_pages(v4.page_size_rows(v4.kv_cache_specs("pro")),
-                                    title="DeepSeek V4-Pro, fp8_ds_mla: one page of each cache kind")
+    return hybrid_layout.draw_pages(
+        v4.page_size_rows(v4.kv_cache_specs("pro")),
+        title="DeepSeek V4-Pro, fp8_ds_mla: one page of each cache kind",
+    )
 
 
 def padding_curve():
     """Chapter 09 (planner C's balanced buckets) and planner B's four buckets."""
-    return [hybrid_layout.draw_padding_curve([61, 31, 30], lower_bound=30,
-                                             title="Pro: padding against d (search from 30 to 61)"),
-            hybrid_layout.draw_padding_curve([31, 61, 31, 30], lower_bound=31,
-                                             title="Pro: padding against d (search from 31 to 61)")]
+    return [
+        hybrid_layout.draw_padding_curve(
+            [61, 31, 30], lower_bound=30, title="Pro: padding against d (search from 30 to 61)"
+        ),
+        hybrid_layout.draw_padding_curve(
+            [31, 61, 31, 30],
+            lower_bound=31,
+            title="Pro: padding against d (search from 31 to 61)",
+        ),
+    ]
 
 
 def grouping():
-    return [hybrid_layout.draw_grouping(*planned, title="DeepSeek V4-Pro: caches of each decoder layer, by group")
-            for planned in (_pro(), _pro_b())]
+    return [
+        hybrid_layout.draw_grouping(
+            *planned, title="DeepSeek V4-Pro: caches of each decoder layer, by group"
+        )
+        for planned in (_pro(), _pro_b())
+    ]
 
 
 def groupings():
@@ -365,12 +467,18 @@ def groupings():
     from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
 
     flash = v4.kv_cache_specs("flash")
-    models = {"DeepSeek V4-Pro": _pro(), "DeepSeek V4-Flash": (flash, get_kv_cache_groups(flash))}
-    return hybrid_layout.draw_groupings(models, title="Pro and Flash: caches of each decoder layer, by group")
+    models = {
+        "DeepSeek V4-Pro": _pro(),
+        "DeepSeek V4-Flash": (flash, get_kv_cache_groups(flash)),
+    }
+    return hybrid_layout.draw_groupings(
+        models, title="Pro and Flash: caches of each decoder layer, by group"
+    )
 
 
 def slab():
-    """Chapter 10 draws planner C's groups in layout order (spec runs); B's groups as they are."""
+    """Chapter 10 draws planner C's groups in layout order (spec runs); B's groups as they
+    are."""
     from refimpl.course.layout_summary import groups_in_layout_order
     from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_config
 
@@ -378,16 +486,30 @@ def slab():
     laid_out = groups_in_layout_order(get_kv_cache_config(groups, 10 * GIB))
     figures = []
     for groups in (laid_out, _pro_b()[1]):
-        figures.append(hybrid_layout.draw_slab(specs, groups, title="DeepSeek V4-Pro: one block, drawn to scale"))
+        figures.append(
+            hybrid_layout.draw_slab(
+                specs, groups, title="DeepSeek V4-Pro: one block, drawn to scale"
+            )
+        )
         for upto in (60_000, 100_000):
-            figures.append(hybrid_layout.draw_slab(specs, groups, upto=upto,
-                                                   title=f"DeepSeek V4-Pro: the first {upto:,} bytes of a block"))
+            figures.append(
+                hybrid_layout.draw_slab(
+                    specs,
+                    groups,
+                    upto=upto,
+                    title=f"DeepSeek V4-Pro: the first {upto:,} bytes of a block",
+                )
+            )
     return figures
 
 
 def blocks_per_budget():
     from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_bytes_per_block
-    from refimpl.hybrid.older_planners import bytes_per_block_b, bytes_per_block_slots, bytes_per_block_v0
+    from refimpl.hybrid.older_planners import (
+        bytes_per_block_b,
+        bytes_per_block_slots,
+        bytes_per_block_v0,
+    )
 
     _, groups_b = _pro_b()
     layouts = {
@@ -397,8 +519,9 @@ def blocks_per_budget():
         "older A (slots)": bytes_per_block_slots(groups_b),
         "article: MLA + unsplit SWA": 2_300_000,
     }
-    return hybrid_layout.draw_blocks_per_budget(layouts, 10 * GIB, title="Blocks that fit in 10 GiB "
-                                                "(DeepSeek V4-Pro, fp8)")
+    return hybrid_layout.draw_blocks_per_budget(
+        layouts, 10 * GIB, title="Blocks that fit in 10 GiB (DeepSeek V4-Pro, fp8)"
+    )
 
 
 def layer_view():
@@ -410,20 +533,26 @@ def swa_window():
 
 
 def topk():
-    return allocator.draw_topk([7, 3], block_size=16, compress_ratio=4, position=27, local_topk=[0, 2, 5, -1])
+    return allocator.draw_topk(
+        [7, 3], block_size=16, compress_ratio=4, position=27, local_topk=[0, 2, 5, -1]
+    )
 
 
 def _toy_manager():
     from refimpl.course import hybrid_simulate
     from refimpl.hybrid.kv_cache_manager import KVCacheManager
 
-    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256,
-                          prefix_cache_retention_interval=None), \
-        hybrid_simulate.MINI_V4_LABELS
+    return KVCacheManager(
+        hybrid_simulate.mini_v4_groups(),
+        num_blocks=64,
+        max_model_len=256,
+        prefix_cache_retention_interval=None,
+    ), hybrid_simulate.MINI_V4_LABELS
 
 
 def _toy_life():
-    """Chapter 12's toy: A runs 16 + 16 + 8 tokens and one decode step, then B hits 32 of them."""
+    """Chapter 12's toy: A runs 16 + 16 + 8 tokens and one decode step, then B hits 32 of
+    them."""
     from refimpl.course import hybrid_simulate as simulate
 
     toy, labels = _toy_manager()
@@ -432,40 +561,57 @@ def _toy_life():
         simulate.schedule_step(toy, a, n)
     a.append_output_token_ids([5])
     simulate.schedule_step(toy, a, 1)
-    b = toy.make_request("B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
+    b = toy.make_request(
+        "B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
+    )
     hits, hit_tokens = toy.get_computed_blocks(b)
-    simulate.schedule_step(toy, b, b.num_tokens - hit_tokens, num_new_computed_tokens=hit_tokens,
-                           new_computed_blocks=hits)
+    simulate.schedule_step(
+        toy,
+        b,
+        b.num_tokens - hit_tokens,
+        num_new_computed_tokens=hit_tokens,
+        new_computed_blocks=hits,
+    )
     return toy, labels, a
 
 
 def tables():
     toy, labels, _ = _toy_life()
-    return [allocator.draw_tables(toy, name, labels, title=f"request {name}: its block tables")
-            for name in ("A", "B")]
+    return [
+        allocator.draw_tables(toy, name, labels, title=f"request {name}: its block tables")
+        for name in ("A", "B")
+    ]
 
 
 def pool():
     toy, labels, a = _toy_life()
-    first = allocator.draw_pool(toy, labels, ["A", "B"], title="the toy pool with A and B running", ncols=16)
+    first = allocator.draw_pool(
+        toy, labels, ["A", "B"], title="the toy pool with A and B running", ncols=16
+    )
     toy.free(a)
     return [first, allocator.draw_pool(toy, labels, ["B"], title="A is freed", ncols=16)]
 
 
 def retention():
-    """Chapter 12 section 8: A, then B and C sharing its first 40 tokens, at retention None, 0 and 32."""
+    """Chapter 12 section 8: A, then B and C sharing its first 40 tokens, at retention None, 0
+    and 32."""
     from refimpl.course import hybrid_simulate
 
     runs = [hybrid_simulate.retention_run(r) for r in (None, 0, 32)]
-    return allocator.draw_retention(runs, title="A runs, then B and C, which share A's first 40 tokens: the window blocks each kept")
+    return allocator.draw_retention(
+        runs,
+        title="A runs, then B and C, which share A's first 40 tokens: the window blocks each kept",
+    )
 
 
 def blocks_over_time():
     from refimpl.course import hybrid_simulate
 
     _, run = hybrid_simulate.peak_blocks_chunked_prefill(65536, decode_tokens=2)
-    return allocator.draw_blocks_over_time(run, title="DeepSeek V4 Pro, 64k-token prompt in 8192-token chunks, "
-                                           "then 2 decode steps")
+    return allocator.draw_blocks_over_time(
+        run,
+        title="DeepSeek V4 Pro, 64k-token prompt in 8192-token chunks, then 2 decode steps",
+    )
 
 
 def allocator_frames():
@@ -473,7 +619,9 @@ def allocator_frames():
 
     live, labels = _toy_manager()
     a = live.make_request("A", simulate.prompt_tokens(40, seed=1))
-    b = live.make_request("B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
+    b = live.make_request(
+        "B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
+    )
 
     def run_chunk(request, n):
         assert live.allocate_slots(request, n) is not None
@@ -481,37 +629,64 @@ def allocator_frames():
 
     def start_b():
         hit, hit_len = live.get_computed_blocks(b)
-        live.allocate_slots(b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit)
+        live.allocate_slots(
+            b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit
+        )
         b.num_computed_tokens = b.num_tokens
 
     def decode_a():
         a.append_output_token_ids([5])
         run_chunk(a, 1)
 
-    frames = hybrid_stepper.record_allocator_frames(live, labels, ["A", "B"], [
-        ("A: chunk of 16", lambda: run_chunk(a, 16)),
-        ("A: chunk of 16 (windows free first)", lambda: run_chunk(a, 16)),
-        ("A: last chunk of 8", lambda: run_chunk(a, 8)),
-        ("A: one decode token", decode_a),
-        ("B: prefix hit of 32 tokens, then its own blocks", start_b),
-        ("A finishes: free(A)", lambda: live.free(a)),
-    ])
+    frames = hybrid_stepper.record_allocator_frames(
+        live,
+        labels,
+        ["A", "B"],
+        [
+            ("A: chunk of 16", lambda: run_chunk(a, 16)),
+            ("A: chunk of 16 (windows free first)", lambda: run_chunk(a, 16)),
+            ("A: last chunk of 8", lambda: run_chunk(a, 8)),
+            ("A: one decode token", decode_a),
+            ("B: prefix hit of 32 tokens, then its own blocks", start_b),
+            ("A finishes: free(A)", lambda: live.free(a)),
+        ],
+    )
     return _stepper_figures(hybrid_stepper.allocator_stepper(frames))
 
 
-# --- Part III -----------------------------------------------------------------------------------
+# --- Part III
+# -----------------------------------------------------------------------------------
 
-HIT_SUMMARY = {"hit": 256, "caches": {
-    "layers.1.swa_cache": {"ratio": 1, "block_size": 64, "reused": list(range(192, 256)),
-                           "read": list(range(241, 256))},
-    "layers.1.compressor.state_cache": {"ratio": 1, "block_size": 4, "reused": list(range(248, 256)),
-                                        "read": [252, 253, 254, 255]},
-    "layers.2.swa_cache": {"ratio": 1, "block_size": 64, "reused": list(range(192, 256)),
-                           "read": list(range(241, 256))},
-    "layers.2.attn": {"ratio": 128, "block_size": 256, "reused": [0, 1], "read": [0, 1]},
-    "layers.2.compressor.state_cache": {"ratio": 128, "block_size": 4, "reused": list(range(248, 256)),
-                                        "read": []},
-}}
+HIT_SUMMARY = {
+    "hit": 256,
+    "caches": {
+        "layers.1.swa_cache": {
+            "ratio": 1,
+            "block_size": 64,
+            "reused": list(range(192, 256)),
+            "read": list(range(241, 256)),
+        },
+        "layers.1.compressor.state_cache": {
+            "ratio": 1,
+            "block_size": 4,
+            "reused": list(range(248, 256)),
+            "read": [252, 253, 254, 255],
+        },
+        "layers.2.swa_cache": {
+            "ratio": 1,
+            "block_size": 64,
+            "reused": list(range(192, 256)),
+            "read": list(range(241, 256)),
+        },
+        "layers.2.attn": {"ratio": 128, "block_size": 256, "reused": [0, 1], "read": [0, 1]},
+        "layers.2.compressor.state_cache": {
+            "ratio": 128,
+            "block_size": 4,
+            "reused": list(range(248, 256)),
+            "read": [],
+        },
+    },
+}
 
 
 def hit_reads():
@@ -519,18 +694,48 @@ def hit_reads():
 
 
 def engine_state_frames():
-    """Chapter 13's stepper: three requests on the tiny V4 (states as `engine_snapshot` records them)."""
+    """Chapter 13's stepper: three requests on the tiny V4 (states as `engine_snapshot` records
+    them)."""
     states = [
-        ((("A", "waiting", 260, 0, 0, ()), ("B", "waiting", 40, 0, 0, ()), ("C", "waiting", 260, 0, 0, ())), 159),
-        ((("A", "running", 260, 64, 0, (1, 1, 1, 16, 16)), ("B", "waiting", 40, 0, 0, ()),
-          ("C", "waiting", 260, 0, 0, ())), 100),
-        ((("A", "running", 260, 260, 2, (2, 2, 2, 4, 4)), ("B", "running", 40, 40, 1, (1, 1, 1, 10, 10)),
-          ("C", "running", 260, 260, 0, (2, 2, 2, 4, 4))), 80),
-        ((("A", "finished", 260, 262, 3, ()), ("B", "finished", 40, 42, 3, ()), ("C", "finished", 260, 262, 3, ())),
-         159),
+        (
+            (
+                ("A", "waiting", 260, 0, 0, ()),
+                ("B", "waiting", 40, 0, 0, ()),
+                ("C", "waiting", 260, 0, 0, ()),
+            ),
+            159,
+        ),
+        (
+            (
+                ("A", "running", 260, 64, 0, (1, 1, 1, 16, 16)),
+                ("B", "waiting", 40, 0, 0, ()),
+                ("C", "waiting", 260, 0, 0, ()),
+            ),
+            100,
+        ),
+        (
+            (
+                ("A", "running", 260, 260, 2, (2, 2, 2, 4, 4)),
+                ("B", "running", 40, 40, 1, (1, 1, 1, 10, 10)),
+                ("C", "running", 260, 260, 0, (2, 2, 2, 4, 4)),
+            ),
+            80,
+        ),
+        (
+            (
+                ("A", "finished", 260, 262, 3, ()),
+                ("B", "finished", 40, 42, 3, ()),
+                ("C", "finished", 260, 262, 3, ()),
+            ),
+            159,
+        ),
     ]
-    frames = [Frame("start" if i == 0 else f"step {i}", state) for i, state in enumerate(states)]
-    return _stepper_figures(Stepper(frames, v4_engine.draw_engine_state, v4_engine.engine_state_text))
+    frames = [
+        Frame("start" if i == 0 else f"step {i}", state) for i, state in enumerate(states)
+    ]
+    return _stepper_figures(
+        Stepper(frames, v4_engine.draw_engine_state, v4_engine.engine_state_text)
+    )
 
 
 CASES: dict[str, tuple[Callable, Builder]] = {

@@ -1,11 +1,12 @@
-"""A figure measured as a reader sees it in a notebook: its PNG's width, and its smallest text in points.
+"""A figure measured as a reader sees it in a notebook: its PNG's width, and its smallest text
+in points.
 
-refimpl's figures are shown by matplotlib_inline's formatter, which renders a Figure at its own dpi
-with `bbox_inches="tight"` (so legends and labels outside the axes widen the picture). A notebook
-column is about 900 px wide; a wider PNG is scaled down to fit, shrinking every text with it. A text
-of `s` points drawn at `dpi` shows at `s * dpi / 100 * scale` points of a figure drawn at
-matplotlib's default 100 dpi and shown at full size, which is what "8 pt" means in the course's
-figure rules.
+refimpl's figures are shown by matplotlib_inline's formatter, which renders a Figure at its own
+dpi with `bbox_inches="tight"` (so legends and labels outside the axes widen the picture). A
+notebook column is about 900 px wide; a wider PNG is scaled down to fit, shrinking every text
+with it. A text of `s` points drawn at `dpi` shows at `s * dpi / 100 * scale` points of a
+figure drawn at matplotlib's default 100 dpi and shown at full size, which is what "8 pt" means
+in the course's figure rules.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from matplotlib.backends.backend_agg import RendererAgg
 
 #: About how wide a JupyterLab notebook column shows a picture at full size (px).
 COLUMN_PX = 900
-#: The dpi at which a font's nominal size is the size a reader sees (matplotlib's default figure.dpi).
+#: The dpi at which a font's nominal size is the size a reader sees (matplotlib's default
+# figure.dpi).
 REFERENCE_DPI = 100
 
 
@@ -26,7 +28,8 @@ REFERENCE_DPI = 100
 class ShownFigure:
     width: int  # PNG width in pixels, as the notebook embeds it
     height: int
-    texts: tuple[tuple[float, str], ...]  # (points at the shown size, text) of every text drawn
+    # (points at the shown size, text) of every text drawn
+    texts: tuple[tuple[float, str], ...]
 
     @property
     def smallest(self) -> tuple[float, str]:
@@ -50,7 +53,8 @@ def _recording_text(record: list[tuple[float, str]]):
 
 
 def shown_png(fig) -> bytes:
-    """The PNG the notebook shows for `fig` (matplotlib_inline's own call, with its own options)."""
+    """The PNG the notebook shows for `fig` (matplotlib_inline's own call, with its own
+    options)."""
     from IPython.core.pylabtools import print_figure
     from matplotlib_inline.config import InlineBackend
 
@@ -58,7 +62,8 @@ def shown_png(fig) -> bytes:
 
 
 def measure(fig) -> ShownFigure:
-    """Render `fig` as a notebook shows it and record every text matplotlib drew, in shown points."""
+    """Render `fig` as a notebook shows it and record every text matplotlib drew, in shown
+    points."""
     from PIL import Image
 
     drawn: list[tuple[float, str]] = []
@@ -66,4 +71,6 @@ def measure(fig) -> ShownFigure:
         png = shown_png(fig)
     width, height = Image.open(io.BytesIO(png)).size
     scale = fig.dpi / REFERENCE_DPI * min(1.0, COLUMN_PX / width)
-    return ShownFigure(width, height, tuple(sorted({(round(size * scale, 2), text) for size, text in drawn})))
+    return ShownFigure(
+        width, height, tuple(sorted({(round(size * scale, 2), text) for size, text in drawn}))
+    )

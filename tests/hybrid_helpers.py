@@ -1,11 +1,12 @@
 """What the hybrid allocator tests share (Part II): tiny specs, block-id views, one scheduler
-step restated the way vLLM's scheduler drives `allocate_slots`, and the random-workload strategy.
+step restated the way vLLM's scheduler drives `allocate_slots`, and the random-workload
+strategy.
 """
 
 from hypothesis import strategies as st
 
-from refimpl.hybrid.request import RequestStatus
 from refimpl.course.hybrid_simulate import toy_full_spec, toy_window_spec
+from refimpl.hybrid.request import RequestStatus
 
 
 def full(bs=4):
@@ -28,8 +29,8 @@ def free_ids(pool):
 
 
 def step(m, r, n, **kw):
-    """Schedule n new tokens of r (after its hits) and mark them computed, as a scheduler would;
-    None (and nothing changed) when they do not fit."""
+    """Schedule n new tokens of r (after its hits) and mark them computed, as a scheduler
+    would; None (and nothing changed) when they do not fit."""
     out = m.allocate_slots(r, n, **kw)
     if out is not None:
         r.num_computed_tokens += n + kw.get("num_new_computed_tokens", 0)
@@ -38,7 +39,8 @@ def step(m, r, n, **kw):
 
 
 # --- workloads
-prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)  # few symbols: many shared prefixes
+# few symbols: many shared prefixes
+prompt = st.lists(st.integers(0, 2), min_size=1, max_size=30)
 action = st.one_of(
     st.tuples(st.just("add"), prompt),
     st.tuples(st.just("run"), st.integers(0, 9), st.integers(1, 12)),

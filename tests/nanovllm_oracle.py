@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 
 from refimpl.paged import SchedulerConfig, compute_hash
 
+
 # --- the block manager
 class OracleBlockManager:
-    """nano-vllm's allocation rules written as plainly as possible, with a deque as the free queue.
+    """nano-vllm's allocation rules written as plainly as possible, with a deque as the free
+    queue.
 
-    It keys block tables by seq_id and never looks at a BlockManager, so a difference in any order
-    (which block comes from the head, where a freed block goes, which cache entry survives) shows up.
+    It keys block tables by seq_id and never looks at a BlockManager, so a difference in any
+    order (which block comes from the head, where a freed block goes, which cache entry
+    survives) shows up.
     """
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool) -> None:
@@ -116,7 +119,8 @@ class OracleBlockManager:
 
 # --- the scheduler
 class LiteralBoundaryBlockManager(OracleBlockManager):
-    """The oracle block manager with nano-vllm's literal `len % block_size == 1` boundary test."""
+    """The oracle block manager with nano-vllm's literal `len % block_size == 1` boundary
+    test."""
 
     def _starts_block(self, num_tokens) -> bool:
         return num_tokens % self.block_size == 1
@@ -139,12 +143,15 @@ class OracleSeq:
 
 
 class OracleScheduler:
-    """nano-vllm's schedule / preempt / postprocess, line for line, over the oracle block manager."""
+    """nano-vllm's schedule / preempt / postprocess, line for line, over the oracle block
+    manager."""
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.bs = config.kvcache_block_size
-        self.bm = LiteralBoundaryBlockManager(config.num_kvcache_blocks, self.bs, config.enable_prefix_caching)
+        self.bm = LiteralBoundaryBlockManager(
+            config.num_kvcache_blocks, self.bs, config.enable_prefix_caching
+        )
         self.waiting: deque[OracleSeq] = deque()
         self.running: deque[OracleSeq] = deque()
 
@@ -204,16 +211,22 @@ class OracleScheduler:
         seq.num_cached_tokens = 0
         self.waiting.appendleft(seq)
 
-    def postprocess(self, seqs: list[OracleSeq], token_ids: list[int], is_prefill: bool) -> None:
+    def postprocess(
+        self, seqs: list[OracleSeq], token_ids: list[int], is_prefill: bool
+    ) -> None:
         for seq, token_id in zip(seqs, token_ids):
-            self.bm.hash_blocks(seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens)
+            self.bm.hash_blocks(
+                seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens
+            )
             seq.num_cached_tokens += seq.num_scheduled_tokens
             seq.num_scheduled_tokens = 0
             if is_prefill and seq.num_cached_tokens < len(seq.token_ids):
                 continue
             seq.token_ids.append(token_id)
             completion = len(seq.token_ids) - seq.num_prompt_tokens
-            if (not seq.ignore_eos and token_id == self.config.eos) or completion == seq.max_tokens:
+            if (
+                not seq.ignore_eos and token_id == self.config.eos
+            ) or completion == seq.max_tokens:
                 seq.status = "FINISHED"
                 self.bm.deallocate(seq.seq_id)
                 seq.num_cached_tokens = 0
@@ -221,8 +234,9 @@ class OracleScheduler:
 
 
 # --- workloads
-# Prompts are a shared prefix plus a short random tail over a tiny alphabet, so full blocks repeat
-# often, both after the same history (cache hits) and after different ones (same tokens, other hash).
+# Prompts are a shared prefix plus a short random tail over a tiny alphabet, so full blocks
+# repeat often, both after the same history (cache hits) and after different ones (same tokens,
+# other hash).
 PREFIXES = (
     (),
     (1, 2, 3, 4, 5, 6, 7, 8, 9),
@@ -252,14 +266,16 @@ class Workload:
     eos_period: int | None
 
     def blocks_needed(self, request: Request) -> int:
-        longest = len(request.prompt) + request.max_tokens - 1  # the last sampled token is never computed
+        # the last sampled token is never computed
+        longest = len(request.prompt) + request.max_tokens - 1
         return -(-longest // self.block_size)
 
 
 @st.composite
 def workloads(draw, block_sizes=(1, 2, 3, 4, 8)) -> Workload:
     block_size = draw(st.sampled_from(block_sizes))
-    tokens = st.integers(0, 12)  # a small alphabet: equal blocks, shared prefixes, hash-map overwrites
+    # a small alphabet: equal blocks, shared prefixes, hash-map overwrites
+    tokens = st.integers(0, 12)
     prefixes = draw(st.lists(st.lists(tokens, max_size=12), min_size=1, max_size=3))
     requests = []
     for _ in range(draw(st.integers(1, 6))):

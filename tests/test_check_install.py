@@ -1,5 +1,5 @@
-"""tools/check_install.py: the pieces that decide what `make check-install` resolves (no network here;
-CI runs the real resolution against the public index)."""
+"""tools/check_install.py: the pieces that decide what `make check-install` resolves (no
+network here; CI runs the real resolution against the public index)."""
 
 from __future__ import annotations
 
@@ -41,17 +41,28 @@ def test_environment_yml_is_checked_with_its_own_pip_lines():
 
 def test_wheel_tags_cover_older_manylinux_and_macos_releases():
     linux = check_install.PLATFORMS["linux-x86_64"].wheel_tags
-    assert linux[0] == "manylinux_2_28_x86_64" and "manylinux_2_17_x86_64" in linux and "manylinux2014_x86_64" in linux
+    assert (
+        linux[0] == "manylinux_2_28_x86_64"
+        and "manylinux_2_17_x86_64" in linux
+        and "manylinux2014_x86_64" in linux
+    )
     mac = check_install.PLATFORMS["macos-arm64"].wheel_tags
-    assert "macosx_14_0_arm64" in mac and "macosx_11_0_arm64" in mac and "macosx_10_9_universal2" in mac
+    assert (
+        "macosx_14_0_arm64" in mac
+        and "macosx_11_0_arm64" in mac
+        and "macosx_10_9_universal2" in mac
+    )
 
 
 def test_the_resolver_sees_no_local_configuration(monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
     monkeypatch.setenv("PIP_INDEX_URL", "file:///somewhere")
     env = check_install.public_only_env()
-    assert not any(key.startswith("PIP_") and key not in ("PIP_CONFIG_FILE", "PIP_DISABLE_PIP_VERSION_CHECK")
-                   for key in env)
+    assert not any(
+        key.startswith("PIP_")
+        and key not in ("PIP_CONFIG_FILE", "PIP_DISABLE_PIP_VERSION_CHECK")
+        for key in env
+    )
     assert env["PIP_CONFIG_FILE"] == "/dev/null" or env["PIP_CONFIG_FILE"] == "nul"
     args = check_install.all_targets()[0].pip_args(Path("r.json"))
     assert args[args.index("--index-url") + 1] == "https://pypi.org/simple"
@@ -59,29 +70,51 @@ def test_the_resolver_sees_no_local_configuration(monkeypatch):
 
 
 def test_constraints_pin_torch_and_the_triton_it_requires():
-    pins = {line.split(";")[0].strip() for line in (SCRIPT.parents[1] / "constraints.txt").read_text().splitlines()}
-    assert "torch==2.13.0" in pins and "triton==3.7.1" in pins  # torch 2.13.0's own requirement on Linux
+    pins = {
+        line.split(";")[0].strip()
+        for line in (SCRIPT.parents[1] / "constraints.txt").read_text().splitlines()
+    }
+    # torch 2.13.0's own requirement on Linux
+    assert "torch==2.13.0" in pins and "triton==3.7.1" in pins
     assert {"triton", "torch", "cuda-toolkit", "pip"} <= check_install.pinned_names()
 
 
 @pytest.mark.parametrize("sys_platform, resolves", [("linux", True), ("darwin", False)])
 def test_markers_are_evaluated_for_the_target_machine(tmp_path, sys_platform, resolves):
-    """pip alone evaluates markers for the machine it runs on; the hook makes them the target's."""
+    """pip alone evaluates markers for the machine it runs on; the hook makes them the
+    target's."""
     target = check_install.Target("t", check_install.PLATFORMS["linux-x86_64"], "3.11.5", ())
     marker_env = {**target.marker_environment(), "sys_platform": sys_platform}
     requirement = 'refimpl-no-such-project; sys_platform == "darwin"'
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--pip-as", json.dumps(marker_env), "--",
-         "install", "--dry-run", "--no-index", "--ignore-installed", requirement],
-        env=check_install.public_only_env(), capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--pip-as",
+            json.dumps(marker_env),
+            "--",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--ignore-installed",
+            requirement,
+        ],
+        env=check_install.public_only_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     # on "darwin" the marker holds, so pip must look for the (missing) project and fail
     assert (result.returncode == 0) == resolves, result.stdout + result.stderr
 
 
 def test_a_failure_shows_the_resolvers_own_explanation():
-    output = "Collecting x\n  Downloading x.whl\nERROR: Cannot install refimpl\n\nThe conflict is caused by:\n" \
-             "    torch 2.13.0 depends on triton==3.7.1\n    The user requested (constraint) triton==3.9.0\n"
+    output = (
+        "Collecting x\n  Downloading x.whl\nERROR: Cannot install refimpl\n\nThe conflict is "
+        "caused by:\n"
+        "    torch 2.13.0 depends on triton==3.7.1\n    The user requested (constraint) "
+        "triton==3.9.0\n"
+    )
     message = check_install.resolver_message(output)
     assert message.startswith("ERROR: Cannot install refimpl") and "triton==3.9.0" in message
     assert "Downloading" not in message

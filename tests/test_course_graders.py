@@ -1,11 +1,13 @@
-"""The graders: the reference passes, every broken variant fails, and a failure says where and what."""
+"""The graders: the reference passes, every broken variant fails, and a failure says where and
+what."""
 
 from __future__ import annotations
 
 from functools import partial
 
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import refimpl.course as course
 from refimpl.course import broken
@@ -34,12 +36,32 @@ def test_reference_passes_every_check(grader):
 
 
 def test_an_edit_that_changes_nothing_passes_every_grader():
-    """The variants are reference methods recompiled with one edit: recompiling alone changes nothing."""
-    same = {name: broken.edited(getattr(Scheduler, name)) for name in ("schedule", "preempt", "postprocess")}
-    assert course.check_scheduler(type("Same", (Scheduler,), same), verbose=False, allow_reference=True).passed
-    methods = ("_allocate_block", "_block_hashes", "_prefix_hits", "_match_prefix", "can_allocate", "allocate",
-               "deallocate", "can_append", "may_append", "hash_blocks")
-    same = type("Same", (BlockManager,), {name: broken.edited(getattr(BlockManager, name)) for name in methods})
+    """The variants are reference methods recompiled with one edit: recompiling alone changes
+    nothing."""
+    same = {
+        name: broken.edited(getattr(Scheduler, name))
+        for name in ("schedule", "preempt", "postprocess")
+    }
+    assert course.check_scheduler(
+        type("Same", (Scheduler,), same), verbose=False, allow_reference=True
+    ).passed
+    methods = (
+        "_allocate_block",
+        "_block_hashes",
+        "_prefix_hits",
+        "_match_prefix",
+        "can_allocate",
+        "allocate",
+        "deallocate",
+        "can_append",
+        "may_append",
+        "hash_blocks",
+    )
+    same = type(
+        "Same",
+        (BlockManager,),
+        {name: broken.edited(getattr(BlockManager, name)) for name in methods},
+    )
     assert course.check_block_manager(same, verbose=False, allow_reference=True).passed
     assert course.check_prefix_cache(same, verbose=False, allow_reference=True).passed
 
@@ -55,11 +77,15 @@ def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
     return [(v, g) for v in BROKEN_VARIANTS for g in v.graders]
 
 
-@pytest.mark.parametrize("variant,grader", _relevant_pairs(), ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize(
+    "variant,grader", _relevant_pairs(), ids=lambda x: x if isinstance(x, str) else x.name
+)
 def test_every_grader_fails_every_relevant_broken_variant(variant, grader):
     # allow_reference: the variants reuse the reference for everything but their one mistake,
     # so the mistake itself (not the reuse) must be what fails.
-    report = getattr(course, grader)(variant.implementation, verbose=False, allow_reference=True)
+    report = getattr(course, grader)(
+        variant.implementation, verbose=False, allow_reference=True
+    )
     assert not report.passed, f"{grader} did not notice: {variant.mistake}"
     for result in report.results:
         if not result.passed:
@@ -90,7 +116,10 @@ def test_each_listed_mistake_is_caught_by_its_own_scenario():
         (broken.NoStaleHashGuard, "check_prefix_cache"): "stale_hash_guard",
         (broken.LooksUpLastBlock, "check_prefix_cache"): "last_block_never_looked_up",
         (broken.NoTokenDoubleCheck, "check_prefix_cache"): "token_double_check",
-        (broken.InUseHitsNeedFreeBlocks, "check_prefix_cache"): "in_use_hits_need_no_free_block",
+        (
+            broken.InUseHitsNeedFreeBlocks,
+            "check_prefix_cache",
+        ): "in_use_hits_need_no_free_block",
         (broken.FreeHitsCostNothing, "check_prefix_cache"): "free_hits_still_cost",
         (broken.KeepMatchingAfterMiss, "check_prefix_cache"): "first_miss_stops_matching",
         (broken.PreemptFirstRunning, "check_scheduler"): "preempt_last_running",
@@ -104,10 +133,16 @@ def test_each_listed_mistake_is_caught_by_its_own_scenario():
 
 
 def test_failure_names_first_step_expected_and_found():
-    report = course.check_block_manager(broken.FreeForwardOrder, verbose=False, allow_reference=True)
+    report = course.check_block_manager(
+        broken.FreeForwardOrder, verbose=False, allow_reference=True
+    )
     row = next(r for r in report.results if r.name == "free_last_block_first")
     d = row.divergence
-    assert (d.step, d.action, d.where) == (6, "deallocate(A: 12 tokens)", "free_block_ids (head first)")
+    assert (d.step, d.action, d.where) == (
+        6,
+        "deallocate(A: 12 tokens)",
+        "free_block_ids (head first)",
+    )
     assert (d.expected, d.found) == ("[5, 6, 7, 2, 1, 0]", "[5, 6, 7, 0, 1, 2]")
     table = report.table()
     assert "FAIL  free_last_block_first" in table
@@ -116,7 +151,9 @@ def test_failure_names_first_step_expected_and_found():
 
 
 def test_return_value_difference_is_reported():
-    report = course.check_prefix_cache(broken.LooksUpLastBlock, verbose=False, allow_reference=True)
+    report = course.check_prefix_cache(
+        broken.LooksUpLastBlock, verbose=False, allow_reference=True
+    )
     d = next(r for r in report.results if r.name == "last_block_never_looked_up").divergence
     assert d.action == "can_allocate(B: 8 tokens)" and d.where == "return value"
     assert (d.expected, d.found) == ("1", "2")
@@ -131,7 +168,8 @@ def test_tables_are_deterministic(capsys):
 
 
 def test_prefix_cache_example_reaches_the_writeup_picture():
-    """block_size=4, 12 tokens: L0 -> in-use #1 (ref 2), L1 -> free #3, L2 -> #6, 8 cached tokens."""
+    """block_size=4, 12 tokens: L0 -> in-use #1 (ref 2), L1 -> free #3, L2 -> #6, 8 cached
+    tokens."""
     lockstep = Lockstep()
     scenario_prefix_cache_example(BlockManager, lockstep)
     world = lockstep.reference
@@ -149,13 +187,17 @@ def test_stub_reports_not_implemented_cleanly():
             self.blocks = []
 
         def can_allocate(self, seq):
-            raise NotImplementedError("Exercise 1: BlockManager.can_allocate is not written yet")
+            raise NotImplementedError(
+                "Exercise 1: BlockManager.can_allocate is not written yet"
+            )
 
     report = course.check_block_manager(BlockManagerStub, verbose=False)
     assert report.num_passed == 0
     row = report.results[0]
     assert row.divergence.where.startswith("state")  # free_block_ids is missing
-    scheduler_report = course.check_scheduler(type("Empty", (), {"__init__": lambda self, c: None}), verbose=False)
+    scheduler_report = course.check_scheduler(
+        type("Empty", (), {"__init__": lambda self, c: None}), verbose=False
+    )
     assert scheduler_report.num_passed == 0
 
 
@@ -166,7 +208,9 @@ def test_not_implemented_message_reaches_the_table():
 
     report = course.check_block_manager(Half, verbose=False, allow_reference=True)
     d = report.results[0].divergence
-    assert d.found == "NotImplementedError: Exercise 1: BlockManager.allocate is not written yet"
+    assert (
+        d.found == "NotImplementedError: Exercise 1: BlockManager.allocate is not written yet"
+    )
     assert d.action.startswith("allocate(")
 
 
@@ -180,12 +224,16 @@ def test_a_subclass_of_the_reference_fails_every_check():
     d = report.results[0].divergence
     assert (d.step, d.where, d.expected) == (1, "the code that ran", "your own implementation")
     assert "refimpl.paged.block_manager.BlockManager.__init__" in d.found
-    # The same class passes when the reference is allowed: the failure is the reuse, nothing else.
-    assert course.check_block_manager(BlockManagerCopy, verbose=False, allow_reference=True).passed
+    # The same class passes when the reference is allowed: the failure is the reuse, nothing
+    # else.
+    assert course.check_block_manager(
+        BlockManagerCopy, verbose=False, allow_reference=True
+    ).passed
 
 
 def test_calling_the_reference_through_super_fails_the_step_that_does_it():
-    """Exercise 2 inherits allocate/append/free from the reference, but matching must be the student's."""
+    """Exercise 2 inherits allocate/append/free from the reference, but matching must be the
+    student's."""
 
     class Delegating(BlockManager):
         def can_allocate(self, seq):
@@ -213,25 +261,37 @@ def test_wrapping_a_reference_object_fails():
 
 
 def test_handing_in_the_reference_function_fails():
-    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config
 
     gcd_report = course.check_approximate_gcd(approximate_gcd, verbose=False)
-    assert gcd_report.num_passed == 0 and "kv_cache_planning.approximate_gcd" in gcd_report.results[0].divergence.found
+    assert (
+        gcd_report.num_passed == 0
+        and "kv_cache_planning.approximate_gcd" in gcd_report.results[0].divergence.found
+    )
 
-    def from_the_padding_curve(values, lower_bound=None):  # the reference's table, only the pick is "own"
+    # the reference's table, only the pick is "own"
+    def from_the_padding_curve(values, lower_bound=None):
         curve = padding_curve(values, lower_bound)
         return min(curve, key=lambda d: (curve[d], -d))
 
     curve_report = course.check_approximate_gcd(from_the_padding_curve, verbose=False)
-    assert curve_report.num_passed == 0 and "kv_cache_planning.padding_curve" in curve_report.results[0].divergence.found
+    assert (
+        curve_report.num_passed == 0
+        and "kv_cache_planning.padding_curve" in curve_report.results[0].divergence.found
+    )
 
-    def through_the_config(groups):  # the reference's answer, reached through a public entry point
+    # the reference's answer, reached through a public entry point
+    def through_the_config(groups):
         config = get_kv_cache_config_b(groups, 2**30)
-        return config.kv_cache_tensors[0].block_stride, {t.offset: list(t.shared_by) for t in config.kv_cache_tensors}
+        return config.kv_cache_tensors[0].block_stride, {
+            t.offset: list(t.shared_by) for t in config.kv_cache_tensors
+        }
 
     layout_report = course.check_packed_layout(through_the_config, verbose=False)
     assert layout_report.num_passed == 0
-    assert "older_planners.get_packed_kv_cache_layout" in layout_report.results[0].divergence.found
+    assert (
+        "older_planners.get_packed_kv_cache_layout"
+        in layout_report.results[0].divergence.found
+    )
 
 
 def test_first_difference_shows_only_differing_hash_entries():
@@ -244,7 +304,8 @@ def test_first_difference_shows_only_differing_hash_entries():
 
 
 def test_student_state_fields_are_read_through_the_public_names():
-    """A student's manager is compared field by field; a missing attribute is a clear failure."""
+    """A student's manager is compared field by field; a missing attribute is a clear
+    failure."""
     lockstep = Lockstep()
 
     class NoUsedSet(BlockManager):
@@ -284,7 +345,8 @@ def test_gcd_grader_expects_value_error_for_bad_input():
         return approximate_gcd(values, lower_bound) if values and min(values) > 0 else 1
 
     report = course.check_approximate_gcd(lenient, verbose=False, allow_reference=True)
-    assert report.failed_checks == ["rejects_bad_input", "rejects_non_integers"]  # min(["4"]) raises TypeError
+    # min(["4"]) raises TypeError
+    assert report.failed_checks == ["rejects_bad_input", "rejects_non_integers"]
     d = next(r for r in report.results if r.name == "rejects_bad_input").divergence
     assert d.action == "approximate_gcd([], lower_bound=None)"
     assert d.expected.startswith("raises ValueError") and d.found == "returns 1"
@@ -311,9 +373,14 @@ def _corrupt(manager, seq, kind: str) -> bool:
     return True
 
 
-@given(seed=st.integers(0, 2), k=st.integers(1, 6), kind=st.sampled_from(["ref_count", "free_order", "hash_entry", "block_table"]))
+@given(
+    seed=st.integers(0, 2),
+    k=st.integers(1, 6),
+    kind=st.sampled_from(["ref_count", "free_order", "hash_entry", "block_table"]),
+)
 def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
-    """Lockstep property: a single wrong field after the k-th allocate is caught at exactly that call."""
+    """Lockstep property: a single wrong field after the k-th allocate is caught at exactly
+    that call."""
     calls = {"allocate": 0, "corrupted_at": None}
 
     class Corrupting(BlockManager):
@@ -329,7 +396,8 @@ def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
     assert result.divergence.action.startswith("allocate("), result.divergence
 
 
-# ---------------------------------------------------------------------- every rule has a scenario and a variant
+# ---------------------------------------------------------------------- every rule has a
+# scenario and a variant
 from refimpl.course.rules import GRADER_RULES, rules_table  # noqa: E402
 
 VARIANTS = {v.name: v for v in BROKEN_VARIANTS}
@@ -343,25 +411,39 @@ def test_every_grader_has_rules_and_every_variant_breaks_a_rule():
     assert set(VARIANTS) <= named, f"variants with no rule: {sorted(set(VARIANTS) - named)}"
 
 
-@pytest.mark.parametrize("grader,rule", RULES, ids=lambda x: x if isinstance(x, str) else x.variant)
+@pytest.mark.parametrize(
+    "grader,rule", RULES, ids=lambda x: x if isinstance(x, str) else x.variant
+)
 def test_the_scenario_of_each_rule_fails_when_the_rule_is_broken(grader, rule):
     variant = VARIANTS[rule.variant]
     assert grader in variant.graders
-    report = getattr(course, grader)(variant.implementation, verbose=False, allow_reference=True)
-    assert rule.scenario in [r.name for r in report.results], f"{grader} has no scenario {rule.scenario}"
+    report = getattr(course, grader)(
+        variant.implementation, verbose=False, allow_reference=True
+    )
+    assert rule.scenario in [r.name for r in report.results], (
+        f"{grader} has no scenario {rule.scenario}"
+    )
     assert rule.scenario in report.failed_checks, (rule.rule, report.table())
 
 
 def test_instructor_guide_lists_the_rules():
     from pathlib import Path
 
-    guide = (Path(__file__).resolve().parents[1] / "notebooks" / "exercises" / "README.md").read_text()
-    assert rules_table() in guide, "update the rules table in notebooks/exercises/README.md from refimpl.course.rules.rules_table()"
+    guide = (
+        Path(__file__).resolve().parents[1] / "notebooks" / "exercises" / "README.md"
+    ).read_text()
+    assert rules_table() in guide, (
+        "update the rules table in notebooks/exercises/README.md from "
+        "refimpl.course.rules.rules_table()"
+    )
     for variant in BROKEN_VARIANTS:
-        assert f"`{variant.implementation.__name__}`" in guide, f"{variant.implementation.__name__} is missing from the guide's variant table"
+        assert f"`{variant.implementation.__name__}`" in guide, (
+            f"{variant.implementation.__name__} is missing from the guide's variant table"
+        )
 
 
-# ---------------------------------------------------------------------- realistic mistakes the scenarios must catch
+# ---------------------------------------------------------------------- realistic mistakes the
+# scenarios must catch
 def test_a_real_collision_reaches_both_worlds_and_is_undone():
     from refimpl.course.paged_worlds import colliding_hashes
     from refimpl.paged import compute_hash
@@ -375,37 +457,56 @@ def test_a_real_collision_reaches_both_worlds_and_is_undone():
 
 
 def test_block_size_1_catches_nano_vllms_literal_append_test():
-    report = course.check_block_manager(broken.AppendWhenLenModIsOne, verbose=False, allow_reference=True)
+    report = course.check_block_manager(
+        broken.AppendWhenLenModIsOne, verbose=False, allow_reference=True
+    )
     d = next(r for r in report.results if r.name == "block_size_1").divergence
     assert d.action.startswith("may_append(A: 3 tokens)")
-    assert d.where == "free_block_ids (head first)" and (d.expected, d.found) == ("[3, 4, 5]", "[2, 3, 4, 5]")
+    assert d.where == "free_block_ids (head first)" and (d.expected, d.found) == (
+        "[3, 4, 5]",
+        "[2, 3, 4, 5]",
+    )
 
 
 def test_waiting_head_scenario_names_the_jumped_queue():
-    report = course.check_scheduler(broken.SkipBlockedWaitingHead, verbose=False, allow_reference=True)
+    report = course.check_scheduler(
+        broken.SkipBlockedWaitingHead, verbose=False, allow_reference=True
+    )
     d = next(r for r in report.results if r.name == "waiting_head_does_not_fit").divergence
     assert d.action == "schedule()" and d.where == "return value"
     assert (d.expected, d.found) == ("(['A'], False)", "(['C'], True)")
 
 
 def test_gcd_grader_rejects_bools_and_needs_every_repeat():
-    report = course.check_approximate_gcd(broken.approximate_gcd_accepts_non_ints, verbose=False, allow_reference=True)
+    report = course.check_approximate_gcd(
+        broken.approximate_gcd_accepts_non_ints, verbose=False, allow_reference=True
+    )
     assert report.failed_checks == ["rejects_non_integers"]
     d = next(r for r in report.results if r.name == "rejects_non_integers").divergence
     assert d.action == "approximate_gcd([True], lower_bound=None)" and d.found == "returns 1"
-    report = course.check_approximate_gcd(broken.approximate_gcd_dedupes_values, verbose=False, allow_reference=True)
-    d = next(r for r in report.results if r.name == "repeated_values_with_lower_bound").divergence
-    assert d.action == "approximate_gcd([2, 2, 3], lower_bound=2)" and (d.expected, d.found) == ("2", "3")
+    report = course.check_approximate_gcd(
+        broken.approximate_gcd_dedupes_values, verbose=False, allow_reference=True
+    )
+    d = next(
+        r for r in report.results if r.name == "repeated_values_with_lower_bound"
+    ).divergence
+    assert d.action == "approximate_gcd([2, 2, 3], lower_bound=2)" and (
+        d.expected,
+        d.found,
+    ) == ("2", "3")
 
 
 def test_layout_grader_rejects_zero_byte_stride_for_no_groups():
-    report = course.check_packed_layout(broken.packed_layout_empty_is_zero, verbose=False, allow_reference=True)
+    report = course.check_packed_layout(
+        broken.packed_layout_empty_is_zero, verbose=False, allow_reference=True
+    )
     assert report.failed_checks == ["rejects_no_groups"]
     d = next(r for r in report.results if r.name == "rejects_no_groups").divergence
     assert d.expected.startswith("raises ValueError") and d.found == "returns (0, {})"
 
 
-# ---------------------------------------------------------------------- time limit per scenario
+# ---------------------------------------------------------------------- time limit per
+# scenario
 class LoopingScheduler(Scheduler):
     """Self-preemption written as a loop that never ends: `seq` is never taken off the loop."""
 
@@ -432,14 +533,20 @@ def test_an_endless_loop_fails_its_scenario_with_a_message_and_grading_goes_on()
     import time
 
     started = time.monotonic()
-    report = course.check_scheduler(LoopingScheduler, verbose=False, allow_reference=True, time_limit=0.5)
+    report = course.check_scheduler(
+        LoopingScheduler, verbose=False, allow_reference=True, time_limit=0.5
+    )
     elapsed = time.monotonic() - started
     row = next(r for r in report.results if r.name == "preempt_self_when_alone")
     assert not row.passed
     d = row.divergence
     assert d.where == "time limit" and d.action == "schedule()"
-    assert d.found == "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)"
-    assert "prefill_then_decode" not in report.failed_checks  # the other scenarios were still graded
+    assert (
+        d.found
+        == "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)"
+    )
+    # the other scenarios were still graded
+    assert "prefill_then_decode" not in report.failed_checks
     assert elapsed < 0.5 * len(report.results) + 5
     assert "did not finish within 0.5 s" in report.table()
 
@@ -452,7 +559,13 @@ def test_time_limit_works_off_the_main_thread_and_for_functions():
             pass
 
     results = {}
-    thread = threading.Thread(target=lambda: results.update(report=course.check_approximate_gcd(endless, verbose=False, allow_reference=True, time_limit=0.2)))
+    thread = threading.Thread(
+        target=lambda: results.update(
+            report=course.check_approximate_gcd(
+                endless, verbose=False, allow_reference=True, time_limit=0.2
+            )
+        )
+    )
     thread.start()
     thread.join(timeout=30)
     assert not thread.is_alive()
@@ -480,18 +593,23 @@ def test_time_limit_restores_an_outer_alarm_and_rejects_bad_values():
         signal.signal(signal.SIGALRM, previous)
     for bad in (0, -1, True, "5", float("inf")):
         with pytest.raises(ValueError, match="time_limit"):
-            course.check_block_manager(BlockManager, verbose=False, allow_reference=True, time_limit=bad)
-    assert course.check_block_manager(BlockManager, verbose=False, allow_reference=True, time_limit=None).passed
+            course.check_block_manager(
+                BlockManager, verbose=False, allow_reference=True, time_limit=bad
+            )
+    assert course.check_block_manager(
+        BlockManager, verbose=False, allow_reference=True, time_limit=None
+    ).passed
 
 
 def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
-    """Regression: clearing a pending timeout with PyThreadState_SetAsyncExc(id, NULL) left CPython's
-    eval breaker set, and the next grader in that thread spun forever on one instruction."""
+    """Regression: clearing a pending timeout with PyThreadState_SetAsyncExc(id, NULL) left
+    CPython's eval breaker set, and the next grader in that thread spun forever on one
+    instruction."""
     import subprocess
     import sys
     import textwrap
 
-    script = textwrap.dedent('''
+    script = textwrap.dedent("""
         import refimpl.course as course
         import refimpl.course.time_limit as time_limit
         from refimpl.course.grading_child import missing
@@ -502,7 +620,9 @@ def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
         first = course.check_approximate_gcd(endless, verbose=False, allow_reference=True, time_limit=0.2)
         second = course.check_block_manager(missing("BlockManager", "gone"), verbose=False)
         print(first.num_passed, second.num_checks)
-    ''')
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "10"]

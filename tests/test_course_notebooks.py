@@ -1,4 +1,5 @@
-"""Exercise notebooks: student copies in sync, stopping cleanly at the first exercise, and graded."""
+"""Exercise notebooks: student copies in sync, stopping cleanly at the first exercise, and
+graded."""
 
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ def test_sync_check_notices_a_stale_copy(tmp_path):
     nb.cells[0].source += "\n\nOne more sentence."
     nbformat.write(nb, solution)
     (tmp_path / STUDENT_DIR / "03_scheduler.ipynb").unlink()
-    assert stale_copies(tmp_path) == ["notebooks/exercises/01_block_manager.ipynb", "notebooks/exercises/03_scheduler.ipynb"]
+    assert stale_copies(tmp_path) == [
+        "notebooks/exercises/01_block_manager.ipynb",
+        "notebooks/exercises/03_scheduler.ipynb",
+    ]
 
 
 def test_strip_solutions_keeps_the_frame_and_names_exercise_and_check():
@@ -64,7 +68,8 @@ def test_strip_solutions_keeps_the_frame_and_names_exercise_and_check():
     assert "return 1" not in stripped and BEGIN not in stripped and END not in stripped
     assert "def g(self):" in stripped
     assert (
-        "        raise NotImplementedError('Exercise 1: A.f is not written yet. Write it in place of this raise, "
+        "        raise NotImplementedError('Exercise 1: A.f is not written yet. Write it in "
+        "place of this raise, "
         "then run check_block_manager(BlockManager).')" in stripped
     )
     with pytest.raises(ValueError, match="without"):
@@ -113,24 +118,37 @@ def test_notebooks_carry_valid_nbgrader_metadata(solution):
         assert meta["grade"] == (role == "check")
         if role == "check":
             assert meta["locked"]
-            # One point per check: the executed solution's table says how many checks there are.
+            # One point per check: the executed solution's table says how many checks there
+            # are.
             text = "".join(o.get("text", "") for o in cell.outputs)
-            match = re.search(r"^check_\w+\(\w+\): (\d+)/(\d+) checks passed$", text, re.MULTILINE)
+            match = re.search(
+                r"^check_\w+\(\w+\): (\d+)/(\d+) checks passed$", text, re.MULTILINE
+            )
             assert match is not None and match.group(1) == match.group(2), text
-            assert meta["points"] == int(match.group(2)), (meta["grade_id"], meta["points"], text)
+            assert meta["points"] == int(match.group(2)), (
+                meta["grade_id"],
+                meta["points"],
+                text,
+            )
     assert len(grade_ids) == len(set(grade_ids))
     assert roles[0] == "setup" and "solution" in roles and "check" in roles
 
 
 class _CurrentEnvKernelSpecs(KernelSpecManager):
-    """Run notebooks with this interpreter (as nbval's --nbval-current-env), whatever kernels are installed."""
+    """Run notebooks with this interpreter (as nbval's --nbval-current-env), whatever kernels
+    are installed."""
 
     def get_kernel_spec(self, kernel_name):
-        return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES, **ipykernel.kernelspec.get_kernel_dict())
+        return KernelSpec(
+            resource_dir=ipykernel.kernelspec.RESOURCES,
+            **ipykernel.kernelspec.get_kernel_dict(),
+        )
 
 
 def _first_demo_index(nb) -> int:
-    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and cell_role(c) == "demo")
+    return next(
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and cell_role(c) == "demo"
+    )
 
 
 @pytest.mark.parametrize("student", STUDENTS, ids=lambda p: p.stem)
@@ -138,7 +156,9 @@ def test_student_notebook_runs_to_its_first_exercise_then_reports_it(student):
     nb = nbformat.read(student, as_version=4)
     exercise = EXERCISES[student.stem]
     km = KernelManager(kernel_name="python3", kernel_spec_manager=_CurrentEnvKernelSpecs())
-    client = NotebookClient(nb, km=km, timeout=60, resources={"metadata": {"path": str(student.parent)}})
+    client = NotebookClient(
+        nb, km=km, timeout=60, resources={"metadata": {"path": str(student.parent)}}
+    )
     with pytest.raises(CellExecutionError) as info:
         client.execute()
     error = info.value
@@ -146,7 +166,8 @@ def test_student_notebook_runs_to_its_first_exercise_then_reports_it(student):
     number = exercise.title.split(":")[0]
     assert number in error.evalue and "is not written yet" in error.evalue
     assert f"{exercise.checks[0][0]}({exercise.checks[0][1]})" in error.evalue
-    # Every cell before the first demo ran cleanly; the demo is where the missing code surfaces.
+    # Every cell before the first demo ran cleanly; the demo is where the missing code
+    # surfaces.
     failing = _first_demo_index(nb)
     for cell in nb.cells[:failing]:
         if cell.cell_type == "code":
@@ -173,7 +194,9 @@ def _with_solution_edit(tmp_path: Path, name: str, old: str, new: str) -> Path:
 
 
 def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
-    path = _with_solution_edit(tmp_path, "01_block_manager.ipynb", "reversed(seq.block_table)", "seq.block_table")
+    path = _with_solution_edit(
+        tmp_path, "01_block_manager.ipynb", "reversed(seq.block_table)", "seq.block_table"
+    )
     csv_path = tmp_path / "grades.csv"
     assert refimpl_main(["grade", str(path), "--csv", str(csv_path)]) == 1
     out = capsys.readouterr().out
@@ -183,65 +206,131 @@ def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
     assert out.rstrip().endswith("score: 3/10 checks passed (30.0%)")
     rows = csv_path.read_text().splitlines()
     assert rows[0] == "notebook,exercise,passed,checks,failed_checks,reason"
-    assert rows[1].startswith(f"{path},01_block_manager,3,10,check_block_manager:free_last_block_first;")
+    assert rows[1].startswith(
+        f"{path},01_block_manager,3,10,check_block_manager:free_last_block_first;"
+    )
 
 
 def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
     assert refimpl_main(["grade", "--quiet", *map(str, STUDENTS)]) == 1
     out = capsys.readouterr().out
-    assert "score: 0/10 checks passed (0.0%): not implemented (BlockManager.__init__ raises NotImplementedError)" in out
+    assert (
+        "score: 0/10 checks passed (0.0%): not implemented (BlockManager.__init__ raises "
+        "NotImplementedError)" in out
+    )
     assert "== total: 0/52 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_path, capsys):
     csv_path = tmp_path / "grades.csv"
     missing = tmp_path / "bob" / "01_block_manager.ipynb"
-    assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(STUDENTS[0].parent), str(missing)]) == 1
+    assert (
+        refimpl_main(
+            ["grade", "--quiet", "--csv", str(csv_path), str(STUDENTS[0].parent), str(missing)]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
-    assert [line.split(" ")[1] for line in out.splitlines() if line.startswith("== ")][:4] == [str(p) for p in STUDENTS]
-    assert f"== {missing} (01_block_manager)\nscore: 0/10 checks passed (0.0%): no such file" in out
-    assert "== total: 0/62 checks passed over 5 notebooks" in out  # the missing notebook's 10 checks count
+    assert [line.split(" ")[1] for line in out.splitlines() if line.startswith("== ")][:4] == [
+        str(p) for p in STUDENTS
+    ]
+    assert (
+        f"== {missing} (01_block_manager)\nscore: 0/10 checks passed (0.0%): no such file"
+        in out
+    )
+    # the missing notebook's 10 checks count
+    assert "== total: 0/62 checks passed over 5 notebooks" in out
     rows = list(csv.reader(csv_path.open()))
-    assert rows[-1][:4] == [str(missing), "01_block_manager", "0", "10"] and rows[-1][5] == "no such file"
+    assert (
+        rows[-1][:4] == [str(missing), "01_block_manager", "0", "10"]
+        and rows[-1][5] == "no such file"
+    )
     assert rows[1][5] == "not implemented (BlockManager.__init__ raises NotImplementedError)"
 
 
 def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
-    chapter = ROOT / "notebooks" / "03_block_manager.ipynb"  # same number as exercise 03_scheduler
+    # same number as exercise 03_scheduler
+    chapter = ROOT / "notebooks" / "03_block_manager.ipynb"
     assert refimpl_main(["grade", "--quiet", str(chapter)]) == 1
     out = capsys.readouterr().out
-    assert f"== {chapter} (?)\nscore: 0 (not an exercise notebook (no refimpl_course.exercise in its metadata)" in out
+    assert (
+        f"== {chapter} (?)\nscore: 0 (not an exercise notebook (no refimpl_course.exercise in "
+        "its metadata)" in out
+    )
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--csv", "{tmp}/no/such/folder/grades.csv"], "argument --csv: folder {tmp}/no/such/folder does not exist"),
-    (["--csv", "{tmp}"], "argument --csv: {tmp} is a folder; give a file name such as {tmp}/grades.csv"),
-    (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, got 0"),
-    (["--timeout", "-5"], "argument --timeout: must be a positive number of seconds, got -5"),
-    (["--timeout", "nan"], "argument --timeout: must be a positive number of seconds, got nan"),
-    (["--timeout", "soon"], "argument --timeout: expected a number of seconds, got 'soon'"),
-    (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
-])
-def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(tmp_path, capsys, monkeypatch, argv, words):
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["--csv", "{tmp}/no/such/folder/grades.csv"],
+            "argument --csv: folder {tmp}/no/such/folder does not exist",
+        ),
+        (
+            ["--csv", "{tmp}"],
+            "argument --csv: {tmp} is a folder; give a file name such as {tmp}/grades.csv",
+        ),
+        (
+            ["--timeout", "0"],
+            "argument --timeout: must be a positive number of seconds, got 0",
+        ),
+        (
+            ["--timeout", "-5"],
+            "argument --timeout: must be a positive number of seconds, got -5",
+        ),
+        (
+            ["--timeout", "nan"],
+            "argument --timeout: must be a positive number of seconds, got nan",
+        ),
+        (
+            ["--timeout", "soon"],
+            "argument --timeout: expected a number of seconds, got 'soon'",
+        ),
+        (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
+    ],
+)
+def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
+    tmp_path, capsys, monkeypatch, argv, words
+):
     (tmp_path / "empty").mkdir()
     graded = []
-    monkeypatch.setattr("refimpl.course.grading.grade_notebook", lambda *a, **k: graded.append(a))
+    monkeypatch.setattr(
+        "refimpl.course.grading.grade_notebook", lambda *a, **k: graded.append(a)
+    )
     argv = [a.format(tmp=tmp_path) for a in argv]
     notebooks = [] if any(a.endswith("empty") for a in argv) else [str(STUDENTS[0])]
     assert refimpl_main(["grade", *notebooks, *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and graded == []
-    assert captured.err.count("\n") == 1 and words.format(tmp=tmp_path) in captured.err, captured.err
+    assert captured.err.count("\n") == 1 and words.format(tmp=tmp_path) in captured.err, (
+        captured.err
+    )
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
-    syntax = _with_solution_edit(tmp_path, "04_packed_layout.ipynb", "def approximate_gcd(values, lower_bound=None):", "def approximate_gcd(values, lower_bound=None)")
+    syntax = _with_solution_edit(
+        tmp_path,
+        "04_packed_layout.ipynb",
+        "def approximate_gcd(values, lower_bound=None):",
+        "def approximate_gcd(values, lower_bound=None)",
+    )
     assert refimpl_main(["grade", str(syntax)]) == 1
     out = capsys.readouterr().out
-    assert "NameError: approximate_gcd is not defined (syntax error in cell 4 (line 1: expected ':'))" in out
-    assert out.rstrip().endswith("score: 0/16 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')")
-    assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out  # the cell after never ran
-    loop = _with_solution_edit(tmp_path, "02_prefix_cache.ipynb", "class PrefixCachingBlockManager(BlockManager):", "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):")
+    assert (
+        "NameError: approximate_gcd is not defined (syntax error in cell 4 (line 1: expected "
+        "':'))" in out
+    )
+    assert out.rstrip().endswith(
+        "score: 0/16 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')"
+    )
+    # the cell after never ran
+    assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out
+    loop = _with_solution_edit(
+        tmp_path,
+        "02_prefix_cache.ipynb",
+        "class PrefixCachingBlockManager(BlockManager):",
+        "while True:\n    pass\nclass PrefixCachingBlockManager(BlockManager):",
+    )
     assert refimpl_main(["grade", "--timeout", "3", str(loop)]) == 1
     assert "score: 0/15 checks passed (0.0%): timed out after 3 s" in capsys.readouterr().out
 
@@ -249,23 +338,30 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
 def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     """Handing in the reference, or rebinding the grader from a solution cell, scores 0."""
     reuse = _with_solution_edit(
-        tmp_path, "03_scheduler.ipynb", "class Scheduler:", "import refimpl.paged\n\nclass Scheduler(refimpl.paged.Scheduler):"
+        tmp_path,
+        "03_scheduler.ipynb",
+        "class Scheduler:",
+        "import refimpl.paged\n\nclass Scheduler(refimpl.paged.Scheduler):",
     )
     nb = nbformat.read(reuse, as_version=4)
     cell = next(c for c in nb.cells if cell_role(c) == "solution")
-    cell.source = cell.source.split("    def schedule(")[0]  # keep the given part, inherit the rest
+    # keep the given part, inherit the rest
+    cell.source = cell.source.split("    def schedule(")[0]
     nbformat.write(nb, reuse)
     assert refimpl_main(["grade", str(reuse)]) == 1
     out = capsys.readouterr().out
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
     assert out.rstrip().endswith(
-        "score: 0/11 checks passed (0.0%): uses the reference (refimpl.paged.scheduler.Scheduler.schedule)")
+        "score: 0/11 checks passed (0.0%): uses the reference "
+        "(refimpl.paged.scheduler.Scheduler.schedule)"
+    )
 
     swap = _with_solution_edit(
         tmp_path,
         "01_block_manager.ipynb",
         "class BlockManager:",
-        "import refimpl.course\nrefimpl.course.check_block_manager = lambda *a, **k: None\n\nclass BlockManager:",
+        "import refimpl.course\nrefimpl.course.check_block_manager = lambda *a, **k: "
+        "None\n\nclass BlockManager:",
     )
     broken_nb = nbformat.read(swap, as_version=4)
     cell = next(c for c in broken_nb.cells if cell_role(c) == "solution")
@@ -276,7 +372,8 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
 
 
 def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
-    """nbgrader may drop our metadata: solution and set-up cells are then found through nbgrader's."""
+    """nbgrader may drop our metadata: solution and set-up cells are then found through
+    nbgrader's."""
     nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)
     for cell in nb.cells:
         cell.metadata.pop("refimpl_course", None)
@@ -289,9 +386,14 @@ def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
 
 
 def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
-    """Exercise 1 used nano-vllm's literal `len % block_size == 1`; exercise 4 took True as a number
-    and returned (0, {}) for no groups. The graders now catch both."""
-    literal = _with_solution_edit(tmp_path, "01_block_manager.ipynb", "(len(seq) - 1) % self.block_size == 0", "len(seq) % self.block_size == 1")
+    """Exercise 1 used nano-vllm's literal `len % block_size == 1`; exercise 4 took True as a
+    number and returned (0, {}) for no groups. The graders now catch both."""
+    literal = _with_solution_edit(
+        tmp_path,
+        "01_block_manager.ipynb",
+        "(len(seq) - 1) % self.block_size == 0",
+        "len(seq) % self.block_size == 1",
+    )
     grade = grade_notebook(literal, timeout=60)
     failed = {check for _, check, ok in grade.rows if not ok}
     assert failed == {"block_size_1", "random_workload_3"}, grade.tables
@@ -300,23 +402,38 @@ def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
     gcd_cell, layout_cell = [c for c in nb.cells if cell_role(c) == "solution"]
     checks = gcd_cell.source.index("    if not values:")
     lo = gcd_cell.source.index("    lo = ")
-    gcd_cell.source = gcd_cell.source[:checks] + "    if not values or any(x <= 0 for x in values):\n        raise ValueError(values)\n" + gcd_cell.source[lo:]
-    layout_cell.source = layout_cell.source.replace("    if block_stride <= 0:\n", "    if False:\n")
+    gcd_cell.source = (
+        gcd_cell.source[:checks]
+        + "    if not values or any(x <= 0 for x in values):\n        raise ValueError(values)\n"
+        + gcd_cell.source[lo:]
+    )
+    layout_cell.source = layout_cell.source.replace(
+        "    if block_stride <= 0:\n", "    if False:\n"
+    )
     old = tmp_path / "04_packed_layout.ipynb"
     nbformat.write(nb, old)
     grade = grade_notebook(old, timeout=60)
     failed = {(grader, check) for grader, check, ok in grade.rows if not ok}
-    assert failed == {("check_approximate_gcd", "rejects_non_integers"), ("check_packed_layout", "rejects_no_groups")}, grade.tables
+    assert failed == {
+        ("check_approximate_gcd", "rejects_non_integers"),
+        ("check_packed_layout", "rejects_no_groups"),
+    }, grade.tables
 
 
 def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(tmp_path):
     # Self-preemption that never preempts the sequence itself: the inner while loop never ends.
     loop = _with_solution_edit(
-        tmp_path, "03_scheduler.ipynb", "                    self.preempt(seq)\n                    break\n", "                    continue\n"
+        tmp_path,
+        "03_scheduler.ipynb",
+        "                    self.preempt(seq)\n                    break\n",
+        "                    continue\n",
     )
     grade = grade_notebook(loop, timeout=100, time_limit=0.5)
     assert grade.error is None
     failed = [check for _, check, ok in grade.rows if not ok]
     assert "preempt_self_when_alone" in failed and "prefill_then_decode" not in failed
     table = "\n".join(grade.tables)
-    assert "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an endless loop?)" in table
+    assert (
+        "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an "
+        "endless loop?)" in table
+    )

@@ -9,7 +9,13 @@ from refimpl.engine import LLM, SamplingParams
 
 @pytest.fixture
 def llm(tiny_dir):
-    return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32, enable_prefix_caching=False)
+    return LLM(
+        tiny_dir,
+        device="cpu",
+        kvcache_block_size=4,
+        num_kvcache_blocks=32,
+        enable_prefix_caching=False,
+    )
 
 
 def test_outputs_in_prompt_order_strings_equal_their_token_ids(llm):
@@ -18,15 +24,19 @@ def test_outputs_in_prompt_order_strings_equal_their_token_ids(llm):
     outputs = llm.generate(prompts, sp, use_tqdm=False)
     assert [sorted(o) for o in outputs] == [["text", "token_ids"]] * 3
     assert all(len(o["token_ids"]) == 5 for o in outputs)
-    assert [o["text"] for o in outputs] == [llm.tokenizer.decode(o["token_ids"]) for o in outputs]
+    assert [o["text"] for o in outputs] == [
+        llm.tokenizer.decode(o["token_ids"]) for o in outputs
+    ]
     as_ids = llm.generate([list(p.encode()) for p in reversed(prompts)], sp, use_tqdm=False)
     assert [o["token_ids"] for o in as_ids] == [o["token_ids"] for o in reversed(outputs)]
 
 
 def test_stats_count_what_happened(llm):
     prompts = [list(range(1, 11)), list(range(20, 27))]  # 10 and 7 tokens
-    params = [SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
-              SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)]
+    params = [
+        SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+        SamplingParams(temperature=0, max_tokens=3, ignore_eos=True),
+    ]
     llm.generate(prompts, params, use_tqdm=False)
     s = llm.stats
     assert (s.prefill_tokens, s.cached_tokens) == (17, 0)
@@ -38,10 +48,13 @@ def test_stats_count_what_happened(llm):
 
 
 def test_max_tokens_one_finishes_in_the_prefill_step(llm):
-    out = llm.generate([[5, 6, 7], [8]], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+    out = llm.generate(
+        [[5, 6, 7], [8]], SamplingParams(temperature=0, max_tokens=1), use_tqdm=False
+    )
     assert [len(o["token_ids"]) for o in out] == [1, 1]
     assert (llm.stats.steps, llm.stats.decode_tokens) == (1, 0)
-    assert len(llm.scheduler.block_manager.free_block_ids) == 32  # finished sequences freed their blocks
+    # finished sequences freed their blocks
+    assert len(llm.scheduler.block_manager.free_block_ids) == 32
 
 
 def test_prefix_cache_counts_served_tokens(tiny_dir):
@@ -59,8 +72,9 @@ def test_seeded_sampling_is_reproducible(tiny_dir):
     sp = SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True)
 
     def sample(seed):
-        return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32, seed=seed).generate(
-            ["sampling"], sp, use_tqdm=False)[0]["token_ids"]
+        return LLM(
+            tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=32, seed=seed
+        ).generate(["sampling"], sp, use_tqdm=False)[0]["token_ids"]
 
     assert sample(7) == sample(7)
     assert sample(7) != sample(8)
@@ -108,8 +122,12 @@ def test_bad_engine_arguments(tiny_dir, tmp_path):
 
 
 def test_bfloat16_runs_with_a_bfloat16_cache(tiny_dir):
-    llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16, dtype="bfloat16")
-    out = llm.generate(["bf16"], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+    llm = LLM(
+        tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16, dtype="bfloat16"
+    )
+    out = llm.generate(
+        ["bf16"], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False
+    )
     assert len(out[0]["token_ids"]) == 4
     import torch
 

@@ -1,4 +1,5 @@
-"""Checkpoint loading: safetensors only, names and shapes checked, tied and sharded checkpoints."""
+"""Checkpoint loading: safetensors only, names and shapes checked, tied and sharded
+checkpoints."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def copy_without_weights(src, dst):
 
 def greedy(path, prompt="Paged KV", n=8):
     llm = LLM(path, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16)
-    return llm, llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n), use_tqdm=False)[0]["token_ids"]
+    return llm, llm.generate(
+        [prompt], SamplingParams(temperature=0, max_tokens=n), use_tqdm=False
+    )[0]["token_ids"]
 
 
 class _Boom:
@@ -53,10 +56,22 @@ def test_pickled_weights_are_refused_never_opened(tiny_dir, tmp_path):
 def test_missing_unexpected_and_misshapen_tensors(tiny_dir, tmp_path):
     weights = read_weights(tiny_dir)
     cases = {
-        "missing": ({k: v for k, v in weights.items() if k != "model.layers.1.self_attn.k_norm.weight"},
-                    "does not set 1 parameters"),
-        "unexpected": ({**weights, "model.layers.7.mlp.gate_proj.weight": torch.zeros(2, 2)}, "does not have"),
-        "misshapen": ({**weights, "model.norm.weight": torch.ones(63)}, r"checkpoint shape \(63,\)"),
+        "missing": (
+            {
+                k: v
+                for k, v in weights.items()
+                if k != "model.layers.1.self_attn.k_norm.weight"
+            },
+            "does not set 1 parameters",
+        ),
+        "unexpected": (
+            {**weights, "model.layers.7.mlp.gate_proj.weight": torch.zeros(2, 2)},
+            "does not have",
+        ),
+        "misshapen": (
+            {**weights, "model.norm.weight": torch.ones(63)},
+            r"checkpoint shape \(63,\)",
+        ),
     }
     for name, (tensors, message) in cases.items():
         path = copy_without_weights(tiny_dir, tmp_path / name)
@@ -72,8 +87,12 @@ def test_sharded_checkpoint_loads_like_one_file(tiny_dir, tmp_path):
     weights = read_weights(tiny_dir)
     names = sorted(weights)
     path = copy_without_weights(tiny_dir, tmp_path / "sharded")
-    save_file({k: weights[k] for k in names[::2]}, str(path / "model-00001-of-00002.safetensors"))
-    save_file({k: weights[k] for k in names[1::2]}, str(path / "model-00002-of-00002.safetensors"))
+    save_file(
+        {k: weights[k] for k in names[::2]}, str(path / "model-00001-of-00002.safetensors")
+    )
+    save_file(
+        {k: weights[k] for k in names[1::2]}, str(path / "model-00002-of-00002.safetensors")
+    )
     assert greedy(path)[1] == greedy(tiny_dir)[1]
 
 
@@ -86,7 +105,10 @@ def test_tied_embeddings_share_one_matrix_with_or_without_a_stored_copy(tmp_path
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert torch.equal(model.lm_head.weight, weights["model.embed_tokens.weight"])
     # Some tied checkpoints store the redundant copy anyway: it is skipped, output unchanged.
-    save_file({**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()}, str(path / "model.safetensors"))
+    save_file(
+        {**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()},
+        str(path / "model.safetensors"),
+    )
     assert greedy(path)[1] == tokens
 
 
@@ -111,54 +133,106 @@ def test_config_parsing_both_transformers_layouts_and_rejections(tiny_dir):
             Qwen3ModelConfig.from_dict({**raw, **change})
 
 
-# Qwen/Qwen3-0.6B's config.json as published on the Hugging Face Hub (transformers 4.51 layout).
+# Qwen/Qwen3-0.6B's config.json as published on the Hugging Face Hub (transformers 4.51
+# layout).
 QWEN3_0_6B_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 40960,
-    "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
-    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
-    "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 28,
+    "model_type": "qwen3",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
 }
 
 
 def test_a_published_qwen3_config_json_parses():
     cfg = Qwen3ModelConfig.from_dict(QWEN3_0_6B_CONFIG)
-    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.head_dim, cfg.num_kv_groups) == (
-        151936, 1024, 28, 128, 2)
+    assert (
+        cfg.vocab_size,
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.head_dim,
+        cfg.num_kv_groups,
+    ) == (151936, 1024, 28, 128, 2)
     assert (cfg.tie_word_embeddings, cfg.eos_token_id, cfg.rope_theta, cfg.torch_dtype) == (
-        True, 151645, 1e6, "bfloat16")
+        True,
+        151645,
+        1e6,
+        "bfloat16",
+    )
 
 
 def test_a_hub_style_checkpoint_directory_loads_and_matches_transformers(tmp_path):
-    """The files of a Hub Qwen3 repo: the published config.json format, bfloat16 weights in shards
-    named by model.safetensors.index.json, and a pickled copy of the weights. The index decides
-    which files are read (a stray .safetensors is ignored) and the pickle is never opened."""
+    """The files of a Hub Qwen3 repo: the published config.json format, bfloat16 weights in
+    shards named by model.safetensors.index.json, and a pickled copy of the weights. The index
+    decides which files are read (a stray .safetensors is ignored) and the pickle is never
+    opened."""
     from refimpl.engine.oracle import hf_greedy, load_hf_model
 
     src = make_tiny_model(tmp_path / "src", seed=3, tie_word_embeddings=True, dtype="bfloat16")
     path = copy_without_weights(src, tmp_path / "hub-layout")
     tiny = json.loads((src / "config.json").read_text())
-    sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "head_dim", "max_position_embeddings", "rope_theta", "bos_token_id", "eos_token_id")
-    (path / "config.json").write_text(json.dumps({**QWEN3_0_6B_CONFIG, **{k: tiny[k] for k in sizes}}, indent=2))
+    sizes = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rope_theta",
+        "bos_token_id",
+        "eos_token_id",
+    )
+    (path / "config.json").write_text(
+        json.dumps({**QWEN3_0_6B_CONFIG, **{k: tiny[k] for k in sizes}}, indent=2)
+    )
     weights = read_weights(src)
     assert weights["model.norm.weight"].dtype == torch.bfloat16
     names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-              "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for shard, keys in shards.items():
         save_file({k: weights[k] for k in keys}, str(path / shard), metadata={"format": "pt"})
-    index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in weights.values())},
-             "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
+    index = {
+        "metadata": {
+            "total_size": sum(t.numel() * t.element_size() for t in weights.values())
+        },
+        "weight_map": {k: shard for shard, keys in shards.items() for k in keys},
+    }
     (path / "model.safetensors.index.json").write_text(json.dumps(index))
     save_file({"not.a.parameter": torch.zeros(1)}, str(path / "consolidated.safetensors"))
     marker = tmp_path / "unpickled.txt"
     (path / "pytorch_model.bin").write_bytes(pickle.dumps(_Boom(marker)))
 
     llm, tokens = greedy(path, n=6)
-    assert llm.model_runner.model.lm_head.weight is llm.model_runner.model.model.embed_tokens.weight
+    assert (
+        llm.model_runner.model.lm_head.weight
+        is llm.model_runner.model.model.embed_tokens.weight
+    )
     assert tokens == hf_greedy(load_hf_model(path), llm.tokenizer.encode("Paged KV"), 6)
     assert not marker.exists()
     # An index naming a shard that is not there is a clear error.

@@ -1,4 +1,5 @@
-"""ModelRunner: exact step inputs (slot mapping, cu_seqlens, block tables), KV cache sizing, logits."""
+"""ModelRunner: exact step inputs (slot mapping, cu_seqlens, block tables), KV cache sizing,
+logits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from refimpl.paged.sequence import Sequence
 
 @pytest.fixture(scope="module")
 def runner(tiny_dir):
-    return LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16).model_runner
+    return LLM(
+        tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=16
+    ).model_runner
 
 
 def seq_with(token_ids, block_table, num_cached_tokens, num_scheduled_tokens):
@@ -35,10 +38,16 @@ def test_prepare_prefill_two_fresh_prompts(runner):
         assert ctx.cu_seqlens_q.tolist() == [0, 10, 16]
         assert ctx.cu_seqlens_k.tolist() == [0, 10, 16]
         assert (ctx.max_seqlen_q, ctx.max_seqlen_k) == (10, 10)
-        # slot = block_id * 4 + offset: a fills 0..9, b fills block 7 (28..31) then block 3 (12, 13)
+        # slot = block_id * 4 + offset: a fills 0..9, b fills block 7 (28..31) then block 3
+        # (12, 13)
         assert ctx.slot_mapping.tolist() == list(range(10)) + [28, 29, 30, 31, 12, 13]
         assert ctx.block_tables.tolist() == [[0, 1, 2], [7, 3, -1]]
-        assert ctx.slot_mapping.dtype == ctx.block_tables.dtype == ctx.cu_seqlens_q.dtype == torch.int32
+        assert (
+            ctx.slot_mapping.dtype
+            == ctx.block_tables.dtype
+            == ctx.cu_seqlens_q.dtype
+            == torch.int32
+        )
     finally:
         reset_context()
 
@@ -46,7 +55,8 @@ def test_prepare_prefill_two_fresh_prompts(runner):
 def test_prepare_prefill_with_cached_prefix_and_a_chunk(runner):
     # c: 8 tokens served from the prefix cache (blocks 0, 1), computes its last 3 tokens.
     c = seq_with(range(100, 111), [0, 1, 5], 8, 3)
-    # d: a chunked prompt of 9 tokens whose first chunk (5 tokens) is done; this chunk is 2 tokens.
+    # d: a chunked prompt of 9 tokens whose first chunk (5 tokens) is done; this chunk is 2
+    # tokens.
     d = seq_with(range(300, 309), [6, 9, 4], 5, 2)
     input_ids, positions = runner.prepare_prefill([c, d])
     ctx = get_context()
@@ -63,15 +73,17 @@ def test_prepare_prefill_with_cached_prefix_and_a_chunk(runner):
 
 
 def test_step_addresses_are_checked_once_by_the_runner(runner):
-    """The runner checks slots and block tables on its lists and marks the context checked, so the
-    attention layers skip their tensor checks; a broken table is an InvariantError before any tensor."""
+    """The runner checks slots and block tables on its lists and marks the context checked, so
+    the attention layers skip their tensor checks; a broken table is an InvariantError before
+    any tensor."""
     ok = seq_with(range(100, 106), [0, 1], 0, 6)
     runner.prepare_prefill([ok])
     try:
         assert get_context().checked
     finally:
         reset_context()
-    for table, num_cached in (([0, 16], 0), ([3], 0), ([2, 2], 4)):  # block 16 of 16; too short; slot twice
+    # block 16 of 16; too short; slot twice
+    for table, num_cached in (([0, 16], 0), ([3], 0), ([2, 2], 4)):
         bad = seq_with(range(100, 106), table, num_cached, 6 - num_cached)
         other = seq_with(range(300, 306), [2, 2], 4, 2)
         with pytest.raises(InvariantError):
@@ -80,7 +92,8 @@ def test_step_addresses_are_checked_once_by_the_runner(runner):
 
 
 def test_prepare_decode(runner):
-    e = seq_with(range(100, 111), [0, 1, 5], 10, 1)  # 11 tokens: the newest sits at position 10
+    # 11 tokens: the newest sits at position 10
+    e = seq_with(range(100, 111), [0, 1, 5], 10, 1)
     f = seq_with(range(50, 55), [2, 8], 4, 1)  # 5 tokens: the newest opens block 8
     e.is_prefill = f.is_prefill = False
     input_ids, positions = runner.prepare_decode([e, f])
@@ -111,14 +124,32 @@ def test_kv_cache_sized_from_blocks_or_budget(tiny_dir, runner):
 
 def test_attention_backend_choice(tiny_dir):
     # the automatic choice on a CPU is torch (Triton's interpreter is never picked by itself)
-    assert LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=4).attention_backend == "torch"
+    assert (
+        LLM(
+            tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=4
+        ).attention_backend
+        == "torch"
+    )
     with pytest.raises(ValueError, match="attention_backend must be one of"):
         LLM(tiny_dir, device="cpu", attention_backend="cuda-magic")
     with pytest.raises(RuntimeError, match="flash-attn runs only on CUDA"):
-        LLM(tiny_dir, device="cpu", kvcache_block_size=256, num_kvcache_blocks=4, attention_backend="flash-attn")
-    # flash-attn pages only multiples of 256 tokens: a smaller block size is refused on any machine.
+        LLM(
+            tiny_dir,
+            device="cpu",
+            kvcache_block_size=256,
+            num_kvcache_blocks=4,
+            attention_backend="flash-attn",
+        )
+    # flash-attn pages only multiples of 256 tokens: a smaller block size is refused on any
+    # machine.
     with pytest.raises(ValueError, match="multiple of 256"):
-        LLM(tiny_dir, device="cpu", kvcache_block_size=16, num_kvcache_blocks=4, attention_backend="flash-attn")
+        LLM(
+            tiny_dir,
+            device="cpu",
+            kvcache_block_size=16,
+            num_kvcache_blocks=4,
+            attention_backend="flash-attn",
+        )
 
 
 def test_prefill_and_decode_logits_match_transformers(tiny_dir):

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow  # random engine settings end to end
 SYSTEM = list(b"System: be brief. ")  # 18 tokens
 POOL = [
     SYSTEM + list(b"Hi"),
-    SYSTEM + list(b"Hi"),  # a duplicate: may share blocks with its twin in the same or a later step
+    # a duplicate: may share blocks with its twin in the same or a later step
+    SYSTEM + list(b"Hi"),
     SYSTEM + list(b"What is paging?"),
     SYSTEM[:9] + list(b"other"),
     list(b"abc"),
@@ -38,14 +39,21 @@ MAX_TOKENS = [5, 5, 4, 6, 7, 3, 4]
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     with torch.device("cpu"):  # the checkpoint and the transformers oracle live on the CPU
-        path = make_tiny_model(tmp_path_factory.mktemp("tiny"), seed=5, num_attention_heads=4, num_key_value_heads=1,
-                               head_dim=8, hidden_size=32, intermediate_size=64)
+        path = make_tiny_model(
+            tmp_path_factory.mktemp("tiny"),
+            seed=5,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=8,
+            hidden_size=32,
+            intermediate_size=64,
+        )
         hf = load_hf_model(path)
         expected = [hf_greedy(hf, p, n) for p, n in zip(POOL, MAX_TOKENS)]
     return path, expected
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _blocks_needed(index: int, block_size: int) -> int:
     return -(-(len(POOL[index]) + MAX_TOKENS[index] - 1) // block_size)
 
@@ -54,11 +62,17 @@ def _blocks_needed(index: int, block_size: int) -> int:
 @given(data=st.data())
 def test_random_settings_never_change_greedy_output(setup, data):
     path, expected = setup
-    picks = data.draw(st.lists(st.integers(0, len(POOL) - 1), min_size=1, max_size=5), label="requests")
+    picks = data.draw(
+        st.lists(st.integers(0, len(POOL) - 1), min_size=1, max_size=5), label="requests"
+    )
     block_size = data.draw(st.integers(1, 9), label="block_size")
     smallest_pool = max(_blocks_needed(i, block_size) for i in picks)
-    pool = data.draw(st.integers(smallest_pool, smallest_pool + sum(_blocks_needed(i, block_size) for i in picks)),
-                     label="num_kvcache_blocks")
+    pool = data.draw(
+        st.integers(
+            smallest_pool, smallest_pool + sum(_blocks_needed(i, block_size) for i in picks)
+        ),
+        label="num_kvcache_blocks",
+    )
     llm = LLM(
         path,
         device="cpu",
@@ -68,11 +82,16 @@ def test_random_settings_never_change_greedy_output(setup, data):
         max_num_seqs=data.draw(st.integers(1, 4), label="max_num_seqs"),
         enable_prefix_caching=data.draw(st.booleans(), label="enable_prefix_caching"),
     )
-    seqs = [llm.add_request(POOL[i], SamplingParams(temperature=0, max_tokens=MAX_TOKENS[i])) for i in picks]
+    seqs = [
+        llm.add_request(POOL[i], SamplingParams(temperature=0, max_tokens=MAX_TOKENS[i]))
+        for i in picks
+    ]
     scheduler = llm.scheduler
     while not llm.is_finished():
         llm.step()
-        holders = [s for s in list(scheduler.running) + list(scheduler.waiting) if s.block_table]
+        holders = [
+            s for s in list(scheduler.running) + list(scheduler.waiting) if s.block_table
+        ]
         check_invariants(scheduler.block_manager, holders)
     assert [s.completion_token_ids for s in seqs] == [expected[i] for i in picks]
     assert len(scheduler.block_manager.free_block_ids) == pool

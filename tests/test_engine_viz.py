@@ -1,4 +1,5 @@
-"""refimpl.viz.engine: the step picture and its text twin show the model runner's real tensors."""
+"""refimpl.viz.engine: the step picture and its text twin show the model runner's real
+tensors."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import pytest
 from matplotlib.figure import Figure
 
 from refimpl.engine import LLM, SamplingParams, get_context, reset_context
-from refimpl.viz.engine import byte_label, step_inputs_text, draw_step_inputs
+from refimpl.viz.engine import byte_label, draw_step_inputs, step_inputs_text
 
 
 def test_prefill_with_cached_prefix_then_decode(tiny_dir):
     llm = LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=10)
     sp = SamplingParams(temperature=0, max_tokens=2)
-    llm.generate([[10, 11, 12, 13, 14, 15, 16, 17, 18]], sp, use_tqdm=False)  # caches blocks 0 and 1
+    # caches blocks 0 and 1
+    llm.generate([[10, 11, 12, 13, 14, 15, 16, 17, 18]], sp, use_tqdm=False)
     b = llm.add_request([10, 11, 12, 13, 14, 15, 16, 17, 40, 41], sp)
     c = llm.add_request([65, 66, 67], sp)
     names = {b.seq_id: "B", c.seq_id: "C"}
@@ -23,7 +25,8 @@ def test_prefill_with_cached_prefix_then_decode(tiny_dir):
     fig = draw_step_inputs(seqs, ctx, 10, names, label=byte_label)
     reset_context()
     assert isinstance(fig, Figure)
-    # B hits blocks 0, 1 (8 tokens); A freed 2, 1, 0 to the queue's tail, so new blocks 3, 4 come from its head
+    # B hits blocks 0, 1 (8 tokens); A freed 2, 1, 0 to the queue's tail, so new blocks 3, 4
+    # come from its head
     assert text.splitlines()[:8] == [
         "prefill step: 2 sequences, 5 tokens computed",
         "cu_seqlens_q = [0, 2, 5]   max_seqlen_q = 3",

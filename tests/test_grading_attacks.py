@@ -1,10 +1,10 @@
 """Attacks on the command-line grader: each submission tries to score without writing the code.
 
 One class folder holds an honest submission, submissions that attack the grader, and files
-that are not well-formed notebooks. The folder is graded once (`python -m refimpl grade --csv`);
-every attack must score 0 (or be refused), and the honest student must still get every check.
-The attacks start from the student copy of exercise 1, which scores 0/10 as handed out: an
-attack that worked would raise that score.
+that are not well-formed notebooks. The folder is graded once (`python -m refimpl grade
+--csv`); every attack must score 0 (or be refused), and the honest student must still get every
+check. The attacks start from the student copy of exercise 1, which scores 0/10 as handed out:
+an attack that worked would raise that score.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ABI = landlock_abi()
 SLEEPER = "987.654"  # the orphan attack's long sleep, recognisable in /proc
 
-# name -> (code before the student's solution cell, code after it); {csv}, {outside}, {classmate} are filled in.
+# name -> (code before the student's solution cell, code after it); {csv}, {outside},
+# {classmate} are filled in.
 ATTACKS: dict[str, tuple[str, str]] = {
-    "forged_result_and_exit": ("""
+    "forged_result_and_exit": (
+        """
 import json, os, sys
 perfect = {"tables": [], "rows": [["check_block_manager", f"row{i}", True] for i in range(10)], "reason": None}
 for target in [*sys.argv[1:], "result.json", "../result.json"]:
@@ -43,8 +45,11 @@ for target in [*sys.argv[1:], "result.json", "../result.json"]:
     except OSError:
         pass
 os._exit(0)
-""", ""),
-    "forged_answers": ("""
+""",
+        "",
+    ),
+    "forged_answers": (
+        """
 import json, os, struct, sys
 def frame(message):
     data = json.dumps(message).encode()
@@ -52,8 +57,12 @@ def frame(message):
 frame({"ready": True, "problem": None, "missing": []})
 for _ in range(200):
     frame({"ok": None, "state": {"l": []}})
-""", ""),
-    "patched_runner": ("", """
+""",
+        "",
+    ),
+    "patched_runner": (
+        "",
+        """
 import sys
 import refimpl.course
 import refimpl.course.report
@@ -62,8 +71,11 @@ runner._answer = lambda run, state: {"ok": None, "state": {"l": []}}
 runner._run_graders = lambda *args, **kwargs: {"tables": [], "rows": [], "reason": None}
 refimpl.course.check_block_manager = lambda *args, **kwargs: None
 refimpl.course.report.CheckResult.passed = property(lambda self: True)
-"""),
-    "profile_off_and_delegate": ("", """
+""",
+    ),
+    "profile_off_and_delegate": (
+        "",
+        """
 import sys
 import refimpl.paged
 
@@ -75,8 +87,11 @@ class BlockManager(refimpl.paged.BlockManager):
     def allocate(self, seq, num_cached_blocks):
         sys.setprofile(None)
         return super().allocate(seq, num_cached_blocks)
-"""),
-    "reload_the_reference": ("", """
+""",
+    ),
+    "reload_the_reference": (
+        "",
+        """
 import importlib
 import refimpl.paged.block_manager as module
 fresh = importlib.reload(module)
@@ -84,8 +99,11 @@ fresh = importlib.reload(module)
 class BlockManager(fresh.BlockManager):
     def __init__(self, num_blocks, block_size):
         super().__init__(num_blocks, block_size, enable_prefix_caching=False)
-"""),
-    "reference_via_fresh_python": ("", """
+""",
+    ),
+    "reference_via_fresh_python": (
+        "",
+        """
 import subprocess, sys
 source = subprocess.run(
     [sys.executable, "-c", "import inspect, refimpl.paged.block_manager as m; print(inspect.getsource(m))"],
@@ -97,15 +115,20 @@ exec(source, namespace)
 class BlockManager(namespace["BlockManager"]):
     def __init__(self, num_blocks, block_size):
         super().__init__(num_blocks, block_size, enable_prefix_caching=False)
-"""),
-    "run_the_solution": ("", """
+""",
+    ),
+    "run_the_solution": (
+        "",
+        """
 import json, pathlib, refimpl
 solution = pathlib.Path(refimpl.__file__).resolve().parents[1] / "notebooks/exercises/solutions/01_block_manager.ipynb"
 for cell in json.loads(solution.read_text())["cells"]:
     if cell["metadata"].get("refimpl_course", {}).get("role") == "solution":
         exec("".join(cell["source"]))
-"""),
-    "orphan_rewrites_grades": ("""
+""",
+    ),
+    "orphan_rewrites_grades": (
+        """
 import os, shutil, time
 if os.fork() == 0:
     os.setsid()
@@ -121,27 +144,39 @@ if os.fork() == 0:
                 pass
             time.sleep(0.05)
     os._exit(0)
-""", ""),
-    "writes_outside": ("""
+""",
+        "",
+    ),
+    "writes_outside": (
+        """
 for target in ({outside!r}, {classmate!r}, {csv!r}):
     try:
         with open(target, "a") as handle:
             handle.write("written by another student's code")
     except OSError:
         pass
-""", ""),
+""",
+        "",
+    ),
     "memory_hog": ("hog = bytearray(64 * 2**30)\n", ""),
 }
-if ABI >= 6:  # signals leave the sandbox only where Landlock scopes them; elsewhere this would kill the test
-    ATTACKS["kill_the_grader"] = ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "")
-NEEDS_READ_LIMITS = {"reload_the_reference", "reference_via_fresh_python", "run_the_solution"}  # defeated by Landlock's read rules
+# signals leave the sandbox only where Landlock scopes them; elsewhere this would kill the test
+if ABI >= 6:
+    ATTACKS["kill_the_grader"] = (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+        "",
+    )
+# defeated by Landlock's read rules
+NEEDS_READ_LIMITS = {"reload_the_reference", "reference_via_fresh_python", "run_the_solution"}
 
 # name -> file content: not notebooks, or notebooks whose metadata is malformed
 MALFORMED: dict[str, bytes] = {
     "not_json": b"this is not json {",
     "empty_object": b"{}",
     "binary": bytes(range(256)) * 4,
-    "cells_not_a_list": json.dumps({"cells": "x", "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(),
+    "cells_not_a_list": json.dumps(
+        {"cells": "x", "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    ).encode(),
 }
 
 
@@ -160,12 +195,23 @@ def _malformed_notebooks() -> dict[str, nbformat.NotebookNode]:
     string_metadata = _student_copy()
     string_metadata.metadata["refimpl_course"] = "01_block_manager"
     list_exercise = _student_copy()
-    list_exercise.metadata["refimpl_course"] = {"exercise": ["01_block_manager", "04_packed_layout"]}
-    other_exercise = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)  # handed in as exercise 1
+    list_exercise.metadata["refimpl_course"] = {
+        "exercise": ["01_block_manager", "04_packed_layout"]
+    }
+    # handed in as exercise 1
+    other_exercise = nbformat.read(
+        ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4
+    )
     source_not_text = _student_copy()
     source_not_text.cells[1]["source"] = 42
-    garbage_frame = _with_attack("import os, sys\nos.write(int(sys.argv[1]), b'\\xff\\xff\\xff\\xffnot a frame')\n", "")
-    not_an_object = _with_attack("import os, sys\nos.write(int(sys.argv[1]), b'\\x00\\x00\\x00\\x05[1,2]')\nos._exit(3)\n", "")
+    garbage_frame = _with_attack(
+        "import os, sys\nos.write(int(sys.argv[1]), b'\\xff\\xff\\xff\\xffnot a frame')\n", ""
+    )
+    not_an_object = _with_attack(
+        "import os, sys\nos.write(int(sys.argv[1]), "
+        "b'\\x00\\x00\\x00\\x05[1,2]')\nos._exit(3)\n",
+        "",
+    )
     return {
         "metadata_is_a_string": string_metadata,
         "exercise_is_a_list": list_exercise,
@@ -180,7 +226,9 @@ def _sleepers() -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and SLEEPER in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+            if entry.isdigit() and SLEEPER in Path(
+                f"/proc/{entry}/cmdline"
+            ).read_bytes().decode(errors="replace"):
                 found.append(int(entry))
         except OSError:
             pass
@@ -193,29 +241,58 @@ def _grade_the_class(root: Path) -> dict:
     grades.mkdir()
     csv_path, outside = grades / "grades.csv", root / "outside.txt"
     classmate = submissions / "zz_honest" / "01_block_manager.ipynb"
-    fill = {"{csv!r}": repr(str(csv_path)), "{outside!r}": repr(str(outside)), "{classmate!r}": repr(str(classmate))}
+    fill = {
+        "{csv!r}": repr(str(csv_path)),
+        "{outside!r}": repr(str(outside)),
+        "{classmate!r}": repr(str(classmate)),
+    }
     paths = []
     for name, (before, after) in ATTACKS.items():
         for key, value in fill.items():
             before = before.replace(key, value)
-        paths.append(_write(submissions / name / "01_block_manager.ipynb", nbformat.writes(_with_attack(before, after)).encode()))
+        paths.append(
+            _write(
+                submissions / name / "01_block_manager.ipynb",
+                nbformat.writes(_with_attack(before, after)).encode(),
+            )
+        )
     for name, nb in _malformed_notebooks().items():
-        paths.append(_write(submissions / name / "01_block_manager.ipynb", nbformat.writes(nb).encode()))
+        paths.append(
+            _write(submissions / name / "01_block_manager.ipynb", nbformat.writes(nb).encode())
+        )
     for name, content in MALFORMED.items():
         paths.append(_write(submissions / name / "01_block_manager.ipynb", content))
-    if hasattr(broken, "_ConfigurableScheduler"):  # the course's own complete copy of the reference scheduler
+    # the course's own complete copy of the reference scheduler
+    if hasattr(broken, "_ConfigurableScheduler"):
         nb = nbformat.read(ROOT / STUDENT_DIR / "03_scheduler.ipynb", as_version=4)
         cell = next(c for c in nb.cells if cell_role(c) == "solution")
-        cell.source += "\n\nfrom refimpl.course.broken import _ConfigurableScheduler as Scheduler\n"
-        paths.append(_write(submissions / "course_copy" / "03_scheduler.ipynb", nbformat.writes(nb).encode()))
+        cell.source += (
+            "\n\nfrom refimpl.course.broken import _ConfigurableScheduler as Scheduler\n"
+        )
+        paths.append(
+            _write(
+                submissions / "course_copy" / "03_scheduler.ipynb",
+                nbformat.writes(nb).encode(),
+            )
+        )
     honest = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
     paths.append(_write(classmate, honest))
-    status = refimpl_main(["grade", "--quiet", "--timeout", "60", "--csv", str(csv_path), *map(str, paths)])
+    status = refimpl_main(
+        ["grade", "--quiet", "--timeout", "60", "--csv", str(csv_path), *map(str, paths)]
+    )
     written = csv_path.read_text()
     time.sleep(1.0)  # an orphan that survived would rewrite the grade file now
     rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
-    return {"status": status, "rows": rows, "written": written, "csv": csv_path, "outside": outside,
-            "classmate": classmate, "honest": honest, "paths": paths}
+    return {
+        "status": status,
+        "rows": rows,
+        "written": written,
+        "csv": csv_path,
+        "outside": outside,
+        "classmate": classmate,
+        "honest": honest,
+        "paths": paths,
+    }
 
 
 def _write(path: Path, content: bytes) -> Path:
@@ -242,37 +319,59 @@ EXPECTED_REASONS = {  # words each row's reason must hold
     "course_copy": "uses the reference (refimpl.course.broken._ConfigurableScheduler.schedule)",
 }
 if ABI:
-    EXPECTED_REASONS.update({
-        "run_the_solution": "cell 4 raised PermissionError",
-        "reload_the_reference": "cell 4 raised PermissionError",
-        "reference_via_fresh_python": "cell 4 raised CalledProcessError",  # the fresh Python could not read it either
-    })
+    EXPECTED_REASONS.update(
+        {
+            "run_the_solution": "cell 4 raised PermissionError",
+            "reload_the_reference": "cell 4 raised PermissionError",
+            # the fresh Python could not read it either
+            "reference_via_fresh_python": "cell 4 raised CalledProcessError",
+        }
+    )
 if ABI >= 6:
     EXPECTED_REASONS["kill_the_grader"] = "cell 4 raised PermissionError"
 
 
 def test_a_class_of_attacks_scores_nothing_and_the_honest_student_everything(tmp_path, capsys):
-    """One grading run over the whole folder (one test, so parallel workers never grade it twice)."""
+    """One grading run over the whole folder (one test, so parallel workers never grade it
+    twice)."""
     graded = _grade_the_class(tmp_path)
     rows = graded["rows"]
-    assert len(rows) == len(graded["paths"]) and graded["status"] == 1  # every notebook has its row
-    assert (rows["zz_honest"]["passed"], rows["zz_honest"]["checks"], rows["zz_honest"]["reason"]) == ("10", "10", "")
+    # every notebook has its row
+    assert len(rows) == len(graded["paths"]) and graded["status"] == 1
+    assert (
+        rows["zz_honest"]["passed"],
+        rows["zz_honest"]["checks"],
+        rows["zz_honest"]["reason"],
+    ) == ("10", "10", "")
 
     problems = []
     for name, row in sorted(rows.items()):
         if name == "zz_honest" or (name in NEEDS_READ_LIMITS and ABI == 0):
-            continue  # reading the solutions or the reference's source is refused only where Landlock is available
-        checks = "11" if name == "course_copy" else "10"  # named like its exercise: all its checks count
+            # reading the solutions or the reference's source is refused only where Landlock is
+            # available
+            continue
+        # named like its exercise: all its checks count
+        checks = "11" if name == "course_copy" else "10"
         if (row["passed"], row["checks"]) != ("0", checks):
             problems.append(f"{name} scored {row['passed']}/{row['checks']}")
         if name in EXPECTED_REASONS and EXPECTED_REASONS[name] not in row["reason"]:
-            problems.append(f"{name}: reason {row['reason']!r} lacks {EXPECTED_REASONS[name]!r}")
-        if not row["reason"] and name not in ("writes_outside", "forged_answers", "patched_runner"):
-            problems.append(f"{name}: no reason")  # the three named fail check by check, with nothing wholesale to say
+            problems.append(
+                f"{name}: reason {row['reason']!r} lacks {EXPECTED_REASONS[name]!r}"
+            )
+        if not row["reason"] and name not in (
+            "writes_outside",
+            "forged_answers",
+            "patched_runner",
+        ):
+            # the three named fail check by check, with nothing wholesale to say
+            problems.append(f"{name}: no reason")
     assert problems == [], "\n".join(problems)
     total = sum(int(r["checks"]) for r in rows.values())
     assert total == 10 * len(rows) + ("course_copy" in rows)  # exercise 3 has 11 checks
-    assert f"== total: 10/{total} checks passed over {len(rows)} notebooks" in capsys.readouterr().out
+    assert (
+        f"== total: 10/{total} checks passed over {len(rows)} notebooks"
+        in capsys.readouterr().out
+    )
 
     # Nothing outlived the grader or changed its files.
     assert _sleepers() == []
@@ -284,31 +383,63 @@ def test_a_class_of_attacks_scores_nothing_and_the_honest_student_everything(tmp
 
 
 def test_without_the_sandbox_writes_to_other_files_still_void_the_score(tmp_path):
-    """--no-sandbox (or no Landlock): the writes happen, are noticed, the classmate is graded on what
-    they handed in, and a link put in place of the grade file is replaced, not followed."""
+    """--no-sandbox (or no Landlock): the writes happen, are noticed, the classmate is graded
+    on what they handed in, and a link put in place of the grade file is replaced, not
+    followed."""
     csv_path, victim = tmp_path / "grades.csv", tmp_path / "victim.txt"
     victim.write_text("precious")
     classmate = tmp_path / "b_honest" / "01_block_manager.ipynb"
     honest = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
-    before = (f"import os\nopen({str(classmate)!r}, 'a').write('x')\n"
-              f"os.remove({str(csv_path)!r})\nos.symlink({str(victim)!r}, {str(csv_path)!r})\n")
-    attacker = _write(tmp_path / "a_attacker" / "01_block_manager.ipynb", nbformat.writes(_with_attack(before, "")).encode())
+    before = (
+        f"import os\nopen({str(classmate)!r}, 'a').write('x')\n"
+        f"os.remove({str(csv_path)!r})\nos.symlink({str(victim)!r}, {str(csv_path)!r})\n"
+    )
+    attacker = _write(
+        tmp_path / "a_attacker" / "01_block_manager.ipynb",
+        nbformat.writes(_with_attack(before, "")).encode(),
+    )
     _write(classmate, honest)
-    assert refimpl_main(["grade", "--quiet", "--no-sandbox", "--csv", str(csv_path), str(attacker), str(classmate)]) == 1
+    assert (
+        refimpl_main(
+            [
+                "grade",
+                "--quiet",
+                "--no-sandbox",
+                "--csv",
+                str(csv_path),
+                str(attacker),
+                str(classmate),
+            ]
+        )
+        == 1
+    )
     rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
     assert rows["a_attacker"]["passed"] == "0"
-    assert re.search(r"changed files it must not touch \(.*b_honest/01_block_manager.ipynb, .*grades.csv\)", rows["a_attacker"]["reason"])
-    assert (rows["b_honest"]["passed"], rows["b_honest"]["checks"]) == ("10", "10")  # graded on the bytes read before
+    assert re.search(
+        r"changed files it must not touch \(.*b_honest/01_block_manager.ipynb, .*grades.csv\)",
+        rows["a_attacker"]["reason"],
+    )
+    # graded on the bytes read before
+    assert (rows["b_honest"]["passed"], rows["b_honest"]["checks"]) == ("10", "10")
     assert not csv_path.is_symlink() and victim.read_text() == "precious"
-    assert [r[0] for r in csv.reader(csv_path.open())] == ["notebook", str(attacker), str(classmate)]
+    assert [r[0] for r in csv.reader(csv_path.open())] == [
+        "notebook",
+        str(attacker),
+        str(classmate),
+    ]
 
 
 def test_a_crash_inside_a_method_fails_only_the_rows_that_reach_it(tmp_path):
-    """os._exit inside deallocate: each scenario that frees ends its process (exit code shown), the next starts a fresh one."""
+    """os._exit inside deallocate: each scenario that frees ends its process (exit code shown),
+    the next starts a fresh one."""
     nb = nbformat.read(ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if cell_role(c) == "solution" and "def deallocate(" in c.source)
-    cell.source = cell.source.replace('        """Drop the sequence\'s references, last block first."""\n',
-                                      '        """Drop the sequence\'s references, last block first."""\n        import os\n        os._exit(7)\n')
+    cell = next(
+        c for c in nb.cells if cell_role(c) == "solution" and "def deallocate(" in c.source
+    )
+    cell.source = cell.source.replace(
+        '        """Drop the sequence\'s references, last block first."""\n',
+        '        """Drop the sequence\'s references, last block first."""\n        import os\n        os._exit(7)\n',
+    )
     path = _write(tmp_path / "01_block_manager.ipynb", nbformat.writes(nb).encode())
     grade = grade_notebook(path, timeout=60)
     passed = {check for _, check, ok in grade.rows if ok}

@@ -1,4 +1,5 @@
-"""The parts the command-line grader is built from: the wire format, reasons, tables, limits, sandbox, processes."""
+"""The parts the command-line grader is built from: the wire format, reasons, tables, limits,
+sandbox, processes."""
 
 from __future__ import annotations
 
@@ -28,10 +29,17 @@ from refimpl.course.sandbox import landlock_abi
 ROOT = Path(__file__).resolve().parents[1]
 
 plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
-    | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=4)
-    | st.frozensets(st.integers(), max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=4)
+        | st.frozensets(st.integers(), max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -42,9 +50,16 @@ def test_plain_values_cross_the_wire_unchanged(value):
     assert decoded == value and type(decoded) is type(value)
 
 
-@given(st.recursive(st.none() | st.integers() | st.text(max_size=3) | st.booleans(),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
-                    max_leaves=12))
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=3) | st.booleans(),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+        ),
+        max_leaves=12,
+    )
+)
 def test_any_json_either_decodes_or_is_a_protocol_error(data):
     try:
         wire.decode(data)
@@ -52,14 +67,17 @@ def test_any_json_either_decodes_or_is_a_protocol_error(data):
         pass
 
 
-@pytest.mark.parametrize("data, words", [
-    ({"l": 3}, "not in the grader's encoding"),
-    ({"s": [{"l": [1]}]}, "cannot be one"),
-    ({"d": [[{"l": []}, 1]]}, "cannot be one"),
-    ({"x": [[], "message"]}, "without a type name"),
-    ({"q": []}, "tagged 'q'"),
-    ({"l": [], "t": []}, "not in the grader's encoding"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ({"l": 3}, "not in the grader's encoding"),
+        ({"s": [{"l": [1]}]}, "cannot be one"),
+        ({"d": [[{"l": []}, 1]]}, "cannot be one"),
+        ({"x": [[], "message"]}, "without a type name"),
+        ({"q": []}, "tagged 'q'"),
+        ({"l": [], "t": []}, "not in the grader's encoding"),
+    ],
+)
 def test_malformed_values_are_protocol_errors(data, words):
     with pytest.raises(wire.ProtocolError, match=words):
         wire.decode(data)
@@ -70,8 +88,13 @@ def test_what_is_not_plain_data_is_shown_but_equal_to_nothing():
         pass
 
     decoded = wire.decode(wire.encode([np.int64(3), Thing(), np.array([1, 2])]))
-    assert decoded[0] == 3 and type(decoded[0]) is int  # numpy integers count as the int they stand for
-    assert decoded[1] != decoded[1] and "0x" not in repr(decoded[1]) and "Thing object" in repr(decoded[1])
+    # numpy integers count as the int they stand for
+    assert decoded[0] == 3 and type(decoded[0]) is int
+    assert (
+        decoded[1] != decoded[1]
+        and "0x" not in repr(decoded[1])
+        and "Thing object" in repr(decoded[1])
+    )
     assert decoded[2] != [1, 2] and repr(decoded[2]) == "array([1, 2])"
     deep = []
     for _ in range(100):
@@ -84,10 +107,15 @@ def test_a_students_exception_keeps_its_name_message_and_builtin_base():
         pass
 
     exc = wire.decode(wire.encode(ShapeError("bad shape")))
-    assert isinstance(exc, ValueError) and type(exc).__name__ == "ShapeError" and str(exc) == "bad shape"
+    assert (
+        isinstance(exc, ValueError)
+        and type(exc).__name__ == "ShapeError"
+        and str(exc) == "bad shape"
+    )
     key_error = wire.decode(wire.encode(KeyError("x")))
     assert isinstance(key_error, KeyError) and str(key_error) == "'x'"
-    exit_request = wire.decode(wire.encode(SystemExit(3)))  # never something that could stop the grader itself
+    # never something that could stop the grader itself
+    exit_request = wire.decode(wire.encode(SystemExit(3)))
     assert isinstance(exit_request, Exception) and not isinstance(exit_request, SystemExit)
 
 
@@ -110,17 +138,35 @@ def test_frames_have_a_size_limit_and_answers_must_be_objects():
 def test_text_from_the_child_is_one_clean_line():
     assert clean_text("a\nb\x00c\x1b[31m") == "a b c [31m"
     assert len(clean_text("x" * 1000)) == 300
-    assert describe_exit(0) == "exit code 0" and describe_exit(-24) == "killed by SIGXCPU (CPU time limit)"
+    assert (
+        describe_exit(0) == "exit code 0"
+        and describe_exit(-24) == "killed by SIGXCPU (CPU time limit)"
+    )
 
 
 def test_a_shared_first_difference_is_shown_once_with_its_count():
-    same = Divergence(1, "BlockManager(num_blocks=8, block_size=4)", "result", "a new object", "TypeError: boom")
-    report = GradeReport("check", [
-        CheckResult("a", "first", False, 1, same),
-        CheckResult("b", "second", False, 1, Divergence(1, "other action", "result", "a new object", "TypeError: boom")),
-        CheckResult("c", "third", False, 2, Divergence(2, "x", "return value", "1", "2")),
-        CheckResult("d", "fourth", True, 5),
-    ])
+    same = Divergence(
+        1,
+        "BlockManager(num_blocks=8, block_size=4)",
+        "result",
+        "a new object",
+        "TypeError: boom",
+    )
+    report = GradeReport(
+        "check",
+        [
+            CheckResult("a", "first", False, 1, same),
+            CheckResult(
+                "b",
+                "second",
+                False,
+                1,
+                Divergence(1, "other action", "result", "a new object", "TypeError: boom"),
+            ),
+            CheckResult("c", "third", False, 2, Divergence(2, "x", "return value", "1", "2")),
+            CheckResult("d", "fourth", True, 5),
+        ],
+    )
     lines = report.table().splitlines()
     assert lines[0] == "check: 1/4 checks passed"
     assert sum("TypeError: boom" in line for line in lines) == 1
@@ -129,52 +175,107 @@ def test_a_shared_first_difference_is_shown_once_with_its_count():
     assert "expected 1" in "\n".join(lines[8:])
 
 
-@pytest.mark.parametrize("metadata, words", [
-    ("01_block_manager", "refimpl_course metadata is a str"),
-    ({"exercise": ["01_block_manager"]}, "refimpl_course.exercise is a list"),
-    ({"exercise": "02_prefix_cache"}, "names exercise 02_prefix_cache, but the file is named 01_block_manager.ipynb"),
-    ({"exercise": "99_nothing"}, "not an exercise notebook (its metadata names '99_nothing')"),
-])
+@pytest.mark.parametrize(
+    "metadata, words",
+    [
+        ("01_block_manager", "refimpl_course metadata is a str"),
+        ({"exercise": ["01_block_manager"]}, "refimpl_course.exercise is a list"),
+        (
+            {"exercise": "02_prefix_cache"},
+            "names exercise 02_prefix_cache, but the file is named 01_block_manager.ipynb",
+        ),
+        (
+            {"exercise": "99_nothing"},
+            "not an exercise notebook (its metadata names '99_nothing')",
+        ),
+    ],
+)
 def test_malformed_or_contradicting_metadata_is_refused_with_a_reason(metadata, words):
     nb = nbformat.v4.new_notebook(metadata={"refimpl_course": metadata})
     with pytest.raises(ValueError) as info:
         exercise_for(nb, "submissions/alice/01_block_manager.ipynb")
     assert words in str(info.value)
-    assert exercise_for(nbformat.v4.new_notebook(), "01_block_manager.ipynb") is EXERCISES["01_block_manager"]
+    assert (
+        exercise_for(nbformat.v4.new_notebook(), "01_block_manager.ipynb")
+        is EXERCISES["01_block_manager"]
+    )
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"", "cannot read it as a notebook"),
-    (b"\xff\xfe", "UnicodeDecodeError"),
-    (json.dumps({"cells": [{"cell_type": "code", "id": "a", "source": 7, "metadata": {}, "outputs": [], "execution_count": None}], "metadata": {}, "nbformat": 4,
-                 "nbformat_minor": 5}).encode(), "cell 1 is not a cell with text"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"", "cannot read it as a notebook"),
+        (b"\xff\xfe", "UnicodeDecodeError"),
+        (
+            json.dumps(
+                {
+                    "cells": [
+                        {
+                            "cell_type": "code",
+                            "id": "a",
+                            "source": 7,
+                            "metadata": {},
+                            "outputs": [],
+                            "execution_count": None,
+                        }
+                    ],
+                    "metadata": {},
+                    "nbformat": 4,
+                    "nbformat_minor": 5,
+                }
+            ).encode(),
+            "cell 1 is not a cell with text",
+        ),
+    ],
+)
 def test_unreadable_notebooks_are_value_errors(content, words):
     with pytest.raises(ValueError, match=words):
         read_notebook(Path("x.ipynb"), content)
 
 
 def test_every_exercise_knows_its_rows_without_running_them():
-    counts = {name: sum(len(check_names(grader)) for grader, _ in exercise.checks) for name, exercise in EXERCISES.items()}
-    assert counts == {"01_block_manager": 10, "02_prefix_cache": 15, "03_scheduler": 11, "04_packed_layout": 16}
+    counts = {
+        name: sum(len(check_names(grader)) for grader, _ in exercise.checks)
+        for name, exercise in EXERCISES.items()
+    }
+    assert counts == {
+        "01_block_manager": 10,
+        "02_prefix_cache": 15,
+        "03_scheduler": 11,
+        "04_packed_layout": 16,
+    }
 
 
-@pytest.mark.skipif(not hasattr(broken, "_ConfigurableScheduler"), reason="broken.py has no complete scheduler copy")
+@pytest.mark.skipif(
+    not hasattr(broken, "_ConfigurableScheduler"),
+    reason="broken.py has no complete scheduler copy",
+)
 def test_the_courses_own_copy_of_the_reference_counts_as_the_reference():
     report = course.check_scheduler(broken._ConfigurableScheduler, verbose=False)
     assert report.num_passed == 0
-    assert "refimpl.course.broken._ConfigurableScheduler.schedule" in report.results[0].divergence.found
+    assert (
+        "refimpl.course.broken._ConfigurableScheduler.schedule"
+        in report.results[0].divergence.found
+    )
 
 
 # --- in child processes of their own
 def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
 def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
-    done = _run_python("""
+    done = _run_python(
+        """
         import refimpl.course
         from refimpl.course.reference_code import ReferenceUsed, install_traps, reference_code
         from refimpl.paged import BlockManager
@@ -192,14 +293,22 @@ def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
                 print("ran")
             except ReferenceUsed as used:
                 print("trapped", used.qualified_name)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     gcd = "trapped refimpl.hybrid.kv_cache_planning.approximate_gcd"
-    assert done.stdout.splitlines() == ["trapped refimpl.paged.block_manager.BlockManager.__init__", gcd, gcd, gcd], done.stderr
+    assert done.stdout.splitlines() == [
+        "trapped refimpl.paged.block_manager.BlockManager.__init__",
+        gcd,
+        gcd,
+        gcd,
+    ], done.stderr
 
 
 @pytest.mark.slow
 def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
-    done = _run_python("""
+    done = _run_python(
+        """
         from refimpl.course.sandbox import Limits
         Limits().apply()
         try:
@@ -208,7 +317,9 @@ def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
             print("refused")
         import torch  # a large library still imports under the data limit
         print("torch", torch.ones(2).sum().item())
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert done.stdout.splitlines() == ["refused", "torch 2.0"], done.stderr
 
 
@@ -219,7 +330,8 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
     work.mkdir()
     private.mkdir()
     (private / "secret.txt").write_text("solution")
-    done = _run_python(f"""
+    done = _run_python(
+        f"""
         import socket, refimpl.paged.block_manager as reference
         from refimpl.course.sandbox import file_rules, restrict
         rules = file_rules({str(work)!r}, [{str(private)!r}], [reference.__file__])
@@ -230,13 +342,15 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
                 print(label, "allowed")
             except OSError as exc:
                 print(label, "refused", type(exc).__name__)
-        attempt("write in work", lambda: open({str(work / 'x')!r}, "w").write("x"))
+        attempt("write in work", lambda: open({str(work / "x")!r}, "w").write("x"))
         attempt("write outside", lambda: open({str(outside)!r}, "w").write("x"))
-        attempt("read protected", lambda: open({str(private / 'secret.txt')!r}).read())
+        attempt("read protected", lambda: open({str(private / "secret.txt")!r}).read())
         attempt("read reference source", lambda: open(reference.__file__).read())
         attempt("read refimpl", lambda: open(reference.__file__.replace("block_manager", "sequence")).read())
         attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=1))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     lines = done.stdout.splitlines()
     assert lines[:5] == [
         "write in work allowed",
@@ -259,11 +373,16 @@ def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
         before = set(descendants())
         script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nos._exit(0)\n"
         subprocess.run([sys.executable, "-c", script], check=True)
-        # the middle process forks the sleeper after its parent has exited, and may linger as an
-        # unreaped zombie re-parented here: wait for the living grandchild, count only the living
+        # the middle process forks the sleeper after its parent has exited, and may linger as
+        # an unreaped zombie re-parented here: wait for the living grandchild, count only the
+        # living
         deadline = time.monotonic() + 5
         while True:
-            new = [key for key, state in descendants().items() if key not in before and state != "Z"]
+            new = [
+                key
+                for key, state in descendants().items()
+                if key not in before and state != "Z"
+            ]
             if new or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
@@ -273,11 +392,15 @@ def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
 
 
 def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
-    """A run stopped after the first notebook keeps the header and that notebook's row on disk."""
+    """A run stopped after the first notebook keeps the header and that notebook's row on
+    disk."""
     from refimpl.__main__ import main as refimpl_main
     from refimpl.course.grading import NotebookGrade, failed_grade
 
-    first, second = tmp_path / "a" / "01_block_manager.ipynb", tmp_path / "b" / "01_block_manager.ipynb"
+    first, second = (
+        tmp_path / "a" / "01_block_manager.ipynb",
+        tmp_path / "b" / "01_block_manager.ipynb",
+    )
     for path in (first, second):
         path.parent.mkdir()
         path.write_text("{}")
@@ -286,7 +409,9 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
     def fake_grade(path, **kwargs):
         if Path(path) == second:
             raise KeyboardInterrupt
-        grade: NotebookGrade = failed_grade(path, EXERCISES["01_block_manager"], "timed out after 3 s")
+        grade: NotebookGrade = failed_grade(
+            path, EXERCISES["01_block_manager"], "timed out after 3 s"
+        )
         return grade
 
     monkeypatch.setattr("refimpl.course.grading.grade_notebook", fake_grade)
@@ -294,7 +419,11 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
         refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(first), str(second)])
     lines = csv_path.read_text().splitlines()
     assert lines[0] == "notebook,exercise,passed,checks,failed_checks,reason"
-    assert len(lines) == 2 and lines[1].startswith(f"{first},01_block_manager,0,10,") and lines[1].endswith(",timed out after 3 s")
+    assert (
+        len(lines) == 2
+        and lines[1].startswith(f"{first},01_block_manager,0,10,")
+        and lines[1].endswith(",timed out after 3 s")
+    )
 
 
 @pytest.mark.slow
@@ -308,19 +437,26 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert not any(name.startswith("notebooks/exercises/solutions") for name in names)
     assert {f"notebooks/exercises/{n}.ipynb" for n in EXERCISES} <= set(names)
-    assert "refimpl/course/grading.py" in names and "Makefile" in names and ".git" not in {n.split("/")[0] for n in names}
+    assert (
+        "refimpl/course/grading.py" in names
+        and "Makefile" in names
+        and ".git" not in {n.split("/")[0] for n in names}
+    )
     assert (folder / "notebooks/exercises/README.md").read_text() == STUDENT_GUIDE
     assert solution_leaks(folder, names) == []
     with zipfile.ZipFile(archive) as zipped:
         assert sorted(n.split("/", 1)[1] for n in zipped.namelist()) == names
-    assert solution_leaks(ROOT, ["notebooks/exercises/solutions/01_block_manager.ipynb"]) == ["notebooks/exercises/solutions/01_block_manager.ipynb"]
+    assert solution_leaks(ROOT, ["notebooks/exercises/solutions/01_block_manager.ipynb"]) == [
+        "notebooks/exercises/solutions/01_block_manager.ipynb"
+    ]
 
 
 def test_the_references_helpers_count_as_the_reference():
     """`_prefix_hits` is the whole matching walk."""
     from refimpl.paged import BlockManager
 
-    class OwnMatchOnTop(BlockManager):  # every listed method written, the work done by the helpers
+    # every listed method written, the work done by the helpers
+    class OwnMatchOnTop(BlockManager):
         def can_allocate(self, seq):
             hits = self._prefix_hits(seq, seq.num_blocks - 1)
             needed = seq.num_blocks - sum(b in self.used_block_ids for b in hits)
@@ -332,14 +468,25 @@ def test_the_references_helpers_count_as_the_reference():
     report = course.check_prefix_cache(OwnMatchOnTop, verbose=False)
     assert report.num_passed == 0
     assert "BlockManager._prefix_hits" in report.results[0].divergence.found
-    assert course.check_prefix_cache(OwnMatchOnTop, verbose=False, allow_reference=True).num_passed > 0
+    assert (
+        course.check_prefix_cache(
+            OwnMatchOnTop, verbose=False, allow_reference=True
+        ).num_passed
+        > 0
+    )
 
 
 @pytest.mark.slow
 def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
     from refimpl.course.remote import ChildSettings, GradingChild, StartFailed
 
-    with GradingChild(ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]), timeout=60) as child:
-        with pytest.raises(StartFailed, match=r"the grader could not set up the process for its code \(ValueError: check_name must be"):
+    with GradingChild(
+        ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]),
+        timeout=60,
+    ) as child:
+        with pytest.raises(
+            StartFailed,
+            match=r"the grader could not set up the process for its code \(ValueError: check_name must be",
+        ):
             child.start()
         assert child.process is None and child.stray == 0

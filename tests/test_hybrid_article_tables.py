@@ -9,16 +9,19 @@ import torch
 
 from refimpl.course import article_comparison
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, cdiv, round_up
+from refimpl.hybrid.kv_cache_planning import (
+    GIB,
+    approximate_gcd,
+    padding_curve,
+)
 from refimpl.hybrid.older_planners import (
     get_kv_cache_config_b,
     get_kv_cache_groups_b,
+    get_packed_kv_cache_layout,
     group_and_unify_kv_cache_specs,
     split_bucket,
 )
-from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_config, get_kv_cache_groups
-from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
-from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, cdiv, round_up
 from refimpl.hybrid.tensors import allocate_kv_cache
 
 ARTICLE = article_comparison.ARTICLE_FIGURES
@@ -36,8 +39,13 @@ def test_layer_counts_and_ratios():
 def test_mla_page_table():
     for article_name, kind in (("CSA", "c4"), ("HCA", "c128"), ("SWA", "swa")):
         row = ROWS[kind]
-        assert (row["storage_block_size"], row["real_page"], row["page"]) == ARTICLE["pages"][article_name]
-        assert row["entry_bytes"] == ARTICLE["token_bytes"] and row["page"] % ARTICLE["alignment"] == 0
+        assert (row["storage_block_size"], row["real_page"], row["page"]) == ARTICLE["pages"][
+            article_name
+        ]
+        assert (
+            row["entry_bytes"] == ARTICLE["token_bytes"]
+            and row["page"] % ARTICLE["alignment"] == 0
+        )
 
 
 def test_indexer_row_is_corrected_but_padded_page_agrees():
@@ -52,12 +60,21 @@ def test_indexer_row_is_corrected_but_padded_page_agrees():
 
 
 def test_compressor_state_table():
-    for article_name, kind in (("Indexer.state_cache", "idx_state"), ("C4A.state_cache", "c4_state"),
-                            ("C128A.state_cache", "c128_state")):
+    for article_name, kind in (
+        ("Indexer.state_cache", "idx_state"),
+        ("C4A.state_cache", "c4_state"),
+        ("C128A.state_cache", "c128_state"),
+    ):
         row = ROWS[kind]
         spec = PRO[row["example"]]
-        assert (spec.head_size, row["storage_block_size"], row["compress_ratio"], row["sliding_window"],
-                row["real_page"], row["page"]) == ARTICLE["state_pages"][article_name]
+        assert (
+            spec.head_size,
+            row["storage_block_size"],
+            row["compress_ratio"],
+            row["sliding_window"],
+            row["real_page"],
+            row["page"],
+        ) == ARTICLE["state_pages"][article_name]
         assert spec.num_kv_heads == 1 and spec.dtype == "float32"
 
 
@@ -69,7 +86,9 @@ def test_buckets_tuples_and_order():
     assert sizes == [91, 61, 31, 60] and tuples == [31, 61, 31, 30]
     article = ARTICLE["bucket_layers"]
     assert sorted(sizes) == sorted(article.values())
-    assert sorted(tuples) == sorted(ARTICLE["layer_tuples"]) and tuples != ARTICLE["layer_tuples"]
+    assert (
+        sorted(tuples) == sorted(ARTICLE["layer_tuples"]) and tuples != ARTICLE["layer_tuples"]
+    )
     assert grouped[0].page_size_counts() == {1728: 31, 8640: 30, 37440: 30}
 
 
@@ -86,10 +105,19 @@ def test_gcd_walkthrough_per_value_and_round_up():
     article_order_tuples = ARTICLE["layer_tuples"]
     for d, per_value in ARTICLE["gcd_padding_per_value"].items():
         assert [round_up(x, d) - x for x in article_order_tuples] == per_value
-        assert sum(per_value) == padding_curve(article_order_tuples, article_order_tuples[0])[d] == ARTICLE["gcd_padding"][d]
-    assert [round_up(x, ARTICLE["gcd"]) for x in article_order_tuples] == [31, 62, 31, 31]  # computed, never used
+        assert (
+            sum(per_value)
+            == padding_curve(article_order_tuples, article_order_tuples[0])[d]
+            == ARTICLE["gcd_padding"][d]
+        )
+    # computed, never used
+    assert [round_up(x, ARTICLE["gcd"]) for x in article_order_tuples] == [31, 62, 31, 31]
     swa = group_and_unify_kv_cache_specs(PRO)[1]
-    assert cdiv(len(swa.kv_cache_specs), ARTICLE["gcd"]) == len(split_bucket(swa, ARTICLE["gcd"])) == 2
+    assert (
+        cdiv(len(swa.kv_cache_specs), ARTICLE["gcd"])
+        == len(split_bucket(swa, ARTICLE["gcd"]))
+        == 2
+    )
 
 
 def test_group_widths_same_set_different_order():
@@ -105,7 +133,9 @@ def test_group_widths_same_set_different_order():
 def test_five_group_stride_and_blocks():
     cfg = get_kv_cache_config_b(get_kv_cache_groups_b(PRO), 10 * GIB)
     assert cfg.block_stride == ARTICLE["five_group_stride"]
-    assert cfg.num_blocks == ARTICLE["five_group_blocks_10gib"] and cfg.num_usable_blocks == 7476
+    assert (
+        cfg.num_blocks == ARTICLE["five_group_blocks_10gib"] and cfg.num_usable_blocks == 7476
+    )
 
 
 def test_hypothetical_two_group_layout():
@@ -118,8 +148,12 @@ def test_hypothetical_two_group_layout():
     assert at["layers.60.swa_cache"] == ARTICLE["two_group_last_swa_offset"]
     for label, offset in ARTICLE["two_group_swa_offsets"]:
         assert at[article_comparison.article_label_to_name(label)] == offset, label
-    assert [g.width_bytes for g in groups] == [ARTICLE["two_group_widths"]["MLA"], ARTICLE["two_group_widths"]["SWA"]]
-    assert cfg.block_stride == max(ARTICLE["two_group_widths"].values())  # the SWA group sets the stride
+    assert [g.width_bytes for g in groups] == [
+        ARTICLE["two_group_widths"]["MLA"],
+        ARTICLE["two_group_widths"]["SWA"],
+    ]
+    # the SWA group sets the stride
+    assert cfg.block_stride == max(ARTICLE["two_group_widths"].values())
 
 
 def test_article_offsets_need_the_article_layer_order():
@@ -131,7 +165,8 @@ def test_article_offsets_need_the_article_layer_order():
     assert at["layers.5.attn"] == ARTICLE["two_group_mla_end_after_layer4"]
     for label, offset in ARTICLE["layer_packing"].items():
         assert at[article_comparison.article_label_to_name(label)] == offset, label
-    # In registration order (indexer first) the ratio-4 offsets move; layer 3 lands in the same place.
+    # In registration order (indexer first) the ratio-4 offsets move; layer 3 lands in the same
+    # place.
     _, real = get_packed_kv_cache_layout(article_comparison.two_group_layout(PRO))
     real_at = {n: o for o, names in real.items() for n in names}
     assert (real_at["layers.2.indexer.k_cache"], real_at["layers.2.attn"]) == (3456, 12096)
@@ -140,13 +175,16 @@ def test_article_offsets_need_the_article_layer_order():
 
 
 def test_swa_view_shape_and_strides():
-    cfg = get_kv_cache_config_b(article_comparison.two_group_layout(PRO), 0, num_blocks_override=2)
+    cfg = get_kv_cache_config_b(
+        article_comparison.two_group_layout(PRO), 0, num_blocks_override=2
+    )
     views = allocate_kv_cache(cfg)
     swa = views["layers.1.swa_cache"]
     assert tuple(swa.shape[1:]) == ARTICLE["swa_view_shape"] and swa.dtype == torch.uint8
     assert swa[0].numel() == ARTICLE["swa_view_page_bytes"]
     assert swa.stride() == (ARTICLE["two_group_stride"], 584, 1)
-    assert swa.unsqueeze(-2).shape == (2, 64, 1, 584)  # the decode kernel's 4-D view keeps strides
+    # the decode kernel's 4-D view keeps strides
+    assert swa.unsqueeze(-2).shape == (2, 64, 1, 584)
     assert swa.unsqueeze(-2).stride(0) == ARTICLE["two_group_stride"]
     assert swa.storage_offset() == 37440
 
@@ -160,4 +198,7 @@ def test_blog_entries_per_block():
 def test_swa2_and_swa3_share_an_offset_in_the_five_group_layout():
     cfg = get_kv_cache_config_b(get_kv_cache_groups_b(PRO), 10 * GIB)
     (tensor,) = [t for t in cfg.kv_cache_tensors if "layers.2.swa_cache" in t.shared_by]
-    assert tensor.offset == 37440 and tensor.shared_by == ("layers.2.swa_cache", "layers.3.swa_cache")
+    assert tensor.offset == 37440 and tensor.shared_by == (
+        "layers.2.swa_cache",
+        "layers.3.swa_cache",
+    )

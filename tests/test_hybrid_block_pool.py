@@ -2,20 +2,19 @@
 property test that checks the pool's invariants after every random operation."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hybrid_helpers import free_ids, ids
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl.errors import InvariantError
 from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     get_group_id,
     make_block_hash_with_group_id,
 )
-from refimpl.hybrid.invariants import check_pool_invariants
-
-from hybrid_helpers import free_ids, ids
-
 
 H = [bytes([i]) * 8 for i in range(10)]  # stand-in block hashes
 
@@ -114,7 +113,9 @@ def test_keys_are_per_group_and_duplicates_are_kept():
 def test_null_and_masked_blocks_are_never_hashed():
     pool = BlockPool(5)
     table = [pool.null_block, *pool.get_new_blocks(3)]
-    pool.cache_full_blocks(H, table, 0, 4, kv_cache_group_id=1, block_mask=[True, True, False, True])
+    pool.cache_full_blocks(
+        H, table, 0, 4, kv_cache_group_id=1, block_mask=[True, True, False, True]
+    )
     assert [b.block_hash is not None for b in table] == [False, True, False, True]
     check_pool_invariants(pool)
 
@@ -185,7 +186,9 @@ op = st.one_of(
     st.tuples(st.just("free"), st.integers(0, 20), st.booleans()),
     st.tuples(st.just("cache"), st.integers(0, 20), st.integers(0, 5), st.integers(0, 1)),
     st.tuples(st.just("hit"), st.integers(0, 5), st.integers(0, 1)),
-    st.tuples(st.just("reset"),),
+    st.tuples(
+        st.just("reset"),
+    ),
     st.tuples(st.just("partial"), st.integers(0, 20), st.integers(0, 5), st.integers(0, 1)),
 )
 
@@ -210,7 +213,9 @@ def test_pool_invariants_hold_under_random_operations(num_blocks, ops, caching):
             pool.free_blocks(reversed(table) if o[2] else table)
         elif kind == "cache" and tables and caching:
             table = tables[o[1] % len(tables)]
-            pool.cache_full_blocks([H[o[2]]] * len(table), table, 0, len(table), kv_cache_group_id=o[3])
+            pool.cache_full_blocks(
+                [H[o[2]]] * len(table), table, 0, len(table), kv_cache_group_id=o[3]
+            )
         elif kind == "hit":
             hit = pool.get_cached_block(H[o[1]], [o[2]])
             if hit is not None:
@@ -219,7 +224,9 @@ def test_pool_invariants_hold_under_random_operations(num_blocks, ops, caching):
                 tables.append(hit)
         elif kind == "partial" and tables and caching and tables[o[1] % len(tables)]:
             table = tables[o[1] % len(tables)]
-            pool.cache_partial_block(H[o[2]], table[-1], kv_cache_group_id=o[3], num_tokens=o[2] + 1)
+            pool.cache_partial_block(
+                H[o[2]], table[-1], kv_cache_group_id=o[3], num_tokens=o[2] + 1
+            )
         elif kind == "reset":
             assert pool.reset_prefix_cache() == (not any(tables))
         check_pool_invariants(pool, tables + [[]])
@@ -231,23 +238,33 @@ def test_partial_keys_follow_vllm_rules():
     pool = BlockPool(4)
     (b,) = pool.get_new_blocks(1)
     pool.cache_partial_block(H[1], b, kv_cache_group_id=0, num_tokens=2)
-    assert b.block_hash == make_block_hash_with_group_id(H[1], 0) and b.block_hash_num_tokens == 2
+    assert (
+        b.block_hash == make_block_hash_with_group_id(H[1], 0) and b.block_hash_num_tokens == 2
+    )
     # a longer prefix ending in the same block replaces the shorter one
     pool.cache_partial_block(H[2], b, kv_cache_group_id=0, num_tokens=3)
-    assert pool.get_cached_block(H[1], [0]) is None and ids(pool.get_cached_block(H[2], [0])) == [1]
+    assert pool.get_cached_block(H[1], [0]) is None and ids(
+        pool.get_cached_block(H[2], [0])
+    ) == [1]
     check_pool_invariants(pool, [[b]])
     # the block becomes full: its partial key is promoted to the full one
     pool.cache_full_blocks([H[3]], [b], 0, 1, kv_cache_group_id=0, block_size=4)
-    assert pool.get_cached_block(H[2], [0]) is None and ids(pool.get_cached_block(H[3], [0])) == [1]
+    assert pool.get_cached_block(H[2], [0]) is None and ids(
+        pool.get_cached_block(H[3], [0])
+    ) == [1]
     assert b.block_hash_num_tokens == 4
     # a shorter prefix inside a full block becomes an extra key of it
     pool.cache_partial_block(H[4], b, kv_cache_group_id=0, num_tokens=2)
-    assert ids(pool.get_cached_block(H[4], [0])) == [1] and ids(pool.get_cached_block(H[3], [0])) == [1]
+    assert ids(pool.get_cached_block(H[4], [0])) == [1] and ids(
+        pool.get_cached_block(H[3], [0])
+    ) == [1]
     assert pool.cached_block_hashes_by_block == {1: [make_block_hash_with_group_id(H[4], 0)]}
     check_pool_invariants(pool, [[b]])
     pool.free_blocks([b])
     pool.get_new_blocks(3)  # reuse evicts both keys
-    assert pool.get_cached_block(H[3], [0]) is None and pool.get_cached_block(H[4], [0]) is None
+    assert (
+        pool.get_cached_block(H[3], [0]) is None and pool.get_cached_block(H[4], [0]) is None
+    )
     check_pool_invariants(pool)
 
 

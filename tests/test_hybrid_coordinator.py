@@ -1,25 +1,27 @@
-"""KVCacheCoordinator: one pool for all groups, and the fixed-point prefix hit across groups."""
+"""KVCacheCoordinator: one pool for all groups, and the fixed-point prefix hit across
+groups."""
 
 import pytest
+from hybrid_helpers import full, ids, swa
 
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
+from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec
 from refimpl.hybrid.request import Request
 from refimpl.hybrid.single_type_kv_cache_manager import (
     BlockHashListWithBlockSize,
     FullAttentionManager,
     SlidingWindowManager,
 )
-from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec
-
-from hybrid_helpers import full, ids, swa
 
 
 def plant(coord, request, group_id, indices):
     """Put cached, free blocks for the given block indices of `request` into one group."""
     pool = coord.block_pool
     spec = coord.specs[group_id]
-    hashes = BlockHashListWithBlockSize(request.block_hashes, coord.hash_block_size, spec.block_size)
+    hashes = BlockHashListWithBlockSize(
+        request.block_hashes, coord.hash_block_size, spec.block_size
+    )
     n = max(indices) + 1
     table = [pool.null_block] * n
     for i in indices:
@@ -30,11 +32,20 @@ def plant(coord, request, group_id, indices):
 
 
 def test_groups_draw_from_one_pool_and_counts_add_up():
-    groups = [KVCacheGroupSpec(("L0",), full()), KVCacheGroupSpec(("L1",), swa()), KVCacheGroupSpec(("L2",), swa())]
+    groups = [
+        KVCacheGroupSpec(("L0",), full()),
+        KVCacheGroupSpec(("L1",), swa()),
+        KVCacheGroupSpec(("L2",), swa()),
+    ]
     coord = HybridKVCacheCoordinator(groups, 30)
     assert coord.scheduler_block_size == 4 and coord.hash_block_size == 4
-    assert [type(m) for m in coord.single_type_managers] == [FullAttentionManager, SlidingWindowManager, SlidingWindowManager]
-    assert [g.group_ids for g in coord.attention_groups] == [[0], [1, 2]]  # equal specs looked up together
+    assert [type(m) for m in coord.single_type_managers] == [
+        FullAttentionManager,
+        SlidingWindowManager,
+        SlidingWindowManager,
+    ]
+    # equal specs looked up together
+    assert [g.group_ids for g in coord.attention_groups] == [[0], [1, 2]]
     assert coord.get_num_blocks_to_allocate("a", 10, None, 0) == 9
     new = coord.allocate_new_blocks("a", 10)
     assert [ids(g) for g in new] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
@@ -42,7 +53,11 @@ def test_groups_draw_from_one_pool_and_counts_add_up():
     assert [ids(g) for g in coord.get_blocks("a")] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     coord.allocate_new_blocks("a", 17)
     coord.remove_skipped_blocks("a", 16)  # skipped 9 tokens -> 2 blocks per window group
-    assert [ids(g) for g in coord.get_blocks("a")] == [[1, 2, 3, 10, 11], [0, 0, 6, 12, 13], [0, 0, 9, 14, 15]]
+    assert [ids(g) for g in coord.get_blocks("a")] == [
+        [1, 2, 3, 10, 11],
+        [0, 0, 6, 12, 13],
+        [0, 0, 9, 14, 15],
+    ]
     assert ids(coord.block_pool.free_block_queue)[:4] == [8, 7, 5, 4]
     check_pool_invariants(coord.block_pool, coord.get_blocks("a"))
     coord.free("a")
@@ -61,7 +76,8 @@ def test_fixed_point_shrinks_until_every_group_agrees():
     assert length == 8
     assert ids(hits[0]) == [fa[0], fa[1]]
     assert ids(hits[1]) == [sw8[0], sw8[1]]
-    assert ids(hits[2]) == [0, sw5[1]]  # the null block stands for the token outside the window
+    # the null block stands for the token outside the window
+    assert ids(hits[2]) == [0, sw5[1]]
     # planting the 5-window's block 3 lets all groups agree on 16 tokens
     extra = plant(coord, r, 2, [3])
     hits, length, _ = coord.find_longest_cache_hit(r.block_hashes, 24)
@@ -128,6 +144,13 @@ def test_blocks_are_cached_only_up_to_an_alignment_boundary():
     coord.cache_blocks(a, 16)
     assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [False] * 6
     coord.cache_blocks(a, 40)
-    assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [True] * 3 + [False] * 3
+    assert [b.block_hash is not None for b in coord.get_blocks("a")[0]] == [True] * 3 + [
+        False
+    ] * 3
     # the window needs 1 block before a boundary: only block 1 of every 2 is hashed
-    assert [b.block_hash is not None for b in coord.get_blocks("a")[1]] == [False, True, False, False]
+    assert [b.block_hash is not None for b in coord.get_blocks("a")[1]] == [
+        False,
+        True,
+        False,
+        False,
+    ]

@@ -1,23 +1,37 @@
-"""Grouping: approximate gcd, the DeepSeek V4 path and the other paths of get_kv_cache_groups."""
+"""Grouping: approximate gcd, the DeepSeek V4 path and the other paths of
+get_kv_cache_groups."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl.hybrid import deepseek_v4 as v4
-from refimpl.hybrid.kv_cache_planning import approximate_gcd, get_kv_cache_groups, padding_curve
-from refimpl.hybrid.older_planners import get_kv_cache_groups_b, group_and_unify_kv_cache_specs
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.hybrid.kv_cache_planning import (
+    approximate_gcd,
+    padding_curve,
+)
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b, group_and_unify_kv_cache_specs
 
 
-@pytest.mark.parametrize("values, lower, expected", [
-    ([4, 6], 1, 2), ([3], 5, 5), ([21, 43, 21, 20], 21, 22), ([31, 61, 31, 30], 31, 31),
-    ([31, 62, 31, 30], 31, 31), ([12], None, 12), ([6, 9], None, 3), ([7], 0, 7),
-])
+@pytest.mark.parametrize(
+    "values, lower, expected",
+    [
+        ([4, 6], 1, 2),
+        ([3], 5, 5),
+        ([21, 43, 21, 20], 21, 22),
+        ([31, 61, 31, 30], 31, 31),
+        ([31, 62, 31, 30], 31, 31),
+        ([12], None, 12),
+        ([6, 9], None, 3),
+        ([7], 0, 7),
+    ],
+)
 def test_approximate_gcd_examples(values, lower, expected):
     assert approximate_gcd(values, lower_bound=lower) == expected
 
@@ -28,13 +42,18 @@ def test_approximate_gcd_padding_values_from_the_seed():
     assert min(curve, key=lambda d: (curve[d], -d)) == 31
 
 
-@pytest.mark.parametrize("values, lower", [([], None), ([0, 3], None), ([-1], 1), ([2.5], None), ([3], 1.5)])
+@pytest.mark.parametrize(
+    "values, lower", [([], None), ([0, 3], None), ([-1], 1), ([2.5], None), ([3], 1.5)]
+)
 def test_approximate_gcd_errors(values, lower):
     with pytest.raises(ValueError):
         approximate_gcd(values, lower_bound=lower)
 
 
-@given(st.lists(st.integers(1, 80), min_size=1, max_size=6), st.one_of(st.none(), st.integers(-3, 90)))
+@given(
+    st.lists(st.integers(1, 80), min_size=1, max_size=6),
+    st.one_of(st.none(), st.integers(-3, 90)),
+)
 def test_approximate_gcd_against_brute_force(values, lower):
     d = approximate_gcd(values, lower)
     lo = max(1, lower or 1)
@@ -54,7 +73,12 @@ def _groups(variant="pro", **kw):
 def test_pro_buckets_in_first_appearance_order():
     grouped = group_and_unify_kv_cache_specs(v4.kv_cache_specs("pro"))
     assert [b.get_num_layer_tuples() for b in grouped] == [31, 61, 31, 30]
-    assert [(b.block_size, b.sliding_window) for b in grouped] == [(256, None), (64, 128), (8, 128), (4, 8)]
+    assert [(b.block_size, b.sliding_window) for b in grouped] == [
+        (256, None),
+        (64, 128),
+        (8, 128),
+        (4, 8),
+    ]
     assert [len(b.kv_cache_specs) for b in grouped] == [91, 61, 31, 60]
 
 
@@ -64,10 +88,20 @@ def test_pro_groups_exact_membership():
     assert [g.block_size for g in groups] == [256, 64, 64, 8, 4]
     assert [g.width_bytes for g in groups] == [1435968, 1160640, 1123200, 1017792, 1244160]
     short = [[v4.short_name(n, specs[n]) for n in g.layer_names] for g in groups]
-    assert short[0][:7] == ["L0.c128", "L1.c128", "L2.idx", "L2.c4", "L3.c128", "L4.idx", "L4.c4"]
+    assert short[0][:7] == [
+        "L0.c128",
+        "L1.c128",
+        "L2.idx",
+        "L2.c4",
+        "L3.c128",
+        "L4.idx",
+        "L4.c4",
+    ]
     assert short[1] == [f"L{i}.swa" for i in range(0, 61, 2)]  # interleaved: even layers
     assert short[2] == [f"L{i}.swa" for i in range(1, 61, 2)]
-    assert short[3] == ["L0.c128_state", "L1.c128_state"] + [f"L{i}.c128_state" for i in range(3, 61, 2)]
+    assert short[3] == ["L0.c128_state", "L1.c128_state"] + [
+        f"L{i}.c128_state" for i in range(3, 61, 2)
+    ]
     assert short[4][:4] == ["L2.idx_state", "L2.c4_state", "L4.idx_state", "L4.c4_state"]
     assert all(isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs) for g in groups)
     assert not any(g.is_eagle_group for g in groups)
@@ -79,7 +113,8 @@ def test_flash_groups():
     grouped = group_and_unify_kv_cache_specs(specs)
     assert [b.get_num_layer_tuples() for b in grouped] == [21, 43, 21, 20]
     assert [len(g.layer_names) for g in groups] == [62, 22, 21, 42, 20]
-    assert [g.block_size for g in groups] == [256, 64, 64, 4, 8]  # C4 state appears before C128 state
+    # C4 state appears before C128 state
+    assert [g.block_size for g in groups] == [256, 64, 64, 4, 8]
     assert [g.width_bytes for g in groups] == [1002240, 823680, 786240, 870912, 656640]
 
 
@@ -99,15 +134,25 @@ def test_empty_and_single_spec_paths():
 
 
 def test_v32_mla_plus_indexer_is_one_uniform_type_group():
-    mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="uint8", cache_dtype_str="fp8_ds_mla")
+    mla = MLAAttentionSpec(
+        block_size=64,
+        num_kv_heads=1,
+        head_size=576,
+        dtype="uint8",
+        cache_dtype_str="fp8_ds_mla",
+    )
     idx = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=132, dtype="uint8")
-    (group,) = get_kv_cache_groups_b({"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx})
+    (group,) = get_kv_cache_groups_b(
+        {"l0.attn": mla, "l0.idx": idx, "l1.attn": mla, "l1.idx": idx}
+    )
     assert isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs)
     assert group.kv_cache_spec.page_size_bytes == 2 * (64 * 656 + 64 * 132)
 
 
 def _sw(window=128, bs=16):
-    return SlidingWindowSpec(block_size=bs, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=window)
+    return SlidingWindowSpec(
+        block_size=bs, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=window
+    )
 
 
 def test_general_hybrid_path_n_to_1_pattern():
@@ -118,7 +163,13 @@ def test_general_hybrid_path_n_to_1_pattern():
     groups = get_kv_cache_groups_b(specs)
     # group size = 2 (the full-attention count); the 10 window layers are dealt out i::5
     assert [g.layer_names for g in groups] == [
-        ("l0", "l6"), ("l1", "l7"), ("l2", "l8"), ("l3", "l9"), ("l4", "l10"), ("l5", "l11")]
+        ("l0", "l6"),
+        ("l1", "l7"),
+        ("l2", "l8"),
+        ("l3", "l9"),
+        ("l4", "l10"),
+        ("l5", "l11"),
+    ]
     assert [g.layer_names for g in groups if g.kv_cache_spec == full] == [("l5", "l11")]
 
 
@@ -137,8 +188,14 @@ def test_general_path_unifies_page_sizes_by_growing_blocks():
     odd = FullAttentionSpec(block_size=16, num_kv_heads=3, head_size=64, dtype="bfloat16")
     with pytest.raises(ValueError, match="cannot unify page sizes.*does not divide"):
         get_kv_cache_groups_b({"s0": _sw(), "f0": odd})
-    padded = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="bfloat16", sliding_window=128,
-                               page_size_padded=_sw().page_size_bytes)
+    padded = SlidingWindowSpec(
+        block_size=16,
+        num_kv_heads=2,
+        head_size=64,
+        dtype="bfloat16",
+        sliding_window=128,
+        page_size_padded=_sw().page_size_bytes,
+    )
     with pytest.raises(ValueError, match="cannot unify page sizes.*padded"):
         get_kv_cache_groups_b({"s0": padded, "f0": full})
 
@@ -153,8 +210,11 @@ def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mt
     specs = v4.kv_cache_specs(variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
     groups = get_kv_cache_groups_b(specs, use_eagle=mtp)
     names = [n for g in groups for n in g.layer_names]
-    assert sorted(names) == sorted(specs) and len(names) == len(set(names))  # each cache exactly once
-    assert all(g.kv_cache_spec.kv_cache_specs[n] == specs[n] for g in groups for n in g.layer_names)
+    # each cache exactly once
+    assert sorted(names) == sorted(specs) and len(names) == len(set(names))
+    assert all(
+        g.kv_cache_spec.kv_cache_specs[n] == specs[n] for g in groups for n in g.layer_names
+    )
     mla = [n for n, s in specs.items() if isinstance(s, MLAAttentionSpec)]
     assert list(groups[0].layer_names) == mla  # MLA group first, whole, in registration order
     buckets = group_and_unify_kv_cache_specs(specs)
@@ -166,7 +226,12 @@ def test_grouping_invariants_for_every_setting(variant, cache_dtype, indexer, mt
     stride, by_offset = get_packed_kv_cache_layout(groups)
     assert stride == max(g.width_bytes for g in groups) == groups[0].width_bytes
     for g in groups:  # pages of one group never overlap
-        spans = sorted((off, off + g.page_size_of(n)) for off, ns in by_offset.items() for n in ns if n in g.layer_names)
+        spans = sorted(
+            (off, off + g.page_size_of(n))
+            for off, ns in by_offset.items()
+            for n in ns
+            if n in g.layer_names
+        )
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
         assert spans[-1][1] <= stride
 
@@ -175,11 +240,15 @@ def test_v4_path_is_skipped_without_window_mla_or_with_one_page_size():
     from refimpl.hybrid.kv_cache_interface import SlidingWindowMLASpec
 
     mla = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16")
-    swa = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=128)
+    swa = SlidingWindowMLASpec(
+        block_size=64, num_kv_heads=1, head_size=64, dtype="bfloat16", sliding_window=128
+    )
     assert group_and_unify_kv_cache_specs({"a": mla}) is None
     assert group_and_unify_kv_cache_specs({"a": mla, "b": swa}) is None  # same page size
     groups = get_kv_cache_groups_b({"a": mla, "b": swa})  # -> general path, one group per spec
     assert [g.layer_names for g in groups] == [("a",), ("b",)]
     with pytest.raises(ValueError, match="at least one MLAAttentionSpec"):
-        big = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=128, dtype="bfloat16", sliding_window=8)
+        big = SlidingWindowMLASpec(
+            block_size=64, num_kv_heads=1, head_size=128, dtype="bfloat16", sliding_window=8
+        )
         group_and_unify_kv_cache_specs({"b": swa, "c": big})

@@ -1,10 +1,16 @@
-"""Single-type managers with tiny specs: exact block ids for allocation, free order, prefix hits
-(with null blocks in front for sliding windows) and sliding-window freeing."""
+"""Single-type managers with tiny specs: exact block ids for allocation, free order, prefix
+hits (with null blocks in front for sliding windows) and sliding-window freeing."""
 
 import pytest
+from hybrid_helpers import free_ids, full, ids, swa
 
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.kv_cache_interface import (
+    KVCacheGroupSpec,
+    UniformTypeKVCacheSpecs,
+    unwrap_spec,
+)
 from refimpl.hybrid.request import Request
 from refimpl.hybrid.single_type_kv_cache_manager import (
     BlockHashListWithBlockSize,
@@ -12,9 +18,6 @@ from refimpl.hybrid.single_type_kv_cache_manager import (
     SlidingWindowManager,
     make_manager,
 )
-from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, UniformTypeKVCacheSpecs, unwrap_spec
-
-from hybrid_helpers import free_ids, full, ids, swa
 
 
 def req(rid, tokens, h=4):
@@ -33,7 +36,8 @@ def test_make_manager_picks_the_kind_and_unwraps_uniform_specs():
     assert type(make_manager(swa(), pool, 1)) is SlidingWindowManager
     uni = UniformTypeKVCacheSpecs(block_size=4, kv_cache_specs={"a": swa(), "b": swa()})
     assert unwrap_spec(uni) == swa()
-    assert unwrap_spec(KVCacheGroupSpec(["a", "b"], uni)) == swa()  # a group stands for its spec
+    # a group stands for its spec
+    assert unwrap_spec(KVCacheGroupSpec(["a", "b"], uni)) == swa()
     assert type(make_manager(uni, pool, 2)) is SlidingWindowManager
 
 
@@ -75,7 +79,9 @@ def test_full_attention_hit_stops_at_first_miss_and_eviction_shortens_it():
     (hit,) = FullAttentionManager.find_longest_cache_hit(a.block_hashes, 11, [0], pool, full())
     assert ids(hit) == [1, 2]
     # alignment 8 trims a 3-block hit (12 tokens) to 8 tokens
-    (hit,) = FullAttentionManager.find_longest_cache_hit(a.block_hashes, 12, [0], pool, full(), alignment_tokens=8)
+    (hit,) = FullAttentionManager.find_longest_cache_hit(
+        a.block_hashes, 12, [0], pool, full(), alignment_tokens=8
+    )
     assert ids(hit) == [1, 2]
     # allocating 7 blocks reaches block 3 at the queue's tail end: its hash is evicted
     other = FullAttentionManager(full(), pool, 0)
@@ -128,10 +134,13 @@ def test_sliding_window_frees_out_of_window_blocks_backwards():
 def test_sliding_window_counts_skipped_blocks_for_new_requests():
     pool = BlockPool(20)
     m = SlidingWindowManager(swa(bs=4, window=8), pool, 0)
-    # 40 tokens with a 32-token hit: the hit's first 25 tokens are outside the window (6 blocks)
+    # 40 tokens with a 32-token hit: the hit's first 25 tokens are outside the window (6
+    # blocks)
     hits = [pool.null_block] * 6 + pool.get_new_blocks(2)
     pool.free_blocks(hits[6:])
-    assert m.get_num_blocks_to_allocate("a", 40, hits, total_computed_tokens=32) == (10 - 8) + 2
+    assert (
+        m.get_num_blocks_to_allocate("a", 40, hits, total_computed_tokens=32) == (10 - 8) + 2
+    )
     assert m.max_admission_blocks_per_request() is None
     capped = SlidingWindowManager(swa(bs=4, window=8), pool, 1, max_in_flight_tokens=16)
     assert capped.max_admission_blocks_per_request() == 7  # cdiv(7 + 16, 4) + 1
@@ -176,7 +185,8 @@ def test_sliding_window_hit_shrinks_when_a_hash_is_removed():
     pool.get_new_blocks(1)  # block 3 gone too: run 1, 2 from the start
     (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 16, [0], pool, spec)
     assert ids(hit) == [1, 2]
-    pool.get_new_blocks(1)  # block 2 gone: only block 1 from the start, still a valid 4-token hit
+    # block 2 gone: only block 1 from the start, still a valid 4-token hit
+    pool.get_new_blocks(1)
     (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 16, [0], pool, spec)
     assert ids(hit) == [1]
 
@@ -184,14 +194,26 @@ def test_sliding_window_hit_shrinks_when_a_hash_is_removed():
 def test_sliding_window_hashes_only_blocks_before_alignment_boundaries():
     pool = BlockPool(12)
     m = SlidingWindowManager(swa(bs=4, window=8), pool, 0, alignment_tokens=16)
-    assert m.reachable_block_mask(0, 8, 16, m.kv_cache_spec, False) == [False, False, True, True] * 2
+    assert (
+        m.reachable_block_mask(0, 8, 16, m.kv_cache_spec, False)
+        == [False, False, True, True] * 2
+    )
     a = req("a", range(32))
     run_to(m, a, 32)
-    assert [b.block_hash is not None for b in m.req_to_blocks["a"]] == [False, False, True, True] * 2
+    assert [b.block_hash is not None for b in m.req_to_blocks["a"]] == [
+        False,
+        False,
+        True,
+        True,
+    ] * 2
     m.free("a")
-    (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 31, [0], pool, swa(), alignment_tokens=16)
+    (hit,) = SlidingWindowManager.find_longest_cache_hit(
+        a.block_hashes, 31, [0], pool, swa(), alignment_tokens=16
+    )
     assert ids(hit) == [0, 0, 3, 4]  # hit ends at token 16, the only boundary below 31
-    (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 32, [0], pool, swa(), alignment_tokens=16)
+    (hit,) = SlidingWindowManager.find_longest_cache_hit(
+        a.block_hashes, 32, [0], pool, swa(), alignment_tokens=16
+    )
     assert ids(hit) == [0, 0, 0, 0, 0, 0, 7, 8]
 
 
@@ -201,7 +223,8 @@ def test_free_order_of_a_sliding_window_request_with_hashes():
     a = req("a", range(32))
     run_to(m, a, 32)
     m.free("a")
-    # reversed table 8..1: unhashed 6, 5, 2, 1 to the front in that order; hashed 8, 7, 4, 3 back
+    # reversed table 8..1: unhashed 6, 5, 2, 1 to the front in that order; hashed 8, 7, 4, 3
+    # back
     assert free_ids(pool) == [6, 5, 2, 1, 9, 10, 11, 8, 7, 4, 3]
 
 
@@ -215,16 +238,21 @@ def test_sliding_window_hit_ends_only_on_an_alignment_boundary():
     assert all(b.block_hash is not None for b in m.req_to_blocks["a"])
     m.free("a")
     # blocks 3 and 4 are a cached run ending at token 20, but 20 is not a multiple of 8
-    (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 20, [0], pool, swa(), alignment_tokens=8)
+    (hit,) = SlidingWindowManager.find_longest_cache_hit(
+        a.block_hashes, 20, [0], pool, swa(), alignment_tokens=8
+    )
     assert ids(hit) == [0, 0, 3, 4]  # ends at token 16
     (hit,) = SlidingWindowManager.find_longest_cache_hit(a.block_hashes, 20, [0], pool, swa())
     assert ids(hit) == [0, 0, 0, 4, 5]  # block-size alignment: ends at token 20
 
 
 def test_tokens_computed_elsewhere_that_left_the_window_need_no_blocks():
-    # 40 tokens already computed without local hits (e.g. loaded by a KV connector): the window of
-    # 8 only needs tokens 33.. of the 48, so the first (40 - 7) // 4 = 8 blocks are never allocated
+    # 40 tokens already computed without local hits (e.g. loaded by a KV connector): the window
+    # of 8 only needs tokens 33.. of the 48, so the first (40 - 7) // 4 = 8 blocks are never
+    # allocated
     pool = BlockPool(20)
     m = SlidingWindowManager(swa(bs=4, window=8), pool, 0)
     assert m.get_num_blocks_to_allocate("a", 48, (), total_computed_tokens=40) == 12 - 8
-    assert FullAttentionManager(full(), pool, 1).get_num_blocks_to_allocate("a", 48, (), 40) == 12
+    assert (
+        FullAttentionManager(full(), pool, 1).get_num_blocks_to_allocate("a", 48, (), 40) == 12
+    )

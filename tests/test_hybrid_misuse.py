@@ -1,10 +1,12 @@
-"""Part II's entry points refuse misuse with a ValueError or TypeError naming the argument, before
-anything changes: the listed cases, then random misuse mixed into a random workload, with the
-whole allocator state compared before and after every refusal."""
+"""Part II's entry points refuse misuse with a ValueError or TypeError naming the argument,
+before anything changes: the listed cases, then random misuse mixed into a random workload,
+with the whole allocator state compared before and after every refusal."""
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hybrid_helpers import full, step, swa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.invariants import check_pool_invariants
@@ -12,8 +14,6 @@ from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
 from refimpl.hybrid.request import Request
 from refimpl.kernels import reference_v4
-
-from hybrid_helpers import full, step, swa
 
 
 def state(m, requests):
@@ -24,7 +24,10 @@ def state(m, requests):
         [b.ref_cnt for b in pool.blocks],
         [b.block_hash for b in pool.blocks],
         {k: list(v) for k, v in pool.cached_block_hashes_by_block.items()},
-        {r.request_id: (m.get_block_ids(r.request_id), r.num_computed_tokens) for r in requests},
+        {
+            r.request_id: (m.get_block_ids(r.request_id), r.num_computed_tokens)
+            for r in requests
+        },
         [dict(mgr.num_cached_block) for mgr in m.coordinator.single_type_managers],
         [sorted(mgr.req_to_blocks) for mgr in m.coordinator.single_type_managers],
     )
@@ -40,7 +43,11 @@ def test_two_requests_with_one_id_do_not_share_blocks():
     step(m, a, 10)
     twin = m.make_request("a", range(10))
     before = state(m, [a])
-    for call in (lambda: m.allocate_slots(twin, 10), lambda: m.get_computed_blocks(twin), lambda: m.free(twin)):
+    for call in (
+        lambda: m.allocate_slots(twin, 10),
+        lambda: m.get_computed_blocks(twin),
+        lambda: m.free(twin),
+    ):
         with pytest.raises(ValueError, match="request_id 'a'"):
             call()
         assert state(m, [a]) == before
@@ -48,17 +55,32 @@ def test_two_requests_with_one_id_do_not_share_blocks():
     assert m.allocate_slots(twin, 10) is not None  # the id is free again
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    ({"num_new_tokens": 1.5}, ValueError, "num_new_tokens"),
-    ({"num_new_tokens": True}, ValueError, "num_new_tokens"),
-    ({"num_new_tokens": 4, "num_lookahead_tokens": -1}, ValueError, "num_lookahead_tokens"),
-    ({"num_new_tokens": 4, "reserved_blocks": 0.5}, ValueError, "reserved_blocks"),
-    ({"num_new_tokens": 4, "delay_cache_blocks": "no"}, TypeError, "delay_cache_blocks"),
-    ({"num_new_tokens": 4, "has_scheduled_reqs": 1}, TypeError, "has_scheduled_reqs"),
-    ({"num_new_tokens": 4, "new_computed_blocks": ([], [], [])}, TypeError, "new_computed_blocks"),
-    ({"num_new_tokens": 4, "num_new_computed_tokens": 4}, ValueError, "new_computed_blocks"),
-    ({"num_new_tokens": 11}, ValueError, "cannot schedule"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        ({"num_new_tokens": 1.5}, ValueError, "num_new_tokens"),
+        ({"num_new_tokens": True}, ValueError, "num_new_tokens"),
+        (
+            {"num_new_tokens": 4, "num_lookahead_tokens": -1},
+            ValueError,
+            "num_lookahead_tokens",
+        ),
+        ({"num_new_tokens": 4, "reserved_blocks": 0.5}, ValueError, "reserved_blocks"),
+        ({"num_new_tokens": 4, "delay_cache_blocks": "no"}, TypeError, "delay_cache_blocks"),
+        ({"num_new_tokens": 4, "has_scheduled_reqs": 1}, TypeError, "has_scheduled_reqs"),
+        (
+            {"num_new_tokens": 4, "new_computed_blocks": ([], [], [])},
+            TypeError,
+            "new_computed_blocks",
+        ),
+        (
+            {"num_new_tokens": 4, "num_new_computed_tokens": 4},
+            ValueError,
+            "new_computed_blocks",
+        ),
+        ({"num_new_tokens": 11}, ValueError, "cannot schedule"),
+    ],
+)
 def test_allocate_slots_refuses_bad_arguments_without_a_table_entry(kwargs, error, name):
     m = manager()
     r = m.make_request("r", range(10))
@@ -81,7 +103,12 @@ def test_foreign_blocks_and_requests_are_refused():
     with pytest.raises(ValueError, match="not a block of this manager's pool"):
         m.allocate_slots(mine, 5, num_new_computed_tokens=n, new_computed_blocks=hits)
     with pytest.raises(ValueError, match="groups"):
-        m.allocate_slots(mine, 5, num_new_computed_tokens=n, new_computed_blocks=KVCacheBlocks(hits.blocks[:1]))
+        m.allocate_slots(
+            mine,
+            5,
+            num_new_computed_tokens=n,
+            new_computed_blocks=KVCacheBlocks(hits.blocks[:1]),
+        )
     with pytest.raises(ValueError, match="hashed every 1 tokens"):
         m.allocate_slots(Request("c", list(range(8)), hash_block_size=1), 8)
     with pytest.raises(TypeError, match="request"):
@@ -89,20 +116,33 @@ def test_foreign_blocks_and_requests_are_refused():
     assert state(m, [mine]) == before
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    ({"num_blocks": 1}, ValueError, "num_blocks"),
-    ({"num_blocks": 2.0}, ValueError, "num_blocks"),
-    ({"enable_caching": "no"}, TypeError, "enable_caching"),
-    ({"use_eagle": 1}, TypeError, "use_eagle"),
-    ({"max_num_batched_tokens": 0}, ValueError, "max_num_batched_tokens"),
-    ({"watermark": "0.1"}, TypeError, "watermark"),
-    ({"kv_cache_groups": {"a": full(4)}}, TypeError, "kv_cache_groups"),
-    ({"kv_cache_groups": []}, ValueError, "kv_cache_groups"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        ({"num_blocks": 1}, ValueError, "num_blocks"),
+        ({"num_blocks": 2.0}, ValueError, "num_blocks"),
+        ({"enable_caching": "no"}, TypeError, "enable_caching"),
+        ({"use_eagle": 1}, TypeError, "use_eagle"),
+        ({"max_num_batched_tokens": 0}, ValueError, "max_num_batched_tokens"),
+        ({"watermark": "0.1"}, TypeError, "watermark"),
+        ({"kv_cache_groups": {"a": full(4)}}, TypeError, "kv_cache_groups"),
+        ({"kv_cache_groups": []}, ValueError, "kv_cache_groups"),
+    ],
+)
 def test_the_manager_refuses_bad_construction(kwargs, error, name):
-    args = {"kv_cache_groups": [full(4), swa(4)], "num_blocks": 10, "max_model_len": 64, **kwargs}
+    args = {
+        "kv_cache_groups": [full(4), swa(4)],
+        "num_blocks": 10,
+        "max_model_len": 64,
+        **kwargs,
+    }
     with pytest.raises(error, match=name):
-        KVCacheManager(args.pop("kv_cache_groups"), args.pop("num_blocks"), args.pop("max_model_len"), **args)
+        KVCacheManager(
+            args.pop("kv_cache_groups"),
+            args.pop("num_blocks"),
+            args.pop("max_model_len"),
+            **args,
+        )
 
 
 def test_the_planner_refuses_empty_or_wrong_input():
@@ -119,20 +159,47 @@ def test_the_planner_refuses_empty_or_wrong_input():
 
 
 def test_swa_indices_refuse_a_negative_block_id_in_a_window():
-    args = dict(query_start_loc=torch.tensor([0, 3], dtype=torch.int32), seq_lens=torch.tensor([6], dtype=torch.int32),
-                token_to_req_indices=torch.zeros(3, dtype=torch.int32), is_valid_token=torch.ones(3, dtype=torch.bool),
-                block_size=4, window_size=4)
-    ok, lens = reference_v4.compute_swa_indices_and_lens(block_table=torch.tensor([[5, 7]], dtype=torch.int32), **args)
-    assert ok.tolist() == [[20, 21, 22, 23], [21, 22, 23, 28], [22, 23, 28, 29]] and lens.tolist() == [4, 4, 4]
+    args = dict(
+        query_start_loc=torch.tensor([0, 3], dtype=torch.int32),
+        seq_lens=torch.tensor([6], dtype=torch.int32),
+        token_to_req_indices=torch.zeros(3, dtype=torch.int32),
+        is_valid_token=torch.ones(3, dtype=torch.bool),
+        block_size=4,
+        window_size=4,
+    )
+    ok, lens = reference_v4.compute_swa_indices_and_lens(
+        block_table=torch.tensor([[5, 7]], dtype=torch.int32), **args
+    )
+    assert ok.tolist() == [
+        [20, 21, 22, 23],
+        [21, 22, 23, 28],
+        [22, 23, 28, 29],
+    ] and lens.tolist() == [4, 4, 4]
     with pytest.raises(ValueError, match=r"block_table\[0, 0\] = -1"):
-        reference_v4.compute_swa_indices_and_lens(block_table=torch.tensor([[-1, 7]], dtype=torch.int32), **args)
+        reference_v4.compute_swa_indices_and_lens(
+            block_table=torch.tensor([[-1, 7]], dtype=torch.int32), **args
+        )
     # -1 padding past what the windows read is fine
     pad = torch.tensor([[5, 7, -1]], dtype=torch.int32)
-    assert reference_v4.compute_swa_indices_and_lens(block_table=pad, **args)[0].tolist() == ok.tolist()
+    assert (
+        reference_v4.compute_swa_indices_and_lens(block_table=pad, **args)[0].tolist()
+        == ok.tolist()
+    )
 
 
 # --- random misuse against a random workload
-misuse = st.sampled_from(["float", "negative", "too_many", "twin", "foreign_hits", "bad_flag", "no_blocks", "str_request"])
+misuse = st.sampled_from(
+    [
+        "float",
+        "negative",
+        "too_many",
+        "twin",
+        "foreign_hits",
+        "bad_flag",
+        "no_blocks",
+        "str_request",
+    ]
+)
 op = st.one_of(
     st.tuples(st.just("add"), st.lists(st.integers(0, 2), min_size=1, max_size=24)),
     st.tuples(st.just("run"), st.integers(0, 9), st.integers(1, 8)),
@@ -144,7 +211,9 @@ op = st.one_of(
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(op, max_size=30), retention=st.sampled_from([None, 0, 4]))
 def test_random_misuse_leaves_the_allocator_unchanged(ops, retention):
-    m = KVCacheManager([full(4), swa(4, 8), swa(2, 4)], 24, 64, prefix_cache_retention_interval=retention)
+    m = KVCacheManager(
+        [full(4), swa(4, 8), swa(2, 4)], 24, 64, prefix_cache_retention_interval=retention
+    )
     other = KVCacheManager([full(4), swa(4, 8), swa(2, 4)], 24, 64)
     seeded = other.make_request("x", range(9))
     step(other, seeded, 9)
@@ -155,7 +224,12 @@ def test_random_misuse_leaves_the_allocator_unchanged(ops, retention):
         if o[0] == "add":
             r = m.make_request(f"r{i}", o[1])
             hits, n = m.get_computed_blocks(r)
-            if step(m, r, r.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits) is not None:
+            if (
+                step(
+                    m, r, r.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits
+                )
+                is not None
+            ):
                 live.append(r)
         elif o[0] == "run" and live:
             r = live[o[1] % len(live)]
@@ -170,10 +244,19 @@ def test_random_misuse_leaves_the_allocator_unchanged(ops, retention):
                 "float": lambda: m.allocate_slots(target, 0.5),
                 "negative": lambda: m.allocate_slots(target, 1, num_lookahead_tokens=-2),
                 "too_many": lambda: m.allocate_slots(target, target.num_tokens + 5),
-                "twin": lambda: m.allocate_slots(m.make_request(target.request_id, target.prompt_token_ids), 1)
-                if target in live else m.allocate_slots(target, 1, reserved_blocks=-1),
-                "foreign_hits": lambda: m.allocate_slots(m.make_request(f"f{i}", range(9)), 1, num_new_computed_tokens=8,
-                                                         new_computed_blocks=foreign_hits),
+                "twin": lambda: (
+                    m.allocate_slots(
+                        m.make_request(target.request_id, target.prompt_token_ids), 1
+                    )
+                    if target in live
+                    else m.allocate_slots(target, 1, reserved_blocks=-1)
+                ),
+                "foreign_hits": lambda: m.allocate_slots(
+                    m.make_request(f"f{i}", range(9)),
+                    1,
+                    num_new_computed_tokens=8,
+                    new_computed_blocks=foreign_hits,
+                ),
                 "bad_flag": lambda: m.allocate_slots(target, 1, full_sequence_must_fit="yes"),
                 "no_blocks": lambda: m.allocate_slots(target, 1, num_new_computed_tokens=4),
                 "str_request": lambda: m.free(target.request_id),

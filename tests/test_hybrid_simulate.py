@@ -11,10 +11,18 @@ def test_pro_manager_has_five_groups_in_one_pool():
     m = S.pro_kv_cache_manager()
     assert m.num_gpu_blocks == 7477 and m.block_pool.get_num_free_blocks() == 7476
     specs = [mgr.kv_cache_spec for mgr in m.coordinator.single_type_managers]
-    assert S.group_labels(specs) == ["SWA-a", "SWA-b", "MLA", "C128 state", "C4 state"]  # planner C
-    assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [64, 64, 256, 8, 4]
+    # planner C
+    assert S.group_labels(specs) == ["SWA-a", "SWA-b", "MLA", "C128 state", "C4 state"]
+    assert [mgr.block_size for mgr in m.coordinator.single_type_managers] == [
+        64,
+        64,
+        256,
+        8,
+        4,
+    ]
     assert m.scheduler_block_size == 256 and m.hash_block_size == 4
-    # full attention is looked up first; the two SWA groups have equal specs, so they go together
+    # full attention is looked up first; the two SWA groups have equal specs, so they go
+    # together
     assert [g.group_ids for g in m.coordinator.attention_groups] == [[2], [0, 1], [3], [4]]
 
 
@@ -44,8 +52,11 @@ def test_long_prompt_then_decode_drops_to_the_windows():
     peak, run = S.peak_blocks_chunked_prefill(65536, decode_tokens=2)
     assert [r.phase for r in run.records] == ["prefill"] * 8 + ["decode"] * 2
     assert peak.step == 7 and peak.total_live == 3606
-    # the first decode token opens MLA block 257; each window keeps what its last 127 (7) tokens need
-    assert run.records[8].live_blocks == (3, 3, 257, 17, 3) and run.records[8].total_live == 283
+    # the first decode token opens MLA block 257; each window keeps what its last 127 (7)
+    # tokens need
+    assert (
+        run.records[8].live_blocks == (3, 3, 257, 17, 3) and run.records[8].total_live == 283
+    )
     assert run.records[8].null_blocks == (1022, 1022, 0, 8176, 16382)
 
 
@@ -69,18 +80,26 @@ def test_requests_that_fit_in_a_budget():
     per_request = [m.get_blocks(f"r{i}").num_blocks() for i in range(n)]
     assert per_request == [91] * 7  # 65 MLA + 3 + 3 + 17 + 3 window blocks
     assert m.block_pool.get_num_free_blocks() == 1494 - 7 * 91
-    assert m.block_pool.get_num_free_blocks() >= sum(S.transient_blocks_one_chunk(2048).values())
-    check_pool_invariants(m.block_pool, [t for i in range(n) for t in m.get_blocks(f"r{i}").blocks])
+    assert m.block_pool.get_num_free_blocks() >= sum(
+        S.transient_blocks_one_chunk(2048).values()
+    )
+    check_pool_invariants(
+        m.block_pool, [t for i in range(n) for t in m.get_blocks(f"r{i}").blocks]
+    )
 
 
 def test_prefix_hits_are_multiples_of_256():
-    hits = S.prefix_hit_lengths([100, 256, 1000, 5000, 11999], prompt_len=12_000, prefix_cache_retention_interval=None)
+    hits = S.prefix_hit_lengths(
+        [100, 256, 1000, 5000, 11999], prompt_len=12_000, prefix_cache_retention_interval=None
+    )
     assert hits == {100: 0, 256: 256, 1000: 768, 5000: 4864, 11999: 11776}
     # vLLM's default retention keeps A's windows only at A's replay boundary (11,999 -> 11,776)
     hits = S.prefix_hit_lengths([1000, 5000, 11999], prompt_len=12_000)
     assert hits == {1000: 0, 5000: 0, 11999: 11776}
     # a positive interval keeps one tail per 4096 tokens too
-    hits = S.prefix_hit_lengths([1000, 5000, 9000], prompt_len=12_000, prefix_cache_retention_interval=4096)
+    hits = S.prefix_hit_lengths(
+        [1000, 5000, 9000], prompt_len=12_000, prefix_cache_retention_interval=4096
+    )
     assert hits == {1000: 0, 5000: 4096, 9000: 8192}
 
 
@@ -92,7 +111,9 @@ def test_mini_v4_life_pictures_and_text_twins():
 
     m = KVCacheManager(S.mini_v4_groups(), 120, 256, prefix_cache_retention_interval=None)
     labels = S.group_labels(S.mini_v4_groups())
-    assert labels == S.MINI_V4_LABELS and m.scheduler_block_size == 16 and m.hash_block_size == 1
+    assert (
+        labels == S.MINI_V4_LABELS and m.scheduler_block_size == 16 and m.hash_block_size == 1
+    )
     r = m.make_request("a", S.prompt_tokens(40))
     run = S.run_request(m, r, chunk_size=16, decode_tokens=2, free_at_end=False)
     assert [rec.live_blocks for rec in run.records] == [
@@ -105,9 +126,26 @@ def test_mini_v4_life_pictures_and_text_twins():
     text = V.tables_text(m, "a", labels)
     assert text.splitlines()[0] == "SWA-a      | . . . . . . . . 42 41 20"
     assert text.splitlines()[2] == "MLA        | 9 24 38"
-    assert V.pool_text(m, labels, ["a"]).startswith("120 blocks: SWA-a=3, SWA-b=3, MLA=3, C128 state=4, C4 state=2,")
-    assert V.blocks_over_time_text(run).splitlines()[1].split() == ["0", "prefill", "16", "4", "4", "1", "8", "16", "33", "86"]
-    for fig in (V.draw_tables(m, "a", labels), V.draw_pool(m, labels, ["a"]), V.draw_blocks_over_time(run)):
+    assert V.pool_text(m, labels, ["a"]).startswith(
+        "120 blocks: SWA-a=3, SWA-b=3, MLA=3, C128 state=4, C4 state=2,"
+    )
+    assert V.blocks_over_time_text(run).splitlines()[1].split() == [
+        "0",
+        "prefill",
+        "16",
+        "4",
+        "4",
+        "1",
+        "8",
+        "16",
+        "33",
+        "86",
+    ]
+    for fig in (
+        V.draw_tables(m, "a", labels),
+        V.draw_pool(m, labels, ["a"]),
+        V.draw_blocks_over_time(run),
+    ):
         assert isinstance(fig, Figure) and fig.axes
 
 
@@ -115,12 +153,16 @@ def test_second_request_runs_from_its_prefix_hit():
     m = S.pro_kv_cache_manager(prefix_cache_retention_interval=None)
     a = m.make_request("A", S.prompt_tokens(3000, seed=1))
     S.run_request(m, a, chunk_size=8192)
-    b = m.make_request("B", S.prompt_tokens(3000, seed=2, shared_prefix=a.prompt_token_ids[:1000]))
+    b = m.make_request(
+        "B", S.prompt_tokens(3000, seed=2, shared_prefix=a.prompt_token_ids[:1000])
+    )
     run = S.run_request(m, b, chunk_size=2048, free_at_end=False)
     assert run.hit_tokens == 768
-    assert [r.num_computed_tokens for r in run.records] == [2816, 3000]  # 768 + 2048, then the rest
+    # 768 + 2048, then the rest
+    assert [r.num_computed_tokens for r in run.records] == [2816, 3000]
     mla = m.get_block_ids("B")[2]
-    # A's first three MLA blocks, reused: A's one chunk took 47 + 47 SWA blocks (ids 1-94) first
+    # A's first three MLA blocks, reused: A's one chunk took 47 + 47 SWA blocks (ids 1-94)
+    # first
     assert mla[:3] == [95, 96, 97] and len(mla) == 12
     # the hit put null blocks in front of what each window needs before token 768
     assert run.records[0].null_blocks == (10, 10, 0, 80, 190)
@@ -130,7 +172,9 @@ def test_second_request_runs_from_its_prefix_hit():
 def test_schedule_step_advances_the_request_or_changes_nothing():
     from refimpl.hybrid.kv_cache_manager import KVCacheManager
 
-    m = KVCacheManager([S.toy_full_spec(4), S.toy_window_spec(4, 8)], num_blocks=5, max_model_len=64)
+    m = KVCacheManager(
+        [S.toy_full_spec(4), S.toy_window_spec(4, 8)], num_blocks=5, max_model_len=64
+    )
     a = m.make_request("A", S.prompt_tokens(20, seed=1))
     new = S.schedule_step(m, a, 8)
     assert new.get_block_ids() == ([1, 2], [3, 4]) and a.num_computed_tokens == 8
@@ -157,14 +201,23 @@ def test_retention_run_picture_and_text_twin():
         {"A": "------kk--kk--kk", "B": "......hh--kk--kk"},
     ]
     text = retention_text(runs)
-    assert text.splitlines()[5:7] == ["  A  ----------kk----  hit  0", "  B  ------kk--kk----  hit  0, junction 32"]
+    assert text.splitlines()[5:7] == [
+        "  A  ----------kk----  hit  0",
+        "  B  ------kk--kk----  hit  0, junction 32",
+    ]
     fig = draw_retention(runs)
-    assert isinstance(fig, Figure) and len(fig.axes) == 3 and fig.get_size_inches()[0] * fig.dpi <= 900
+    assert (
+        isinstance(fig, Figure)
+        and len(fig.axes) == 3
+        and fig.get_size_inches()[0] * fig.dpi <= 900
+    )
 
 
 def test_cached_window_blocks_per_retention_setting():
     dense, sparse, periodic = (S.cached_blocks_per_group(r) for r in (None, 0, 4096))
     assert dense == {"MLA": 46, "SWA-a": 92, "SWA-b": 92, "C128 state": 736, "C4 state": 92}
-    # 0: the replay boundary only (11,999 -> 11,776): 2 SWA blocks each, 16 C128 and 2 C4 blocks
+    # 0: the replay boundary only (11,999 -> 11,776): 2 SWA blocks each, 16 C128 and 2 C4
+    # blocks
     assert sparse == {"MLA": 46, "SWA-a": 2, "SWA-b": 2, "C128 state": 16, "C4 state": 2}
-    assert periodic == {"MLA": 46, "SWA-a": 6, "SWA-b": 6, "C128 state": 48, "C4 state": 6}  # + 4096, 8192
+    # + 4096, 8192
+    assert periodic == {"MLA": 46, "SWA-a": 6, "SWA-b": 6, "C128 state": 48, "C4 state": 6}

@@ -6,8 +6,8 @@ prefix-cache retention setting (None, vLLM's default 0, or twice the scheduler b
 after every operation the outputs (hit blocks, length and pinned junction, new blocks or None,
 reset answers) and the whole pool state (every table, the free queue in order, every ref count,
 which blocks are hashed) must equal vLLM's. The planner part compares planner C's groups, block
-count, stride and tensors on random DeepSeek-V4-shaped layer mixes, against plans vLLM made from
-its own DeepSeek V4 layers and backends.
+count, stride and tensors on random DeepSeek-V4-shaped layer mixes, against plans vLLM made
+from its own DeepSeek V4 layers and backends.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tools.crosscheck.allocator import _jsonable  # noqa: E402
 from tools.crosscheck.planner import plan_refimpl  # noqa: E402
 from tools.crosscheck.refimpl_side import RefimplAllocator  # noqa: E402
 from tools.crosscheck.streams import GROUP_SETS, RETENTION_SETTINGS, Harness  # noqa: E402
-from tools.crosscheck.allocator import _jsonable  # noqa: E402
 
 ORACLE = json.loads((ROOT / "tests" / "data" / "vllm_oracle.json").read_text())
 
@@ -32,20 +32,30 @@ ORACLE = json.loads((ROOT / "tests" / "data" / "vllm_oracle.json").read_text())
 def test_the_recording_covers_every_group_set_retention_and_real_work():
     assert ORACLE["vllm_version"].startswith("0.3")
     for retention in RETENTION_SETTINGS:
-        assert {s["group_set"] for s in ORACLE["streams"] if s["retention"] == retention} == set(GROUP_SETS)
+        assert {
+            s["group_set"] for s in ORACLE["streams"] if s["retention"] == retention
+        } == set(GROUP_SETS)
     outputs = [obs[0] for s in ORACLE["streams"] for obs in s["observations"]]
     hits = [o for o in outputs if isinstance(o, list) and o[0] == "hit"]
     assert any(o[2] > 0 for o in hits), "no prefix hit recorded"
     assert any(o[4] > 0 for o in hits), "no shared-prefix junction recorded"
-    assert any(o[-1] is None for o in outputs if isinstance(o, list)), "no failed allocation recorded"
+    assert any(o[-1] is None for o in outputs if isinstance(o, list)), (
+        "no failed allocation recorded"
+    )
     assert ["reset", True] in outputs and ["reset", False] in outputs
-    refused = [s for s in ORACLE["streams"] if s["observations"][:1] == [["refused", "ValueError"]]]
-    assert {(s["group_set"], s["retention"]) for s in refused} == {("full", "2x"), ("full-eagle", "2x")}
+    refused = [
+        s for s in ORACLE["streams"] if s["observations"][:1] == [["refused", "ValueError"]]
+    ]
+    assert {(s["group_set"], s["retention"]) for s in refused} == {
+        ("full", "2x"),
+        ("full-eagle", "2x"),
+    }
 
 
 def replay(stream) -> None:
     gs = GROUP_SETS[stream["group_set"]]
-    if stream["observations"][:1] == [["refused", "ValueError"]]:  # vLLM refused the configuration
+    # vLLM refused the configuration
+    if stream["observations"][:1] == [["refused", "ValueError"]]:
         with pytest.raises(ValueError, match="prefix_cache_retention_interval"):
             RefimplAllocator(gs, stream["retention"])
         return
@@ -55,7 +65,9 @@ def replay(stream) -> None:
         assert got == expected, f"operation {i}: {op}"
 
 
-@pytest.mark.parametrize("stream", ORACLE["streams"], ids=lambda s: f"{s['seed']}-{s['group_set']}-{s['retention']}")
+@pytest.mark.parametrize(
+    "stream", ORACLE["streams"], ids=lambda s: f"{s['seed']}-{s['group_set']}-{s['retention']}"
+)
 def test_refimpl_allocator_replays_vllm(stream):
     replay(stream)
 
@@ -66,18 +78,29 @@ def test_refimpl_planner_c_replays_vllm(entry):
 
 
 def test_the_replay_catches_the_old_one_token_window_rule(monkeypatch):
-    """Before vLLM parity, a 1-token window hashed every block; the recorded stream exposes it."""
+    """Before vLLM parity, a 1-token window hashed every block; the recorded stream exposes
+    it."""
     from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
 
-    monkeypatch.setattr(SlidingWindowManager, "reachable_block_mask", classmethod(lambda cls, *a, **k: None))
-    (stream,) = [s for s in ORACLE["streams"] if s["group_set"] == "window-1" and s["retention"] == "none"]
+    monkeypatch.setattr(
+        SlidingWindowManager, "reachable_block_mask", classmethod(lambda cls, *a, **k: None)
+    )
+    (stream,) = [
+        s
+        for s in ORACLE["streams"]
+        if s["group_set"] == "window-1" and s["retention"] == "none"
+    ]
     gs = GROUP_SETS["window-1"]
     harness = Harness(RefimplAllocator(gs, "none"), gs.max_model_len)
-    replayed = [_jsonable((harness.play(tuple(op)), harness.observe())) for op in stream["ops"]]
+    replayed = [
+        _jsonable((harness.play(tuple(op)), harness.observe())) for op in stream["ops"]
+    ]
     assert replayed != stream["observations"]
 
 
-@pytest.mark.parametrize("mutation", ["dense instead of 0", "no partial tail", "always hybrid"])
+@pytest.mark.parametrize(
+    "mutation", ["dense instead of 0", "no partial tail", "always hybrid"]
+)
 def test_the_replay_catches_each_vllm_032_rule(monkeypatch, mutation):
     """Each rule this recording pins down, undone, makes some recorded stream diverge."""
     from refimpl.hybrid import kv_cache_coordinator as C
@@ -86,12 +109,27 @@ def test_the_replay_catches_each_vllm_032_rule(monkeypatch, mutation):
 
     streams = [s for s in ORACLE["streams"] if s["retention"] == "0"]
     if mutation == "dense instead of 0":  # replay vLLM's answers at 0 with refimpl at None
-        streams = [{**s, "retention": "none"} for s in streams if s["observations"][:1] != [["refused", "ValueError"]]]
+        streams = [
+            {**s, "retention": "none"}
+            for s in streams
+            if s["observations"][:1] != [["refused", "ValueError"]]
+        ]
     elif mutation == "no partial tail":
-        monkeypatch.setattr(FullAttentionManager, "_cache_partial_tail_block", lambda self, request, num_tokens: None)
+        monkeypatch.setattr(
+            FullAttentionManager,
+            "_cache_partial_tail_block",
+            lambda self, request, num_tokens: None,
+        )
     else:
-        monkeypatch.setattr(M, "get_kv_cache_coordinator", lambda groups, n, **kw: C.HybridKVCacheCoordinator(groups, n, **kw)
-                            if kw.get("enable_caching", True) else C.KVCacheCoordinatorNoPrefixCache(groups, n, **kw))
+        monkeypatch.setattr(
+            M,
+            "get_kv_cache_coordinator",
+            lambda groups, n, **kw: (
+                C.HybridKVCacheCoordinator(groups, n, **kw)
+                if kw.get("enable_caching", True)
+                else C.KVCacheCoordinatorNoPrefixCache(groups, n, **kw)
+            ),
+        )
     failures = 0
     for stream in streams:
         try:
@@ -102,10 +140,12 @@ def test_the_replay_catches_each_vllm_032_rule(monkeypatch, mutation):
 
 
 def test_the_issue_cases_as_vllm_answered_them():
-    """One eagle group hits 4 tokens (not 8); the flagged 8-token group hashes its tail block."""
+    """One eagle group hits 4 tokens (not 8); the flagged 8-token group hashes its tail
+    block."""
     eagle, tail = [s for s in ORACLE["streams"] if s["seed"] == -1]
     assert eagle["observations"][-1][0][:3] == ["hit", [[1]], 4]
-    # r0's full-attention table is [1, 2]: block 1 full, block 2 holds tokens 8-11 and is hashed
-    # as the prompt's partial tail (retention 0 keeps no window block of this short prompt)
+    # r0's full-attention table is [1, 2]: block 1 full, block 2 holds tokens 8-11 and is
+    # hashed as the prompt's partial tail (retention 0 keeps no window block of this short
+    # prompt)
     assert tail["observations"][1][1]["tables"] == {"r0": [[1, 2], [3, 4, 5]]}
     assert tail["observations"][1][1]["hashed"] == [[1, 2]]

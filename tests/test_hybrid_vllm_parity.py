@@ -1,5 +1,6 @@
-"""The allocator corner cases where refimpl once differed from vLLM 0.32, and eagle's last-block
-drop (the recorded-oracle test checks the same behaviour against vLLM's own answers)."""
+"""The allocator corner cases where refimpl once differed from vLLM 0.32, and eagle's
+last-block drop (the recorded-oracle test checks the same behaviour against vLLM's own
+answers)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def test_eagle_drops_the_last_hit_block_of_full_attention():
 
 
 def test_eagle_sliding_window_group_needs_one_more_block_then_drops_it():
-    groups = [KVCacheGroupSpec(("f",), full(4)), KVCacheGroupSpec(("s",), swa(4, 8), is_eagle_group=True)]
+    groups = [
+        KVCacheGroupSpec(("f",), full(4)),
+        KVCacheGroupSpec(("s",), swa(4, 8), is_eagle_group=True),
+    ]
     m = computed_once(groups, use_eagle=True)
     assert [mgr.use_eagle for mgr in m.coordinator.single_type_managers] == [False, True]
     hits, n = m.get_computed_blocks(m.make_request("b", range(25)))
@@ -45,7 +49,8 @@ def test_eagle_without_a_flagged_group_drops_in_every_group():
 def test_a_one_token_window_hashes_nothing_and_never_hits():
     m = computed_once([full(4), swa(4, 1)], n=13)
     assert m.get_block_ids("a") == ([1, 2, 3, 4], [5, 6, 7, 8])
-    assert hashed(m) == [1, 2, 3]  # only the full-attention blocks; vLLM hashes no 1-token-window block
+    # only the full-attention blocks; vLLM hashes no 1-token-window block
+    assert hashed(m) == [1, 2, 3]
     assert m.get_computed_blocks(m.make_request("b", range(13)))[1] == 0
 
 
@@ -63,7 +68,9 @@ def test_adopting_a_hit_with_no_new_tokens():
     assert n == 8
     out = m.allocate_slots(b, 0, num_new_computed_tokens=8, new_computed_blocks=hits)
     assert out is not None and out.get_block_ids() == ([],)
-    assert m.get_block_ids("b") == ([1, 2],) and [blk.ref_cnt for blk in m.block_pool.blocks[1:4]] == [2, 2, 1]
+    assert m.get_block_ids("b") == ([1, 2],) and [
+        blk.ref_cnt for blk in m.block_pool.blocks[1:4]
+    ] == [2, 2, 1]
     with pytest.raises(ValueError, match="nothing|no computed tokens"):
         m.allocate_slots(m.make_request("c", range(3)), 0)
 

@@ -21,9 +21,10 @@ pytestmark = pytest.mark.slow  # compiles the kernels for a GPU target
 
 pytest.importorskip("triton")
 
-SHARED_MEMORY_LIMIT = 99 * 1024  # the smallest per-block limit among sm_80 / sm_86 / sm_89 / sm_90
+# the smallest per-block limit among sm_80 / sm_86 / sm_89 / sm_90
+SHARED_MEMORY_LIMIT = 99 * 1024
 
-COMPILE_ALL = r'''
+COMPILE_ALL = r"""
 import json, sys, torch
 import refimpl.kernels
 import triton
@@ -80,23 +81,38 @@ for dtype, head_dim in ((torch.bfloat16, 128), (torch.float32, 256)):
     )
     report[f"prefill {TYPES[dtype]} d{head_dim}"] = compiled.metadata.shared
 print(json.dumps(report))
-'''
+"""
 
 
 def test_kernels_compile_for_sm80_within_shared_memory():
-    """Every kernel compiles for sm_80, and the tiles the wrappers pick fit in shared memory."""
+    """Every kernel compiles for sm_80, and the tiles the wrappers pick fit in shared
+    memory."""
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    done = subprocess.run([sys.executable, "-c", COMPILE_ALL], env=env, capture_output=True, text=True, timeout=300)
-    if "ptxas" in done.stderr and "not found" in done.stderr:  # pragma: no cover - wheels without the toolchain
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_ALL],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    # pragma: no cover - wheels without the toolchain
+    if "ptxas" in done.stderr and "not found" in done.stderr:
         pytest.skip("this Triton install has no ptxas to compile for NVIDIA GPUs")
     assert done.returncode == 0, done.stderr[-3000:]
     shared = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(shared) == {"store bf16", "decode bf16 d128 gqa4", "decode fp16 d128 gqa1", "decode fp32 d256 gqa64",
-                           "merge bf16 d256", "prefill bf16 d128", "prefill fp32 d256"}
+    assert set(shared) == {
+        "store bf16",
+        "decode bf16 d128 gqa4",
+        "decode fp16 d128 gqa1",
+        "decode fp32 d256 gqa64",
+        "merge bf16 d256",
+        "prefill bf16 d128",
+        "prefill fp32 d256",
+    }
     assert all(0 <= size <= SHARED_MEMORY_LIMIT for size in shared.values()), shared
 
 
-OFFSET_TYPES = r'''
+OFFSET_TYPES = r"""
 import json, sys
 import refimpl.kernels
 import triton
@@ -123,7 +139,7 @@ for name, (kernel, constexprs) in kernels.items():
                               target=GPUTarget("cuda", 80, 32))
     report[name] = [line.split(" loc(")[0].strip() for line in compiled.asm["ttir"].splitlines() if "tt.addptr" in line]
 print(json.dumps(report))
-'''
+"""
 
 
 def test_cache_addresses_are_computed_in_int64():
@@ -136,14 +152,27 @@ def test_cache_addresses_are_computed_in_int64():
     import re
 
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    done = subprocess.run([sys.executable, "-c", OFFSET_TYPES], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", OFFSET_TYPES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if "ptxas" in done.stderr and "not found" in done.stderr:  # pragma: no cover
         pytest.skip("this Triton install has no ptxas to compile for NVIDIA GPUs")
     assert done.returncode == 0, done.stderr[-3000:]
     addptr = json.loads(done.stdout.strip().splitlines()[-1])
     for base in ("k_cache_ptr", "v_cache_ptr", "key_ptr", "value_ptr"):
-        assert any(re.search(rf"tt\.addptr %{base}, %\S+ : !tt\.ptr<bf16>, i64$", line) for line in addptr["store"]), base
+        assert any(
+            re.search(rf"tt\.addptr %{base}, %\S+ : !tt\.ptr<bf16>, i64$", line)
+            for line in addptr["store"]
+        ), base
     for kernel in ("decode", "prefill"):
         for offset in ("k_off", "v_off"):
-            assert any(re.search(rf"%{offset}\S* : tensor<\d+x1x!tt\.ptr<bf16>>, tensor<\d+x1xi64>$", line)
-                       for line in addptr[kernel]), (kernel, offset, addptr[kernel])
+            assert any(
+                re.search(
+                    rf"%{offset}\S* : tensor<\d+x1x!tt\.ptr<bf16>>, tensor<\d+x1xi64>$", line
+                )
+                for line in addptr[kernel]
+            ), (kernel, offset, addptr[kernel])

@@ -21,7 +21,9 @@ def test_paged_layout_slots_and_text():
 
 
 @pytest.mark.parametrize(
-    "tables,lens", [([[0]], [5]), ([[9]], [1]), ([[0], [1]], [1])], ids=["too-few-blocks", "bad-id", "count"]
+    "tables,lens",
+    [([[0]], [5]), ([[9]], [1]), ([[0], [1]], [1])],
+    ids=["too-few-blocks", "bad-id", "count"],
 )
 def test_paged_layout_rejects_inconsistent_tables(tables, lens):
     with pytest.raises(ValueError):
@@ -31,7 +33,8 @@ def test_paged_layout_rejects_inconsistent_tables(tables, lens):
 def test_prefill_mask_aligns_queries_with_the_end_of_the_context():
     mask = kviz.prefill_mask(3, 10)
     assert mask.shape == (3, 10)
-    assert mask.sum(axis=1).tolist() == [8, 9, 10]  # query j at position 7 + j sees keys 0..7+j
+    # query j at position 7 + j sees keys 0..7+j
+    assert mask.sum(axis=1).tolist() == [8, 9, 10]
     assert np.array_equal(kviz.prefill_mask(4, 4), np.tril(np.ones((4, 4), dtype=bool)))
     text = kviz.prefill_mask_text(3, 10)
     assert text.splitlines()[1] == "query 0 (position  7): #######|#.."

@@ -1,8 +1,9 @@
-"""Notebooks are stored exactly as JupyterLab saves them: opening one and saving changes nothing.
+"""Notebooks are stored exactly as JupyterLab saves them: opening one and saving changes
+nothing.
 
-Three parts of that promise are checked separately: the metadata JupyterLab writes when the kernel
-starts (compared with a real kernel's reply), the output area's joining of stream outputs, and the
-Jupyter server's own open-and-save round trip of the file's bytes.
+Three parts of that promise are checked separately: the metadata JupyterLab writes when the
+kernel starts (compared with a real kernel's reply), the output area's joining of stream
+outputs, and the Jupyter server's own open-and-save round trip of the file's bytes.
 """
 
 from __future__ import annotations
@@ -19,11 +20,21 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import start_new_kernel
 
-from refimpl.course.notebook_format import (WIDGET_PLACEHOLDER, WIDGET_VIEW, kernel_metadata, lab_form, lab_text, main,
-                                            merge_streams, pre_save_hook)
+from refimpl.course.notebook_format import (
+    WIDGET_PLACEHOLDER,
+    WIDGET_VIEW,
+    kernel_metadata,
+    lab_form,
+    lab_text,
+    main,
+    merge_streams,
+    pre_save_hook,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")) + sorted((ROOT / "notebooks" / "exercises").rglob("[0-9]*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")) + sorted(
+    (ROOT / "notebooks" / "exercises").rglob("[0-9]*.ipynb")
+)
 
 
 def test_there_are_chapters_solutions_and_student_copies():
@@ -32,17 +43,22 @@ def test_there_are_chapters_solutions_and_student_copies():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_notebook_is_stored_in_jupyterlab_form(path):
-    assert path.read_text(encoding="utf-8") == lab_text(path), f"run: python -m refimpl.course.notebook_format {path}"
+    assert path.read_text(encoding="utf-8") == lab_text(path), (
+        f"run: python -m refimpl.course.notebook_format {path}"
+    )
 
 
 def test_all_notebooks_record_one_python_version():
-    versions = {nbformat.read(p, as_version=4).metadata.language_info.version for p in NOTEBOOKS}
+    versions = {
+        nbformat.read(p, as_version=4).metadata.language_info.version for p in NOTEBOOKS
+    }
     assert len(versions) == 1, versions
 
 
 @pytest.mark.slow
 def test_kernel_metadata_is_what_the_kernel_itself_reports():
-    """JupyterLab copies the kernel's kernel_info reply and kernelspec into the notebook on open."""
+    """JupyterLab copies the kernel's kernel_info reply and kernelspec into the notebook on
+    open."""
     kernelspec, language_info = kernel_metadata()
     manager, client = start_new_kernel(kernel_name="python3")
     try:
@@ -52,36 +68,50 @@ def test_kernel_metadata_is_what_the_kernel_itself_reports():
         manager.shutdown_kernel(now=True)
     assert reply["language_info"] == language_info
     spec = KernelSpecManager().get_kernel_spec("python3")
-    assert kernelspec == {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
+    assert kernelspec == {
+        "display_name": spec.display_name,
+        "language": spec.language,
+        "name": "python3",
+    }
     stored = nbformat.read(NOTEBOOKS[0], as_version=4).metadata
     assert stored.kernelspec == kernelspec
-    assert {k: v for k, v in stored.language_info.items() if k != "version"} == \
-        {k: v for k, v in language_info.items() if k != "version"}
+    assert {k: v for k, v in stored.language_info.items() if k != "version"} == {
+        k: v for k, v in language_info.items() if k != "version"
+    }
 
 
 def test_jupyter_server_open_and_save_leaves_the_bytes_alone(tmp_path, monkeypatch):
     from jupyter_server.services.contents.filemanager import FileContentsManager
 
-    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))  # the notary's signature database
+    # the notary's signature database
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     manager = FileContentsManager(root_dir=str(tmp_path))
     for path in NOTEBOOKS:
         shutil.copy(path, tmp_path / path.name)
         model = manager.get(path.name, content=True, type="notebook")
-        manager.save({"type": "notebook", "format": "json", "content": model["content"]}, path.name)
+        manager.save(
+            {"type": "notebook", "format": "json", "content": model["content"]}, path.name
+        )
         assert (tmp_path / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 def test_split_stream_outputs_are_joined_and_timings_dropped():
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("print(1); print(2)")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n"),
-                    nbformat.v4.new_output("stream", name="stdout", text="2\n"),
-                    nbformat.v4.new_output("stream", name="stderr", text="warn\n"),
-                    nbformat.v4.new_output("stream", name="stdout", text="3\n")]
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="2\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="warn\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="3\n"),
+    ]
     cell.metadata["execution"] = {"iopub.execute_input": "2026-12-02T10:00:00Z"}
     nb.cells.append(cell)
     out = lab_form(nb)
-    assert [(o.name, o.text) for o in out.cells[0].outputs] == [("stdout", "1\n2\n"), ("stderr", "warn\n"), ("stdout", "3\n")]
+    assert [(o.name, o.text) for o in out.cells[0].outputs] == [
+        ("stdout", "1\n2\n"),
+        ("stderr", "warn\n"),
+        ("stdout", "3\n"),
+    ]
     assert "execution" not in out.cells[0].metadata
     assert out.metadata.kernelspec.display_name == "Python 3 (ipykernel)"
     assert len(nb.cells[0].outputs) == 4  # the input is untouched
@@ -96,49 +126,81 @@ def test_check_mode_reports_and_rewrite_mode_fixes(tmp_path, capsys):
     assert main(["--check", str(path)]) == 1
     assert "not in JupyterLab form" in capsys.readouterr().out
     assert main([str(path)]) == 0 and main(["--check", str(path)]) == 0
-    assert nbformat.read(path, as_version=4).metadata.kernelspec.display_name == "Python 3 (ipykernel)"
+    assert (
+        nbformat.read(path, as_version=4).metadata.kernelspec.display_name
+        == "Python 3 (ipykernel)"
+    )
 
 
-# --- saving from JupyterLab: `make lab` installs pre_save_hook ----------------------------------
+# --- saving from JupyterLab: `make lab` installs pre_save_hook
+# ----------------------------------
 
 HOOK = "refimpl.course.notebook_format.pre_save_hook"
 
 
-def save_as_jupyterlab(folder: Path, name: str, content: dict, hook: str | None = HOOK) -> bytes:
-    """Save `content` through the Jupyter server's contents manager, as JupyterLab's (auto)save does."""
+def save_as_jupyterlab(
+    folder: Path, name: str, content: dict, hook: str | None = HOOK
+) -> bytes:
+    """Save `content` through the Jupyter server's contents manager, as JupyterLab's (auto)save
+    does."""
     from jupyter_server.services.contents.filemanager import FileContentsManager
 
-    manager = FileContentsManager(root_dir=str(folder), **({"pre_save_hook": hook} if hook else {}))
+    manager = FileContentsManager(
+        root_dir=str(folder), **({"pre_save_hook": hook} if hook else {})
+    )
     manager.save({"type": "notebook", "format": "json", "content": content}, name)
     return (folder / name).read_bytes()
 
 
 def widget_run(nb) -> dict:
-    """A notebook as the browser holds it after running a stepper cell: a widget view in the cell's
-    output, the widget state in the metadata, split stdout and run timings."""
+    """A notebook as the browser holds it after running a stepper cell: a widget view in the
+    cell's output, the widget state in the metadata, split stdout and run timings."""
     content = copy.deepcopy(nbformat.from_dict(nb))
     cell = next(c for c in content.cells if c.cell_type == "code")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
-                    nbformat.v4.new_output("stream", name="stdout", text="b\n"),
-                    nbformat.v4.new_output("execute_result", execution_count=1, data={
-                        WIDGET_VIEW: {"model_id": "f00d", "version_major": 2, "version_minor": 0},
-                        "text/plain": "VBox(children=(...))"})]
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+        nbformat.v4.new_output(
+            "execute_result",
+            execution_count=1,
+            data={
+                WIDGET_VIEW: {"model_id": "f00d", "version_major": 2, "version_minor": 0},
+                "text/plain": "VBox(children=(...))",
+            },
+        ),
+    ]
     cell.metadata["execution"] = {"iopub.execute_input": "2026-12-02T10:00:00Z"}
-    content.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"f00d": {}}}}
+    content.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {"state": {"f00d": {}}}
+    }
     return content
 
 
 def test_pre_save_hook_stores_the_placeholder_not_a_dead_widget(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
-    content = widget_run(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")]))
+    content = widget_run(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")])
+    )
     saved = json.loads(save_as_jupyterlab(tmp_path, "hooked.ipynb", content))
     outputs = saved["cells"][0]["outputs"]
-    assert outputs == [{"name": "stdout", "output_type": "stream", "text": ["a\n", "b\n"]},
-                       {"data": {"text/plain": [WIDGET_PLACEHOLDER]}, "metadata": {}, "output_type": "display_data"}]
-    assert "widgets" not in saved["metadata"] and "execution" not in saved["cells"][0]["metadata"]
+    assert outputs == [
+        {"name": "stdout", "output_type": "stream", "text": ["a\n", "b\n"]},
+        {
+            "data": {"text/plain": [WIDGET_PLACEHOLDER]},
+            "metadata": {},
+            "output_type": "display_data",
+        },
+    ]
+    assert (
+        "widgets" not in saved["metadata"] and "execution" not in saved["cells"][0]["metadata"]
+    )
     assert saved["metadata"]["kernelspec"] == kernel_metadata()[0]
-    plain = json.loads(save_as_jupyterlab(tmp_path, "plain.ipynb", content, hook=None))  # what it would store
-    assert WIDGET_VIEW in plain["cells"][0]["outputs"][2]["data"] and "widgets" in plain["metadata"]
+    # what it would store
+    plain = json.loads(save_as_jupyterlab(tmp_path, "plain.ipynb", content, hook=None))
+    assert (
+        WIDGET_VIEW in plain["cells"][0]["outputs"][2]["data"]
+        and "widgets" in plain["metadata"]
+    )
 
 
 def test_pre_save_hook_leaves_other_files_alone():
@@ -152,24 +214,39 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
     options = makefile.split("LAB_OPTIONS :=")[1].split("\nLAB_OVERRIDES")[0]
     assert f"--ContentsManager.pre_save_hook={HOOK}" in options
     assert "--LabApp.news_url=None" in options and "NeverCheckForUpdate" in options
-    assert re.search(r"^lab: .*\$\(LAB_OVERRIDES\)\n\t\$\(BIN\)/jupyter lab \$\(LAB_FLAGS\) \$\(LAB_OPTIONS\)$",
-                     makefile, flags=re.M)
-    overrides = json.loads((ROOT / "tools" / "jupyterlab_overrides.json").read_text(encoding="utf-8"))
+    assert re.search(
+        r"^lab: .*\$\(LAB_OVERRIDES\)\n\t\$\(BIN\)/jupyter lab \$\(LAB_FLAGS\) "
+        r"\$\(LAB_OPTIONS\)$",
+        makefile,
+        flags=re.M,
+    )
+    overrides = json.loads(
+        (ROOT / "tools" / "jupyterlab_overrides.json").read_text(encoding="utf-8")
+    )
     import jupyterlab
 
-    schema_path = (Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas" / "@jupyterlab"
-                   / "apputils-extension" / "notification.json")
+    schema_path = (
+        Path(sys.prefix)
+        / "share"
+        / "jupyter"
+        / "lab"
+        / "schemas"
+        / "@jupyterlab"
+        / "apputils-extension"
+        / "notification.json"
+    )
     schema = json.loads(schema_path.read_text(encoding="utf-8"))["properties"]
     settings = overrides["@jupyterlab/apputils-extension:notification"]
     assert settings == {"fetchNews": "false", "checkForUpdates": False}
-    assert {"const": "false", "title": "Never"} in schema["fetchNews"]["oneOf"]  # "Never": no pop-up asking
+    # "Never": no pop-up asking
+    assert {"const": "false", "title": "Never"} in schema["fetchNews"]["oneOf"]
     assert schema["checkForUpdates"]["type"] == "boolean" and jupyterlab.NeverCheckForUpdate
 
 
 @pytest.mark.slow
 def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path, monkeypatch):
-    """Run All of a chapter with a stepper, then JupyterLab's save: the file is byte for byte the
-    committed one (outputs, execution counts, metadata), so `git status` stays clean."""
+    """Run All of a chapter with a stepper, then JupyterLab's save: the file is byte for byte
+    the committed one (outputs, execution counts, metadata), so `git status` stays clean."""
     import subprocess
     import sys
 
@@ -177,39 +254,57 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path
     monkeypatch.delenv("REFIMPL_WRITE_FIGURES", raising=False)
     chapter = ROOT / "notebooks" / "00_start_here.ipynb"
     nb = nbformat.read(chapter, as_version=4)
-    assert any("stepper.widget()" in c.source for c in nb.cells), "pick a chapter with a stepper"
+    assert any("stepper.widget()" in c.source for c in nb.cells), (
+        "pick a chapter with a stepper"
+    )
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     cleared, executed = tmp_path / "cleared.ipynb", tmp_path / "executed.ipynb"
     nbformat.write(nb, cleared)
-    # Run All in a fresh interpreter, as JupyterLab's kernel runs apart from the server: the test
-    # worker's own state (event loops, signal handlers of earlier tests) cannot reach it, and a
-    # stuck kernel fails the test within the limit instead of holding the whole run.
+    # Run All in a fresh interpreter, as JupyterLab's kernel runs apart from the server: the
+    # test worker's own state (event loops, signal handlers of earlier tests) cannot reach it,
+    # and a stuck kernel fails the test within the limit instead of holding the whole run.
     script = (
         "import sys, nbformat\n"
         "from nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-        "NotebookClient(nb, timeout=120, startup_timeout=60, kernel_name='python3', record_timing=True,\n"
-        "               store_widget_state=True, resources={'metadata': {'path': sys.argv[3]}}).execute()\n"
+        "NotebookClient(nb, timeout=120, startup_timeout=60, kernel_name='python3', "
+        "record_timing=True,\n"
+        "               store_widget_state=True, resources={'metadata': {'path': "
+        "sys.argv[3]}}).execute()\n"
         "nbformat.write(nb, sys.argv[2])\n"
     )
-    subprocess.run([sys.executable, "-c", script, str(cleared), str(executed), str(tmp_path)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", script, str(cleared), str(executed), str(tmp_path)],
+        check=True,
+        timeout=300,
+    )
     run = json.loads(executed.read_text(encoding="utf-8"))
-    assert any(WIDGET_VIEW in o.get("data", {}) for c in run["cells"] for o in c.get("outputs", []))
+    assert any(
+        WIDGET_VIEW in o.get("data", {}) for c in run["cells"] for o in c.get("outputs", [])
+    )
     saved = save_as_jupyterlab(tmp_path, chapter.name, run)
-    assert json.loads(saved)["metadata"] == json.loads(chapter.read_text(encoding="utf-8"))["metadata"]
-    counts = [c.get("execution_count") for c in json.loads(saved)["cells"] if c["cell_type"] == "code"]
+    assert (
+        json.loads(saved)["metadata"]
+        == json.loads(chapter.read_text(encoding="utf-8"))["metadata"]
+    )
+    counts = [
+        c.get("execution_count")
+        for c in json.loads(saved)["cells"]
+        if c["cell_type"] == "code"
+    ]
     assert counts == list(range(1, len(counts) + 1))
-    assert saved == chapter.read_bytes(), "re-execute the chapter: make notebooks NB=notebooks/00_start_here.ipynb"
+    assert saved == chapter.read_bytes(), (
+        "re-execute the chapter: make notebooks NB=notebooks/00_start_here.ipynb"
+    )
 
 
 @pytest.mark.slow
 def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
-    """A real JupyterLab with `make lab`'s options: the news question is answered "never" and no
-    update check runs, and a notebook saved through its REST API (as the browser saves) is stored
-    with the stepper's placeholder."""
+    """A real JupyterLab with `make lab`'s options: the news question is answered "never" and
+    no update check runs, and a notebook saved through its REST API (as the browser saves) is
+    stored with the stepper's placeholder."""
     import os
     import socket
     import subprocess
@@ -217,7 +312,12 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     import urllib.request
 
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    options = makefile.split("LAB_OPTIONS :=")[1].split("\nLAB_OVERRIDES")[0].replace("\\\n", " ").split()
+    options = (
+        makefile.split("LAB_OPTIONS :=")[1]
+        .split("\nLAB_OVERRIDES")[0]
+        .replace("\\\n", " ")
+        .split()
+    )
     options = [o for o in options if not o.startswith("--notebook-dir")]
     settings = tmp_path / "settings" / "overrides.d"
     settings.mkdir(parents=True)
@@ -227,18 +327,37 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, **{f"JUPYTER_{k}_DIR": str(tmp_path / k.lower()) for k in ("CONFIG", "DATA", "RUNTIME")}}
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-               "--IdentityProvider.token=", "--ServerApp.disable_check_xsrf=True", f"--notebook-dir={root}",
-               f"--LabApp.app_settings_dir={tmp_path / 'settings'}", *options]
+    env = {
+        **os.environ,
+        **{
+            f"JUPYTER_{k}_DIR": str(tmp_path / k.lower())
+            for k in ("CONFIG", "DATA", "RUNTIME")
+        },
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        "--IdentityProvider.token=",
+        "--ServerApp.disable_check_xsrf=True",
+        f"--notebook-dir={root}",
+        f"--LabApp.app_settings_dir={tmp_path / 'settings'}",
+        *options,
+    ]
     if os.getuid() == 0:
         command.append("--allow-root")
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     base = f"http://127.0.0.1:{port}"
 
     def call(path, data=None, method="GET"):
-        request = urllib.request.Request(base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.read().decode()
 
@@ -250,14 +369,21 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
             except OSError:
                 assert server.poll() is None, server.stderr.read().decode()[-2000:]
                 time.sleep(0.5)
-        notification = json.loads(call("/lab/api/settings/@jupyterlab/apputils-extension:notification"))
+        notification = json.loads(
+            call("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+        )
         assert notification["schema"]["properties"]["fetchNews"]["default"] == "false"
         assert notification["schema"]["properties"]["checkForUpdates"]["default"] is False
         assert json.loads(call("/lab/api/update")) == {"notification": None}
         assert '"news": {"disabled": true}' in call("/lab").replace("&#34;", '"')
-        content = widget_run(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")]))
-        call("/api/contents/run.ipynb", json.dumps({"type": "notebook", "format": "json", "content": content}).encode(),
-             method="PUT")
+        content = widget_run(
+            nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")])
+        )
+        call(
+            "/api/contents/run.ipynb",
+            json.dumps({"type": "notebook", "format": "json", "content": content}).encode(),
+            method="PUT",
+        )
         saved = json.loads((root / "run.ipynb").read_text(encoding="utf-8"))
         assert saved["cells"][0]["outputs"][-1]["data"] == {"text/plain": [WIDGET_PLACEHOLDER]}
         assert "widgets" not in saved["metadata"]

@@ -1,5 +1,6 @@
-"""benchmarks/block_manager.py at toy sizes: it runs, and nano-vllm's deque free queue swapped into the
-same BlockManager gives exactly the same workload (operation count and prefix hit rate) as FreeBlockQueue."""
+"""benchmarks/block_manager.py at toy sizes: it runs, and nano-vllm's deque free queue swapped
+into the same BlockManager gives exactly the same workload (operation count and prefix hit
+rate) as FreeBlockQueue."""
 
 import argparse
 import importlib.util
@@ -20,7 +21,10 @@ def bench():
 
 def test_workload_is_the_same_with_either_free_queue(bench):
     args = argparse.Namespace(seed=0, prefixes=4, requests=60, concurrency=6)
-    results = [bench.serving_workload(bench.make_manager(80, 4, queue), args) for queue in bench.QUEUES]
+    results = [
+        bench.serving_workload(bench.make_manager(80, 4, queue), args)
+        for queue in bench.QUEUES
+    ]
     assert results[0]["ops"] == results[1]["ops"] > 60
     assert results[0]["hit_rate"] == results[1]["hit_rate"] > 0
 

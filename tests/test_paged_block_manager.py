@@ -1,5 +1,6 @@
-"""BlockManager scenarios with exact expected states: block tables, ref counts, free-queue order
-(head first) and prefix-cache contents, following nano-vllm's rules as the write-up "3.4 KV Cache and BlockManager" states them."""
+"""BlockManager scenarios with exact expected states: block tables, ref counts, free-queue
+order (head first) and prefix-cache contents, following nano-vllm's rules as the write-up "3.4
+KV Cache and BlockManager" states them."""
 
 import pytest
 
@@ -106,8 +107,9 @@ def test_reverse_free_keeps_the_shared_early_blocks_cached_longest():
     assert [b.hash for b in bm.blocks[:3]] == [h0, h1, h2]
     assert ref_counts(bm) == [0] * 9
 
-    # An unrelated 7-block request eats into A's blocks from A's end: L2 is lost, L0 and L1 survive.
-    # (Had A freed front to back, this request would have overwritten L0 and L1 instead.)
+    # An unrelated 7-block request eats into A's blocks from A's end: L2 is lost, L0 and L1
+    # survive. (Had A freed front to back, this request would have overwritten L0 and L1
+    # instead.)
     other = admit(bm, tokens(1000, 28), expect_cached=0)
     assert other.block_table == [4, 5, 6, 7, 8, 3, 2]
     assert bm.hash_to_block_id == {h0: 0, h1: 1}
@@ -149,9 +151,11 @@ def test_append_needs_a_block_exactly_when_the_newest_token_starts_one(block_siz
     assert len(bm.free_block_ids) == 0
     # A full block is registered as soon as its last token is computed: two full blocks so far.
     assert sorted(bm.hash_to_block_id.values()) == ([0, 1, 2][: final_len // block_size])
-    assert (bm.blocks[2].hash != -1) == (block_size == 1)  # block 2 holds one token: full only if size 1
+    # block 2 holds one token: full only if size 1
+    assert (bm.blocks[2].hash != -1) == (block_size == 1)
 
-    # With the pool empty, a token inside the last block still fits; one starting a new block does not.
+    # With the pool empty, a token inside the last block still fits; one starting a new block
+    # does not.
     if block_size > 1:
         seq.append_token(0)
         assert bm.can_append(seq)
@@ -182,14 +186,16 @@ def test_new_block_lengths_listed(block_size, new_block_lengths):
         if not bm.can_append(seq):  # the pool is empty, so only a crossing is refused
             found.append(n)
     assert found == new_block_lengths
-    # nano-vllm's own test, len % block_size == 1, agrees except for block_size 1, where it never fires.
+    # nano-vllm's own test, len % block_size == 1, agrees except for block_size 1, where it
+    # never fires.
     nano = [n for n in range(1, top + 1) if n % block_size == 1]
     assert nano == (new_block_lengths if block_size > 1 else [])
 
 
 # --- the write-up's example
 def test_writeup_example_block_size_4_twelve_tokens():
-    """L0 hits in-use #1 (ref 1 -> 2), L1 pulls freed #3 out of the queue, L2 gets #6 from the head."""
+    """L0 hits in-use #1 (ref 1 -> 2), L1 pulls freed #3 out of the queue, L2 gets #6 from the
+    head."""
     bm = BlockManager(8, 4)
     L0, L1, L2 = [10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]
     h0, h1, h2 = chain_hashes([L0, L1, L2])
@@ -271,7 +277,8 @@ def test_hit_on_a_freed_block_still_costs_a_free_block():
     assert free_order(bm) == []
     bm.deallocate(again)
     blocked = Sequence(prompt + tokens(900, 4), block_size=4)  # 4 blocks: 2 freed hits + 2 new
-    assert bm.can_allocate(blocked) == -1  # only 3 free blocks: freed hits are not free of charge
+    # only 3 free blocks: freed hits are not free of charge
+    assert bm.can_allocate(blocked) == -1
     check_invariants(bm, [hog])
 
 
@@ -280,7 +287,8 @@ def test_first_miss_stops_matching():
     L0, L1, L2 = [1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]
     a = admit(bm, L0 + L1 + L2 + [4])
     prefill(bm, a)
-    # Same L0, different L1, same L2 content: L2's chained hash differs, and matching stopped at L1 anyway.
+    # Same L0, different L1, same L2 content: L2's chained hash differs, and matching stopped
+    # at L1 anyway.
     b = admit(bm, L0 + [9, 9, 9, 9] + L2 + [4], expect_cached=1)
     assert b.block_table[0] == a.block_table[0]
     assert b.num_cached_tokens == 4
@@ -288,8 +296,8 @@ def test_first_miss_stops_matching():
 
 
 def test_first_miss_stops_matching_even_when_a_later_block_is_still_cached():
-    """L1's only cache entry is overwritten and then evicted while L2's entry survives: a later hit
-    after a miss must not count (its K/V follows a prefix that is no longer cached)."""
+    """L1's only cache entry is overwritten and then evicted while L2's entry survives: a later
+    hit after a miss must not count (its K/V follows a prefix that is no longer cached)."""
     bm = BlockManager(10, 4)
     L0, L1, L2 = [1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]
     a = admit(bm, L0 + L1 + L2 + [4])  # blocks 0-3
@@ -300,12 +308,14 @@ def test_first_miss_stops_matching_even_when_a_later_block_is_still_cached():
     assert bm.hash_to_block_id == {h0: 4, h1: 5, h2: 2}
     bm.deallocate(e)
     assert free_order(bm) == [7, 8, 9, 6, 5, 4]
-    f = admit(bm, tokens(100, 20))  # five fresh blocks: 7, 8, 9, 6 and 5, which drops L1's entry
+    # five fresh blocks: 7, 8, 9, 6 and 5, which drops L1's entry
+    f = admit(bm, tokens(100, 20))
     assert f.block_table == [7, 8, 9, 6, 5]
     assert bm.hash_to_block_id == {h0: 4, h2: 2}
     bm.deallocate(f)
     g = Sequence(L0 + L1 + L2 + [6], block_size=4)
-    assert bm.can_allocate(g) == 1  # L0 hits block 4; L1 misses; L2 (block 2, in use) is not counted
+    # L0 hits block 4; L1 misses; L2 (block 2, in use) is not counted
+    assert bm.can_allocate(g) == 1
     bm.allocate(g, 1)
     assert free_order(bm) == [8, 7]  # f freed last-to-first behind block 4: 4, 5, 6, 9, 8, 7
     assert g.block_table == [4, 5, 6, 9] and g.num_cached_tokens == 4
@@ -454,7 +464,8 @@ def test_prefix_caching_disabled_matches_and_registers_nothing():
 
     cached = BlockManager(16, 4)
     cached_tables, _ = _workload(cached)
-    assert cached_tables == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [0, 1, 5]]  # the same workload shares
+    # the same workload shares
+    assert cached_tables == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [0, 1, 5]]
 
 
 def test_prefix_caching_disabled_allocates_like_enabled_without_hits():
@@ -470,7 +481,9 @@ def test_prefix_caching_disabled_allocates_like_enabled_without_hits():
         bm.deallocate(a)
         c = admit(bm, tokens(200, 13), expect_cached=0)
         decode(bm, b, 7)
-        history.append((list(b.block_table), list(c.block_table), free_order(bm), ref_counts(bm)))
+        history.append(
+            (list(b.block_table), list(c.block_table), free_order(bm), ref_counts(bm))
+        )
         histories.append(history)
     assert histories[0] == histories[1]
     assert histories[0][0][:3] == ([3, 4], [5, 6, 7, 8], [9, 10, 11, 2, 1, 0])
@@ -492,7 +505,8 @@ def test_hash_blocks_registers_only_blocks_filled_this_step():
     assert bm.blocks[0].token_ids == prompt[0:4]
     assert bm.blocks[1].hash == -1
     check_invariants(bm, [seq])
-    run_chunk(bm, seq, 4)  # tokens 6..9: block 1 fills (chained from block 0's stored hash), block 2 does not
+    # tokens 6..9: block 1 fills (chained from block 0's stored hash), block 2 does not
+    run_chunk(bm, seq, 4)
     assert bm.hash_to_block_id == {h0: 0, h1: 1}
     assert bm.blocks[1].hash == h1
     assert bm.blocks[2].hash == -1
@@ -518,9 +532,13 @@ def test_compute_hash_is_a_chain_of_xxh64():
     import xxhash
 
     block = [1, 2, 3, 4]
-    assert compute_hash(block) == xxhash.xxh64(np.array(block, dtype="<i8").tobytes()).intdigest()
+    assert (
+        compute_hash(block) == xxhash.xxh64(np.array(block, dtype="<i8").tobytes()).intdigest()
+    )
     prev = compute_hash([9, 9, 9, 9])
-    expected = xxhash.xxh64(prev.to_bytes(8, "little") + np.array(block, dtype="<i8").tobytes()).intdigest()
+    expected = xxhash.xxh64(
+        prev.to_bytes(8, "little") + np.array(block, dtype="<i8").tobytes()
+    ).intdigest()
     assert compute_hash(block, prev) == expected
     assert compute_hash(block, prev) != compute_hash(block)  # same tokens, different history
     assert BlockManager.compute_hash(block, prev) == expected

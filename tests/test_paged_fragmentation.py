@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from refimpl.paged import Sequence
 from refimpl.course.fragmentation import (
     blocks_needed,
     compare_allocation,
@@ -15,6 +15,7 @@ from refimpl.course.fragmentation import (
     reserve_max_usage,
     sample_request_lengths,
 )
+from refimpl.paged import Sequence
 
 
 def test_exact_small_case():
@@ -27,12 +28,18 @@ def test_exact_small_case():
     assert (p.reserved_tokens, p.used_tokens, p.wasted_tokens) == (28, 20, 8)
     assert paged_usage(lens, 1).wasted_tokens == 0
     rows = compare_allocation(lens, 16, [1, 4])
-    assert [(x.scheme, x.block_size, x.wasted_tokens) for x in rows] == [("reserve-max", None, 44), ("paged", 1, 0), ("paged", 4, 8)]
+    assert [(x.scheme, x.block_size, x.wasted_tokens) for x in rows] == [
+        ("reserve-max", None, 44),
+        ("paged", 1, 0),
+        ("paged", 4, 8),
+    ]
 
 
 def test_blocks_needed_matches_sequence():
     lens = [1, 3, 4, 5, 8, 9]
-    assert list(blocks_needed(lens, 4)) == [Sequence(list(range(n)), block_size=4).num_blocks for n in lens]
+    assert list(blocks_needed(lens, 4)) == [
+        Sequence(list(range(n)), block_size=4).num_blocks for n in lens
+    ]
 
 
 @given(st.lists(st.integers(1, 500), min_size=1, max_size=50), st.integers(1, 300))
@@ -58,12 +65,17 @@ def test_requests_that_fit():
 def test_sample_request_lengths_seeded_and_bounded():
     a = sample_request_lengths(2000, max_len=1024, seed=3)
     b = sample_request_lengths(2000, max_len=1024, seed=3)
-    assert int(a.total_lens.sum()) == 983895  # pinned: notebook 01's numbers depend on this stream
-    assert np.array_equal(a.prompt_lens, b.prompt_lens) and np.array_equal(a.output_lens, b.output_lens)
+    # pinned: notebook 01's numbers depend on this stream
+    assert int(a.total_lens.sum()) == 983895
+    assert np.array_equal(a.prompt_lens, b.prompt_lens) and np.array_equal(
+        a.output_lens, b.output_lens
+    )
     assert a.prompt_lens.min() >= 1 and a.output_lens.min() >= 1
     assert a.total_lens.max() <= 1024
     assert len(a) == 2000
-    assert not np.array_equal(a.total_lens, sample_request_lengths(2000, max_len=1024, seed=4).total_lens)
+    assert not np.array_equal(
+        a.total_lens, sample_request_lengths(2000, max_len=1024, seed=4).total_lens
+    )
     # a skewed distribution: the median request is far shorter than the maximum
     assert np.median(a.total_lens) < 1024 / 2
     assert (a.total_lens == 1024).sum() < 10  # truncated by redrawing, not piled up at max_len
@@ -75,7 +87,9 @@ def test_kv_bytes_per_token():
 
 
 def test_format_memory_table():
-    text = format_memory_table(compare_allocation([1, 4, 5, 10], 16, [4]), bytes_per_token=2**30)
+    text = format_memory_table(
+        compare_allocation([1, 4, 5, 10], 16, [4]), bytes_per_token=2**30
+    )
     assert text.splitlines() == [
         "scheme       block   reserved       used     wasted waste % reserved GiB wasted GiB",
         "reserve-max      -         64         20         44    68.8        64.00      44.00",

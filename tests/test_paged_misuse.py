@@ -1,10 +1,11 @@
-"""Part I's entry points refuse misuse with a ValueError or TypeError naming the argument, before
-anything changes: the whole state (every block, the free queue, the hash map, the manager's record
-of block tables, the queues and every sequence) is compared before and after each refusal.
+"""Part I's entry points refuse misuse with a ValueError or TypeError naming the argument,
+before anything changes: the whole state (every block, the free queue, the hash map, the
+manager's record of block tables, the queues and every sequence) is compared before and after
+each refusal.
 
 The listed cases come first; then a property test drives random misuse (double free, copies of
-freed and of live sequences, repeated postprocess, foreign block ids, a never-scheduled sequence)
-between the steps of random workloads.
+freed and of live sequences, repeated postprocess, foreign block ids, a never-scheduled
+sequence) between the steps of random workloads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from refimpl.errors import InvariantError
-from refimpl.paged import BlockManager, SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus, check_invariants
+from refimpl.paged import (
+    BlockManager,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    Sequence,
+    SequenceStatus,
+    check_invariants,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +46,17 @@ def manager_snapshot(bm: BlockManager) -> tuple:
 
 
 def seq_snapshot(seq: Sequence) -> tuple:
-    return (seq.seq_id, list(seq.token_ids), seq.num_tokens, seq.num_cached_tokens, seq.num_scheduled_tokens,
-            seq.status, seq.is_prefill, list(seq.block_table), list(seq.block_hashes))
+    return (
+        seq.seq_id,
+        list(seq.token_ids),
+        seq.num_tokens,
+        seq.num_cached_tokens,
+        seq.num_scheduled_tokens,
+        seq.status,
+        seq.is_prefill,
+        list(seq.block_table),
+        list(seq.block_hashes),
+    )
 
 
 def snapshot(scheduler: Scheduler, seqs) -> tuple:
@@ -51,9 +69,17 @@ def snapshot(scheduler: Scheduler, seqs) -> tuple:
     )
 
 
-def refused(scheduler: Scheduler, seqs, action, error=ValueError, match: str | None = None, holders=None) -> None:
-    """`action()` raises `error` (matching `match`) and leaves everything as it was; the invariants
-    still hold for `holders` (the sequences that really hold blocks; default: every one with a table)."""
+def refused(
+    scheduler: Scheduler,
+    seqs,
+    action,
+    error=ValueError,
+    match: str | None = None,
+    holders=None,
+) -> None:
+    """`action()` raises `error` (matching `match`) and leaves everything as it was; the
+    invariants still hold for `holders` (the sequences that really hold blocks; default: every
+    one with a table)."""
     before = snapshot(scheduler, seqs)
     with pytest.raises(error, match=match):
         action()
@@ -64,11 +90,15 @@ def refused(scheduler: Scheduler, seqs, action, error=ValueError, match: str | N
 
 
 def sched(num_blocks: int = 8, **kwargs) -> Scheduler:
-    return Scheduler(SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=4, **kwargs))
+    return Scheduler(
+        SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=4, **kwargs)
+    )
 
 
 def seq(tokens, max_tokens: int = 4, **kwargs) -> Sequence:
-    return Sequence(list(tokens), SamplingParams(max_tokens=max_tokens, **kwargs), block_size=4)
+    return Sequence(
+        list(tokens), SamplingParams(max_tokens=max_tokens, **kwargs), block_size=4
+    )
 
 
 def step(scheduler: Scheduler, token: int = 7) -> tuple[list[Sequence], bool]:
@@ -87,7 +117,12 @@ def two_running():
     s.add(b)
     s.add(c)
     step(s)
-    assert (a.block_table, b.block_table, list(s.waiting), list(s.running)) == ([0, 1], [0, 2], [c], [a, b])
+    assert (a.block_table, b.block_table, list(s.waiting), list(s.running)) == (
+        [0, 1],
+        [0, 2],
+        [c],
+        [a, b],
+    )
     return s, a, b, c
 
 
@@ -97,7 +132,13 @@ def test_deep_copy_of_a_freed_sequence(two_running):
     ghost = copy.deepcopy(a)
     s.block_manager.deallocate(a)
     s.running.remove(a)
-    refused(s, [b, c, ghost], lambda: s.block_manager.deallocate(ghost), match="did not give it", holders=[b])
+    refused(
+        s,
+        [b, c, ghost],
+        lambda: s.block_manager.deallocate(ghost),
+        match="did not give it",
+        holders=[b],
+    )
     assert min(block.ref_count for block in s.block_manager.blocks) == 0  # never below zero
 
 
@@ -106,18 +147,36 @@ def test_deep_copy_of_a_freed_sequence_whose_blocks_went_to_another(two_running)
     ghost = copy.deepcopy(b)
     s.block_manager.deallocate(b)  # block 2 freed; block 0 still A's
     s.running.remove(b)
-    s.block_manager.allocate(d := seq(range(80, 92)), 0)  # takes the three free blocks, 2 among them
+    # takes the three free blocks, 2 among them
+    s.block_manager.allocate(d := seq(range(80, 92)), 0)
     assert d.block_table == [3, 4, 2] and ghost.block_table == [0, 2]
-    refused(s, [a, c, d, ghost], lambda: s.block_manager.deallocate(ghost), match="did not give it", holders=[a, d])
+    refused(
+        s,
+        [a, c, d, ghost],
+        lambda: s.block_manager.deallocate(ghost),
+        match="did not give it",
+        holders=[a, d],
+    )
 
 
 def test_deep_copy_of_a_live_sequence(two_running):
     s, a, b, c = two_running
     twin = copy.deepcopy(a)
     for method in ("deallocate", "may_append"):
-        refused(s, [a, b, c, twin], lambda: getattr(s.block_manager, method)(twin), match="did not give it", holders=[a, b])
+        refused(
+            s,
+            [a, b, c, twin],
+            lambda: getattr(s.block_manager, method)(twin),
+            match="did not give it",
+            holders=[a, b],
+        )
     twin.block_table = []
-    refused(s, [a, b, c, twin], lambda: s.block_manager.allocate(twin, 0), match="already has blocks")
+    refused(
+        s,
+        [a, b, c, twin],
+        lambda: s.block_manager.allocate(twin, 0),
+        match="already has blocks",
+    )
 
 
 @pytest.mark.parametrize("table", [[-1], [0, -1], [0, 0], [99], [3], [0, 1.0], [0, "1"]])
@@ -136,12 +195,18 @@ def test_a_hand_made_table(two_running):
     stranger = seq(range(8))
     stranger.block_table = [1]  # A's block: the manager never gave it to this sequence
     for method in ("deallocate", "may_append"):
-        refused(s, [a, b, c, stranger], lambda: getattr(s.block_manager, method)(stranger), match="did not give it", holders=[a, b])
+        refused(
+            s,
+            [a, b, c, stranger],
+            lambda: getattr(s.block_manager, method)(stranger),
+            match="did not give it",
+            holders=[a, b],
+        )
 
 
 def test_an_exercise_manager_without_records_still_refuses_a_double_free():
-    """A subclass whose own allocate keeps no record (as the prefix-cache exercise writes it) gets
-    the table checks: a second free of a copy is still refused."""
+    """A subclass whose own allocate keeps no record (as the prefix-cache exercise writes it)
+    gets the table checks: a second free of a copy is still refused."""
 
     class OwnAllocate(BlockManager):
         def allocate(self, seq, num_cached_blocks):
@@ -159,7 +224,10 @@ def test_an_exercise_manager_without_records_still_refuses_a_double_free():
     assert manager_snapshot(bm) == before
 
 
-@pytest.mark.parametrize("method", ["can_allocate", "allocate", "deallocate", "can_append", "may_append", "hash_blocks"])
+@pytest.mark.parametrize(
+    "method",
+    ["can_allocate", "allocate", "deallocate", "can_append", "may_append", "hash_blocks"],
+)
 @pytest.mark.parametrize("wrong", [None, {"block_table": [0]}, [1, 2, 3]])
 def test_block_manager_methods_name_a_wrong_type(method, wrong):
     bm = BlockManager(4, 4)
@@ -177,7 +245,12 @@ def test_postprocess_twice_for_one_step():
     s.add(a)
     seqs, is_prefill = s.schedule()
     s.postprocess(seqs, [5], is_prefill)
-    refused(s, [a], lambda: s.postprocess(seqs, [5], is_prefill), match="pass the batch of the latest schedule")
+    refused(
+        s,
+        [a],
+        lambda: s.postprocess(seqs, [5], is_prefill),
+        match="pass the batch of the latest schedule",
+    )
     assert len(a) == 4  # one sampled token, not two
     seqs, is_prefill = s.schedule()  # the next step is fine
     s.postprocess(seqs, [6], is_prefill)
@@ -191,24 +264,46 @@ def test_postprocess_of_a_never_scheduled_waiting_sequence():
     s.add(big)
     seqs, is_prefill = s.schedule()
     assert seqs == [a]
-    refused(s, [a, big], lambda: s.postprocess([big], [5], True), match="WAITING, num_scheduled_tokens=0")
+    refused(
+        s,
+        [a, big],
+        lambda: s.postprocess([big], [5], True),
+        match="WAITING, num_scheduled_tokens=0",
+    )
     refused(s, [a, big], lambda: s.postprocess([a, big], [5, 5], True), match=r"seqs\[1\]")
     stranger = seq(range(3))
-    refused(s, [a, big, stranger], lambda: s.postprocess([stranger], [5], True), match="latest schedule")
+    refused(
+        s,
+        [a, big, stranger],
+        lambda: s.postprocess([stranger], [5], True),
+        match="latest schedule",
+    )
     s.postprocess(seqs, [5], is_prefill)
 
 
-@pytest.mark.parametrize(("args", "error", "match"), [
-    (lambda seqs: (seqs, [5], False), ValueError, "is_prefill=True"),  # a prefill batch called a decode
-    (lambda seqs: (seqs, [5], 1), TypeError, "is_prefill must be True or False"),
-    (lambda seqs: (seqs + seqs, [5, 5], True), ValueError, "twice"),
-    (lambda seqs: (seqs, [5.0], True), TypeError, r"token_ids\[0\] must be an integer"),
-    (lambda seqs: (seqs, [-3], True), ValueError, r"token_ids\[0\] must be from 0 to 2\*\*63 - 1"),
-    (lambda seqs: (seqs, [2**70], True), ValueError, r"token_ids\[0\]"),
-    (lambda seqs: (seqs, ["7"], True), TypeError, r"token_ids\[0\]"),
-    (lambda seqs: ([{"seq_id": 0}], [5], True), TypeError, r"seqs\[0\] must be a Sequence"),
-    (lambda seqs: (seqs, [5, 6], True), ValueError, "2 sampled tokens for 1 sequences"),
-])
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        # a prefill batch called a decode
+        (lambda seqs: (seqs, [5], False), ValueError, "is_prefill=True"),
+        (lambda seqs: (seqs, [5], 1), TypeError, "is_prefill must be True or False"),
+        (lambda seqs: (seqs + seqs, [5, 5], True), ValueError, "twice"),
+        (lambda seqs: (seqs, [5.0], True), TypeError, r"token_ids\[0\] must be an integer"),
+        (
+            lambda seqs: (seqs, [-3], True),
+            ValueError,
+            r"token_ids\[0\] must be from 0 to 2\*\*63 - 1",
+        ),
+        (lambda seqs: (seqs, [2**70], True), ValueError, r"token_ids\[0\]"),
+        (lambda seqs: (seqs, ["7"], True), TypeError, r"token_ids\[0\]"),
+        (
+            lambda seqs: ([{"seq_id": 0}], [5], True),
+            TypeError,
+            r"seqs\[0\] must be a Sequence",
+        ),
+        (lambda seqs: (seqs, [5, 6], True), ValueError, "2 sampled tokens for 1 sequences"),
+    ],
+)
 def test_postprocess_refuses_bad_arguments(args, error, match):
     s = sched()
     a = seq(range(3))
@@ -221,8 +316,14 @@ def test_postprocess_refuses_bad_arguments(args, error, match):
 
 def test_add_of_a_copy_of_a_queued_sequence(two_running):
     s, a, b, c = two_running
-    refused(s, [a, b, c], lambda: s.add(copy.deepcopy(a)), match="RUNNING and cannot be added again")
-    for twin in (copy.deepcopy(c), copy.copy(c)):  # waiting, never scheduled: only its seq_id gives it away
+    refused(
+        s,
+        [a, b, c],
+        lambda: s.add(copy.deepcopy(a)),
+        match="RUNNING and cannot be added again",
+    )
+    # waiting, never scheduled: only its seq_id gives it away
+    for twin in (copy.deepcopy(c), copy.copy(c)):
         refused(s, [a, b, c], lambda: s.add(twin), match="already scheduled")
 
 
@@ -230,8 +331,13 @@ def test_postprocess_of_a_copy_of_a_scheduled_sequence(two_running):
     s, a, b, c = two_running
     seqs, is_prefill = s.schedule()
     twin = copy.deepcopy(seqs[0])
-    refused(s, [a, b, c, twin], lambda: s.postprocess([twin] + seqs[1:], [5] * len(seqs), is_prefill),
-            match="latest schedule", holders=[a, b])
+    refused(
+        s,
+        [a, b, c, twin],
+        lambda: s.postprocess([twin] + seqs[1:], [5] * len(seqs), is_prefill),
+        match="latest schedule",
+        holders=[a, b],
+    )
 
 
 def test_preempt_of_a_sequence_still_running(two_running):
@@ -240,8 +346,9 @@ def test_preempt_of_a_sequence_still_running(two_running):
 
 
 def test_check_invariants_notices_a_second_postprocess():
-    """If postprocess were run twice (here: its moves repeated by hand), a running sequence would
-    hold two tokens that are neither cached nor scheduled; check_invariants names the rule."""
+    """If postprocess were run twice (here: its moves repeated by hand), a running sequence
+    would hold two tokens that are neither cached nor scheduled; check_invariants names the
+    rule."""
     s = sched()
     a = seq(range(3))
     s.add(a)
@@ -253,15 +360,18 @@ def test_check_invariants_notices_a_second_postprocess():
 
 
 # --- construction
-@pytest.mark.parametrize(("tokens", "error", "match"), [
-    ([1, 2.5], TypeError, r"token_ids\[1\] must be an integer token id, got 2.5"),
-    ([1, -1], ValueError, r"token_ids\[1\] must be from 0 to 2\*\*63 - 1"),
-    ([2**70], ValueError, r"token_ids\[0\]"),
-    ([2**63], ValueError, r"token_ids\[0\]"),
-    (["a"], TypeError, r"token_ids\[0\]"),
-    ([None], TypeError, r"token_ids\[0\]"),
-    (5, TypeError, "token_ids must be an iterable"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "error", "match"),
+    [
+        ([1, 2.5], TypeError, r"token_ids\[1\] must be an integer token id, got 2.5"),
+        ([1, -1], ValueError, r"token_ids\[1\] must be from 0 to 2\*\*63 - 1"),
+        ([2**70], ValueError, r"token_ids\[0\]"),
+        ([2**63], ValueError, r"token_ids\[0\]"),
+        (["a"], TypeError, r"token_ids\[0\]"),
+        ([None], TypeError, r"token_ids\[0\]"),
+        (5, TypeError, "token_ids must be an iterable"),
+    ],
+)
 def test_sequence_token_ids_are_checked(tokens, error, match):
     with pytest.raises(error, match=match):
         Sequence(tokens, block_size=4)
@@ -273,11 +383,16 @@ def test_largest_token_id_is_accepted_and_hashed():
     bm.allocate(x, bm.can_allocate(x))
     x.num_scheduled_tokens = 4
     bm.hash_blocks(x)
-    assert x.block_hashes == [BlockManager.compute_hash([2**63 - 1, 0]),
-                              BlockManager.compute_hash([5, 2**62], BlockManager.compute_hash([2**63 - 1, 0]))]
+    assert x.block_hashes == [
+        BlockManager.compute_hash([2**63 - 1, 0]),
+        BlockManager.compute_hash([5, 2**62], BlockManager.compute_hash([2**63 - 1, 0])),
+    ]
 
 
-@pytest.mark.parametrize(("token", "error"), [(1.0, TypeError), (-1, ValueError), (2**64, ValueError), ("3", TypeError)])
+@pytest.mark.parametrize(
+    ("token", "error"),
+    [(1.0, TypeError), (-1, ValueError), (2**64, ValueError), ("3", TypeError)],
+)
 def test_append_token_is_checked_before_anything_changes(token, error):
     x = Sequence([1, 2], block_size=4)
     before = seq_snapshot(x)
@@ -310,13 +425,27 @@ def test_ignore_eos_must_be_a_bool(ignore_eos):
 
 
 # --- random misuse between the steps of random workloads
-MISUSE = ("free_finished", "free_copy_of_freed", "free_copy_of_live", "append_copy_of_live", "foreign_ids",
-          "stale_postprocess", "postprocess_waiting", "wrong_kind", "duplicate_in_batch", "bad_token",
-          "preempt_running", "allocate_copy")
+MISUSE = (
+    "free_finished",
+    "free_copy_of_freed",
+    "free_copy_of_live",
+    "append_copy_of_live",
+    "foreign_ids",
+    "stale_postprocess",
+    "postprocess_waiting",
+    "wrong_kind",
+    "duplicate_in_batch",
+    "bad_token",
+    "preempt_running",
+    "allocate_copy",
+)
 
 
-def attempt(kind: str, s: Scheduler, rng: random.Random, pool: dict, batch) -> tuple[object, tuple] | None:
-    """(a call that must be refused, the error types allowed), or None when the state offers no such misuse."""
+def attempt(
+    kind: str, s: Scheduler, rng: random.Random, pool: dict, batch
+) -> tuple[object, tuple] | None:
+    """(a call that must be refused, the error types allowed), or None when the state offers no
+    such misuse."""
     bm = s.block_manager
     live = [x for x in pool["all"] if x.block_table]
     finished = [x for x in pool["all"] if x.status == SequenceStatus.FINISHED]
@@ -334,7 +463,10 @@ def attempt(kind: str, s: Scheduler, rng: random.Random, pool: dict, batch) -> t
         return (lambda: bm.allocate(twin, 0)), (ValueError,)
     if kind == "foreign_ids":
         stranger = Sequence(rng.choice(pool["prompts"]), block_size=bm.block_size)
-        stranger.block_table = [rng.choice([-1, bm.num_blocks, rng.randrange(bm.num_blocks)]) for _ in range(rng.randint(1, 3))]
+        stranger.block_table = [
+            rng.choice([-1, bm.num_blocks, rng.randrange(bm.num_blocks)])
+            for _ in range(rng.randint(1, 3))
+        ]
         return (lambda: bm.deallocate(stranger)), (ValueError,)
     if kind == "stale_postprocess" and pool["last_batch"] and batch is None:
         seqs, is_prefill = pool["last_batch"]
@@ -347,33 +479,58 @@ def attempt(kind: str, s: Scheduler, rng: random.Random, pool: dict, batch) -> t
     if batch is not None:
         seqs, is_prefill = batch
         if kind == "wrong_kind":
-            return (lambda: s.postprocess(seqs, [1] * len(seqs), not is_prefill)), (ValueError,)
+            return (lambda: s.postprocess(seqs, [1] * len(seqs), not is_prefill)), (
+                ValueError,
+            )
         if kind == "duplicate_in_batch":
-            return (lambda: s.postprocess(seqs + seqs[:1], [1] * (len(seqs) + 1), is_prefill)), (ValueError,)
+            return (
+                lambda: s.postprocess(seqs + seqs[:1], [1] * (len(seqs) + 1), is_prefill)
+            ), (ValueError,)
         if kind == "bad_token":
             bad = rng.choice([-1, 2**64, 1.5, "x"])
-            return (lambda: s.postprocess(seqs, [1] * (len(seqs) - 1) + [bad], is_prefill)), (ValueError, TypeError)
+            return (lambda: s.postprocess(seqs, [1] * (len(seqs) - 1) + [bad], is_prefill)), (
+                ValueError,
+                TypeError,
+            )
         if kind == "preempt_running" and s.running:
             return (lambda: s.preempt(rng.choice(list(s.running)))), (ValueError,)
     return None
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), num_blocks=st.integers(4, 12), block_size=st.sampled_from([1, 2, 4]),
-       max_num_batched_tokens=st.integers(4, 24), kinds=st.lists(st.sampled_from(MISUSE), min_size=5, max_size=40))
-def test_random_misuse_is_refused_and_changes_nothing(seed, num_blocks, block_size, max_num_batched_tokens, kinds):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    num_blocks=st.integers(4, 12),
+    block_size=st.sampled_from([1, 2, 4]),
+    max_num_batched_tokens=st.integers(4, 24),
+    kinds=st.lists(st.sampled_from(MISUSE), min_size=5, max_size=40),
+)
+def test_random_misuse_is_refused_and_changes_nothing(
+    seed, num_blocks, block_size, max_num_batched_tokens, kinds
+):
     rng = random.Random(seed)
-    s = Scheduler(SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=block_size,
-                                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=4))
-    prompts = [[rng.randrange(4) for _ in range(rng.randint(1, 2 * block_size + 1))] for _ in range(3)]
+    s = Scheduler(
+        SchedulerConfig(
+            num_kvcache_blocks=num_blocks,
+            kvcache_block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=4,
+        )
+    )
+    prompts = [
+        [rng.randrange(4) for _ in range(rng.randint(1, 2 * block_size + 1))] for _ in range(3)
+    ]
     pool = {"all": [], "copies_of_freed": [], "last_batch": None, "prompts": prompts}
     batch = None
     tried = 0
     for kind in kinds:
         # One legitimate move (add, schedule or postprocess), then one misuse attempt.
         if rng.random() < 0.3 or s.is_finished():
-            x = Sequence(rng.choice(prompts) + [rng.randrange(4)], SamplingParams(max_tokens=rng.randint(1, 4)),
-                         block_size=block_size)
+            x = Sequence(
+                rng.choice(prompts) + [rng.randrange(4)],
+                SamplingParams(max_tokens=rng.randint(1, 4)),
+                block_size=block_size,
+            )
             if s.max_blocks_needed(x) <= num_blocks:
                 s.add(x)
                 pool["all"].append(x)
@@ -382,7 +539,9 @@ def test_random_misuse_is_refused_and_changes_nothing(seed, num_blocks, block_si
         else:
             live_before = [(x, copy.deepcopy(x)) for x in batch[0]]
             s.postprocess(batch[0], [rng.randrange(4) for _ in batch[0]], batch[1])
-            pool["copies_of_freed"] += [twin for x, twin in live_before if x.status == SequenceStatus.FINISHED]
+            pool["copies_of_freed"] += [
+                twin for x, twin in live_before if x.status == SequenceStatus.FINISHED
+            ]
             pool["last_batch"], batch = batch, None
         misuse = attempt(kind, s, rng, pool, batch)
         if misuse is None:
@@ -399,8 +558,8 @@ def test_random_misuse_is_refused_and_changes_nothing(seed, num_blocks, block_si
 
 
 def test_a_count_from_can_allocate_that_went_stale_is_refused():
-    """allocate takes can_allocate's hits as they are only while nothing changed in between: here
-    the one cached block is handed out again first, so the count of 1 is refused."""
+    """allocate takes can_allocate's hits as they are only while nothing changed in between:
+    here the one cached block is handed out again first, so the count of 1 is refused."""
     bm = BlockManager(3, 4)
     first = seq(range(5))
     bm.allocate(first, 0)
@@ -409,7 +568,8 @@ def test_a_count_from_can_allocate_that_went_stale_is_refused():
     bm.deallocate(first)  # free queue: 2, 1, 0
     again = seq(range(5))
     assert bm.can_allocate(again) == 1
-    bm.allocate(filler := seq(range(100, 112)), 0)  # takes 2, 1 and 0: the cached block is overwritten
+    # takes 2, 1 and 0: the cached block is overwritten
+    bm.allocate(filler := seq(range(100, 112)), 0)
     bm.deallocate(filler)
     before = manager_snapshot(bm)
     with pytest.raises(ValueError, match="an integer from 0 to 0"):

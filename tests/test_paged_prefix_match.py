@@ -1,10 +1,10 @@
-"""explain_prefix_match: the write-up's exact scenario, agreement with can_allocate/allocate on random states."""
+"""explain_prefix_match: the write-up's exact scenario, agreement with can_allocate/allocate on
+random states."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
-from refimpl.course.prefix_match import MatchOutcome, explain_prefix_match
 from refimpl.course.paged_scenarios import (
     EXAMPLE_A,
     EXAMPLE_B,
@@ -15,6 +15,8 @@ from refimpl.course.paged_scenarios import (
     reusable_prefix_tokens,
 )
 from refimpl.course.paged_steps import compute_tokens, decode_step, prefill
+from refimpl.course.prefix_match import MatchOutcome, explain_prefix_match
+from refimpl.paged import BlockManager, Sequence, check_invariants, compute_hash
 
 O = MatchOutcome
 
@@ -38,7 +40,11 @@ def test_writeup_example_exact():
     assert snapshot(bm) == before
     assert m.outcomes() == [O.HIT_IN_USE, O.HIT_FREE, O.LAST_BLOCK]
     assert [b.block_id for b in m.blocks] == [1, 3, 6]
-    assert [(b.ref_count_before, b.ref_count_after) for b in m.blocks] == [(1, 2), (0, 1), (0, 1)]
+    assert [(b.ref_count_before, b.ref_count_after) for b in m.blocks] == [
+        (1, 2),
+        (0, 1),
+        (0, 1),
+    ]
     assert [b.from_queue_head for b in m.blocks] == [False, False, True]
     assert m.blocks[2].hash is None  # the last block is never hashed for lookup
     assert m.blocks[0].hash == compute_hash(EXAMPLE_A)
@@ -96,7 +102,8 @@ def test_collision_is_caught_by_token_check():
 
 def test_does_not_fit_predicts_no_blocks():
     bm, _, request = prefix_cache_example()
-    longer = Sequence(EXAMPLE_A + EXAMPLE_B + EXAMPLE_C + list(range(12)), block_size=4)  # 6 blocks, needs 5 > 4 free
+    # 6 blocks, needs 5 > 4 free
+    longer = Sequence(EXAMPLE_A + EXAMPLE_B + EXAMPLE_C + list(range(12)), block_size=4)
     m = explain_prefix_match(bm, longer)
     assert m.num_free_blocks_needed == 5 and not m.fits
     assert m.can_allocate == bm.can_allocate(longer) == -1
@@ -122,7 +129,8 @@ def test_block_size_mismatch():
 
 def test_reusable_prefix_tokens_writeup_numbers():
     assert reusable_prefix_tokens(600, 700, 256) == 512
-    assert reusable_prefix_tokens(512, 512, 256) == 256  # exact match: the last block is recomputed
+    # exact match: the last block is recomputed
+    assert reusable_prefix_tokens(512, 512, 256) == 256
     assert reusable_prefix_tokens(600, 600, 1) == 599
     assert measure_reusable_prefix_tokens(600, 700, 256) == 512
     assert measure_reusable_prefix_tokens(512, 512, 256) == 256
@@ -134,10 +142,11 @@ def test_reusable_prefix_tokens_writeup_numbers():
 
 @given(st.integers(0, 40), st.integers(1, 40), st.integers(1, 12))
 def test_reusable_formula_matches_block_manager(shared, extra, block_size):
-    prompt_len = shared + extra if shared < 40 else shared  # sometimes a prompt that is all prefix
-    assert measure_reusable_prefix_tokens(shared, prompt_len, block_size) == reusable_prefix_tokens(
+    # sometimes a prompt that is all prefix
+    prompt_len = shared + extra if shared < 40 else shared
+    assert measure_reusable_prefix_tokens(
         shared, prompt_len, block_size
-    )
+    ) == reusable_prefix_tokens(shared, prompt_len, block_size)
 
 
 def test_reverse_free_keeps_prefix_longest():
@@ -165,12 +174,15 @@ def test_decode_step_adds_blocks_at_boundaries_and_registers_full_blocks():
 # --- random states
 # A prompt is built from an earlier prompt's prefix plus a random tail, so that states are full
 # of shared prefixes, freed-but-cached blocks, and hash-table entries overwritten by twins.
-prompt_spec = st.tuples(st.integers(0, 20), st.integers(0, 14), st.lists(st.integers(1, 3), max_size=6))
+prompt_spec = st.tuples(
+    st.integers(0, 20), st.integers(0, 14), st.lists(st.integers(1, 3), max_size=6)
+)
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("prefill"), prompt_spec),
         st.tuples(st.just("free"), st.integers(0, 10)),
-        st.tuples(st.just("free"), st.integers(0, 10)),  # listed twice: frees leave cached blocks to revive
+        # listed twice: frees leave cached blocks to revive
+        st.tuples(st.just("free"), st.integers(0, 10)),
         st.tuples(st.just("decode"), st.integers(0, 10), st.integers(1, 3)),
     ),
     max_size=14,
@@ -183,8 +195,15 @@ def build_prompt(history: list[list[int]], spec) -> list[int]:
     return (base + tail) or [1]
 
 
-@given(st.sampled_from([1, 2, 3]), st.integers(3, 12), ops, st.lists(prompt_spec, min_size=1, max_size=4))
-def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, operations, probes):
+@given(
+    st.sampled_from([1, 2, 3]),
+    st.integers(3, 12),
+    ops,
+    st.lists(prompt_spec, min_size=1, max_size=4),
+)
+def test_agrees_with_block_manager_on_random_states(
+    block_size, num_blocks, operations, probes
+):
     bm = BlockManager(num_blocks, block_size)
     live: list[Sequence] = []
     history: list[list[int]] = []
@@ -220,7 +239,9 @@ def test_agrees_with_block_manager_on_random_states(block_size, num_blocks, oper
         if m.fits:
             bm.allocate(probe, m.num_cached_blocks)
             assert probe.block_table == [b.block_id for b in m.blocks]
-            assert [bm.blocks[b].ref_count for b in probe.block_table] == [b.ref_count_after for b in m.blocks]
+            assert [bm.blocks[b].ref_count for b in probe.block_table] == [
+                b.ref_count_after for b in m.blocks
+            ]
             assert probe.num_cached_tokens == m.num_cached_tokens
             live.append(probe)
             check_invariants(bm, live)

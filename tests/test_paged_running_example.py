@@ -1,19 +1,23 @@
-"""The running example has the shape its chapters describe: 2 shared blocks, C hits A's full blocks."""
+"""The running example has the shape its chapters describe: 2 shared blocks, C hits A's full
+blocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from refimpl.paged import BlockManager
-from refimpl.course.running_example import SYSTEM, names_by_seq_id, prompt, requests
 from refimpl.course.paged_steps import prefill
+from refimpl.course.running_example import SYSTEM, names_by_seq_id, prompt, requests
+from refimpl.paged import BlockManager
 
 
 def test_shapes_at_block_size_4():
     seqs = requests()
     assert list(seqs) == ["A", "B", "C"]
     assert [(s.num_tokens, s.num_blocks, s.last_block_num_tokens) for s in seqs.values()] == [
-        (11, 3, 3), (13, 4, 1), (11, 3, 3)]
+        (11, 3, 3),
+        (13, 4, 1),
+        (11, 3, 3),
+    ]
     assert len(SYSTEM) == 8 and prompt("C") == prompt("A")
     assert names_by_seq_id(seqs) == {seqs[n].seq_id: n for n in "ABC"}
     with pytest.raises(ValueError, match="users A, B, C"):

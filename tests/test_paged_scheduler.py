@@ -1,8 +1,8 @@
 """Scheduler scenarios with exact per-step traces, worked out by hand from nano-vllm's rules.
 
 Block size 4 everywhere so every block boundary is visible. A trace row is
-(kind, seq_ids, tokens computed per sequence, preempted, finished, blocks in use after the step);
-sequence ids start at 0 in every test.
+(kind, seq_ids, tokens computed per sequence, preempted, finished, blocks in use after the
+step); sequence ids start at 0 in every test.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections import deque
 
 import pytest
 
-from refimpl.errors import InvariantError
-from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus
 from refimpl.course.runners import (
     FakeModelRunner,
     MaxStepsExceeded,
     SchedulerDriver,
     run_to_completion,
 )
+from refimpl.errors import InvariantError
+from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence, SequenceStatus
 
 BS = 4
 
@@ -30,26 +30,42 @@ def fresh_seq_ids(monkeypatch):
 
 
 def seq(tokens, max_tokens=64, ignore_eos=False):
-    return Sequence(list(tokens), SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos), block_size=BS)
+    return Sequence(
+        list(tokens),
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos),
+        block_size=BS,
+    )
 
 
 def sched(num_blocks=10, **kwargs):
-    return Scheduler(SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=BS, **kwargs))
+    return Scheduler(
+        SchedulerConfig(num_kvcache_blocks=num_blocks, kvcache_block_size=BS, **kwargs)
+    )
 
 
 def trace(steps):
     return [
-        (r.kind, r.seq_ids, r.num_scheduled_tokens, r.preempted_seq_ids, r.finished_seq_ids, r.num_blocks_in_use)
+        (
+            r.kind,
+            r.seq_ids,
+            r.num_scheduled_tokens,
+            r.preempted_seq_ids,
+            r.finished_seq_ids,
+            r.num_blocks_in_use,
+        )
         for r in steps
     ]
 
 
 def assert_reference_outputs(runner, seqs):
-    """Every sequence generated exactly what it would generate alone, unbatched and uncached."""
+    """Every sequence generated exactly what it would generate alone, unbatched and
+    uncached."""
     for s in seqs:
         assert s.status == SequenceStatus.FINISHED
         assert s.block_table == []
-        assert s.completion_token_ids == runner.reference_completion(s.prompt_token_ids, s.max_tokens, s.ignore_eos)
+        assert s.completion_token_ids == runner.reference_completion(
+            s.prompt_token_ids, s.max_tokens, s.ignore_eos
+        )
 
 
 def test_plain_prefill_then_decode():
@@ -59,7 +75,12 @@ def test_plain_prefill_then_decode():
     driver.add([a, b])
     driver.step()
     assert (a.block_table, b.block_table) == ([0, 1], [2])
-    assert (a.status, a.is_prefill, len(a), a.num_cached_tokens) == (SequenceStatus.RUNNING, True, 6, 5)
+    assert (a.status, a.is_prefill, len(a), a.num_cached_tokens) == (
+        SequenceStatus.RUNNING,
+        True,
+        6,
+        5,
+    )
     driver.run()
     assert trace(driver.steps) == [
         ("prefill", (0, 1), (5, 3), (), (), 3),
@@ -84,18 +105,25 @@ def test_decode_sets_is_prefill_false_and_one_token():
 
 
 def test_chunked_prefill_only_for_the_first_sequence():
-    # Budget 6: A (3 tokens) fits; B (10) is not first, so it is not cut and waits for the next step,
-    # where it is first and gets a 6-token chunk; its last 4 tokens then share a step with C.
+    # Budget 6: A (3 tokens) fits; B (10) is not first, so it is not cut and waits for the next
+    # step, where it is first and gets a 6-token chunk; its last 4 tokens then share a step
+    # with C.
     s = sched(max_num_batched_tokens=6)
-    a, b, c = seq(range(3), max_tokens=1), seq(range(10, 20), max_tokens=1), seq(range(30, 32), max_tokens=1)
+    a, b, c = (
+        seq(range(3), max_tokens=1),
+        seq(range(10, 20), max_tokens=1),
+        seq(range(30, 32), max_tokens=1),
+    )
     driver = SchedulerDriver(s)
     driver.add([a, b, c])
     driver.step()
     driver.step()
     # B keeps its place at the head of `waiting`, already holding all 3 of its blocks.
     assert list(s.waiting) == [b, c] and b.status == SequenceStatus.WAITING
-    assert (b.block_table, b.num_cached_tokens) == ([1, 2, 3], 6)  # A's block 0 went to the queue tail
-    assert s.block_manager.blocks[1].hash != -1 and s.block_manager.blocks[2].hash == -1  # only full blocks
+    # A's block 0 went to the queue tail
+    assert (b.block_table, b.num_cached_tokens) == ([1, 2, 3], 6)
+    # only full blocks
+    assert s.block_manager.blocks[1].hash != -1 and s.block_manager.blocks[2].hash == -1
     driver.run()
     assert trace(driver.steps) == [
         ("prefill", (0,), (3,), (), (0,), 0),
@@ -112,7 +140,8 @@ def test_chunk_takes_what_is_left_of_the_budget_then_next_sequence_waits():
     steps = run_to_completion(s, [a, b])
     assert trace(steps) == [
         ("prefill", (0,), (6,), (), (), 3),
-        ("prefill", (0,), (4,), (), (), 3),  # B (3 tokens) does not fit in the 2 left and is not first
+        # B (3 tokens) does not fit in the 2 left and is not first
+        ("prefill", (0,), (4,), (), (), 3),
         ("prefill", (1,), (3,), (), (), 4),
         ("decode", (0, 1), (1, 1), (), (0, 1), 0),
     ]
@@ -130,12 +159,19 @@ def test_prefix_hits_reduce_scheduled_tokens(enable_prefix_caching):
     driver.add(b)
     driver.run()
     if enable_prefix_caching:
-        # A's two full blocks were freed but not overwritten: B pulls them out of the free queue.
+        # A's two full blocks were freed but not overwritten: B pulls them out of the free
+        # queue.
         assert [r.prefix_hit_tokens for r in driver.steps] == [(0,), (8,)]
-        assert trace(driver.steps) == [("prefill", (0,), (10,), (), (0,), 0), ("prefill", (1,), (3,), (), (1,), 0)]
+        assert trace(driver.steps) == [
+            ("prefill", (0,), (10,), (), (0,), 0),
+            ("prefill", (1,), (3,), (), (1,), 0),
+        ]
     else:
         assert [r.prefix_hit_tokens for r in driver.steps] == [(0,), (0,)]
-        assert trace(driver.steps) == [("prefill", (0,), (10,), (), (0,), 0), ("prefill", (1,), (11,), (), (1,), 0)]
+        assert trace(driver.steps) == [
+            ("prefill", (0,), (10,), (), (0,), 0),
+            ("prefill", (1,), (11,), (), (1,), 0),
+        ]
     assert_reference_outputs(driver.runner, [a, b])
 
 
@@ -153,7 +189,8 @@ def test_prefix_hit_on_blocks_in_use_shares_them():
     driver.run()
     assert trace(driver.steps) == [
         ("prefill", (0,), (9,), (), (), 3),
-        ("prefill", (1,), (2,), (), (), 4),  # 8 of B's 10 tokens come from A's blocks, which stay shared
+        # 8 of B's 10 tokens come from A's blocks, which stay shared
+        ("prefill", (1,), (2,), (), (), 4),
         ("decode", (0, 1), (1, 1), (), (1,), 3),
         ("decode", (0,), (1,), (), (0,), 0),
     ]
@@ -171,7 +208,12 @@ def test_preemption_of_the_last_running_sequence_then_recompute():
     driver.step()
     record = driver.step()
     assert record.preempted_seq_ids == (2,) and s.num_preemptions == 1
-    assert (c.status, c.is_prefill, c.block_table, c.num_cached_tokens) == (SequenceStatus.WAITING, True, [], 0)
+    assert (c.status, c.is_prefill, c.block_table, c.num_cached_tokens) == (
+        SequenceStatus.WAITING,
+        True,
+        [],
+        0,
+    )
     assert list(s.waiting) == [c] and list(s.running) == [a, b]
     assert (a.block_table, b.block_table) == ([0, 3], [1, 2])  # B got C's freed block 2
     driver.run()
@@ -181,19 +223,21 @@ def test_preemption_of_the_last_running_sequence_then_recompute():
         ("decode", (0, 1), (1, 1), (), (), 4),  # C cannot get 2 blocks yet, so decode goes on
         ("decode", (0, 1), (1, 1), (), (), 4),
         ("decode", (0, 1), (1, 1), (), (0, 1), 0),
-        ("prefill", (2,), (5,), (), (), 2),  # recompute: 4 prompt tokens + the 1 it had generated
+        # recompute: 4 prompt tokens + the 1 it had generated
+        ("prefill", (2,), (5,), (), (), 2),
         ("decode", (2,), (1,), (), (), 2),
         ("decode", (2,), (1,), (), (), 2),
         ("decode", (2,), (1,), (), (2,), 0),
     ]
-    assert [r.prefix_hit_tokens for r in driver.steps][5] == (0,)  # its old block was overwritten by B
+    # its old block was overwritten by B
+    assert [r.prefix_hit_tokens for r in driver.steps][5] == (0,)
     assert_reference_outputs(driver.runner, [a, b, c])
 
 
 def test_preemption_takes_from_the_back_and_keeps_arrival_order():
-    # Pool of 5, four 4-token sequences all crossing into a 2nd block at step 1. A takes the only
-    # free block; B preempts D (the last), not C; C then finds nothing free and nobody behind it,
-    # so it preempts itself. Both go back to the front of `waiting`, C before D.
+    # Pool of 5, four 4-token sequences all crossing into a 2nd block at step 1. A takes the
+    # only free block; B preempts D (the last), not C; C then finds nothing free and nobody
+    # behind it, so it preempts itself. Both go back to the front of `waiting`, C before D.
     s = sched(num_blocks=5)
     a, b, c, d = (seq(range(k * 10, k * 10 + 4), max_tokens=5) for k in range(4))
     driver = SchedulerDriver(s)
@@ -230,7 +274,8 @@ def test_decode_preempts_itself_when_it_is_the_only_one_left():
     steps = run_to_completion(s, [a, b])
     assert trace(steps)[:2] == [
         ("prefill", (0, 1), (4, 4), (), (), 2),
-        ("decode", (0,), (1,), (1,), (), 2),  # B found no block and nobody behind it: it preempted itself
+        # B found no block and nobody behind it: it preempted itself
+        ("decode", (0,), (1,), (1,), (), 2),
     ]
     assert s.num_preemptions == 1
 
@@ -244,7 +289,8 @@ def test_eos_and_ignore_eos():
     assert trace(steps) == [
         ("prefill", (0, 1), (3, 3), (), (), 2),
         ("decode", (0, 1), (1, 1), (), (), 2),
-        ("decode", (0, 1), (1, 1), (), (0,), 2),  # both crossed into a 2nd block; A sampled EOS and freed its 2
+        # both crossed into a 2nd block; A sampled EOS and freed its 2
+        ("decode", (0, 1), (1, 1), (), (0,), 2),
         ("decode", (1,), (1,), (), (), 2),
         ("decode", (1,), (1,), (), (1,), 0),
     ]
@@ -273,7 +319,8 @@ def test_max_num_seqs_limits_prefill_and_decode_batches():
     assert trace(steps) == [
         ("prefill", (0, 1), (2, 2), (), (), 2),
         ("prefill", (2,), (2,), (), (), 3),  # waiting sequences always go before decodes
-        ("decode", (0, 1), (1, 1), (), (), 3),  # C is third in `running`: no room in a batch of 2
+        # C is third in `running`: no room in a batch of 2
+        ("decode", (0, 1), (1, 1), (), (), 3),
         ("decode", (0, 1), (1, 1), (), (0, 1), 1),
         ("decode", (2,), (1,), (), (), 1),
         ("decode", (2,), (1,), (), (2,), 0),
@@ -287,8 +334,8 @@ def test_prompt_length_equal_to_block_size():
     driver = SchedulerDriver(s)
     driver.add(a)
     driver.step()
-    # The prompt exactly fills block 0, which is registered at once; the sampled 5th token has no
-    # block yet: the next decode step must add one.
+    # The prompt exactly fills block 0, which is registered at once; the sampled 5th token has
+    # no block yet: the next decode step must add one.
     assert a.block_table == [0] and len(a) == 5 and s.block_manager.blocks[0].hash != -1
     driver.run()
     assert trace(driver.steps) == [
@@ -296,11 +343,14 @@ def test_prompt_length_equal_to_block_size():
         ("decode", (0,), (1,), (), (), 2),
         ("decode", (0,), (1,), (), (0,), 0),
     ]
-    # The same 4-token prompt again: its only block is its last block, which is never looked up.
+    # The same 4-token prompt again: its only block is its last block, which is never looked
+    # up.
     b = seq(range(4), max_tokens=1)
     driver.add(b)
     driver.run()
-    assert driver.steps[-1].prefix_hit_tokens == (0,) and driver.steps[-1].num_scheduled_tokens == (4,)
+    assert driver.steps[-1].prefix_hit_tokens == (0,) and driver.steps[
+        -1
+    ].num_scheduled_tokens == (4,)
 
 
 def test_fully_cached_prompt_still_recomputes_its_last_block():
@@ -313,9 +363,13 @@ def test_fully_cached_prompt_still_recomputes_its_last_block():
     b = seq(prompt, max_tokens=2)
     driver.add(b)
     driver.step()
-    # Only block 0 is looked up; block 1 holds the same tokens but is the last block: recomputed.
+    # Only block 0 is looked up; block 1 holds the same tokens but is the last block:
+    # recomputed.
     assert b.block_table == [0, 2]
-    assert (driver.steps[-1].prefix_hit_tokens, driver.steps[-1].num_scheduled_tokens) == ((4,), (4,))
+    assert (driver.steps[-1].prefix_hit_tokens, driver.steps[-1].num_scheduled_tokens) == (
+        (4,),
+        (4,),
+    )
     # Registering B's copy moved the cache entry for the second block from block 1 to block 2.
     h1 = s.block_manager.blocks[1].hash
     assert h1 == s.block_manager.blocks[2].hash and s.block_manager.hash_to_block_id[h1] == 2
@@ -323,8 +377,13 @@ def test_fully_cached_prompt_still_recomputes_its_last_block():
     c = seq(prompt + [5], max_tokens=2)
     driver.add(c)
     driver.step()
-    assert (driver.steps[-1].prefix_hit_tokens, driver.steps[-1].num_scheduled_tokens) == ((8,), (1,))
-    assert c.block_table[:2] == [0, 2] and [s.block_manager.blocks[i].ref_count for i in (0, 2)] == [2, 2]
+    assert (driver.steps[-1].prefix_hit_tokens, driver.steps[-1].num_scheduled_tokens) == (
+        (8,),
+        (1,),
+    )
+    assert c.block_table[:2] == [0, 2] and [
+        s.block_manager.blocks[i].ref_count for i in (0, 2)
+    ] == [2, 2]
     driver.run()
     assert_reference_outputs(driver.runner, [a, b, c])
 
@@ -336,12 +395,15 @@ def test_identical_prompts_in_one_step_both_miss():
     driver = SchedulerDriver(s)
     driver.add([a, b])
     driver.step()
-    # Hashes are registered only in postprocess, so B found nothing of A's and got its own blocks.
+    # Hashes are registered only in postprocess, so B found nothing of A's and got its own
+    # blocks.
     assert driver.steps[0].prefix_hit_tokens == (0, 0)
     assert (a.block_table, b.block_table) == ([0, 1], [2, 3])
     # Both registered the same two hashes; the later registration (B) won the map.
     assert sorted(s.block_manager.hash_to_block_id.values()) == [2, 3]
-    assert [s.block_manager.blocks[i].hash for i in (0, 1)] == [s.block_manager.blocks[i].hash for i in (2, 3)]
+    assert [s.block_manager.blocks[i].hash for i in (0, 1)] == [
+        s.block_manager.blocks[i].hash for i in (2, 3)
+    ]
     driver.run()
     assert trace(driver.steps) == [
         ("prefill", (0, 1), (8, 8), (), (), 4),
@@ -363,8 +425,10 @@ def test_chunked_prefill_after_a_preemption():
         ("decode", (0, 1), (1, 1), (), (), 3),
         ("decode", (0, 1), (1, 1), (), (), 3),
         ("decode", (0,), (1,), (1,), (), 2),
-        ("decode", (0,), (1,), (), (), 2),  # B's first block is cached but B needs 2 free blocks
-        ("decode", (0,), (1,), (), (), 3),  # A takes the last free block: B's cached block is gone
+        # B's first block is cached but B needs 2 free blocks
+        ("decode", (0,), (1,), (), (), 2),
+        # A takes the last free block: B's cached block is gone
+        ("decode", (0,), (1,), (), (), 3),
         ("decode", (0,), (1,), (), (0,), 0),
         ("prefill", (1,), (4,), (), (), 2),
         ("prefill", (1,), (1,), (), (), 2),
@@ -378,8 +442,8 @@ def test_chunked_prefill_after_a_preemption():
 
 
 def test_preempted_sequence_can_hit_its_own_freed_blocks():
-    # B holds a full first block and a partial second one. Preemption frees the last block first,
-    # so A reuses B's partial block while B's full block stays cached for B's recompute.
+    # B holds a full first block and a partial second one. Preemption frees the last block
+    # first, so A reuses B's partial block while B's full block stays cached for B's recompute.
     s = sched(num_blocks=4)
     a, b = seq(range(8), max_tokens=2), seq(range(10, 15), max_tokens=4)
     driver = SchedulerDriver(s)
@@ -391,8 +455,10 @@ def test_preempted_sequence_can_hit_its_own_freed_blocks():
     driver.run()
     assert trace(driver.steps) == [
         ("prefill", (0, 1), (8, 5), (), (), 4),
-        ("decode", (0,), (1,), (1,), (0,), 0),  # A needs a 3rd block: B (behind it) is preempted
-        ("prefill", (1,), (2,), (), (), 2),  # B's first block is a hit: 2 of its 6 tokens are computed
+        # A needs a 3rd block: B (behind it) is preempted
+        ("decode", (0,), (1,), (1,), (0,), 0),
+        # B's first block is a hit: 2 of its 6 tokens are computed
+        ("prefill", (1,), (2,), (), (), 2),
         ("decode", (1,), (1,), (), (), 2),
         ("decode", (1,), (1,), (), (1,), 0),
     ]
@@ -444,7 +510,10 @@ def test_add_rejects_wrong_block_size_duplicates_and_finished():
 )
 def test_bad_scheduler_config_values(field, value):
     kwargs = {"num_kvcache_blocks": 4, field: value}
-    with pytest.raises(ValueError, match=field.replace("kvcache_", "") if field == "kvcache_block_size" else field):
+    with pytest.raises(
+        ValueError,
+        match=field.replace("kvcache_", "") if field == "kvcache_block_size" else field,
+    ):
         SchedulerConfig(**kwargs)
 
 
@@ -486,7 +555,8 @@ def test_runner_tokens_are_a_pure_function_of_history():
 def test_runner_eos_rules():
     r = FakeModelRunner(4, BS, vocab_size=10, eos=3, eos_after=4)
     out = r.reference_completion([1, 2], max_tokens=20)
-    assert len(out) == 5 and out[-1] == 3 and 3 not in out[:-1]  # ordinary tokens avoid the EOS id
+    # ordinary tokens avoid the EOS id
+    assert len(out) == 5 and out[-1] == 3 and 3 not in out[:-1]
     assert len(r.reference_completion([1, 2], max_tokens=20, ignore_eos=True)) == 20
     periodic = FakeModelRunner(4, BS, vocab_size=10, eos=10, eos_period=3)
     lengths = {len(periodic.reference_completion([k], max_tokens=50)) for k in range(30)}

@@ -1,4 +1,5 @@
-"""Sequence and SamplingParams: fields, block arithmetic at the boundaries, and compact pickling."""
+"""Sequence and SamplingParams: fields, block arithmetic at the boundaries, and compact
+pickling."""
 
 import math
 import pickle
@@ -82,7 +83,9 @@ def test_sequence_status_has_three_states():
         (256, 600, 3, 88),
     ],
 )
-def test_num_blocks_and_last_block_num_tokens(block_size, num_tokens, num_blocks, last_block_num_tokens):
+def test_num_blocks_and_last_block_num_tokens(
+    block_size, num_tokens, num_blocks, last_block_num_tokens
+):
     seq = Sequence(range(num_tokens), block_size=block_size)
     assert seq.num_blocks == num_blocks
     assert seq.last_block_num_tokens == last_block_num_tokens
@@ -103,7 +106,11 @@ def test_block_returns_the_tokens_of_one_logical_block():
     assert seq.block(0) == [0, 1, 2, 3]
     assert seq.block(1) == [4, 5, 6, 7]
     assert seq.block(2) == [8, 9]  # the last block may be partly filled
-    assert [seq.block(i) for i in range(seq.num_blocks)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [seq.block(i) for i in range(seq.num_blocks)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9],
+    ]
 
 
 @pytest.mark.parametrize("index", [-1, 3, 100])

@@ -1,9 +1,11 @@
 """Property tests for the block manager.
 
-- A hypothesis state machine drives random allocate / decode-append / compute-and-hash / free steps over
-  prompts that share prefixes, runs `check_invariants` after every step, compares every observable
-  (tables, ref counts, free-queue order, prefix-cache map) with a literal deque-based model of nano-vllm's
-  rules (`nanovllm_oracle.OracleBlockManager`), and frees everything at the end to check that no block leaks.
+- A hypothesis state machine drives random allocate / decode-append / compute-and-hash / free
+  steps over
+  prompts that share prefixes, runs `check_invariants` after every step, compares every
+  observable (tables, ref counts, free-queue order, prefix-cache map) with a literal
+  deque-based model of nano-vllm's rules (`nanovllm_oracle.OracleBlockManager`), and frees
+  everything at the end to check that no block leaks.
 - FreeBlockQueue is compared with `collections.deque` on random operation sequences.
 - `check_invariants` is shown to catch each broken rule when a state is corrupted on purpose.
 """
@@ -13,22 +15,27 @@ from collections import Counter, deque
 
 import pytest
 from hypothesis import event, given
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
-from refimpl.errors import InvariantError
-from refimpl.paged import BlockManager, FreeBlockQueue, Sequence, check_invariants, compute_hash
-
 from nanovllm_oracle import INDEX, PREFIXES, TAIL, OracleBlockManager
 
+from refimpl.errors import InvariantError
+from refimpl.paged import (
+    BlockManager,
+    FreeBlockQueue,
+    Sequence,
+    check_invariants,
+    compute_hash,
+)
 
 # --- the state machine
 
 
 class BlockManagerMachine(RuleBasedStateMachine):
-    """Rules have no preconditions (a rule with nothing to act on does nothing), so that hypothesis
-    never has to discard a run; `admit` is always possible, which keeps the runs busy."""
+    """Rules have no preconditions (a rule with nothing to act on does nothing), so that
+    hypothesis never has to discard a run; `admit` is always possible, which keeps the runs
+    busy."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,7 +51,8 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self.ref = OracleBlockManager(num_blocks, block_size, caching)
         self.waiting: list[Sequence] = []  # no blocks: refused, or preempted
         self.running: list[Sequence] = []  # holding blocks
-        self.seen: Counter[str] = Counter()  # what happened, to check the runs cover the interesting cases
+        # what happened, to check the runs cover the interesting cases
+        self.seen: Counter[str] = Counter()
 
     def _note(self, what: str) -> None:
         self.seen[what] += 1
@@ -60,14 +68,16 @@ class BlockManagerMachine(RuleBasedStateMachine):
         fewer_hits=st.sampled_from([0, 0, 0, 1]),
     )
     def admit(self, prefix, tail, retry_waiting, index, fewer_hits):
-        """A new request (or one that waits) asks for its blocks: can_allocate, then allocate."""
+        """A new request (or one that waits) asks for its blocks: can_allocate, then
+        allocate."""
         if retry_waiting and self.waiting:
             seq = self.waiting.pop(index % len(self.waiting))
         else:
             seq = Sequence(list(prefix) + tail or [3], block_size=self.bm.block_size)
         num_cached_blocks = self.bm.can_allocate(seq)
         assert num_cached_blocks == self.ref.can_allocate(seq.token_ids)
-        # Taking fewer hits than offered is allowed; it may need more free blocks and then not fit.
+        # Taking fewer hits than offered is allowed; it may need more free blocks and then not
+        # fit.
         take = max(0, num_cached_blocks - fewer_hits)
         fits = num_cached_blocks != -1 and self.ref.allocate(seq.seq_id, seq.token_ids, take)
         if fits:
@@ -89,26 +99,31 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     @rule(index=INDEX, chunk=st.one_of(st.integers(1, 6), st.just(64)))
     def compute_and_hash(self, index, chunk):
-        """One model step on up to `chunk` uncomputed tokens, then postprocess's registration."""
+        """One model step on up to `chunk` uncomputed tokens, then postprocess's
+        registration."""
         candidates = [s for s in self.running if s.num_cached_tokens < len(s)]
         if not candidates:
             return
         seq = candidates[index % len(candidates)]
         seq.num_scheduled_tokens = min(chunk, len(seq) - seq.num_cached_tokens)
         self.bm.hash_blocks(seq)
-        self.ref.hash_blocks(seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens)
+        self.ref.hash_blocks(
+            seq.seq_id, seq.token_ids, seq.num_cached_tokens, seq.num_scheduled_tokens
+        )
         seq.num_cached_tokens += seq.num_scheduled_tokens
         seq.num_scheduled_tokens = 0
 
     @rule(index=INDEX, token_id=st.integers(0, 3))
     def decode_append(self, index, token_id):
-        """Append the sampled token, then give it a slot; with no free block, preempt as the scheduler does."""
+        """Append the sampled token, then give it a slot; with no free block, preempt as the
+        scheduler does."""
         candidates = [s for s in self.running if s.num_cached_tokens == len(s)]
         if not candidates:
             return
         seq = candidates[index % len(candidates)]
         seq.append_token(token_id)
-        check_invariants(self.bm, self.running)  # a table one block short is fine for this moment
+        # a table one block short is fine for this moment
+        check_invariants(self.bm, self.running)
         can = self.bm.can_append(seq)
         assert can == self.ref.can_append(len(seq))
         if can:
@@ -166,7 +181,8 @@ TestBlockManagerMachine = BlockManagerMachine.TestCase
 
 @pytest.mark.parametrize("seed", range(4))
 def test_long_random_workloads_match_the_oracle(seed):
-    """The same rules driven by a seeded RNG for many steps: longer histories than hypothesis builds."""
+    """The same rules driven by a seeded RNG for many steps: longer histories than hypothesis
+    builds."""
     rng = random.Random(seed)
     machine = BlockManagerMachine()
     machine.setup(block_size=[1, 2, 4, 4][seed], num_blocks=rng.randint(6, 24), caching=True)
@@ -175,7 +191,9 @@ def test_long_random_workloads_match_the_oracle(seed):
         index = rng.randrange(1000)
         if kind == "admit":
             tail = [rng.randrange(4) for _ in range(rng.randrange(7))]
-            machine.admit(rng.choice(PREFIXES), tail, rng.random() < 0.5, index, rng.choice([0, 0, 0, 1]))
+            machine.admit(
+                rng.choice(PREFIXES), tail, rng.random() < 0.5, index, rng.choice([0, 0, 0, 1])
+            )
         elif kind == "compute":
             machine.compute_and_hash(index, rng.choice([1, 2, 3, 5, 64]))
         elif kind == "decode":
@@ -184,9 +202,16 @@ def test_long_random_workloads_match_the_oracle(seed):
             machine.finish(index)
         machine.invariants_hold_and_match_the_oracle()
     machine.teardown()
-    for what in ("admit: revived a freed cached block", "admit: shared an in-use block", "admit: 2+ hit(s)",
-                 "admit: does not fit", "decode: preempted, no free block"):
-        assert machine.seen[what] > 0, f"the workload never reached: {what} ({dict(machine.seen)})"
+    for what in (
+        "admit: revived a freed cached block",
+        "admit: shared an in-use block",
+        "admit: 2+ hit(s)",
+        "admit: does not fit",
+        "decode: preempted, no free block",
+    ):
+        assert machine.seen[what] > 0, (
+            f"the workload never reached: {what} ({dict(machine.seen)})"
+        )
 
 
 # --- FreeBlockQueue vs deque
@@ -235,7 +260,8 @@ def test_free_queue_rejects_double_append_and_missing_remove():
 
 # --- check_invariants catches each rule
 def _healthy():
-    """Block size 2, pool 6: a and b share a registered block 0; c is freed, its full block still cached."""
+    """Block size 2, pool 6: a and b share a registered block 0; c is freed, its full block
+    still cached."""
     bm = BlockManager(6, 2)
     seqs = []
     for token_ids in ([1, 2, 3, 4], [1, 2, 4, 5, 6], [7, 8, 9]):
@@ -282,7 +308,8 @@ def _table_too_long(bm, a, b):
 
 
 def _table_too_short(bm, a, b):
-    a.block_table.pop()  # a has 4 tokens: 2 blocks, and its newest token does not start a new block
+    # a has 4 tokens: 2 blocks, and its newest token does not start a new block
+    a.block_table.pop()
 
 
 def _block_content_differs(bm, a, b):
@@ -352,7 +379,9 @@ CORRUPTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("rule", "corrupt"), CORRUPTIONS, ids=[f.__name__.strip("_") for _, f in CORRUPTIONS])
+@pytest.mark.parametrize(
+    ("rule", "corrupt"), CORRUPTIONS, ids=[f.__name__.strip("_") for _, f in CORRUPTIONS]
+)
 def test_check_invariants_names_the_broken_rule(rule, corrupt):
     bm, a, b = _healthy()
     corrupt(bm, a, b)

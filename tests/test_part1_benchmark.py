@@ -44,8 +44,12 @@ def test_revival_runs_on_both_block_managers(part1):
 
     from refimpl.paged import BlockManager, Sequence
 
-    theirs = part1.revival_us(NanoBlockManager(2000, 4), lambda t: NanoSequence(t, 4, 1), 2000, 4, 10, 1, 0)
-    ours = part1.revival_us(BlockManager(2000, 4), lambda t: Sequence(t, block_size=4), 2000, 4, 10, 1, 0)
+    theirs = part1.revival_us(
+        NanoBlockManager(2000, 4), lambda t: NanoSequence(t, 4, 1), 2000, 4, 10, 1, 0
+    )
+    ours = part1.revival_us(
+        BlockManager(2000, 4), lambda t: Sequence(t, block_size=4), 2000, 4, 10, 1, 0
+    )
     assert theirs[0] > 0 and ours[0] > 0 and theirs[1] == ours[1] == 10
 
 
@@ -56,7 +60,9 @@ def test_quick_run_prints_every_section(part1, capsys):
     for heading in ("1. Scheduler loop", "2. Reviving", "3. Engine"):
         assert heading in out
     assert " NO " not in out  # every loop produced the same schedule as nano-vllm's
-    engine_rows = [match.groups() for match in re.finditer(r"x +(\d+)/(\d+) *$", out, re.MULTILINE)]
+    engine_rows = [
+        match.groups() for match in re.finditer(r"x +(\d+)/(\d+) *$", out, re.MULTILINE)
+    ]
     assert len(engine_rows) == 2
     for equal, total in engine_rows:
         assert equal == total  # refimpl's greedy tokens equal transformers' for every request

@@ -10,17 +10,21 @@ from __future__ import annotations
 import pytest
 
 from refimpl.paged.sequence import SamplingParams
-from tests.v4_models import CONFIGS, hf_model, model_dir, oracle, prompts, one_thread  # noqa: F401  (autouse fixture)
+from tests.v4_models import CONFIGS, hf_model, model_dir, one_thread, oracle, prompts  # noqa: F401  (autouse fixture)
 
 MAX_TOKENS = 6
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
-
 def make_llm(name: str, **kwargs):
     from refimpl.v4.llm import V4LLM
 
-    llm = V4LLM(model_dir(name), hf_model=hf_model(name), num_kvcache_blocks=kwargs.pop("num_kvcache_blocks", 160), **kwargs)
+    llm = V4LLM(
+        model_dir(name),
+        hf_model=hf_model(name),
+        num_kvcache_blocks=kwargs.pop("num_kvcache_blocks", 160),
+        **kwargs,
+    )
     llm.record_logits = True
     return llm
 
@@ -44,7 +48,9 @@ def test_interleaved_requests_equal_transformers(name, caching, budget):
     names = ["P1", "P2", "P3"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
     assert_matches_oracle(name, names, outputs)
-    assert llm.stats.prefill_tokens + llm.stats.cached_tokens == sum(len(prompts()[p]) for p in names)
+    assert llm.stats.prefill_tokens + llm.stats.cached_tokens == sum(
+        len(prompts()[p]) for p in names
+    )
     if not caching:
         assert llm.stats.cached_tokens == 0
     assert llm.scheduler.kv_cache_manager.usage == 0.0  # every block back in the pool
@@ -64,7 +70,9 @@ def test_resume_at_256_token_prefix_hit(name, budget):
 
 def test_preemption_recomputes_and_still_matches():
     """A pool that cannot hold three long requests at once preempts one and recomputes it."""
-    llm = make_llm("A", num_kvcache_blocks=60, max_num_batched_tokens=64, enable_prefix_caching=False)
+    llm = make_llm(
+        "A", num_kvcache_blocks=60, max_num_batched_tokens=64, enable_prefix_caching=False
+    )
     names = ["P1", "P3", "P2"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
     assert llm.stats.preemptions >= 1
@@ -73,8 +81,8 @@ def test_preemption_recomputes_and_still_matches():
 
 def test_preempted_request_gives_back_every_block_keeps_its_tokens_and_is_recomputed():
     """Chapter 13's run: two 12-token requests in 16 usable blocks. At position 16 both cross a
-    block boundary in both compressor-state groups; the first takes the last two free blocks and
-    the second, the last running request, is preempted in the middle of its decode."""
+    block boundary in both compressor-state groups; the first takes the last two free blocks
+    and the second, the last running request, is preempted in the middle of its decode."""
     import torch
 
     from refimpl.hybrid.request import RequestStatus
@@ -103,7 +111,8 @@ def test_preempted_request_gives_back_every_block_keeps_its_tokens_and_is_recomp
 
     while y.request.status is not RequestStatus.RUNNING:
         llm.step()
-    assert x.request.status is RequestStatus.FINISHED  # 11 blocks for y's 17 tokens: only after x
+    # 11 blocks for y's 17 tokens: only after x
+    assert x.request.status is RequestStatus.FINISHED
     assert y.request.num_computed_tokens == 17 and len(y.request.output_token_ids) == 6
     while not llm.is_finished():
         llm.step()

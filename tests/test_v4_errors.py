@@ -15,18 +15,26 @@ def make_llm(**kwargs):
 
 
 def snapshot(llm):
-    return (len(llm.scheduler.waiting), len(llm.scheduler.running), llm.scheduler.kv_cache_manager.usage, llm._next_id)
+    return (
+        len(llm.scheduler.waiting),
+        len(llm.scheduler.running),
+        llm.scheduler.kv_cache_manager.usage,
+        llm._next_id,
+    )
 
 
-@pytest.mark.parametrize("prompts_, params, match", [
-    ([[]], SamplingParams(max_tokens=2), "empty prompt"),
-    ([[1, 2], list(range(100)) * 21], SamplingParams(max_tokens=2), "max_model_len"),
-    ([[1, 2]], SamplingParams(max_tokens=2048), "max_model_len"),
-    ([[1, 999]], SamplingParams(max_tokens=2), "vocabulary"),
-    ([1, 2, 3], SamplingParams(max_tokens=2), "single prompt"),
-    ([[1, 2]], [SamplingParams(), SamplingParams()], "SamplingParams"),
-    ([[1, "x"]], SamplingParams(max_tokens=2), "token ids"),
-])
+@pytest.mark.parametrize(
+    "prompts_, params, match",
+    [
+        ([[]], SamplingParams(max_tokens=2), "empty prompt"),
+        ([[1, 2], list(range(100)) * 21], SamplingParams(max_tokens=2), "max_model_len"),
+        ([[1, 2]], SamplingParams(max_tokens=2048), "max_model_len"),
+        ([[1, 999]], SamplingParams(max_tokens=2), "vocabulary"),
+        ([1, 2, 3], SamplingParams(max_tokens=2), "single prompt"),
+        ([[1, 2]], [SamplingParams(), SamplingParams()], "SamplingParams"),
+        ([[1, "x"]], SamplingParams(max_tokens=2), "token ids"),
+    ],
+)
 def test_bad_prompts_change_nothing(prompts_, params, match):
     llm = make_llm(num_kvcache_blocks=64)
     before = snapshot(llm)
@@ -45,18 +53,29 @@ def test_pool_too_small_for_one_request():
     assert len(out[0]["token_ids"]) == 2  # still usable afterwards
 
 
-@pytest.mark.parametrize("kwargs", [dict(num_kvcache_blocks=1), dict(max_num_batched_tokens=0),
-                                    dict(max_num_seqs=0), dict(max_model_len=10**6), dict(kvcache_block_size=100),
-                                    dict(attention_backend="fast")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_kvcache_blocks=1),
+        dict(max_num_batched_tokens=0),
+        dict(max_num_seqs=0),
+        dict(max_model_len=10**6),
+        dict(kvcache_block_size=100),
+        dict(attention_backend="fast"),
+    ],
+)
 def test_bad_engine_arguments(kwargs):
     with pytest.raises(ValueError):
         make_llm(**kwargs)
 
 
-# --- loading: like Part I's LLM, a local directory with safetensors weights and a V4 config only
+# --- loading: like Part I's LLM, a local directory with safetensors weights and a V4 config
+# only
+
 
 def v4_copy(tmp_path, weights: bool = True):
-    """A copy of tiny model A's directory (config, tokenizer; weights unless told otherwise)."""
+    """A copy of tiny model A's directory (config, tokenizer; weights unless told
+    otherwise)."""
     import shutil
     from pathlib import Path
 
@@ -73,7 +92,10 @@ def test_a_missing_directory_never_reaches_the_hub():
     from refimpl.v4.llm import V4LLM
 
     start = time.perf_counter()
-    with pytest.raises(ValueError, match="must be a local checkpoint directory; 'missing-model-dir' is not one"):
+    with pytest.raises(
+        ValueError,
+        match="must be a local checkpoint directory; 'missing-model-dir' is not one",
+    ):
         V4LLM("missing-model-dir")
     assert time.perf_counter() - start < 1.0  # no download attempt, no retries
 
@@ -93,7 +115,10 @@ def test_a_qwen3_checkpoint_gets_one_line(tmp_path):
     with pytest.raises(ValueError) as err:
         V4LLM(path)
     message = str(err.value)
-    assert "holds a 'qwen3' checkpoint; V4LLM runs only DeepSeek V4" in message and "\n" not in message
+    assert (
+        "holds a 'qwen3' checkpoint; V4LLM runs only DeepSeek V4" in message
+        and "\n" not in message
+    )
 
 
 def test_pickled_weights_are_refused_never_opened(tmp_path):
@@ -101,14 +126,22 @@ def test_pickled_weights_are_refused_never_opened(tmp_path):
     from refimpl.v4.loader import load_hf_model
 
     path = v4_copy(tmp_path, weights=False)
-    (path / "pytorch_model.bin").write_bytes(b"not a pickle: opening it would fail differently")
+    (path / "pytorch_model.bin").write_bytes(
+        b"not a pickle: opening it would fail differently"
+    )
     for load in (V4LLM, load_hf_model):
         with pytest.raises(ValueError, match=r"only pickled weights \(pytorch_model.bin\)"):
             load(path)
 
 
-@pytest.mark.parametrize("config, match", [(None, "has no config.json"), ("{not json", "not valid JSON"),
-                                           ('{"model_type": "deepseek_v3"}', "holds a 'deepseek_v3' checkpoint")])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (None, "has no config.json"),
+        ("{not json", "not valid JSON"),
+        ('{"model_type": "deepseek_v3"}', "holds a 'deepseek_v3' checkpoint"),
+    ],
+)
 def test_bad_config_files(tmp_path, config, match):
     from refimpl.v4.llm import V4LLM
 
@@ -128,23 +161,33 @@ def test_enable_prefix_caching_must_be_a_bool():
 
 # --- close(): the cache goes back, and the engine refuses work afterwards
 
+
 def test_close_releases_the_cache_and_refuses_work():
     import gc
     import weakref
 
     with make_llm(num_kvcache_blocks=64) as llm:
-        out = llm.generate([[5, 6]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+        out = llm.generate(
+            [[5, 6]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+        )
         view = weakref.ref(next(iter(llm.model_runner.kv_cache.views.values())))
     assert len(out[0]["token_ids"]) == 2
     gc.collect()
     assert llm.closed and llm.model_runner.kv_cache is None and view() is None
-    for call in (lambda: llm.generate([[5, 6]]), llm.step, lambda: llm.add_request([5], SamplingParams())):
+    for call in (
+        lambda: llm.generate([[5, 6]]),
+        llm.step,
+        lambda: llm.add_request([5], SamplingParams()),
+    ):
         with pytest.raises(ValueError, match="closed"):
             call()
 
 
 def test_two_engines_in_one_process():
-    first, second = make_llm(num_kvcache_blocks=64), make_llm(num_kvcache_blocks=32, max_num_batched_tokens=8)
+    first, second = (
+        make_llm(num_kvcache_blocks=64),
+        make_llm(num_kvcache_blocks=32, max_num_batched_tokens=8),
+    )
     sp = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     assert first.generate([prompts()["P2"]], sp) == second.generate([prompts()["P2"]], sp)
     first.close()

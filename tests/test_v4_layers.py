@@ -16,12 +16,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refimpl.v4.layer_checks import capture_layer_inputs, paged_rows, run_layer_paged, transformers_rows
+from refimpl.v4.layer_checks import (
+    capture_layer_inputs,
+    paged_rows,
+    run_layer_paged,
+    transformers_rows,
+)
 from refimpl.v4.topk import stable_topk, stable_topk_in_transformers
-from tests.v4_models import CONFIGS, hf_model, prompts, one_thread  # noqa: F401  (autouse fixture)
+from tests.v4_models import CONFIGS, hf_model, one_thread, prompts  # noqa: F401  (autouse fixture)
 
 NUM_TOKENS = 270  # two HCA windows, 67 CSA entries, 2 tokens of an unfinished window
-
 
 
 @functools.cache
@@ -37,7 +41,10 @@ def layer_info(name: str, layer: int):
     if comp is not None:
         bias["compressor"], dims["compressor"] = comp.position_bias, comp.head_dim
         if ratio == 4:
-            bias["indexer"], dims["indexer"] = comp.indexer.position_bias, comp.indexer.head_dim
+            bias["indexer"], dims["indexer"] = (
+                comp.indexer.position_bias,
+                comp.indexer.head_dim,
+            )
     return ratio, bias, dims
 
 
@@ -60,29 +67,41 @@ def compare(name: str, layer: int, chunks: list[int], exact: bool) -> None:
     torch.testing.assert_close(out, outputs[layer], atol=1e-5, rtol=1e-5)
 
 
-ALL_LAYERS = [(name, layer) for name in sorted(CONFIGS) for layer in range(len(CONFIGS[name]["compress_ratios"]))]
+ALL_LAYERS = [
+    (name, layer)
+    for name in sorted(CONFIGS)
+    for layer in range(len(CONFIGS[name]["compress_ratios"]))
+]
 
 
 @pytest.mark.parametrize("name,layer", ALL_LAYERS)
-@pytest.mark.parametrize("chunks", [[NUM_TOKENS], [64, 64, 64, 64, 14]], ids=["one-shot", "64-chunks"])
+@pytest.mark.parametrize(
+    "chunks", [[NUM_TOKENS], [64, 64, 64, 64, 14]], ids=["one-shot", "64-chunks"]
+)
 def test_cache_rows_equal_transformers_bit_for_bit(name, layer, chunks):
     compare(name, layer, chunks, exact=True)
 
 
 @pytest.mark.parametrize("name,layer", [("A", 1), ("A", 2), ("B", 0), ("C", 0)])
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_random_chunkings_and_decode(name, layer, data):
     """Any split of the 270 tokens into chunks, ending with single-token decode steps."""
     decode = data.draw(st.integers(0, 6), label="decode steps")
-    cuts = data.draw(st.lists(st.integers(1, NUM_TOKENS - decode - 1), max_size=5, unique=True), label="cuts")
+    cuts = data.draw(
+        st.lists(st.integers(1, NUM_TOKENS - decode - 1), max_size=5, unique=True),
+        label="cuts",
+    )
     bounds = [0] + sorted(cuts) + [NUM_TOKENS - decode]
     chunks = [b - a for a, b in zip(bounds, bounds[1:]) if b > a] + [1] * decode
     compare(name, layer, chunks, exact=False)
 
 
 def test_torch_topk_breaks_ties_by_row_length():
-    """The trap: with all-equal scores torch.topk's picks depend on the row length (torch 2.x CPU).
+    """The trap: with all-equal scores torch.topk's picks depend on the row length (torch 2.x
+    CPU).
 
     A query that sees 12 entries in a one-shot prefill sees 16 in a later cached step; the
     first 12 scores are the same, yet the picks differ. stable_topk always keeps 0, 1, 2.

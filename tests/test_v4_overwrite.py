@@ -11,7 +11,7 @@ import torch
 
 from refimpl.paged.sequence import SamplingParams
 from refimpl.v4.overwrite import hit_block_tables, poison_rows
-from tests.v4_models import hf_model, model_dir, prompts, one_thread  # noqa: F401  (autouse fixture)
+from tests.v4_models import hf_model, model_dir, one_thread, prompts  # noqa: F401  (autouse fixture)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 D, DI = 32, 16
@@ -20,11 +20,15 @@ SECOND_HALF = [slice(D, 2 * D), slice(3 * D, 4 * D)]
 IDX_FIRST_HALF = [slice(0, DI), slice(2 * DI, 3 * DI)]
 
 
-
 def run_p3(poison=None):
     from refimpl.v4.llm import V4LLM
 
-    llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=512)
+    llm = V4LLM(
+        model_dir("A"),
+        hf_model=hf_model("A"),
+        num_kvcache_blocks=160,
+        max_num_batched_tokens=512,
+    )
     llm.record_logits = True
     llm.generate([prompts()["P1"]], GREEDY)
     tables, hit = hit_block_tables(llm, prompts()["P3"])
@@ -43,7 +47,12 @@ def clean():
 
 READ = {
     "c4 state, last 4 tokens, first series": (1, "attn_state", range(252, 256), FIRST_HALF),
-    "indexer state, last 4 tokens, first series": (1, "idx_state", range(252, 256), IDX_FIRST_HALF),
+    "indexer state, last 4 tokens, first series": (
+        1,
+        "idx_state",
+        range(252, 256),
+        IDX_FIRST_HALF,
+    ),
     "window rows 241..255": (0, "swa", range(241, 256), None),
     "window row 241 only": (1, "swa", [241], None),
     "c128 entries 0 and 1": (2, "attn", [0, 1], None),

@@ -10,12 +10,25 @@ from refimpl.v4.layer_checks import identity_tables
 from refimpl.v4.tiny import tiny_v4_config_dict
 from refimpl.viz.v4_engine import draw_hit_reads, hit_reads_text, slot_table_text
 
-SUMMARY = {"hit": 256, "caches": {
-    "layers.1.swa_cache": {"ratio": 1, "block_size": 64, "reused": list(range(192, 256)), "read": list(range(241, 256))},
-    "layers.1.compressor.state_cache": {"ratio": 1, "block_size": 4, "reused": list(range(248, 256)), "read": [252, 253, 254, 255]},
-    "layers.2.attn": {"ratio": 128, "block_size": 256, "reused": [0, 1], "read": [0, 1]},
-    "layers.3.swa_cache": {"ratio": 1, "block_size": 64, "reused": [], "read": []},
-}}
+SUMMARY = {
+    "hit": 256,
+    "caches": {
+        "layers.1.swa_cache": {
+            "ratio": 1,
+            "block_size": 64,
+            "reused": list(range(192, 256)),
+            "read": list(range(241, 256)),
+        },
+        "layers.1.compressor.state_cache": {
+            "ratio": 1,
+            "block_size": 4,
+            "reused": list(range(248, 256)),
+            "read": [252, 253, 254, 255],
+        },
+        "layers.2.attn": {"ratio": 128, "block_size": 256, "reused": [0, 1], "read": [0, 1]},
+        "layers.3.swa_cache": {"ratio": 1, "block_size": 64, "reused": [], "read": []},
+    },
+}
 
 
 def test_slot_table_text_exact():
@@ -24,10 +37,15 @@ def test_slot_table_text_exact():
     text = slot_table_text(kv.layers[2], tables, [126, 127])
     lines = text.splitlines()
     assert lines[0].split() == ["position", "swa", "attn", "attn_state"]
-    # HCA: position 127 closes entry 0, written to row 0 of the attention group's block 0 (2 entries
-    # per block); each cache is addressed by its own group's table, wherever the planner put that group
+    # HCA: position 127 closes entry 0, written to row 0 of the attention group's block 0 (2
+    # entries per block); each cache is addressed by its own group's table, wherever the
+    # planner put that group
     hca = kv.layers[2]
-    swa, attn, state = tables[hca.swa.group], tables[hca.attn.group], tables[hca.attn_state.group]
+    swa, attn, state = (
+        tables[hca.swa.group],
+        tables[hca.attn.group],
+        tables[hca.attn_state.group],
+    )
     assert lines[2].split() == ["126", str(swa[1] * 64 + 62), "-", str(state[15] * 8 + 6)]
     assert lines[3].split()[2] == f"e0->{attn[0] * 2}"
 
@@ -55,7 +73,12 @@ def test_engine_stepper_frames_equal_a_fresh_engine_stepped_by_hand():
     names = ["A", "B", "C"]
 
     def fresh():
-        llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=160, max_num_batched_tokens=64)
+        llm = V4LLM(
+            model_dir("A"),
+            hf_model=hf_model("A"),
+            num_kvcache_blocks=160,
+            max_num_batched_tokens=64,
+        )
         return llm, [llm.add_request(prompts()[p], sp) for p in ("P1", "P2", "P3")]
 
     before = torch.get_num_threads()
@@ -66,8 +89,10 @@ def test_engine_stepper_frames_equal_a_fresh_engine_stepped_by_hand():
         again.step()
         states.append(engine_snapshot(again, reqs2, names))
     llm, reqs = fresh()
-    frames = record_frames(lambda: engine_snapshot(llm, reqs, names),
-                           [(f"step {i + 1}", llm.step) for i in range(len(states) - 1)])
+    frames = record_frames(
+        lambda: engine_snapshot(llm, reqs, names),
+        [(f"step {i + 1}", llm.step) for i in range(len(states) - 1)],
+    )
     stepper = Stepper(frames, draw_engine_state, engine_state_text)
     torch.set_num_threads(before)
     assert [f.state for f in stepper.frames] == states

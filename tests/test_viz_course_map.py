@@ -1,4 +1,5 @@
-"""The course map says what is on disk, its picture reads at a notebook's width, and its tables name real code."""
+"""The course map says what is on disk, its picture reads at a notebook's width, and its tables
+name real code."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ ON_DISK = sorted(path.name for path in NOTEBOOKS.glob("[0-9]*.ipynb"))
 
 
 def title_line(path: Path) -> str:
-    return "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"]).splitlines()[0]
+    return "".join(
+        json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"]
+    ).splitlines()[0]
 
 
 # --- the list against the notebooks
@@ -61,17 +64,22 @@ def test_readme_links_every_chapter():
 
 
 def title_matches(listed: str, on_disk: str) -> bool:
-    """The notebook's title starts with the listed one ("The BlockManager: allocate, append, free"
-    for "The BlockManager"), or, for a chapter being retitled, the listed title starts with the
-    part of the notebook's title before its colon ("The scheduler" of "The scheduler: prefill, ...")."""
+    """The notebook's title starts with the listed one ("The BlockManager: allocate, append,
+    free" for "The BlockManager"), or, for a chapter being retitled, the listed title starts
+    with the part of the notebook's title before its colon ("The scheduler" of "The scheduler:
+    prefill, ...")."""
     return on_disk.startswith(listed) or listed.startswith(on_disk.split(":")[0])
 
 
 def test_title_rule_tells_chapters_apart():
     assert title_matches("The BlockManager", "The BlockManager: allocate, append, free")
-    assert title_matches("The scheduler loop", "The scheduler: prefill, decode, chunks and preemption")
+    assert title_matches(
+        "The scheduler loop", "The scheduler: prefill, decode, chunks and preemption"
+    )
     assert title_matches("The scheduler loop", "The scheduler loop")
-    assert not title_matches("Kernels", "The engine: from text to tokens to blocks to attention")
+    assert not title_matches(
+        "Kernels", "The engine: from text to tokens to blocks to attention"
+    )
     assert not title_matches("The prefix cache", "The BlockManager: allocate, append, free")
 
 
@@ -83,8 +91,12 @@ def test_listed_titles_match_the_notebooks_that_exist():
             continue
         line = title_line(path)
         prefix = f"# {c.number} · "
-        assert line.startswith(prefix), f"{c.file}: title line {line!r} does not start with {prefix!r}"
-        assert title_matches(c.title, line[len(prefix):]), f"{c.file}: {line!r} is not {c.title!r}"
+        assert line.startswith(prefix), (
+            f"{c.file}: title line {line!r} does not start with {prefix!r}"
+        )
+        assert title_matches(c.title, line[len(prefix) :]), (
+            f"{c.file}: {line!r} is not {c.title!r}"
+        )
         checked.append(c.number)
     # Everything but the chapters written in parallel (05b, 13) exists in every branch.
     assert set(checked) >= {c.number for c in CHAPTERS} - {"05b", "13"}
@@ -92,10 +104,29 @@ def test_listed_titles_match_the_notebooks_that_exist():
 
 def test_numbers_files_and_order_agree():
     numbers = [c.number for c in CHAPTERS]
-    assert numbers == ["00", "01", "02", "03", "04", "05", "05b", "06", "07", "08a", "08b", "09", "10", "11", "12",
-                       "13"]
-    assert all(c.file.startswith(c.number + "_") and c.file.endswith(".ipynb") for c in CHAPTERS)
-    assert [c.file for c in CHAPTERS] == sorted(c.file for c in CHAPTERS)  # file order is reading order
+    assert numbers == [
+        "00",
+        "01",
+        "02",
+        "03",
+        "04",
+        "05",
+        "05b",
+        "06",
+        "07",
+        "08a",
+        "08b",
+        "09",
+        "10",
+        "11",
+        "12",
+        "13",
+    ]
+    assert all(
+        c.file.startswith(c.number + "_") and c.file.endswith(".ipynb") for c in CHAPTERS
+    )
+    # file order is reading order
+    assert [c.file for c in CHAPTERS] == sorted(c.file for c in CHAPTERS)
 
 
 def test_needs_point_backwards_and_every_chapter_leads_back_to_00():
@@ -104,14 +135,45 @@ def test_needs_point_backwards_and_every_chapter_leads_back_to_00():
         assert all(position[n] < position[c.number] for n in c.needs), c.number
         if c.number != "00":
             assert all_needs(c.number)[0] == "00"
-    assert all_needs("13") == ["00", "01", "02", "03", "04", "05", "06", "07", "08a", "08b", "09", "10", "11", "12"]
+    assert all_needs("13") == [
+        "00",
+        "01",
+        "02",
+        "03",
+        "04",
+        "05",
+        "06",
+        "07",
+        "08a",
+        "08b",
+        "09",
+        "10",
+        "11",
+        "12",
+    ]
     assert all_needs("05b") == ["00", "01", "02", "03", "04", "05"]
     assert "05b" not in all_needs("13")  # the corner cases are not needed for Part II or III
 
 
 def test_parts_and_minutes():
-    assert [c.number for c in CHAPTERS if c.part == "Part I"] == ["01", "02", "03", "04", "05", "05b", "06", "07"]
-    assert [c.number for c in CHAPTERS if c.part == "Part II"] == ["08a", "08b", "09", "10", "11", "12"]
+    assert [c.number for c in CHAPTERS if c.part == "Part I"] == [
+        "01",
+        "02",
+        "03",
+        "04",
+        "05",
+        "05b",
+        "06",
+        "07",
+    ]
+    assert [c.number for c in CHAPTERS if c.part == "Part II"] == [
+        "08a",
+        "08b",
+        "09",
+        "10",
+        "11",
+        "12",
+    ]
     assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
     assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 565
     assert total_minutes("Part II") == 230
@@ -131,26 +193,35 @@ def test_text_twin():
 def test_markdown_table_links_every_chapter():
     rows = chapters_markdown().splitlines()[2:]
     assert len(rows) == len(CHAPTERS)
-    assert rows[6] == "| 05b | [Scheduler corner cases](05b_scheduler_corner_cases.ipynb) | Part I | 30 | 05 |"
+    assert (
+        rows[6]
+        == "| 05b | [Scheduler corner cases](05b_scheduler_corner_cases.ipynb) | Part I | 30 | 05 |"
+    )
 
 
 # --- the picture
 
 
-@pytest.mark.parametrize("route", [None, ("00", "01", "02", "03", "04", "08a")], ids=["map", "route"])
+@pytest.mark.parametrize(
+    "route", [None, ("00", "01", "02", "03", "04", "08a")], ids=["map", "route"]
+)
 def test_picture_reads_at_notebook_width(route):
     fig = draw_course_map(route=route)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
     width, _ = fig.get_size_inches()
-    assert width <= 9.0  # shown at its own size in a notebook, so point sizes are what the reader sees
+    # shown at its own size in a notebook, so point sizes are what the reader sees
+    assert width <= 9.0
     ax = fig.axes[0]
     texts = [t for t in ax.texts if t.get_text()]
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()][:4] == [
-        "Start: how the course works (15 min)", "Part I: nano-vllm's paged cache (275 min)",
-        "Part II: vLLM's hybrid cache for DeepSeek V4 (230 min)", "Part III: a tiny DeepSeek V4 runs on it (45 min)"]
+        "Start: how the course works (15 min)",
+        "Part I: nano-vllm's paged cache (275 min)",
+        "Part II: vLLM's hybrid cache for DeepSeek V4 (230 min)",
+        "Part III: a tiny DeepSeek V4 runs on it (45 min)",
+    ]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]
     assert min(t.get_fontsize() for t in every_text) >= 8
     # One number per chapter, in a box of its part's colour.
@@ -159,9 +230,14 @@ def test_picture_reads_at_notebook_width(route):
     # Nothing overprinted: no two labels' boxes overlap, and no label leaves the figure.
     boxes = [t.get_window_extent(renderer) for t in every_text]
     for i, a in enumerate(boxes):
-        assert a.x0 >= 0 and a.y0 >= 0 and a.x1 <= fig.bbox.width and a.y1 <= fig.bbox.height, every_text[i].get_text()
+        assert (
+            a.x0 >= 0 and a.y0 >= 0 and a.x1 <= fig.bbox.width and a.y1 <= fig.bbox.height
+        ), every_text[i].get_text()
         for j in range(i + 1, len(boxes)):
-            assert not a.overlaps(boxes[j]), (every_text[i].get_text(), every_text[j].get_text())
+            assert not a.overlaps(boxes[j]), (
+                every_text[i].get_text(),
+                every_text[j].get_text(),
+            )
     # Legend and chapter boxes do not overlap either.
     legend_box = legend.get_window_extent(renderer)
     for patch in ax.patches:
@@ -170,9 +246,24 @@ def test_picture_reads_at_notebook_width(route):
 
 
 def test_route_is_every_need_then_the_goal():
-    assert route_to("10") == ["00", "01", "02", "03", "04", "08a", "08b", "09", "10"]  # no 05-07
-    assert route_to("12") == ["00", "01", "02", "03", "04", "05", "06", "07", "08a", "08b", "09", "10", "11",
-                              "12"]
+    # no 05-07
+    assert route_to("10") == ["00", "01", "02", "03", "04", "08a", "08b", "09", "10"]
+    assert route_to("12") == [
+        "00",
+        "01",
+        "02",
+        "03",
+        "04",
+        "05",
+        "06",
+        "07",
+        "08a",
+        "08b",
+        "09",
+        "10",
+        "11",
+        "12",
+    ]
     assert route_to("00") == ["00"]
     with pytest.raises(ValueError, match="no chapter '99'"):
         route_to("99")
@@ -203,10 +294,31 @@ def test_one_arrow_per_need():
 
 def test_glossary_has_the_terms_the_course_uses():
     terms = {t.term for t in GLOSSARY}
-    required = {"block", "page", "slot", "slot mapping", "block table", "block stride", "page size", "layer tuple",
-                "cache group", "KV cache spec", "null block", "hash block size", "lcm alignment",
-                "prefix cache hit", "free queue", "ref count", "chunked prefill", "preemption", "MLA", "SWA",
-                "compressor", "indexer", "MTP"}
+    required = {
+        "block",
+        "page",
+        "slot",
+        "slot mapping",
+        "block table",
+        "block stride",
+        "page size",
+        "layer tuple",
+        "cache group",
+        "KV cache spec",
+        "null block",
+        "hash block size",
+        "lcm alignment",
+        "prefix cache hit",
+        "free queue",
+        "ref count",
+        "chunked prefill",
+        "preemption",
+        "MLA",
+        "SWA",
+        "compressor",
+        "indexer",
+        "MTP",
+    }
     assert required <= terms
     assert all(t.chapter in {c.number for c in CHAPTERS} for t in GLOSSARY)
     table = glossary_markdown().splitlines()
@@ -222,13 +334,22 @@ def test_every_named_api_exists():
 
 
 def test_missing_api_names_notices_a_rename(monkeypatch):
-    monkeypatch.setattr(course_map, "GLOSSARY", GLOSSARY + (course_map.Term("x", "y", ("refimpl.paged.Nope",)),))
+    monkeypatch.setattr(
+        course_map,
+        "GLOSSARY",
+        GLOSSARY + (course_map.Term("x", "y", ("refimpl.paged.Nope",)),),
+    )
     assert missing_api_names() == ["refimpl.paged.Nope"]
 
 
 def test_lcm_alignment_and_hash_block_size_are_what_the_glossary_says():
     """256 = lcm of DeepSeek V4's group block sizes; the hash block size is their gcd (4)."""
-    from refimpl.hybrid import KVCacheManager, deepseek_v4, get_kv_cache_config, get_kv_cache_groups
+    from refimpl.hybrid import (
+        KVCacheManager,
+        deepseek_v4,
+        get_kv_cache_config,
+        get_kv_cache_groups,
+    )
 
     groups = get_kv_cache_groups(deepseek_v4.kv_cache_specs("flash"))
     config = get_kv_cache_config(groups, 1 << 30)
@@ -238,7 +359,8 @@ def test_lcm_alignment_and_hash_block_size_are_what_the_glossary_says():
 
 
 def test_free_order_row_is_what_the_code_does():
-    """Part I: freed blocks go to the tail, last block first. Part II: unhashed to the front, hashed to the back."""
+    """Part I: freed blocks go to the tail, last block first. Part II: unhashed to the front,
+    hashed to the back."""
     bm = BlockManager(num_blocks=6, block_size=2)
     seq = Sequence([1, 2, 3, 4, 5], SamplingParams(max_tokens=1), block_size=2)
     bm.allocate(seq, bm.can_allocate(seq))
@@ -249,7 +371,9 @@ def test_free_order_row_is_what_the_code_does():
     pool = BlockPool(6)  # block 0 is the null block
     blocks = pool.get_new_blocks(3)
     assert [b.block_id for b in blocks] == [1, 2, 3]
-    pool.cache_full_blocks([b"h" * 16], blocks, num_cached_blocks=0, num_full_blocks=1, kv_cache_group_id=0)
+    pool.cache_full_blocks(
+        [b"h" * 16], blocks, num_cached_blocks=0, num_full_blocks=1, kv_cache_group_id=0
+    )
     assert blocks[0].block_hash == make_block_hash_with_group_id(b"h" * 16, 0)
     pool.free_blocks(reversed(blocks))  # the table's last block first, as the managers free
     assert [b.block_id for b in pool.free_block_queue] == [3, 2, 4, 5, 1]
@@ -259,6 +383,15 @@ def test_free_order_row_is_what_the_code_does():
 
 def test_part_table_names_the_upstream_classes():
     table = part_table_markdown()
-    for name in ("BlockManager", "BlockPool", "SingleTypeKVCacheManager", "KVCacheCoordinator", "KVCacheManager",
-                 "allocate_slots", "can_allocate", "hash_block_size", "make_block_hash_with_group_id"):
+    for name in (
+        "BlockManager",
+        "BlockPool",
+        "SingleTypeKVCacheManager",
+        "KVCacheCoordinator",
+        "KVCacheManager",
+        "allocate_slots",
+        "can_allocate",
+        "hash_block_size",
+        "make_block_hash_with_group_id",
+    ):
         assert f"`{name}" in table, name

@@ -2,8 +2,9 @@
 
 Each drawing function of refimpl.viz is called as its chapter calls it (tests/figure_cases.py),
 rendered exactly as the notebook's inline backend renders it (the figure's own dpi, trimmed to
-what is drawn), and measured: the PNG's width in pixels, and the size of every text matplotlib drew
-(titles, labels, tick labels, legends, annotations) in points at the size the notebook shows it.
+what is drawn), and measured: the PNG's width in pixels, and the size of every text matplotlib
+drew (titles, labels, tick labels, legends, annotations) in points at the size the notebook
+shows it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,19 @@ from tests.figure_cases import CASES, figures
 from tests.figure_size import COLUMN_PX, measure
 
 MIN_POINTS = 8.0
-#: Cases that take seconds (many stepper frames, a model to build): left to `make test`, not test-fast.
-SLOW = {"pool_snapshot_03", "pool_snapshot_04", "scheduler_state", "softmax_state", "allocator_state",
-        "step_inputs", "slab", "grouping", "pool"}
+#: Cases that take seconds (many stepper frames, a model to build): left to `make test`, not
+# test-fast.
+SLOW = {
+    "pool_snapshot_03",
+    "pool_snapshot_04",
+    "scheduler_state",
+    "softmax_state",
+    "allocator_state",
+    "step_inputs",
+    "slab",
+    "grouping",
+    "pool",
+}
 
 
 def draw_functions() -> dict[str, object]:
@@ -31,8 +42,12 @@ def draw_functions() -> dict[str, object]:
     for info in pkgutil.iter_modules(refimpl.viz.__path__):
         module = importlib.import_module(f"refimpl.viz.{info.name}")
         for name, obj in vars(module).items():
-            if (inspect.isfunction(obj) and obj.__module__ == module.__name__ and not name.startswith("_")
-                    and inspect.signature(obj).return_annotation in (Figure, "Figure")):
+            if (
+                inspect.isfunction(obj)
+                and obj.__module__ == module.__name__
+                and not name.startswith("_")
+                and inspect.signature(obj).return_annotation in (Figure, "Figure")
+            ):
                 found[f"{info.name}.{name}"] = obj
     return found
 
@@ -44,20 +59,26 @@ def test_every_figure_function_has_a_case():
     assert len(draw_functions()) >= 30
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES]
+)
 def test_figure_fits_a_column_with_readable_text(case):
     for index, fig in enumerate(figures(case)):
         shown = measure(fig)
         assert shown.width <= COLUMN_PX, (
-            f"{case}[{index}] is {shown.width} px wide as shown; a notebook column shows {COLUMN_PX} px "
-            "(refimpl.viz.palette.MAX_WIDTH inches, legends included)")
+            f"{case}[{index}] is {shown.width} px wide as shown; a notebook column shows "
+            f"{COLUMN_PX} px "
+            "(refimpl.viz.palette.MAX_WIDTH inches, legends included)"
+        )
         size, text = shown.smallest
-        assert size >= MIN_POINTS, f"{case}[{index}]: {text!r} shows at {size} pt (< {MIN_POINTS})"
+        assert size >= MIN_POINTS, (
+            f"{case}[{index}]: {text!r} shows at {size} pt (< {MIN_POINTS})"
+        )
 
 
 def test_measure_sees_what_a_reader_sees():
-    """The measure itself: a 12-inch figure is scaled into the column, its 8-pt text with it; a higher
-    dpi makes the same text larger on screen; tick labels and legends are counted."""
+    """The measure itself: a 12-inch figure is scaled into the column, its 8-pt text with it; a
+    higher dpi makes the same text larger on screen; tick labels and legends are counted."""
     wide = Figure(figsize=(12, 2))
     wide.add_subplot().text(0.5, 0.5, "x", fontsize=8)
     shown = measure(wide)
@@ -72,4 +93,5 @@ def test_measure_sees_what_a_reader_sees():
     shown = measure(sharp)
     sizes = dict((text, size) for size, text in shown.texts)
     assert sizes["line"] == pytest.approx(6 * 1.5)  # the legend, at 150 dpi
-    assert min(size for size, text in shown.texts if text != "line") == pytest.approx(7 * 1.5)  # tick labels
+    # tick labels
+    assert min(size for size, text in shown.texts if text != "line") == pytest.approx(7 * 1.5)

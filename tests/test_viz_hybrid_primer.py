@@ -5,13 +5,18 @@ from __future__ import annotations
 import pytest
 from matplotlib.figure import Figure
 
+from refimpl.course.hybrid_toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
+from refimpl.course.layout_summary import group_kind
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
 from refimpl.hybrid.older_planners import get_kv_cache_groups_b, get_packed_kv_cache_layout
-from refimpl.course.layout_summary import group_kind
-from refimpl.course.hybrid_toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
 from refimpl.viz.hybrid_layout import (
-    V4_LAYER_CACHES, draw_layer_view, draw_position_strip, draw_v4_layer, layer_view_text, position_strip_text,
+    V4_LAYER_CACHES,
+    draw_layer_view,
+    draw_position_strip,
+    draw_v4_layer,
+    layer_view_text,
+    position_strip_text,
     v4_layer_text,
 )
 
@@ -20,14 +25,24 @@ def test_layer_caches_follow_the_registration_order_of_the_model():
     specs = v4.kv_cache_specs("pro")
     for layer in (2, 3):  # Pro's layer 2 has ratio 4, layer 3 ratio 128
         ratio = v4.PRO.compress_ratios[layer]
-        registered = [v4.short_name(n, s).split(".", 1)[1] for n, s in specs.items() if v4.parse_layer_name(n)[0] == layer]
+        registered = [
+            v4.short_name(n, s).split(".", 1)[1]
+            for n, s in specs.items()
+            if v4.parse_layer_name(n)[0] == layer
+        ]
         assert registered == [kind for kind, _, _ in V4_LAYER_CACHES[ratio]]
 
 
 def test_v4_layer_text_lists_every_cache_once():
     text = v4_layer_text((4,))
     assert text.splitlines()[0] == "ratio-4 layer (CSA): 5 caches"
-    assert [line.split()[1] for line in text.splitlines()[1:]] == ["idx", "idx_state", "swa", "c4", "c4_state"]
+    assert [line.split()[1] for line in text.splitlines()[1:]] == [
+        "idx",
+        "idx_state",
+        "swa",
+        "c4",
+        "c4_state",
+    ]
     with pytest.raises(ValueError):
         v4_layer_text((8,))
     assert isinstance(draw_v4_layer(), Figure)
@@ -35,7 +50,10 @@ def test_v4_layer_text_lists_every_cache_once():
 
 def test_position_strip_marks_ratio_4_entries_and_their_overlapping_windows():
     lines = position_strip_text(8).splitlines()
-    assert lines[2] == "pos   2: swa row 2, c4_state state row, idx_state state row, c128_state state row"
+    assert (
+        lines[2]
+        == "pos   2: swa row 2, c4_state state row, idx_state state row, c128_state state row"
+    )
     assert "c4 entry 0 (tokens 0..3)" in lines[3]
     assert "c4 entry 1 (tokens 0..7)" in lines[7]  # windows of 8 tokens overlap by 4
     assert "c128" not in lines[7].replace("c128_state", "")
@@ -48,8 +66,11 @@ def test_position_strip_marks_ratio_4_entries_and_their_overlapping_windows():
 
 def test_layer_view_places_one_page_per_block_a_stride_apart():
     text = layer_view_text("L", offset=100, page=50, stride=1000, num_blocks=3).splitlines()
-    assert text[1:] == ["  block 0: bytes 100..149 of the slab", "  block 1: bytes 1,100..1,149 of the slab",
-                        "  block 2: bytes 2,100..2,149 of the slab"]
+    assert text[1:] == [
+        "  block 0: bytes 100..149 of the slab",
+        "  block 1: bytes 1,100..1,149 of the slab",
+        "  block 2: bytes 2,100..2,149 of the slab",
+    ]
     for bad in ({"offset": 990}, {"offset": -1}, {"num_blocks": 0}):
         args = {"offset": 100, "page": 50, "stride": 1000, "num_blocks": 3, **bad}
         with pytest.raises(ValueError):
@@ -59,17 +80,25 @@ def test_layer_view_places_one_page_per_block_a_stride_apart():
 
 def test_toy_has_the_same_five_groups_as_pro():
     toy = toy_v4_specs()
-    assert len(toy) == 19 and {v4.parse_layer_name(n)[0] for n in toy} == set(range(TOY_LAYERS))
-    for get_groups in (get_kv_cache_groups, get_kv_cache_groups_b):  # planner C (vLLM's) and the article's B
+    assert len(toy) == 19 and {v4.parse_layer_name(n)[0] for n in toy} == set(
+        range(TOY_LAYERS)
+    )
+    # planner C (vLLM's) and the article's B
+    for get_groups in (get_kv_cache_groups, get_kv_cache_groups_b):
         pro_groups = get_groups(v4.kv_cache_specs("pro"))
         toy_groups = get_groups(toy)
         assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
         assert len(toy_groups) == len(TOY_GROUP_LABELS)
     c_groups = get_kv_cache_groups(toy)
     assert [[v4.short_name(n, toy[n]) for n in g.layer_names] for g in c_groups][:2] == [
-        ["L0.swa", "L2.swa", "L4.swa"], ["L1.swa", "L3.swa"]]
-    assert get_packed_kv_cache_layout(get_kv_cache_groups_b(toy))[0] == max(g.width_bytes for g in c_groups)
-    # four layers are too few for planner C: the ratio-4 state bucket's single layer makes d = 1
+        ["L0.swa", "L2.swa", "L4.swa"],
+        ["L1.swa", "L3.swa"],
+    ]
+    assert get_packed_kv_cache_layout(get_kv_cache_groups_b(toy))[0] == max(
+        g.width_bytes for g in c_groups
+    )
+    # four layers are too few for planner C: the ratio-4 state bucket's single layer makes d =
+    # 1
     assert len(get_kv_cache_groups(toy_v4_specs(4))) == 9
     for bad in (0, 62, 2.0, True):
         with pytest.raises(ValueError):

@@ -1,23 +1,33 @@
-"""The hybrid-allocator stepper: every frame equals the state of freshly stepped real objects."""
+"""The hybrid-allocator stepper: every frame equals the state of freshly stepped real
+objects."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
 from refimpl.course import hybrid_simulate
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.viz.hybrid_stepper import (
-    allocator_state, allocator_state_text, allocator_stepper, draw_allocator_state, record_allocator_frames,
+    allocator_state,
+    allocator_state_text,
+    allocator_stepper,
+    draw_allocator_state,
+    record_allocator_frames,
 )
 
 LABELS = hybrid_simulate.MINI_V4_LABELS
 
 
 def fresh() -> KVCacheManager:
-    return KVCacheManager(hybrid_simulate.mini_v4_groups(), num_blocks=64, max_model_len=256,
-                          prefix_cache_retention_interval=None)
+    return KVCacheManager(
+        hybrid_simulate.mini_v4_groups(),
+        num_blocks=64,
+        max_model_len=256,
+        prefix_cache_retention_interval=None,
+    )
 
 
 def step(manager: KVCacheManager, request, n: int) -> None:
@@ -34,7 +44,9 @@ def actions(manager: KVCacheManager, sizes: list[int]):
 
 def test_frames_equal_the_state_of_freshly_stepped_objects():
     sizes = [16, 16, 8]
-    frames = record_allocator_frames(recorded := fresh(), LABELS, ["A"], actions(recorded, sizes))
+    frames = record_allocator_frames(
+        recorded := fresh(), LABELS, ["A"], actions(recorded, sizes)
+    )
     assert [f.label for f in frames] == ["start", "A +16", "A +16", "A +8", "free A"]
     replay = fresh()
     todo = actions(replay, sizes)
@@ -43,8 +55,11 @@ def test_frames_equal_the_state_of_freshly_stepped_objects():
         action()
         assert frame.state == allocator_state(replay, LABELS, ["A"])
     first = frames[1].state
-    # planner C's group order: SWA-a, SWA-b, MLA, C128 state, C4 state, each from the queue head
-    assert first.tables == (("A", ((1, 2, 3, 4), (5, 6, 7, 8), (9,), tuple(range(10, 18)), tuple(range(18, 34)))),)
+    # planner C's group order: SWA-a, SWA-b, MLA, C128 state, C4 state, each from the queue
+    # head
+    assert first.tables == (
+        ("A", ((1, 2, 3, 4), (5, 6, 7, 8), (9,), tuple(range(10, 18)), tuple(range(18, 34)))),
+    )
     assert first.free_queue[:3] == (34, 35, 36) and first.usage == round(33 / 63, 6)
     assert frames[-1].state.tables == () and frames[-1].state.usage == 0.0
 
@@ -57,7 +72,8 @@ def test_every_frame_is_consistent_with_the_pool(sizes):
     for frame in frames:
         s = frame.state
         free_like = [b for b, o in enumerate(s.owners) if o in ("free", "cached")]
-        assert sorted(s.free_queue) == free_like  # a block is free exactly when it is in the queue
+        # a block is free exactly when it is in the queue
+        assert sorted(s.free_queue) == free_like
         assert s.owners[0] == "null"
         held = {b for _, groups in s.tables for ids in groups for b in ids if b != 0}
         assert held == {b for b, o in enumerate(s.owners) if ":" in o}
@@ -68,8 +84,10 @@ def test_text_picture_and_bad_labels():
     manager = fresh()
     frames = record_allocator_frames(manager, LABELS, ["A"], actions(manager, [16]))
     text = allocator_state_text(frames[1].state)
-    assert text.splitlines()[0] == ("pool: SWA-a=4, SWA-b=4, MLA=1, C128 state=8, C4 state=16, free(hashed)=0, "
-                                    "free=30, null=1; usage 0.524")
+    assert text.splitlines()[0] == (
+        "pool: SWA-a=4, SWA-b=4, MLA=1, C128 state=8, C4 state=16, free(hashed)=0, "
+        "free=30, null=1; usage 0.524"
+    )
     assert "free queue (30), head -> tail: 34 35 36 37 38 39 ... 58 59 60 61 62 63" in text
     assert isinstance(draw_allocator_state(frames[1].state), Figure)
     stepper = allocator_stepper(frames)
@@ -79,36 +97,50 @@ def test_text_picture_and_bad_labels():
 
 
 def life_with_a_prefix_hit(manager: KVCacheManager):
-    """Chapter 12's stepper script: A in chunks, a decode token, B from A's prefix, then free(A)."""
+    """Chapter 12's stepper script: A in chunks, a decode token, B from A's prefix, then
+    free(A)."""
     a = manager.make_request("A", hybrid_simulate.prompt_tokens(40, seed=1))
-    b = manager.make_request("B", hybrid_simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35]))
+    b = manager.make_request(
+        "B", hybrid_simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
+    )
 
     def start_b():
         hit, hit_len = manager.get_computed_blocks(b)
         assert hit_len == 32
-        assert manager.allocate_slots(b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit)
+        assert manager.allocate_slots(
+            b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit
+        )
         b.num_computed_tokens = b.num_tokens
 
     def decode_a():
         a.append_output_token_ids([5])
         step(manager, a, 1)
 
-    return [("A 16", lambda: step(manager, a, 16)), ("A 16", lambda: step(manager, a, 16)),
-            ("A 8", lambda: step(manager, a, 8)), ("A decode", decode_a), ("B hit", start_b),
-            ("free A", lambda: manager.free(a))]
+    return [
+        ("A 16", lambda: step(manager, a, 16)),
+        ("A 16", lambda: step(manager, a, 16)),
+        ("A 8", lambda: step(manager, a, 8)),
+        ("A decode", decode_a),
+        ("B hit", start_b),
+        ("free A", lambda: manager.free(a)),
+    ]
 
 
 def test_prefix_hit_frames_show_shared_owners_and_hashes():
     recorded = fresh()
-    frames = record_allocator_frames(recorded, LABELS, ["A", "B"], life_with_a_prefix_hit(recorded))
+    frames = record_allocator_frames(
+        recorded, LABELS, ["A", "B"], life_with_a_prefix_hit(recorded)
+    )
     replay = fresh()
     for frame, (_, action) in zip(frames[1:], life_with_a_prefix_hit(replay)):
         action()
         assert frame.state == allocator_state(replay, LABELS, ["A", "B"])
     with_b = frames[5].state
-    assert with_b.owners[9] == "MLA:A+B" and with_b.owners[24] == "MLA:A+B"  # A's first two MLA blocks, shared
+    # A's first two MLA blocks, shared
+    assert with_b.owners[9] == "MLA:A+B" and with_b.owners[24] == "MLA:A+B"
     assert with_b.usage == round(54 / 63, 6) and with_b.owners.count("cached") == 9
     after = frames[6].state
     assert [rid for rid, _ in after.tables] == ["B"] and after.owners[9] == "MLA:B"
-    assert after.free_queue[:3] == (6, 21, 10)  # A's unhashed blocks go to the front of the queue
+    # A's unhashed blocks go to the front of the queue
+    assert after.free_queue[:3] == (6, 21, 10)
     assert set(after.hashed) >= {9, 24}

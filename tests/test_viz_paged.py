@@ -1,23 +1,24 @@
-"""Part I pictures: every figure builds; text twins are exact for the write-up's fixed state."""
+"""Part I pictures: every figure builds; text twins are exact for the write-up's fixed
+state."""
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from refimpl.paged import BlockManager, Sequence
 from refimpl.course.fragmentation import compare_allocation, sample_request_lengths
-from refimpl.course.prefix_match import explain_prefix_match
 from refimpl.course.paged_scenarios import prefix_cache_example
+from refimpl.course.prefix_match import explain_prefix_match
+from refimpl.paged import BlockManager, Sequence
 from refimpl.viz.paged import (
     block_pool_text,
-    fragmentation_text,
-    prefix_match_text,
-    reusable_tokens_text,
     draw_block_pool,
     draw_fragmentation,
     draw_prefix_lookup,
     draw_prefix_match,
-    prefix_lookup_text,
     draw_reusable_tokens,
+    fragmentation_text,
+    prefix_lookup_text,
+    prefix_match_text,
+    reusable_tokens_text,
     short_hash,
 )
 
@@ -58,7 +59,8 @@ def test_block_pool_text_and_figure():
     assert text.endswith("request: L0->#1 L1->#3 L2->#6  (len 12, cached 8)")
     ax = draw_block_pool(bm, {**holders, "request": request}).axes[0]
     pool = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_y() == 0]
-    assert sum(p.get_linewidth() == 3.0 for p in pool) == 1  # exactly one shared block, thick border
+    # exactly one shared block, thick border
+    assert sum(p.get_linewidth() == 3.0 for p in pool) == 1
     assert not any(p.get_hatch() for p in ax.patches)  # nothing hatched over the labels
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "free, empty" in labels and "shared (ref > 1)" in labels
@@ -71,7 +73,8 @@ def test_block_pool_legend_lists_only_states_in_the_picture_and_mutes_others():
         bm.allocate(seq, bm.can_allocate(seq))
     ax = draw_block_pool(bm, {"other": other, "subject": subject}, muted=["other"]).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["subject", "other requests", "free, empty"]  # nothing shared, nothing cached
+    # nothing shared, nothing cached
+    assert labels == ["subject", "other requests", "free, empty"]
 
 
 def test_block_pool_unnamed_sequences_and_empty_pool():
@@ -124,26 +127,39 @@ def test_prefix_lookup_text_and_figure():
     m = explain_prefix_match(bm, request)
     text = prefix_lookup_text(bm, m, holders)
     assert text.splitlines()[:3] == [
-        "L0 [101 102 103 104]   hash 1835 -> hash_to_block_id -> #1 -> tokens equal => in use: share #1 ref 1\u21922",
-        "L1 [201 202 203 204]   hash a7dc -> hash_to_block_id -> #3 -> tokens equal => freed: pull #3 from the free queue",
+        "L0 [101 102 103 104]   hash 1835 -> hash_to_block_id -> #1 -> tokens equal => in "
+        "use: share #1 ref 1\u21922",
+        "L1 [201 202 203 204]   hash a7dc -> hash_to_block_id -> #3 -> tokens equal => freed: "
+        "pull #3 from the free queue",
         "L2 [301 302 303 304]   last block -> never looked up => fresh #6 from the queue head",
     ]
     assert text.endswith(EXAMPLE_POOL)
     ax = draw_prefix_lookup(bm, m, holders).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["hit, in use", "hit, freed", "last block", "in use (holders under it)", "free, hash kept", "free, empty"]
+    assert labels == [
+        "hit, in use",
+        "hit, freed",
+        "last block",
+        "in use (holders under it)",
+        "free, hash kept",
+        "free, empty",
+    ]
     shown = [t.get_text() for t in ax.texts]
-    assert "\u2192 hash_to_block_id" in shown and "#6" in shown  # the flow and the free queue are drawn
+    # the flow and the free queue are drawn
+    assert "\u2192 hash_to_block_id" in shown and "#6" in shown
     assert min(t.get_fontsize() for t in ax.texts) >= 8
 
 
 def test_prefix_lookup_collision_and_miss():
     bm, _, _ = prefix_cache_example()
-    from refimpl.paged import compute_hash
     from refimpl.course.paged_scenarios import EXAMPLE_C
+    from refimpl.paged import compute_hash
+
     fake = compute_hash(EXAMPLE_C)
     bm.hash_to_block_id[fake] = 1
     bm.blocks[1].hash = fake
     m = explain_prefix_match(bm, Sequence(EXAMPLE_C + [9], block_size=4))
     assert prefix_lookup_text(bm, m, {}).splitlines()[0] == (
-        "L0 [301 302 303 304]   hash a45d -> hash_to_block_id -> #1 -> tokens differ => fresh #6 from the queue head")
+        "L0 [301 302 303 304]   hash a45d -> hash_to_block_id -> #1 -> tokens differ => fresh "
+        "#6 from the queue head"
+    )

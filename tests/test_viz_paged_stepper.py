@@ -2,8 +2,8 @@
 
 from matplotlib.figure import Figure
 
-from refimpl.paged import BlockManager, Sequence, check_invariants
 from refimpl.course.running_example import requests
+from refimpl.paged import BlockManager, Sequence, check_invariants
 from refimpl.viz import Stepper, record_frames
 from refimpl.viz.paged import draw_pool_snapshot, pool_snapshot, pool_snapshot_text
 from refimpl.viz.paged_stepper import (

@@ -1,4 +1,5 @@
-"""`reveal()` hides a self-check's answer in a closed box, while its plain text stays checkable."""
+"""`reveal()` hides a self-check's answer in a closed box, while its plain text stays
+checkable."""
 
 from __future__ import annotations
 
@@ -26,8 +27,13 @@ def test_outside_a_notebook_the_answer_is_printed(capsys):
 
 @pytest.mark.slow  # starts a kernel
 def test_in_a_kernel_only_one_collapsed_display_comes_out():
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from refimpl.viz import reveal\nwith reveal():\n    print('answer', 6 * 7)")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from refimpl.viz import reveal\nwith reveal():\n    print('answer', 6 * 7)"
+            )
+        ]
+    )
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     (output,) = nb.cells[0].outputs
     assert output.output_type == "display_data"

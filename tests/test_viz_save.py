@@ -56,7 +56,8 @@ def test_bad_names(name, monkeypatch):
 
 
 def test_chapters_save_only_through_save_figure():
-    """No chapter writes a file by itself; every README picture is a save_figure of some chapter."""
+    """No chapter writes a file by itself; every README picture is a save_figure of some
+    chapter."""
     saved = set()
     for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
@@ -64,8 +65,12 @@ def test_chapters_save_only_through_save_figure():
             if cell["cell_type"] == "code":
                 assert ".savefig(" not in source, f"{path.name}: use refimpl.viz.save_figure"
                 saved |= set(re.findall(r'save_figure\(\w+, "([^"]+)"', source))
-    shown = set(re.findall(r"figures/([\w.]+\.png)", (ROOT / "README.md").read_text(encoding="utf-8")))
-    assert shown and shown <= saved, f"README pictures no chapter saves: {sorted(shown - saved)}"
+    shown = set(
+        re.findall(r"figures/([\w.]+\.png)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    )
+    assert shown and shown <= saved, (
+        f"README pictures no chapter saves: {sorted(shown - saved)}"
+    )
 
 
 def test_make_figures_asks_and_make_notebooks_does_not():

@@ -1,4 +1,5 @@
-"""show_source shows the live lines it is asked for; the Stepper's strip and frames are the recorded states."""
+"""show_source shows the live lines it is asked for; the Stepper's strip and frames are the
+recorded states."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def test_show_source_numbers_are_the_files_own():
     assert view.numbers == tuple(range(first, first + len(lines)))
     assert view.lines[0].startswith("def deallocate(")
     text = view.text().splitlines()
-    assert text[0] == f"# refimpl/paged/block_manager.py, lines {first}-{first + len(lines) - 1}"
+    assert (
+        text[0] == f"# refimpl/paged/block_manager.py, lines {first}-{first + len(lines) - 1}"
+    )
     assert text[1].startswith(f" {first}  def deallocate(")
 
 
@@ -56,14 +59,31 @@ def _draw(state: tuple[int, ...]) -> Figure:
 
 def test_frames_are_the_states_after_each_action():
     pool: list[int] = []
-    frames = record_frames(lambda: tuple(pool), [("push 1", lambda: pool.append(1)),
-                                                 ("push 2", lambda: pool.append(2)),
-                                                 ("pop", lambda: pool.pop())])
-    assert frames == [Frame("start", ()), Frame("push 1", (1,)), Frame("push 2", (1, 2)), Frame("pop", (1,))]
+    frames = record_frames(
+        lambda: tuple(pool),
+        [
+            ("push 1", lambda: pool.append(1)),
+            ("push 2", lambda: pool.append(2)),
+            ("pop", lambda: pool.pop()),
+        ],
+    )
+    assert frames == [
+        Frame("start", ()),
+        Frame("push 1", (1,)),
+        Frame("push 2", (1, 2)),
+        Frame("pop", (1,)),
+    ]
     stepper = Stepper(frames, _draw, lambda state: f"pool {list(state)}")
     assert stepper.strip_text().splitlines() == [
-        "--- step 0/3: start", "pool []", "--- step 1/3: push 1", "pool [1]",
-        "--- step 2/3: push 2", "pool [1, 2]", "--- step 3/3: pop", "pool [1]"]
+        "--- step 0/3: start",
+        "pool []",
+        "--- step 1/3: push 1",
+        "pool [1]",
+        "--- step 2/3: push 2",
+        "pool [1, 2]",
+        "--- step 3/3: pop",
+        "pool [1]",
+    ]
     assert stepper.figure(2).texts[0].get_text() == "step 2/3: push 2"
     widget = stepper.widget()
     slider = widget.children[0].children[3]
@@ -80,14 +100,32 @@ def test_strip_text_box_folds_the_whole_strip_into_a_closed_box():
     assert repr(box) == stepper.strip_text()  # what nbval compares: every frame, unchanged
     html = box._repr_html_()
     assert html.startswith("<details><summary>Every frame as text (31 frames)</summary><pre>")
-    assert "<details open" not in html and "&lt;state&gt;" in html and html.count("--- step") == 31
-    assert stepper.strip_text_box("Frames 0-30")._repr_html_().startswith("<details><summary>Frames 0-30<")
+    assert (
+        "<details open" not in html
+        and "&lt;state&gt;" in html
+        and html.count("--- step") == 31
+    )
+    assert (
+        stepper.strip_text_box("Frames 0-30")
+        ._repr_html_()
+        .startswith("<details><summary>Frames 0-30<")
+    )
 
 
 def test_saved_widget_views_become_one_fixed_line():
-    outputs = [{"output_type": "display_data", "metadata": {},
-                "data": {"text/plain": "VBox(...)", WIDGET_VIEW: {"model_id": "abc"}}},
-               {"output_type": "stream", "name": "stdout", "text": "kept\n"}]
+    outputs = [
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"text/plain": "VBox(...)", WIDGET_VIEW: {"model_id": "abc"}},
+        },
+        {"output_type": "stream", "name": "stdout", "text": "kept\n"},
+    ]
     assert static_widgets(outputs) == [
-        {"output_type": "display_data", "metadata": {}, "data": {"text/plain": WIDGET_PLACEHOLDER}},
-        outputs[1]]
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {"text/plain": WIDGET_PLACEHOLDER},
+        },
+        outputs[1],
+    ]

@@ -7,8 +7,8 @@ import itertools
 import pytest
 from matplotlib.figure import Figure
 
-from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
 from refimpl.course.runners import SchedulerDriver, run_to_completion
+from refimpl.paged import SamplingParams, Scheduler, SchedulerConfig, Sequence
 from refimpl.viz.timeline import draw_timeline, timeline_text
 
 
@@ -19,7 +19,9 @@ def fresh_seq_ids(monkeypatch):
 
 def chunk_after_preemption_steps():
     """B is preempted at step 4 and comes back as a 4-token chunk plus 1 token (budget 4)."""
-    s = Scheduler(SchedulerConfig(num_kvcache_blocks=3, kvcache_block_size=4, max_num_batched_tokens=4))
+    s = Scheduler(
+        SchedulerConfig(num_kvcache_blocks=3, kvcache_block_size=4, max_num_batched_tokens=4)
+    )
     a = Sequence(range(3), SamplingParams(max_tokens=8), block_size=4)
     b = Sequence([50], SamplingParams(max_tokens=8), block_size=4)
     return run_to_completion(s, [a, b])
@@ -53,7 +55,8 @@ def test_text_twin_of_chunked_prefill_after_preemption():
             "10    decode   1:1                 -          -         2/3",
             "11    decode   1:1                 -          -         2/3",
             "12    decode   1:1                 -          1         0/3",
-            "13 steps (3 prefill, 10 decode), tokens computed: 22, served by the prefix cache: 0, "
+            "13 steps (3 prefill, 10 decode), tokens computed: 22, served by the prefix "
+            "cache: 0, "
             "preemptions: 1, peak blocks in use: 3/3",
         ]
     )
@@ -75,11 +78,15 @@ def test_figure_cells_markers_and_bars():
     fig = draw_timeline(steps, num_blocks=3)
     assert isinstance(fig, Figure)
     grid, bars = fig.axes[:2]
-    # One cell per (sequence, step) it ran in: 8 for seq 0, 2 + 2 + 3 + 2 for seq 1 (no hit bars here).
+    # One cell per (sequence, step) it ran in: 8 for seq 0, 2 + 2 + 3 + 2 for seq 1 (no hit
+    # bars here).
     assert len(grid.patches) == sum(len(r.seq_ids) for r in steps) == 17
     chunk_cells = [p for p in grid.patches if p.get_gid() == "chunk"]
     assert [(p.get_x() + 0.45, p.get_y() + 0.4) for p in chunk_cells] == [(8.0, 1.0)]
-    markers = sorted((line.get_marker(), float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in grid.lines)
+    markers = sorted(
+        (line.get_marker(), float(line.get_xdata()[0]), float(line.get_ydata()[0]))
+        for line in grid.lines
+    )
     assert markers == [("X", 4.0, 1.0), ("o", 7.45, 0.0), ("o", 12.45, 1.0)]
     assert [t.get_text() for t in grid.get_yticklabels()] == ["seq 0", "seq 1"]
     assert [t.get_text() for t in grid.texts] == ["3", "1", "4", "1"]  # prefill chunk sizes
@@ -90,14 +97,17 @@ def test_figure_cells_markers_and_bars():
 def test_figure_marks_prefix_hits():
     fig = draw_timeline(prefix_hit_steps(), num_blocks=8)
     grid = fig.axes[0]
-    # 4 cells + 1 orange hit strip on seq 1's prefill cell; its label shows computed and cached tokens.
+    # 4 cells + 1 orange hit strip on seq 1's prefill cell; its label shows computed and cached
+    # tokens.
     assert len(grid.patches) == 5
     assert [t.get_text() for t in grid.texts] == ["9", "2\n+8"]
 
 
 def test_long_runs_drop_cell_labels():
     s = Scheduler(SchedulerConfig(num_kvcache_blocks=20, kvcache_block_size=4))
-    steps = run_to_completion(s, [Sequence(range(5), SamplingParams(max_tokens=60), block_size=4)])
+    steps = run_to_completion(
+        s, [Sequence(range(5), SamplingParams(max_tokens=60), block_size=4)]
+    )
     fig = draw_timeline(steps)
     assert len(steps) == 60 and len(fig.axes[0].texts) == 0
     assert len(fig.axes[1].lines) == 0  # no pool line without num_blocks

@@ -10,7 +10,8 @@ import tempfile
 import pytest
 import torch
 
-# Three tiny configurations: sliding windows 16 and 128, different layer mixes and indexer top-k.
+# Three tiny configurations: sliding windows 16 and 128, different layer mixes and indexer
+# top-k.
 CONFIGS = {
     "A": dict(seed=0, compress_ratios=(0, 4, 128, 4), sliding_window=16, index_topk=4),
     "B": dict(seed=1, compress_ratios=(4, 128), sliding_window=128, index_topk=8),
@@ -48,7 +49,8 @@ def hf_model(name: str):
 
 
 def prompts(seed: int = 5) -> dict[str, list[int]]:
-    """P1 and P3 share a 256-token prefix (one full 256-block: a prefix-cache hit); P2 is short."""
+    """P1 and P3 share a 256-token prefix (one full 256-block: a prefix-cache hit); P2 is
+    short."""
     g = torch.Generator().manual_seed(seed)
     rand = lambda n: torch.randint(0, 256, (n,), generator=g).tolist()  # noqa: E731
     shared = rand(256)

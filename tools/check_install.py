@@ -1,20 +1,23 @@
-"""Resolve the pinned install against the public Python package index alone, for every promised platform.
+"""Resolve the pinned install against the public Python package index alone, for every promised
+platform.
 
-`make lab` and `make test` install `.[notebooks,test]` with `-c constraints.txt`. A green CI on a
-machine whose pip has local wheels proves nothing about a student's laptop, so this script asks
-pip to resolve exactly that install for other machines (`--dry-run --platform --python-version
---only-binary=:all:`), with every pip configuration file, `PIP_*` variable and local wheel folder
-switched off, against https://pypi.org/simple only. It fails with the resolver's own message,
-and also when a resolved package is not pinned in constraints.txt. Two details make the dry run
-honest and quick: environment markers are evaluated for the target machine (pip alone evaluates
-them for the machine it runs on), and `--use-feature=fast-deps` reads each wheel's metadata with
-HTTP range requests instead of downloading gigabytes of CUDA wheels.
+`make lab` and `make test` install `.[notebooks,test]` with `-c constraints.txt`. A green CI on
+a machine whose pip has local wheels proves nothing about a student's laptop, so this script
+asks pip to resolve exactly that install for other machines (`--dry-run --platform
+--python-version --only-binary=:all:`), with every pip configuration file, `PIP_*` variable and
+local wheel folder switched off, against https://pypi.org/simple only. It fails with the
+resolver's own message, and also when a resolved package is not pinned in constraints.txt. Two
+details make the dry run honest and quick: environment markers are evaluated for the target
+machine (pip alone evaluates them for the machine it runs on), and `--use-feature=fast-deps`
+reads each wheel's metadata with HTTP range requests instead of downloading gigabytes of CUDA
+wheels.
 
 `environment.yml` is checked the same way: its Python version and its pip arguments are read
 from the file, so the conda route can never drift from the pins.
 
 Usage: python tools/check_install.py [--only NAME ...] [--sizes] [--jobs N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +40,8 @@ EXTRAS = ".[notebooks,test]"
 
 
 def manylinux_tags(arch: str, newest_glibc_minor: int = 28) -> list[str]:
-    """Every manylinux tag a glibc 2.`newest` machine accepts (pip does not expand `--platform`)."""
+    """Every manylinux tag a glibc 2.`newest` machine accepts (pip does not expand
+    `--platform`)."""
     tags = [f"manylinux_2_{minor}_{arch}" for minor in range(newest_glibc_minor, 16, -1)]
     return tags + [f"manylinux2014_{arch}"]
 
@@ -67,23 +71,31 @@ class Platform:
     platform_release: str
 
 
-# glibc 2.28 is the oldest that torch's Linux wheels support; macOS 14 the oldest for its Mac wheels.
+# glibc 2.28 is the oldest that torch's Linux wheels support; macOS 14 the oldest for its Mac
+# wheels.
 PLATFORMS = {
-    "linux-x86_64": Platform(tuple(manylinux_tags("x86_64")), "posix", "linux", "Linux", "x86_64", "6.8.0"),
-    "linux-aarch64": Platform(tuple(manylinux_tags("aarch64")), "posix", "linux", "Linux", "aarch64", "6.8.0"),
-    "macos-arm64": Platform(tuple(macos_arm64_tags()), "posix", "darwin", "Darwin", "arm64", "23.0.0"),
-    # Not a promised platform for `make` (use WSL2, which is linux-x86_64); checked so the README
-    # can say truthfully what a plain `pip install` gives there.
+    "linux-x86_64": Platform(
+        tuple(manylinux_tags("x86_64")), "posix", "linux", "Linux", "x86_64", "6.8.0"
+    ),
+    "linux-aarch64": Platform(
+        tuple(manylinux_tags("aarch64")), "posix", "linux", "Linux", "aarch64", "6.8.0"
+    ),
+    "macos-arm64": Platform(
+        tuple(macos_arm64_tags()), "posix", "darwin", "Darwin", "arm64", "23.0.0"
+    ),
+    # Not a promised platform for `make` (use WSL2, which is linux-x86_64); checked so the
+    # README can say truthfully what a plain `pip install` gives there.
     "windows-amd64": Platform(("win_amd64",), "nt", "win32", "Windows", "AMD64", "10"),
 }
-# The oldest and the newest Python the README promises. 3.11.5 because soupsieve (via nbconvert)
-# and numpy 2.4 need it.
+# The oldest and the newest Python the README promises. 3.11.5 because soupsieve (via
+# nbconvert) and numpy 2.4 need it.
 PYTHONS = ["3.11.5", "3.13.0"]
 
 
 @dataclass(frozen=True)
 class Target:
-    """One machine to resolve for: a platform, a Python version and the pip arguments to check."""
+    """One machine to resolve for: a platform, a Python version and the pip arguments to
+    check."""
 
     name: str
     platform: Platform
@@ -93,18 +105,34 @@ class Target:
     def pip_args(self, report: Path) -> list[str]:
         major, minor = self.python_version.split(".")[:2]
         args = [
-            "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-            "--index-url", PUBLIC_INDEX, "--use-feature=fast-deps", "--no-input",
-            "--python-version", self.python_version, "--implementation", "cp",
-            "--abi", f"cp{major}{minor}", "--abi", "abi3", "--abi", "none",
-            "--report", str(report),
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--only-binary=:all:",
+            "--index-url",
+            PUBLIC_INDEX,
+            "--use-feature=fast-deps",
+            "--no-input",
+            "--python-version",
+            self.python_version,
+            "--implementation",
+            "cp",
+            "--abi",
+            f"cp{major}{minor}",
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+            "--report",
+            str(report),
         ]
         for tag in self.platform.wheel_tags:
             args += ["--platform", tag]
         return args + list(self.requirements)
 
     def marker_environment(self) -> dict[str, str]:
-        """PEP 508 marker values of the target machine (what `packaging` would compute there)."""
+        """PEP 508 marker values of the target machine (what `packaging` would compute
+        there)."""
         return {
             "implementation_name": "cpython",
             "implementation_version": self.python_version,
@@ -123,16 +151,30 @@ class Target:
 def environment_yml_target() -> Target:
     """The conda route: environment.yml's Python and pip lines, resolved on Linux x86_64."""
     env = yaml.safe_load((REPO / "environment.yml").read_text())
-    python = next(str(dep).split("=", 1)[1] for dep in env["dependencies"] if str(dep).startswith("python="))
-    pip_lines = next(dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict) and "pip" in dep)
+    python = next(
+        str(dep).split("=", 1)[1]
+        for dep in env["dependencies"]
+        if str(dep).startswith("python=")
+    )
+    pip_lines = next(
+        dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict) and "pip" in dep
+    )
     requirements: list[str] = []
     for line in pip_lines:
         requirements += line.split(" ", 1)
     # conda-forge installs the newest patch release; the oldest we accept is our floor.
     floor = next((v for v in PYTHONS if v.startswith(python + ".")), None)
     if floor is None:
-        raise SystemExit(f"environment.yml asks for python={python}, which is not among the checked {PYTHONS}")
-    return Target("environment.yml on linux-x86_64", PLATFORMS["linux-x86_64"], floor, tuple(requirements))
+        raise SystemExit(
+            f"environment.yml asks for python={python}, which is not among the checked "
+            f"{PYTHONS}"
+        )
+    return Target(
+        "environment.yml on linux-x86_64",
+        PLATFORMS["linux-x86_64"],
+        floor,
+        tuple(requirements),
+    )
 
 
 def all_targets() -> list[Target]:
@@ -157,7 +199,10 @@ def run_pip_as(marker_environment: dict[str, str], pip_args: list[str]) -> int:
     markers.default_environment = lambda: dict(marker_environment)
     probe = markers.Marker(f'sys_platform == "{marker_environment["sys_platform"]}"')
     if not probe.evaluate():
-        raise SystemExit("could not override pip's marker environment (has pip's vendored packaging changed?)")
+        raise SystemExit(
+            "could not override pip's marker environment (has pip's vendored packaging "
+            "changed?)"
+        )
     return pip_main(pip_args)
 
 
@@ -177,7 +222,8 @@ def pinned_names(constraints: Path = REPO / "constraints.txt") -> set[str]:
 
 
 def public_only_env() -> dict[str, str]:
-    """This process's environment with every pip setting removed: no config files, no local wheels."""
+    """This process's environment with every pip setting removed: no config files, no local
+    wheels."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # pip then reads no configuration file at all
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
@@ -187,7 +233,10 @@ def public_only_env() -> dict[str, str]:
 def resolver_message(output: str) -> str:
     """pip's own explanation of the failure: everything from its first ERROR line on."""
     lines = output.rstrip().splitlines()
-    first_error = next((i for i, line in enumerate(lines) if line.startswith("ERROR")), max(len(lines) - 30, 0))
+    first_error = next(
+        (i for i, line in enumerate(lines) if line.startswith("ERROR")),
+        max(len(lines) - 30, 0),
+    )
     return "\n".join(lines[first_error:])
 
 
@@ -206,16 +255,30 @@ def resolve(target: Target) -> Result:
         report = Path(tmp) / "report.json"
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, __file__, "--pip-as", json.dumps(target.marker_environment()), "--",
-             *target.pip_args(report)],
-            cwd=REPO, env=public_only_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--pip-as",
+                json.dumps(target.marker_environment()),
+                "--",
+                *target.pip_args(report),
+            ],
+            cwd=REPO,
+            env=public_only_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         seconds = time.monotonic() - started
         if proc.returncode != 0 or not report.exists():
             return Result(target, False, seconds, {}, [], resolver_message(proc.stdout))
         items = json.loads(report.read_text())["install"]
     packages = {item["metadata"]["name"]: item["metadata"]["version"] for item in items}
-    urls = [item["download_info"]["url"] for item in items if item["download_info"]["url"].startswith("http")]
+    urls = [
+        item["download_info"]["url"]
+        for item in items
+        if item["download_info"]["url"].startswith("http")
+    ]
     return Result(target, True, seconds, packages, urls, "")
 
 
@@ -224,10 +287,14 @@ def download_megabytes(urls: list[str]) -> float:
     import urllib.request
 
     sizes: dict[str, int] = {}
-    projects = {url.rsplit("/", 1)[1].split("-", 1)[0].lower().replace("_", "-") for url in urls}
+    projects = {
+        url.rsplit("/", 1)[1].split("-", 1)[0].lower().replace("_", "-") for url in urls
+    }
     for project in projects:
-        request = urllib.request.Request(f"{PUBLIC_INDEX}/{project}/",
-                                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        request = urllib.request.Request(
+            f"{PUBLIC_INDEX}/{project}/",
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             for file in json.load(response)["files"]:
                 sizes[file["url"].split("#")[0]] = file.get("size", 0)
@@ -239,34 +306,60 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--pip-as"]:  # internal: the resolver subprocess started by `resolve`
         return run_pip_as(json.loads(argv[1]), argv[3:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=None,
-                        help="check only the targets whose name contains one of these strings")
-    parser.add_argument("--sizes", action="store_true", help="also print how much each target downloads")
-    parser.add_argument("--jobs", type=int, default=3, help="targets resolved at once (default: 3)")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="check only the targets whose name contains one of these strings",
+    )
+    parser.add_argument(
+        "--sizes", action="store_true", help="also print how much each target downloads"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=3, help="targets resolved at once (default: 3)"
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
 
-    targets = [t for t in all_targets() if args.only is None or any(s in t.name for s in args.only)]
+    targets = [
+        t for t in all_targets() if args.only is None or any(s in t.name for s in args.only)
+    ]
     if not targets:
         parser.error("--only matched no target")
-    print(f"Resolving {EXTRAS} -c constraints.txt against {PUBLIC_INDEX} alone "
-          f"(pip configuration and local wheels off), {len(targets)} targets", flush=True)
+    print(
+        f"Resolving {EXTRAS} -c constraints.txt against {PUBLIC_INDEX} alone "
+        f"(pip configuration and local wheels off), {len(targets)} targets",
+        flush=True,
+    )
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(resolve, targets))
 
     failed = 0
     pinned = pinned_names()
     for result in results:
-        unpinned = sorted(f"{n}=={v}" for n, v in result.packages.items() if canonical(n) not in pinned | {"refimpl"})
+        unpinned = sorted(
+            f"{n}=={v}"
+            for n, v in result.packages.items()
+            if canonical(n) not in pinned | {"refimpl"}
+        )
         if result.ok and unpinned:
             result.ok = False
-            result.message = ("resolves, but these are not pinned in constraints.txt, so a new release could "
-                              "change the install: " + " ".join(unpinned))
+            result.message = (
+                "resolves, but these are not pinned in constraints.txt, so a new release "
+                "could "
+                "change the install: " + " ".join(unpinned)
+            )
         if result.ok:
-            pins = ", ".join(f"{name}=={result.packages[name]}" for name in ("torch", "triton", "numpy")
-                             if name in result.packages)
-            line = f"ok    {result.target.name}: {len(result.packages)} packages ({pins}) in {result.seconds:.0f} s"
+            pins = ", ".join(
+                f"{name}=={result.packages[name]}"
+                for name in ("torch", "triton", "numpy")
+                if name in result.packages
+            )
+            line = (
+                f"ok    {result.target.name}: {len(result.packages)} packages ({pins}) "
+                f"in {result.seconds:.0f} s"
+            )
             if args.sizes:
                 line += f", {download_megabytes(result.urls):,.0f} MB to download"
             print(line, flush=True)

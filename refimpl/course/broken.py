@@ -10,13 +10,13 @@ edit, shown next to the reference line, is the whole mistake.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import inspect
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from refimpl.paged import BlockManager, Scheduler
 
@@ -25,21 +25,30 @@ from refimpl.paged import BlockManager, Scheduler
 def edited(function: Callable, *edits: tuple[str, str]) -> Callable:
     """`function` recompiled from its own source with each `(line, replacement)` edit applied.
 
-    `line` is the code of one line of the source (stripped, without its trailing comment) and must
-    match exactly one line; the replacement keeps that line's indentation and may hold several
-    lines. The new function runs in the reference module's namespace, so it sees the same names.
+    `line` is the code of one line of the source (stripped, without its trailing comment) and
+    must match exactly one line; the replacement keeps that line's indentation and may hold
+    several lines. The new function runs in the reference module's namespace, so it sees the
+    same names.
     """
     lines = textwrap.dedent(inspect.getsource(function)).splitlines()
     for old, new in edits:
         matches = [i for i, line in enumerate(lines) if line.split("  # ")[0].strip() == old]
         if len(matches) != 1:
-            raise ValueError(f"{function.__qualname__} has {len(matches)} lines {old!r}; an edit needs exactly one")
+            raise ValueError(
+                f"{function.__qualname__} has {len(matches)} lines {old!r}; an edit needs "
+                "exactly one"
+            )
         i = matches[0]
         indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
         lines[i : i + 1] = [indent + part for part in new.splitlines()]
     namespace: dict = {}
-    code = compile("\n".join(lines) + "\n", f"<{function.__qualname__}, edited>", "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    code = compile(
+        "\n".join(lines) + "\n",
+        f"<{function.__qualname__}, edited>",
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
     exec(code, dict(vars(sys.modules[function.__module__])), namespace)
     new_function = namespace[function.__name__]
     new_function.__qualname__ = function.__qualname__
@@ -48,18 +57,25 @@ def edited(function: Callable, *edits: tuple[str, str]) -> Callable:
 
 # --- block manager mistakes
 class FreeForwardOrder(BlockManager):
-    """Frees a sequence's blocks first to last, so shared early blocks are overwritten first."""
+    """Frees a sequence's blocks first to last, so shared early blocks are overwritten
+    first."""
 
-    deallocate = edited(BlockManager.deallocate, ("for block_id in reversed(table):", "for block_id in table:"))
+    deallocate = edited(
+        BlockManager.deallocate, ("for block_id in reversed(table):", "for block_id in table:")
+    )
 
 
 class AllocateFromTail(BlockManager):
-    """Takes new blocks from the tail of the free queue (LIFO), evicting the freshest cache first."""
+    """Takes new blocks from the tail of the free queue (LIFO), evicting the freshest cache
+    first."""
 
-    _allocate_block = edited(BlockManager._allocate_block, (
-        "block_id = self.free_block_ids.popleft()",
-        "block_id = list(self.free_block_ids)[-1]\nself.free_block_ids.remove(block_id)",
-    ))
+    _allocate_block = edited(
+        BlockManager._allocate_block,
+        (
+            "block_id = self.free_block_ids.popleft()",
+            "block_id = list(self.free_block_ids)[-1]\nself.free_block_ids.remove(block_id)",
+        ),
+    )
 
 
 class AppendOnMultiple(BlockManager):
@@ -70,7 +86,8 @@ class AppendOnMultiple(BlockManager):
 
 
 class AppendWhenLenModIsOne(BlockManager):
-    """Tests nano-vllm's literal `len % block_size == 1`, which is never true for block_size 1."""
+    """Tests nano-vllm's literal `len % block_size == 1`, which is never true for block_size
+    1."""
 
     def _needs_new_block(self, seq):
         return len(seq) % self.block_size == 1
@@ -79,23 +96,35 @@ class AppendWhenLenModIsOne(BlockManager):
 class CanAllocateStrict(BlockManager):
     """Refuses a prompt that needs exactly the free blocks left (`>` where `>=` is meant)."""
 
-    can_allocate = edited(BlockManager.can_allocate, (
-        "if len(self.free_block_ids) < num_new_blocks:", "if len(self.free_block_ids) <= num_new_blocks:"
-    ))
+    can_allocate = edited(
+        BlockManager.can_allocate,
+        (
+            "if len(self.free_block_ids) < num_new_blocks:",
+            "if len(self.free_block_ids) <= num_new_blocks:",
+        ),
+    )
 
 
 class CanAppendNeedsAFreeBlock(BlockManager):
-    """Refuses any decode while the pool is empty, even one that still has room in its last block."""
+    """Refuses any decode while the pool is empty, even one that still has room in its last
+    block."""
 
-    can_append = edited(BlockManager.can_append, (
-        "return not self._needs_new_block(seq) or len(self.free_block_ids) > 0", "return len(self.free_block_ids) > 0"
-    ))
+    can_append = edited(
+        BlockManager.can_append,
+        (
+            "return not self._needs_new_block(seq) or len(self.free_block_ids) > 0",
+            "return len(self.free_block_ids) > 0",
+        ),
+    )
 
 
 class FreeIgnoresRefCount(BlockManager):
-    """Frees every block of a finished sequence, also the ones another sequence still shares."""
+    """Frees every block of a finished sequence, also the ones another sequence still
+    shares."""
 
-    deallocate = edited(BlockManager.deallocate, ("block.ref_count -= 1", "block.ref_count = 0"))
+    deallocate = edited(
+        BlockManager.deallocate, ("block.ref_count -= 1", "block.ref_count = 0")
+    )
 
 
 class HitResetsRefCount(BlockManager):
@@ -104,11 +133,14 @@ class HitResetsRefCount(BlockManager):
     allocate = edited(BlockManager.allocate, ("block.ref_count += 1", "block.ref_count = 1"))
 
 
-_REUSED_ENTRY_GUARD = "if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:"
+_REUSED_ENTRY_GUARD = (
+    "if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:"
+)
 
 
 class KeepsReusedBlockEntry(BlockManager):
-    """Never deletes the hash entry of a block it hands out again, so the table points at new contents."""
+    """Never deletes the hash entry of a block it hands out again, so the table points at new
+    contents."""
 
     _allocate_block = edited(BlockManager._allocate_block, (_REUSED_ENTRY_GUARD, "if False:"))
 
@@ -116,19 +148,26 @@ class KeepsReusedBlockEntry(BlockManager):
 class NoStaleHashGuard(BlockManager):
     """Deletes a reused block's hash entry even when the entry points to another block."""
 
-    _allocate_block = edited(BlockManager._allocate_block, (
-        _REUSED_ENTRY_GUARD, "if block.hash != -1 and block.hash in self.hash_to_block_id:"
-    ))
+    _allocate_block = edited(
+        BlockManager._allocate_block,
+        (_REUSED_ENTRY_GUARD, "if block.hash != -1 and block.hash in self.hash_to_block_id:"),
+    )
 
 
-_HIT_TEST = "if block_id == -1 or blocks[block_id].token_ids != token_ids[i * bs : (i + 1) * bs]:"
+_HIT_TEST = (
+    "if block_id == -1 or blocks[block_id].token_ids != token_ids[i * bs : i * bs + bs]:"
+)
 
 
 class ConfirmHitByHash(BlockManager):
-    """Confirms a hit by comparing the cached block's hash with the looked-up one, not its tokens."""
+    """Confirms a hit by comparing the cached block's hash with the looked-up one, not its
+    tokens."""
 
     # always equal when the table is right, so a real collision passes
-    _prefix_hits = edited(BlockManager._prefix_hits, (_HIT_TEST, "if block_id == -1 or blocks[block_id].hash != hashes[i]:"))
+    _prefix_hits = edited(
+        BlockManager._prefix_hits,
+        (_HIT_TEST, "if block_id == -1 or blocks[block_id].hash != hashes[i]:"),
+    )
 
 
 class NoTokenDoubleCheck(BlockManager):
@@ -146,24 +185,36 @@ class KeepMatchingAfterMiss(BlockManager):
 class LooksUpLastBlock(BlockManager):
     """Also matches the last block, so a fully cached prompt would leave nothing to compute."""
 
-    _match_prefix = edited(BlockManager._match_prefix, (
-        "hits = self._prefix_hits(seq, seq.num_blocks - 1)", "hits = self._prefix_hits(seq, seq.num_blocks)"
-    ))
+    _match_prefix = edited(
+        BlockManager._match_prefix,
+        (
+            "hits = self._prefix_hits(seq, seq.num_blocks - 1)",
+            "hits = self._prefix_hits(seq, seq.num_blocks)",
+        ),
+    )
 
 
-_MATCH_RESULT = "return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)"
+_MATCH_RESULT = (
+    "return len(hits), seq.num_blocks - sum(1 for block_id in hits if block_id in used)"
+)
 
 
 class InUseHitsNeedFreeBlocks(BlockManager):
-    """Counts a hit on a block in use as needing a free block, so can_allocate refuses too often."""
+    """Counts a hit on a block in use as needing a free block, so can_allocate refuses too
+    often."""
 
-    _match_prefix = edited(BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks"))
+    _match_prefix = edited(
+        BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks")
+    )
 
 
 class FreeHitsCostNothing(BlockManager):
     """Counts a hit on a freed block as costing nothing, although it leaves the free queue."""
 
-    _match_prefix = edited(BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks - len(hits)"))
+    _match_prefix = edited(
+        BlockManager._match_prefix,
+        (_MATCH_RESULT, "return len(hits), seq.num_blocks - len(hits)"),
+    )
 
 
 class HashWithoutChain(BlockManager):
@@ -171,30 +222,45 @@ class HashWithoutChain(BlockManager):
 
     _block_hashes = edited(
         BlockManager._block_hashes,
-        ("h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)", "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs])"),
-        ("h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)", "h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs])"),
+        (
+            "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)",
+            "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs])",
+        ),
+        (
+            "h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs], h)",
+            "h = compute_hash(seq.token_ids[i * bs : (i + 1) * bs])",
+        ),
     )
 
 
 class PrefixHashFromTable(BlockManager):
-    """Continues the chain from the hash whose table entry points at the previous block (not its own hash).
+    """Continues the chain from the hash whose table entry points at the previous block (not
+    its own hash).
 
-    Right until another sequence takes that entry over: then no entry points at the block and the
-    chain restarts from -1.
+    Right until another sequence takes that entry over: then no entry points at the block and
+    the chain restarts from -1.
     """
 
-    hash_blocks = edited(BlockManager.hash_blocks, (
-        "h = blocks[table[start - 1]].hash if start > 0 else -1",
-        "h = next((k for k, v in self.hash_to_block_id.items() if v == table[start - 1]), -1) if start > 0 else -1",
-    ))
+    hash_blocks = edited(
+        BlockManager.hash_blocks,
+        (
+            "h = blocks[table[start - 1]].hash if start > 0 else -1",
+            "h = next((k for k, v in self.hash_to_block_id.items() if v == table[start - 1]), "
+            "-1) if start > 0 else -1",
+        ),
+    )
 
 
 class RegistersPartialBlock(BlockManager):
     """Rounds the end of the step up, registering a block the step left only partly filled."""
 
-    hash_blocks = edited(BlockManager.hash_blocks, (
-        "end = computed // bs", "end = min(-(-computed // bs), len(seq.block_table))",
-    ))
+    hash_blocks = edited(
+        BlockManager.hash_blocks,
+        (
+            "end = computed // bs",
+            "end = min(-(-computed // bs), len(seq.block_table))",
+        ),
+    )
 
 
 # --- scheduler mistakes
@@ -204,7 +270,10 @@ _CHUNK_RULE = "if remaining < num_tokens and scheduled_seqs:"
 class PreemptFirstRunning(Scheduler):
     """Preempts the oldest running sequence instead of the newest."""
 
-    schedule = edited(Scheduler.schedule, ("self.preempt(self.running.pop())", "self.preempt(self.running.popleft())"))
+    schedule = edited(
+        Scheduler.schedule,
+        ("self.preempt(self.running.pop())", "self.preempt(self.running.popleft())"),
+    )
 
 
 class ChunkAnyWaiting(Scheduler):
@@ -216,7 +285,9 @@ class ChunkAnyWaiting(Scheduler):
 class BudgetCountsCachedTokens(Scheduler):
     """Checks a new request's whole prompt against the token budget, cached blocks included."""
 
-    schedule = edited(Scheduler.schedule, (_CHUNK_RULE, "if remaining < seq.num_tokens and scheduled_seqs:"))
+    schedule = edited(
+        Scheduler.schedule, (_CHUNK_RULE, "if remaining < seq.num_tokens and scheduled_seqs:")
+    )
 
 
 class SkipBlockedWaitingHead(Scheduler):
@@ -224,17 +295,26 @@ class SkipBlockedWaitingHead(Scheduler):
 
     schedule = edited(
         Scheduler.schedule,
-        ("num_batched_tokens = 0", "num_batched_tokens = 0\nskipped = 0  # waiting requests passed over"),
-        ("while self.waiting and len(scheduled_seqs) < self.max_num_seqs:",
-         "while len(self.waiting) > skipped and len(scheduled_seqs) < self.max_num_seqs:"),
+        (
+            "num_batched_tokens = 0",
+            "num_batched_tokens = 0\nskipped = 0  # waiting requests passed over",
+        ),
+        (
+            "while self.waiting and len(scheduled_seqs) < self.max_num_seqs:",
+            "while len(self.waiting) > skipped and len(scheduled_seqs) < self.max_num_seqs:",
+        ),
         ("seq = self.waiting[0]", "seq = self.waiting[skipped]"),
-        ("if num_cached_blocks == -1:", "if num_cached_blocks == -1:\n    skipped += 1\n    continue"),
+        (
+            "if num_cached_blocks == -1:",
+            "if num_cached_blocks == -1:\n    skipped += 1\n    continue",
+        ),
         ("self.waiting.popleft()", "del self.waiting[skipped]"),
     )
 
 
 class DropInsteadOfSelfPreempt(Scheduler):
-    """When no other request is left to preempt, skips the request instead of preempting it (it is lost)."""
+    """When no other request is left to preempt, skips the request instead of preempting it (it
+    is lost)."""
 
     schedule = edited(Scheduler.schedule, ("self.preempt(seq)", "pass"))
 
@@ -248,15 +328,24 @@ class OneSeqTooMany(Scheduler):
 
 
 class BatchToBackOfRunning(Scheduler):
-    """Puts the decode batch back at the end of running, so the requests left out of it run first next."""
+    """Puts the decode batch back at the end of running, so the requests left out of it run
+    first next."""
 
-    schedule = edited(Scheduler.schedule, ("self.running.extendleft(reversed(scheduled_seqs))", "self.running.extend(scheduled_seqs)"))
+    schedule = edited(
+        Scheduler.schedule,
+        (
+            "self.running.extendleft(reversed(scheduled_seqs))",
+            "self.running.extend(scheduled_seqs)",
+        ),
+    )
 
 
 class PreemptToBack(Scheduler):
     """Puts a preempted sequence at the back of the waiting queue instead of the front."""
 
-    preempt = edited(Scheduler.preempt, ("self.waiting.appendleft(seq)", "self.waiting.append(seq)"))
+    preempt = edited(
+        Scheduler.preempt, ("self.waiting.appendleft(seq)", "self.waiting.append(seq)")
+    )
 
 
 class KeepDecodeFlagOnPreempt(Scheduler):
@@ -266,18 +355,25 @@ class KeepDecodeFlagOnPreempt(Scheduler):
 
 
 class KeepTokenAfterChunk(Scheduler):
-    """Appends the token sampled after a prefill chunk that did not reach the end of the prompt."""
+    """Appends the token sampled after a prefill chunk that did not reach the end of the
+    prompt."""
 
-    postprocess = edited(Scheduler.postprocess, ("if is_prefill and seq.num_cached_tokens < seq.num_tokens:", "if False:"))
+    postprocess = edited(
+        Scheduler.postprocess,
+        ("if is_prefill and seq.num_cached_tokens < seq.num_tokens:", "if False:"),
+    )
 
 
 class EosDespiteIgnoreEos(Scheduler):
     """Finishes a request on eos even when its sampling params say ignore_eos."""
 
-    postprocess = edited(Scheduler.postprocess, (
-        "if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:",
-        "if token_id == self.eos or seq.num_completion_tokens == seq.max_tokens:",
-    ))
+    postprocess = edited(
+        Scheduler.postprocess,
+        (
+            "eos_hit = not seq.ignore_eos and token_id == self.eos",
+            "eos_hit = token_id == self.eos",
+        ),
+    )
 
 
 class RegisterAfterCommit(Scheduler):
@@ -286,7 +382,10 @@ class RegisterAfterCommit(Scheduler):
     postprocess = edited(
         Scheduler.postprocess,
         ("self.block_manager.hash_blocks(seq)", "pass"),
-        ("seq.num_scheduled_tokens = 0", "seq.num_scheduled_tokens = 0\nself.block_manager.hash_blocks(seq)"),
+        (
+            "seq.num_scheduled_tokens = 0",
+            "seq.num_scheduled_tokens = 0\nself.block_manager.hash_blocks(seq)",
+        ),
     )
 
 
@@ -301,7 +400,8 @@ def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
 
 
 def approximate_gcd_ignores_lower_bound(values, lower_bound=None):
-    """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be split."""
+    """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be
+    split."""
     from refimpl.hybrid.kv_cache_planning import approximate_gcd
 
     return approximate_gcd(values, None)
@@ -329,7 +429,8 @@ def approximate_gcd_accepts_non_ints(values, lower_bound=None):
 
 
 def approximate_gcd_dedupes_values(values, lower_bound=None):
-    """Counts the padding once per distinct value, so repeated values weigh no more than one."""
+    """Counts the padding once per distinct value, so repeated values weigh no more than
+    one."""
     from refimpl.hybrid.kv_cache_planning import approximate_gcd
 
     values = list(values)
@@ -345,9 +446,12 @@ def approximate_gcd_clamps_to_max(values, lower_bound=None):
 
 
 def approximate_gcd_trusts_lower_bound(values, lower_bound=None):
-    """Starts the search at the lower bound as given (`lower_bound if lower_bound is not None else 1`), so 0 tries d = 0."""
+    """Starts the search at the lower bound as given (`lower_bound if lower_bound is not None
+    else 1`), so 0 tries d = 0."""
     values = list(values)
-    if not values or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
+    if not values or any(
+        isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values
+    ):
         raise ValueError(f"approximate_gcd needs positive ints, got {values}")
     lo, hi = (lower_bound if lower_bound is not None else 1), max(values)
     if lo > hi:
@@ -445,7 +549,9 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("append_on_len_mod_0", AppendOnMultiple, BLOCK_MANAGER_GRADERS),
     BrokenVariant("append_on_len_mod_1", AppendWhenLenModIsOne, BLOCK_MANAGER_GRADERS),
     BrokenVariant("can_allocate_strict", CanAllocateStrict, BLOCK_MANAGER_GRADERS),
-    BrokenVariant("can_append_needs_a_free_block", CanAppendNeedsAFreeBlock, BLOCK_MANAGER_GRADERS),
+    BrokenVariant(
+        "can_append_needs_a_free_block", CanAppendNeedsAFreeBlock, BLOCK_MANAGER_GRADERS
+    ),
     BrokenVariant("free_ignores_ref_count", FreeIgnoresRefCount, PREFIX_GRADERS),
     BrokenVariant("hit_resets_ref_count", HitResetsRefCount, PREFIX_GRADERS),
     BrokenVariant("keeps_reused_block_entry", KeepsReusedBlockEntry, PREFIX_GRADERS),
@@ -474,19 +580,43 @@ PAGED_BROKEN_VARIANTS: list[BrokenVariant] = [
 ]
 
 HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [
-    BrokenVariant("gcd_smaller_wins_ties", approximate_gcd_smaller_wins_ties, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_ignores_lower_bound", approximate_gcd_ignores_lower_bound, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_exclusive_max", approximate_gcd_exclusive_max, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_accepts_non_ints", approximate_gcd_accepts_non_ints, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_dedupes_values", approximate_gcd_dedupes_values, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_clamps_to_max", approximate_gcd_clamps_to_max, ("check_approximate_gcd",)),
-    BrokenVariant("gcd_trusts_lower_bound", approximate_gcd_trusts_lower_bound, ("check_approximate_gcd",)),
-    BrokenVariant("layout_stride_is_sum", packed_layout_stride_is_sum, ("check_packed_layout",)),
+    BrokenVariant(
+        "gcd_smaller_wins_ties", approximate_gcd_smaller_wins_ties, ("check_approximate_gcd",)
+    ),
+    BrokenVariant(
+        "gcd_ignores_lower_bound",
+        approximate_gcd_ignores_lower_bound,
+        ("check_approximate_gcd",),
+    ),
+    BrokenVariant(
+        "gcd_exclusive_max", approximate_gcd_exclusive_max, ("check_approximate_gcd",)
+    ),
+    BrokenVariant(
+        "gcd_accepts_non_ints", approximate_gcd_accepts_non_ints, ("check_approximate_gcd",)
+    ),
+    BrokenVariant(
+        "gcd_dedupes_values", approximate_gcd_dedupes_values, ("check_approximate_gcd",)
+    ),
+    BrokenVariant(
+        "gcd_clamps_to_max", approximate_gcd_clamps_to_max, ("check_approximate_gcd",)
+    ),
+    BrokenVariant(
+        "gcd_trusts_lower_bound",
+        approximate_gcd_trusts_lower_bound,
+        ("check_approximate_gcd",),
+    ),
+    BrokenVariant(
+        "layout_stride_is_sum", packed_layout_stride_is_sum, ("check_packed_layout",)
+    ),
     BrokenVariant("layout_no_overlay", packed_layout_no_overlay, ("check_packed_layout",)),
     BrokenVariant("layout_real_pages", packed_layout_real_pages, ("check_packed_layout",)),
-    BrokenVariant("layout_empty_is_zero", packed_layout_empty_is_zero, ("check_packed_layout",)),
+    BrokenVariant(
+        "layout_empty_is_zero", packed_layout_empty_is_zero, ("check_packed_layout",)
+    ),
     BrokenVariant("layout_sorted_names", packed_layout_sorted_names, ("check_packed_layout",)),
-    BrokenVariant("layout_last_layer_wins", packed_layout_last_layer_wins, ("check_packed_layout",)),
+    BrokenVariant(
+        "layout_last_layer_wins", packed_layout_last_layer_wins, ("check_packed_layout",)
+    ),
 ]
 
 BROKEN_VARIANTS: list[BrokenVariant] = PAGED_BROKEN_VARIANTS + HYBRID_BROKEN_VARIANTS

@@ -4,10 +4,11 @@ A checkout of this repository holds the solution notebooks (`notebooks/exercises
 and its git history holds them too. Students get a bundle instead: every tracked file of the
 checkout except the solutions, the instructor guide (replaced by a short student guide) and the
 tests that read the solutions, as a folder and a zip, with no git history. The builder refuses
-to write a bundle when a student copy is stale (`make exercises` first) or when any bundled code
-cell still holds a solution region.
+to write a bundle when a student copy is stale (`make exercises` first) or when any bundled
+code cell still holds a solution region.
 
-    python -m refimpl.course.bundle dist/student-bundle   # writes dist/student-bundle/ and dist/student-bundle.zip
+    # writes dist/student-bundle/ and dist/student-bundle.zip
+    python -m refimpl.course.bundle dist/student-bundle
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ Each notebook here is one exercise. Open it in Jupyter (`make lab`), read it top
 write your code in the cells marked `# YOUR CODE HERE`, in place of the `raise
 NotImplementedError(...)` lines. Helper functions you add must live in those cells too.
 
-The last cell of each notebook runs its grader and prints a PASS/FAIL table; a failing row names
-the first step where your code's state differs from the reference's, and what was expected and
-found. From a terminal you can grade a saved notebook exactly as your instructor will:
+The last cell of each notebook runs its grader and prints a PASS/FAIL table; a failing row
+names the first step where your code's state differs from the reference's, and what was
+expected and found. From a terminal you can grade a saved notebook exactly as your
+instructor will:
 
     python -m refimpl grade notebooks/exercises/01_block_manager.ipynb
 
@@ -50,11 +52,17 @@ or loading it some other way) scores 0.
 def bundled_files(root: Path) -> list[str]:
     """The checkout's tracked files that go into the bundle (paths relative to `root`)."""
     try:
-        listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True).stdout
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise ValueError(f"build the bundle from a git checkout of the course ({exc})") from None
+        raise ValueError(
+            f"build the bundle from a git checkout of the course ({exc})"
+        ) from None
     files = [name for name in listed.decode().split("\0") if name]
-    return sorted(name for name in files if not name.startswith(EXCLUDED) and (root / name).is_file())
+    return sorted(
+        name for name in files if not name.startswith(EXCLUDED) and (root / name).is_file()
+    )
 
 
 def solution_leaks(root: Path, files: list[str]) -> list[str]:
@@ -64,17 +72,23 @@ def solution_leaks(root: Path, files: list[str]) -> list[str]:
         if not name.endswith(".ipynb"):
             continue
         cells = json.loads((root / name).read_text(encoding="utf-8")).get("cells", [])
-        if any(cell.get("cell_type") == "code" and BEGIN in "".join(cell.get("source", "")) for cell in cells):
+        if any(
+            cell.get("cell_type") == "code" and BEGIN in "".join(cell.get("source", ""))
+            for cell in cells
+        ):
             leaks.append(name)
     return leaks
 
 
 def build(root: Path, out: Path) -> Path:
-    """Write the bundle folder `out` and `out`.zip (stable file order and times); return the zip's path."""
+    """Write the bundle folder `out` and `out`.zip (stable file order and times); return the
+    zip's path."""
     root = root.resolve()
     stale = stale_copies(root)
     if stale:
-        raise ValueError(f"stale student copies (run `make exercises` first): {', '.join(stale)}")
+        raise ValueError(
+            f"stale student copies (run `make exercises` first): {', '.join(stale)}"
+        )
     files = bundled_files(root)
     leaks = solution_leaks(root, files)
     if leaks:
@@ -99,9 +113,19 @@ def build(root: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refimpl.course.bundle", description="Write the student bundle (no solutions).")
-    parser.add_argument("out", type=Path, help="bundle folder to write (its .zip is written next to it)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="repository root (default: current directory)")
+    parser = argparse.ArgumentParser(
+        prog="python -m refimpl.course.bundle",
+        description="Write the student bundle (no solutions).",
+    )
+    parser.add_argument(
+        "out", type=Path, help="bundle folder to write (its .zip is written next to it)"
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        help="repository root (default: current directory)",
+    )
     args = parser.parse_args(argv)
     try:
         archive = build(args.root, args.out)

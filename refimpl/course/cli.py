@@ -1,8 +1,9 @@
-"""`python -m refimpl grade NOTEBOOK|FOLDER...`: grade exercise notebooks and print the tables and a score.
+"""`python -m refimpl grade NOTEBOOK|FOLDER...`: grade exercise notebooks and print the tables
+and a score.
 
-Exit status: 0 when every check of every notebook passed, 1 when some check failed or a notebook
-could not be graded, 2 for bad arguments (argparse's convention). Every argument is checked
-before the first notebook runs, so a typo in `--csv` never costs a grading run.
+Exit status: 0 when every check of every notebook passed, 1 when some check failed or a
+notebook could not be graded, 2 for bad arguments (argparse's convention). Every argument is
+checked before the first notebook runs, so a typo in `--csv` never costs a grading run.
 """
 
 from __future__ import annotations
@@ -24,19 +25,26 @@ def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, got {text!r}"
+        ) from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 
 def writable_csv_path(text: str) -> Path:
-    """argparse type for `--csv`: a file path whose folder exists (the file itself is replaced)."""
+    """argparse type for `--csv`: a file path whose folder exists (the file itself is
+    replaced)."""
     path = Path(text)
     if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name such as {path / 'grades.csv'}")
+        raise argparse.ArgumentTypeError(
+            f"{text} is a folder; give a file name such as {path / 'grades.csv'}"
+        )
     if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"folder {path.parent} does not exist; create it first")
+        raise argparse.ArgumentTypeError(
+            f"folder {path.parent} does not exist; create it first"
+        )
     return path
 
 
@@ -45,22 +53,43 @@ def add_parser(subparsers) -> None:
         "grade",
         help="grade exercise notebooks (prints a PASS/FAIL table and a score per notebook)",
         description=(
-            "Run the setup and solution cells of each exercise notebook in a separate, restricted "
-            "Python process that only answers the grader's calls, replay the matching graders here "
+            "Run the setup and solution cells of each exercise notebook in a separate, "
+            "restricted "
+            "Python process that only answers the grader's calls, replay the matching graders "
+            "here "
             "against the reference implementation, and print the PASS/FAIL table and a score. "
-            "Exercises are recognised by their notebook metadata. Not a sandbox for hostile code: "
+            "Exercises are recognised by their notebook metadata. Not a sandbox for hostile "
+            "code: "
             "see notebooks/exercises/README.md."
         ),
         formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK",
-                        help="exercise notebooks (.ipynb), or folders whose .ipynb files are all graded")
-    parser.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds allowed per notebook")
-    parser.add_argument("--csv", type=writable_csv_path, default=None,
-                        help="also write one row per notebook to this CSV file")
-    parser.add_argument("--quiet", action="store_true", help="print only the score lines, not the tables")
-    parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",
-                        help="do not restrict the graded code's files and network with Landlock (resource limits stay)")
+    parser.add_argument(
+        "notebooks",
+        nargs="+",
+        type=Path,
+        metavar="NOTEBOOK",
+        help="exercise notebooks (.ipynb), or folders whose .ipynb files are all graded",
+    )
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=120.0, help="seconds allowed per notebook"
+    )
+    parser.add_argument(
+        "--csv",
+        type=writable_csv_path,
+        default=None,
+        help="also write one row per notebook to this CSV file",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print only the score lines, not the tables"
+    )
+    parser.add_argument(
+        "--no-sandbox",
+        dest="sandbox",
+        action="store_false",
+        help="do not restrict the graded code's files and network with Landlock "
+        "(resource limits stay)",
+    )
     parser.set_defaults(func=main, parser_error=parser.error)
 
 
@@ -82,7 +111,8 @@ def expand_folders(paths: list[Path], error) -> list[Path]:
 
 
 class GradeSheet:
-    """The CSV file: its header at once, then one row per notebook, each flushed as it is written.
+    """The CSV file: its header at once, then one row per notebook, each flushed as it is
+    written.
 
     It remembers every row, and notices when the file changed behind its back (graded code
     writing to it): `tampered()` says so, and `rewrite()` puts the rows back, into a new file
@@ -124,7 +154,8 @@ def _signature(path: Path) -> tuple | None:
 
 
 def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
-    """Every notebook's bytes, read before any student code runs (so none can change another's)."""
+    """Every notebook's bytes, read before any student code runs (so none can change
+    another's)."""
     from refimpl.course.grading import MAX_NOTEBOOK_BYTES
 
     contents: dict[Path, bytes | None] = {}
@@ -139,7 +170,14 @@ def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
 
 def _csv_row(grade) -> list[str]:
     failed = ";".join(f"{g}:{c}" for g, c, ok in grade.rows if not ok)
-    return [grade.path, grade.exercise, str(grade.num_passed), str(grade.num_checks), failed, grade.why]
+    return [
+        grade.path,
+        grade.exercise,
+        str(grade.num_passed),
+        str(grade.num_checks),
+        failed,
+        grade.why,
+    ]
 
 
 def _sandbox_note(settings) -> str:
@@ -152,17 +190,29 @@ def _sandbox_note(settings) -> str:
     if not settings.sandbox:
         return "--no-sandbox: the graded code can read and write this user's files"
     if landlock_abi() == 0:
-        return ("this system has no Landlock (Linux 5.13 or later): the graded code can read and write this "
-                "user's files, the solutions included; grade in a container (see notebooks/exercises/README.md)")
+        return (
+            "this system has no Landlock (Linux 5.13 or later): the graded code can read and "
+            "write this "
+            "user's files, the solutions included; grade in a container (see "
+            "notebooks/exercises/README.md)"
+        )
     return file_rules(tempfile.gettempdir(), [*settings.protected, *solution_folders()]).note
 
 
 def main(args: argparse.Namespace) -> int:
     from refimpl.course.exercises import EXERCISES
-    from refimpl.course.grading import GradingSettings, NotebookGrade, grade_missing, grade_notebook
+    from refimpl.course.grading import (
+        GradingSettings,
+        NotebookGrade,
+        grade_missing,
+        grade_notebook,
+    )
 
     if os.name != "posix":
-        args.parser_error("grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works everywhere")
+        args.parser_error(
+            "grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works "
+            "everywhere"
+        )
     paths = expand_folders(args.notebooks, args.parser_error)
     contents = _read_all(paths)
     watched = [p for p in paths if p.is_file()]
@@ -179,11 +229,15 @@ def main(args: argparse.Namespace) -> int:
     for path in paths:
         before = {p: _signature(p) for p in watched}
         if contents.get(path) is not None:
-            grade = grade_notebook(path, timeout=args.timeout, content=contents[path], settings=settings)
-        elif path.stem in EXERCISES and not path.exists():  # not handed in: its checks still count in the total
+            grade = grade_notebook(
+                path, timeout=args.timeout, content=contents[path], settings=settings
+            )
+        # not handed in: its checks still count in the total
+        elif path.stem in EXERCISES and not path.exists():
             grade = grade_missing(path, EXERCISES[path.stem])
         else:
-            grade = grade_notebook(path, timeout=args.timeout, settings=settings)  # says why it cannot be read
+            # says why it cannot be read
+            grade = grade_notebook(path, timeout=args.timeout, settings=settings)
         changed = [str(p) for p in watched if _signature(p) != before[p]]
         if sheet is not None and sheet.tampered():
             changed.append(str(args.csv))

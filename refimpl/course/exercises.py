@@ -1,10 +1,11 @@
 """The exercise catalogue and the student-copy generator.
 
-Solutions are authored once, in `notebooks/exercises/solutions/NN_name.ipynb`, with the student's
-part of each code cell between `### BEGIN SOLUTION` and `### END SOLUTION` (the nbgrader
-convention). `make exercises` writes the student copies `notebooks/exercises/NN_name.ipynb`:
-outputs cleared, every solution region replaced by a stub that raises `NotImplementedError`
-naming the exercise and the check to run. `make check-exercises` fails when a copy is stale.
+Solutions are authored once, in `notebooks/exercises/solutions/NN_name.ipynb`, with the
+student's part of each code cell between `### BEGIN SOLUTION` and `### END SOLUTION` (the
+nbgrader convention). `make exercises` writes the student copies
+`notebooks/exercises/NN_name.ipynb`: outputs cleared, every solution region replaced by a stub
+that raises `NotImplementedError` naming the exercise and the check to run. `make
+check-exercises` fails when a copy is stale.
 
 Cells carry `metadata.refimpl_course.role`: "setup" (given code the grader needs), "solution"
 (the student's code), "demo" (uses the student's code), "check" (calls a grader). The grader
@@ -35,32 +36,50 @@ class Exercise:
 
     name: str  # notebook stem, e.g. "01_block_manager"
     title: str
-    checks: tuple[tuple[str, str], ...]  # (grader function in refimpl.course, name the student defines)
+    # (grader function in refimpl.course, name the student defines)
+    checks: tuple[tuple[str, str], ...]
 
 
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in (
-        Exercise("01_block_manager", "Exercise 1: the block manager", (("check_block_manager", "BlockManager"),)),
-        Exercise("02_prefix_cache", "Exercise 2: the prefix cache", (("check_prefix_cache", "PrefixCachingBlockManager"),)),
-        Exercise("03_scheduler", "Exercise 3: the scheduler", (("check_scheduler", "Scheduler"),)),
+        Exercise(
+            "01_block_manager",
+            "Exercise 1: the block manager",
+            (("check_block_manager", "BlockManager"),),
+        ),
+        Exercise(
+            "02_prefix_cache",
+            "Exercise 2: the prefix cache",
+            (("check_prefix_cache", "PrefixCachingBlockManager"),),
+        ),
+        Exercise(
+            "03_scheduler", "Exercise 3: the scheduler", (("check_scheduler", "Scheduler"),)
+        ),
         Exercise(
             "04_packed_layout",
             "Exercise 4: approximate gcd and the packed layout",
-            (("check_approximate_gcd", "approximate_gcd"), ("check_packed_layout", "get_packed_kv_cache_layout")),
+            (
+                ("check_approximate_gcd", "approximate_gcd"),
+                ("check_packed_layout", "get_packed_kv_cache_layout"),
+            ),
         ),
     )
 }
 
 
 def _course_metadata(node) -> dict:
-    """A notebook's or cell's `refimpl_course` metadata; ValueError when it is not a mapping."""
+    """A notebook's or cell's `refimpl_course` metadata; ValueError when it is not a
+    mapping."""
     metadata = node.get("metadata", {})
     if not isinstance(metadata, dict):
         raise ValueError(f"its metadata is a {type(metadata).__name__}, not a mapping")
     course = metadata.get("refimpl_course", {})
     if not isinstance(course, dict):
-        raise ValueError(f"its refimpl_course metadata is a {type(course).__name__} ({str(course)[:40]!r}), not a mapping")
+        raise ValueError(
+            f"its refimpl_course metadata is a {type(course).__name__} "
+            f"({str(course)[:40]!r}), not a mapping"
+        )
     return course
 
 
@@ -70,20 +89,31 @@ def exercise_for(notebook, path: str | Path | None = None) -> Exercise:
     Tools such as nbgrader may drop that metadata; then a file named exactly like the exercise
     (`01_block_manager.ipynb`) still counts. A number prefix alone does not: chapter
     `03_block_manager.ipynb` is not exercise `03_scheduler`. Metadata that is not well formed,
-    or that names another exercise than the file's exercise name, is a ValueError: a file handed
-    in as exercise 3 is graded as exercise 3 or not at all.
+    or that names another exercise than the file's exercise name, is a ValueError: a file
+    handed in as exercise 3 is graded as exercise 3 or not at all.
     """
     name = _course_metadata(notebook).get("exercise")
     stem = Path(path).stem if path is not None else None
     if name is not None and not isinstance(name, str):
-        raise ValueError(f"its refimpl_course.exercise is a {type(name).__name__} ({str(name)[:40]}), not a name")
+        raise ValueError(
+            f"its refimpl_course.exercise is a {type(name).__name__} ({str(name)[:40]}), not "
+            "a name"
+        )
     if name is None and stem in EXERCISES:
         name = stem
     if name not in EXERCISES:
-        where = f"its metadata names {name!r}" if name is not None else "no refimpl_course.exercise in its metadata"
-        raise ValueError(f"not an exercise notebook ({where}); the exercises are {', '.join(EXERCISES)}")
+        where = (
+            f"its metadata names {name!r}"
+            if name is not None
+            else "no refimpl_course.exercise in its metadata"
+        )
+        raise ValueError(
+            f"not an exercise notebook ({where}); the exercises are {', '.join(EXERCISES)}"
+        )
     if stem in EXERCISES and stem != name:
-        raise ValueError(f"its metadata names exercise {name}, but the file is named {stem}.ipynb")
+        raise ValueError(
+            f"its metadata names exercise {name}, but the file is named {stem}.ipynb"
+        )
     return EXERCISES[name]
 
 
@@ -109,7 +139,8 @@ _DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
 
 
 def _enclosing_name(lines: list[str], index: int) -> str:
-    """Qualified name of the function (and class) around line `index`: 'BlockManager.allocate'."""
+    """Qualified name of the function (and class) around line `index`:
+    'BlockManager.allocate'."""
     indent = len(lines[index]) - len(lines[index].lstrip())
     names = []
     for line in reversed(lines[:index]):
@@ -127,10 +158,15 @@ def _enclosing_name(lines: list[str], index: int) -> str:
 
 def stub_message(exercise: Exercise, where: str) -> str:
     """'Exercise N: <where> is not written yet ... then run <the check for that name>.'"""
-    own = [(c, t) for c, t in exercise.checks if where.split(".")[0] == t] or list(exercise.checks)
+    own = [(c, t) for c, t in exercise.checks if where.split(".")[0] == t] or list(
+        exercise.checks
+    )
     checks = " and ".join(f"{check}({target})" for check, target in own)
     number = exercise.title.split(":")[0]
-    return f"{number}: {where} is not written yet. Write it in place of this raise, then run {checks}."
+    return (
+        f"{number}: {where} is not written yet. Write it in place of this raise, "
+        f"then run {checks}."
+    )
 
 
 def strip_solutions(source: str, exercise: Exercise) -> str:
@@ -158,7 +194,8 @@ def strip_solutions(source: str, exercise: Exercise) -> str:
 
 
 def make_student_copy(solution):
-    """The student notebook for a solution notebook (a new NotebookNode; the input is untouched)."""
+    """The student notebook for a solution notebook (a new NotebookNode; the input is
+    untouched)."""
     exercise = exercise_for(solution)
     student = copy.deepcopy(solution)
     for cell in student.cells:
@@ -194,15 +231,25 @@ def stale_copies(root: Path = Path(".")) -> list[str]:
     stale = []
     for solution_path in sorted((root / SOLUTIONS_DIR).glob("[0-9]*.ipynb")):
         target = root / STUDENT_DIR / solution_path.name
-        if not target.exists() or target.read_text(encoding="utf-8") != _student_text(solution_path):
+        if not target.exists() or target.read_text(encoding="utf-8") != _student_text(
+            solution_path
+        ):
             stale.append(str(target.relative_to(root)))
     return stale
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m refimpl.course.exercises", description="Generate or check the student copies of the exercise notebooks.")
+    parser = argparse.ArgumentParser(
+        prog="python -m refimpl.course.exercises",
+        description="Generate or check the student copies of the exercise notebooks.",
+    )
     parser.add_argument("action", choices=["generate", "check"])
-    parser.add_argument("--root", type=Path, default=Path("."), help="repository root (default: current directory)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        help="repository root (default: current directory)",
+    )
     args = parser.parse_args(argv)
     if args.action == "generate":
         for path in generate(args.root):

@@ -11,8 +11,9 @@ Lengths are counted in tokens whose K/V must be stored when the request finishes
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Iterable, Sequence as Seq
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from refimpl.validation import check_positive_int
 
 @dataclass(frozen=True)
 class RequestLengths:
-    """Prompt and output lengths of a batch of requests (numpy int64 arrays of equal length)."""
+    """Prompt and output lengths of a batch of requests (numpy int64 arrays of equal
+    length)."""
 
     prompt_lens: np.ndarray
     output_lens: np.ndarray
@@ -54,16 +56,25 @@ def sample_request_lengths(
     num_requests = check_positive_int("num_requests", num_requests)
     max_len = check_positive_int("max_len", max_len)
     if max_len < 2:
-        raise ValueError(f"max_len must be at least 2 (one prompt and one output token), got {max_len}")
+        raise ValueError(
+            f"max_len must be at least 2 (one prompt and one output token), got {max_len}"
+        )
     if not (prompt_median > 0 and output_median > 0 and sigma >= 0):
         raise ValueError("prompt_median and output_median must be > 0 and sigma >= 0")
     if prompt_median + output_median > max_len:
-        raise ValueError(f"prompt_median + output_median ({prompt_median + output_median}) must not exceed max_len ({max_len})")
+        raise ValueError(
+            f"prompt_median + output_median ({prompt_median + output_median}) must not exceed "
+            f"max_len ({max_len})"
+        )
     rng = np.random.default_rng(seed)
     prompts, outputs, kept = [], [], 0
     while kept < num_requests:
-        p = np.maximum(np.rint(rng.lognormal(np.log(prompt_median), sigma, num_requests)), 1).astype(np.int64)
-        o = np.maximum(np.rint(rng.lognormal(np.log(output_median), sigma, num_requests)), 1).astype(np.int64)
+        p = np.maximum(
+            np.rint(rng.lognormal(np.log(prompt_median), sigma, num_requests)), 1
+        ).astype(np.int64)
+        o = np.maximum(
+            np.rint(rng.lognormal(np.log(output_median), sigma, num_requests)), 1
+        ).astype(np.int64)
         ok = p + o <= max_len
         prompts.append(p[ok])
         outputs.append(o[ok])
@@ -107,7 +118,9 @@ def reserve_max_usage(total_lens: Iterable[int], max_len: int) -> MemoryUse:
     lens = _lengths(total_lens)
     max_len = check_positive_int("max_len", max_len)
     if (lens > max_len).any():
-        raise ValueError(f"a request of {int(lens.max())} tokens does not fit max_len={max_len}")
+        raise ValueError(
+            f"a request of {int(lens.max())} tokens does not fit max_len={max_len}"
+        )
     return MemoryUse("reserve-max", None, len(lens) * max_len, int(lens.sum()))
 
 
@@ -125,14 +138,23 @@ def paged_usage(total_lens: Iterable[int], block_size: int) -> MemoryUse:
     return MemoryUse("paged", block_size, int(blocks.sum()) * block_size, int(lens.sum()))
 
 
-def compare_allocation(total_lens: Iterable[int], max_len: int, block_sizes: Seq[int]) -> list[MemoryUse]:
+def compare_allocation(
+    total_lens: Iterable[int], max_len: int, block_sizes: Seq[int]
+) -> list[MemoryUse]:
     """Reserve-max first, then paged for each block size, all on the same requests."""
     lens = _lengths(total_lens)
     return [reserve_max_usage(lens, max_len)] + [paged_usage(lens, bs) for bs in block_sizes]
 
 
-def requests_that_fit(total_lens: Iterable[int], budget_tokens: int, *, block_size: int | None = None, max_len: int | None = None) -> int:
-    """How many requests, taken in order, can hold their KV at the same time in `budget_tokens` slots.
+def requests_that_fit(
+    total_lens: Iterable[int],
+    budget_tokens: int,
+    *,
+    block_size: int | None = None,
+    max_len: int | None = None,
+) -> int:
+    """How many requests, taken in order, can hold their KV at the same time in `budget_tokens`
+    slots.
 
     Give exactly one of `max_len` (reserve-max: each request costs `max_len`) or `block_size`
     (paged: each request costs its blocks).
@@ -148,25 +170,38 @@ def requests_that_fit(total_lens: Iterable[int], budget_tokens: int, *, block_si
     return int(np.searchsorted(np.cumsum(cost), budget_tokens, side="right"))
 
 
-def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
+def kv_bytes_per_token(
+    num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int = 2
+) -> int:
     """Bytes of K plus V that one token occupies across all layers."""
-    for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)):
+    for name, v in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("dtype_bytes", dtype_bytes),
+    ):
         check_positive_int(name, v)
     return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
 
 
 def format_memory_table(rows: Seq[MemoryUse], bytes_per_token: int | None = None) -> str:
     """A fixed-width table of the rows (and GiB when `bytes_per_token` is given)."""
-    head = f"{'scheme':<12} {'block':>5} {'reserved':>10} {'used':>10} {'wasted':>10} {'waste %':>7}"
+    head = (
+        f"{'scheme':<12} {'block':>5} {'reserved':>10} {'used':>10} {'wasted':>10} "
+        f"{'waste %':>7}"
+    )
     if bytes_per_token:
         head += f" {'reserved GiB':>12} {'wasted GiB':>10}"
     lines = [head]
     for r in rows:
         line = (
-            f"{r.scheme:<12} {r.block_size if r.block_size else '-':>5} {r.reserved_tokens:>10} "
+            f"{r.scheme:<12} {r.block_size if r.block_size else '-':>5} "
+            f"{r.reserved_tokens:>10} "
             f"{r.used_tokens:>10} {r.wasted_tokens:>10} {100 * r.waste_fraction:>7.1f}"
         )
         if bytes_per_token:
-            line += f" {r.reserved_tokens * bytes_per_token / 2**30:>12.2f} {r.wasted_tokens * bytes_per_token / 2**30:>10.2f}"
+            reserved_gib = r.reserved_tokens * bytes_per_token / 2**30
+            wasted_gib = r.wasted_tokens * bytes_per_token / 2**30
+            line += f" {reserved_gib:>12.2f} {wasted_gib:>10.2f}"
         lines.append(line)
     return "\n".join(lines)

@@ -37,8 +37,10 @@ class NotebookGrade:
     exercise: str
     tables: list[str] = field(default_factory=list)
     rows: list[tuple[str, str, bool]] = field(default_factory=list)  # (grader, check, passed)
-    error: str | None = None  # the notebook could not be graded, or its score was voided (timeout, unreadable, ...)
-    reason: str | None = None  # why checks failed wholesale: not implemented, a syntax error, the reference
+    # the notebook could not be graded, or its score was voided (timeout, unreadable, ...)
+    error: str | None = None
+    # why checks failed wholesale: not implemented, a syntax error, the reference
+    reason: str | None = None
 
     @property
     def num_passed(self) -> int:
@@ -50,15 +52,19 @@ class NotebookGrade:
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.num_checks > 0 and self.num_passed == self.num_checks
+        return (
+            self.error is None and self.num_checks > 0 and self.num_passed == self.num_checks
+        )
 
     @property
     def why(self) -> str:
-        """One phrase saying why the notebook lost its checks ("" when nothing went wrong wholesale)."""
+        """One phrase saying why the notebook lost its checks ("" when nothing went wrong
+        wholesale)."""
         return "; ".join(part for part in (self.error, self.reason) if part)
 
     def void(self, why: str) -> None:
-        """Score 0: every check fails (the tables still show what the code did), `why` says why."""
+        """Score 0: every check fails (the tables still show what the code did), `why` says
+        why."""
         self.rows = [(grader, check, False) for grader, check, _ in self.rows]
         self.error = why if self.error is None else f"{self.error}; {why}"
 
@@ -75,7 +81,8 @@ class GradingSettings:
     """How every notebook of a run is graded (besides its time limits)."""
 
     limits: Limits = field(default_factory=Limits)
-    protected: tuple[str, ...] = ()  # more folders the graded code must not read (the grade file's, the submissions')
+    # more folders the graded code must not read (the grade file's, the submissions')
+    protected: tuple[str, ...] = ()
     sandbox: bool = True  # Landlock where available
 
 
@@ -94,21 +101,27 @@ def check_names(check_name: str) -> list[str]:
 
 
 def failed_grade(path: str | Path, exercise: Exercise | None, why: str) -> NotebookGrade:
-    """A notebook that could not be graded: every check of its exercise fails, so totals stay fair."""
+    """A notebook that could not be graded: every check of its exercise fails, so totals stay
+    fair."""
     if exercise is None:
         return NotebookGrade(str(path), "?", error=why)
-    rows = [(grader, name, False) for grader, _ in exercise.checks for name in check_names(grader)]
+    rows = [
+        (grader, name, False) for grader, _ in exercise.checks for name in check_names(grader)
+    ]
     return NotebookGrade(str(path), exercise.name, rows=rows, error=why)
 
 
 def grade_missing(path: str | Path, exercise: Exercise) -> NotebookGrade:
-    """A notebook that was not handed in: every check of its exercise fails, so totals stay fair."""
+    """A notebook that was not handed in: every check of its exercise fails, so totals stay
+    fair."""
     return failed_grade(path, exercise, "no such file")
 
 
 def _strip_magics(source: str) -> str:
     """Drop IPython-only lines (%magics, !shell) so the cell runs in plain Python."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+    )
 
 
 def notebook_program(notebook) -> list[tuple[int, str]]:
@@ -121,7 +134,8 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
 
 
 def read_notebook(path: Path, content: bytes | None = None):
-    """The notebook at `path` (or in `content`, read earlier); ValueError saying what is wrong with it."""
+    """The notebook at `path` (or in `content`, read earlier); ValueError saying what is wrong
+    with it."""
     import nbformat
 
     if content is None:
@@ -134,15 +148,25 @@ def read_notebook(path: Path, content: bytes | None = None):
         raise ValueError(f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
         # capture_validation_error: a schema problem is ours to report (below), not a log line
-        notebook = nbformat.reads(content.decode("utf-8"), as_version=4, capture_validation_error={})
+        notebook = nbformat.reads(
+            content.decode("utf-8"), as_version=4, capture_validation_error={}
+        )
     except Exception as exc:  # not UTF-8, not JSON, not a notebook: nbformat raises many kinds
-        raise ValueError(f"cannot read it as a notebook: {type(exc).__name__}: {str(exc)[:120]}") from None
+        raise ValueError(
+            f"cannot read it as a notebook: {type(exc).__name__}: {str(exc)[:120]}"
+        ) from None
     cells = notebook.get("cells")
     if not isinstance(cells, list):
         raise ValueError("cannot read it as a notebook: it has no list of cells")
     for index, cell in enumerate(cells, start=1):
-        if not (isinstance(cell, dict) and isinstance(cell.get("cell_type"), str) and isinstance(cell.get("source"), str)):
-            raise ValueError(f"cannot read it as a notebook: cell {index} is not a cell with text")
+        if not (
+            isinstance(cell, dict)
+            and isinstance(cell.get("cell_type"), str)
+            and isinstance(cell.get("source"), str)
+        ):
+            raise ValueError(
+                f"cannot read it as a notebook: cell {index} is not a cell with text"
+            )
     return notebook
 
 
@@ -154,7 +178,8 @@ def grade_notebook(
     content: bytes | None = None,
     settings: GradingSettings | None = None,
 ) -> NotebookGrade:
-    """Run the notebook's setup and solution cells in a child process and grade what they define.
+    """Run the notebook's setup and solution cells in a child process and grade what they
+    define.
 
     `timeout` bounds the whole notebook; `time_limit` each grader scenario. `content` is the
     file's bytes when they were read earlier (a batch reads every notebook before running any).
@@ -168,13 +193,23 @@ def grade_notebook(
     except ValueError as exc:
         return failed_grade(path, EXERCISES.get(path.stem), str(exc))
     try:
-        return _grade_program(path, exercise, program, timeout, time_limit, settings or GradingSettings())
-    except Exception as exc:  # a failure of the grader itself must cost this row, not the class
-        return failed_grade(path, exercise, f"the grader failed on it ({type(exc).__name__}: {exc})")
+        return _grade_program(
+            path, exercise, program, timeout, time_limit, settings or GradingSettings()
+        )
+    # a failure of the grader itself must cost this row, not the class
+    except Exception as exc:
+        return failed_grade(
+            path, exercise, f"the grader failed on it ({type(exc).__name__}: {exc})"
+        )
 
 
 def _grade_program(
-    path: Path, exercise: Exercise, program: list[tuple[int, str]], timeout: float, time_limit: float | None, settings: GradingSettings
+    path: Path,
+    exercise: Exercise,
+    program: list[tuple[int, str]],
+    timeout: float,
+    time_limit: float | None,
+    settings: GradingSettings,
 ) -> NotebookGrade:
     import refimpl.course as course
 
@@ -182,8 +217,11 @@ def _grade_program(
         cells=program,
         checks=[grader for grader, _ in exercise.checks],
         targets=[target for _, target in exercise.checks],
-        limits=replace(settings.limits, cpu_seconds=math.ceil(timeout) + 10),  # a backstop: the deadline ends it first
-        protected=tuple(sorted({*settings.protected, str(path.resolve().parent), *solution_folders()})),
+        # a backstop: the deadline ends it first
+        limits=replace(settings.limits, cpu_seconds=math.ceil(timeout) + 10),
+        protected=tuple(
+            sorted({*settings.protected, str(path.resolve().parent), *solution_folders()})
+        ),
         sandbox=settings.sandbox,
     )
     with GradingChild(child_settings, timeout) as child:
@@ -192,22 +230,36 @@ def _grade_program(
         except StartFailed as failed:
             grade = failed_grade(path, exercise, str(failed))
         else:
-            reports = [getattr(course, grader)(RemoteStudent(child, target), verbose=False, time_limit=time_limit)
-                       for grader, target in exercise.checks]
+            reports = [
+                getattr(course, grader)(
+                    RemoteStudent(child, target), verbose=False, time_limit=time_limit
+                )
+                for grader, target in exercise.checks
+            ]
             grade = NotebookGrade(
-                str(path), exercise.name, [r.table() for r in reports],
-                [(grader, row.name, row.passed) for (grader, _), r in zip(exercise.checks, reports) for row in r.results],
+                str(path),
+                exercise.name,
+                [r.table() for r in reports],
+                [
+                    (grader, row.name, row.passed)
+                    for (grader, _), r in zip(exercise.checks, reports)
+                    for row in r.results
+                ],
                 reason=_reasons(child, reports, child_settings.targets),
             )
             if child.expired:
                 grade.error = f"timed out after {timeout:g} s"
     if child.stray:
-        grade.void(f"left {child.stray} process{'es' if child.stray > 1 else ''} running after grading (killed)")
+        grade.void(
+            f"left {child.stray} process{'es' if child.stray > 1 else ''} running after "
+            "grading (killed)"
+        )
     return grade
 
 
 def solution_folders() -> list[str]:
-    """The course's notebooks folder when refimpl runs from a checkout (it holds the solutions)."""
+    """The course's notebooks folder when refimpl runs from a checkout (it holds the
+    solutions)."""
     import refimpl
 
     notebooks = Path(refimpl.__file__).resolve().parent.parent / "notebooks"
@@ -217,18 +269,33 @@ def solution_folders() -> list[str]:
 _REFERENCE = "the reference's "  # how `reference_complaint` starts what it found
 
 
-def _reasons(child: GradingChild, reports: list[GradeReport], targets: list[str]) -> str | None:
+def _reasons(
+    child: GradingChild, reports: list[GradeReport], targets: list[str]
+) -> str | None:
     """Why checks failed wholesale, from the cells' outcome and the rows' first differences."""
-    reasons = [child.problem] if child.problem else [f"does not define {target}" for target in child.missing]
+    reasons = (
+        [child.problem]
+        if child.problem
+        else [f"does not define {target}" for target in child.missing]
+    )
     for report, target in zip(reports, targets):
         for result in report.results:
             found = result.divergence.found if result.divergence else ""
             if found.startswith(_REFERENCE):
-                reasons.append(f"uses the reference ({found[len(_REFERENCE):].split(' ')[0]})")
+                reasons.append(
+                    f"uses the reference ({found[len(_REFERENCE) :].split(' ')[0]})"
+                )
             elif "did not finish within" in found:
-                reasons.append(found.split(" and was stopped")[0])  # "scenario X did not finish within 10 s"
+                # "scenario X did not finish within 10 s"
+                reasons.append(found.split(" and was stopped")[0])
             elif found.startswith("NotImplementedError"):
-                stub = re.search(r"(\S+) is not written yet", found)  # the stub message `make exercises` writes
-                reasons.append(f"not implemented ({stub.group(1) if stub else target} raises NotImplementedError)")
-    reasons.extend(f"its code ended the process running it ({ending})" for ending in child.endings)
+                # the stub message `make exercises` writes
+                stub = re.search(r"(\S+) is not written yet", found)
+                reasons.append(
+                    f"not implemented ({stub.group(1) if stub else target} raises "
+                    "NotImplementedError)"
+                )
+    reasons.extend(
+        f"its code ended the process running it ({ending})" for ending in child.endings
+    )
     return "; ".join(dict.fromkeys(reasons)) or None

@@ -1,8 +1,9 @@
-"""The grading child: runs a notebook's setup and solution cells, then only answers the grader's calls.
+"""The grading child: runs a notebook's setup and solution cells, then only answers the
+grader's calls.
 
 `python -m refimpl grade` starts this module in a fresh process (`refimpl.course.remote`) and
-talks to it over a socket (`refimpl.course.wire`). Before any student cell runs, the child lowers
-its resource limits and closes itself off (`refimpl.course.sandbox`), and replaces the
+talks to it over a socket (`refimpl.course.wire`). Before any student cell runs, the child
+lowers its resource limits and closes itself off (`refimpl.course.sandbox`), and replaces the
 reference's code for the exercise by traps (`refimpl.course.reference_code.install_traps`).
 Then it runs the cells and serves requests: build a world around the student's class or
 function, apply a `Call` to it, report the world's state, enter or leave a patch. It never sees
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any, Callable
+from typing import Any
 
 from refimpl.course import wire
 
@@ -23,7 +25,8 @@ NOT_DEFINED = "the notebook does not define it"
 
 
 class _Discard:
-    """Where the student's prints go while grading: nowhere (they are not part of the report)."""
+    """Where the student's prints go while grading: nowhere (they are not part of the
+    report)."""
 
     def write(self, text: str) -> int:
         return len(text)
@@ -36,7 +39,8 @@ class _Discard:
 
 
 def missing(target: str, reason: str) -> Callable[..., Any]:
-    """Stands in for a name the notebook did not define: every use raises NameError with the reason."""
+    """Stands in for a name the notebook did not define: every use raises NameError with the
+    reason."""
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise NameError(f"{target} is not defined ({reason})")
@@ -51,11 +55,16 @@ def cell_problem(index: int, exc: BaseException) -> str:
     if isinstance(exc, SyntaxError):
         return f"syntax error in cell {index} (line {exc.lineno}: {exc.msg})"
     message = str(exc)
-    return f"cell {index} raised {type(exc).__name__}: {message}" if message else f"cell {index} raised {type(exc).__name__}"
+    return (
+        f"cell {index} raised {type(exc).__name__}: {message}"
+        if message
+        else f"cell {index} raised {type(exc).__name__}"
+    )
 
 
 def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
-    """Run the cells in order in a fresh namespace; (namespace, why the first failing cell stopped)."""
+    """Run the cells in order in a fresh namespace; (namespace, why the first failing cell
+    stopped)."""
     namespace: dict = {"__name__": "__main__"}
     for index, source in cells:
         try:
@@ -66,7 +75,8 @@ def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
 
 
 def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
-    """What the child sends back for one request: the result (and the world's state), or what stopped it."""
+    """What the child sends back for one request: the result (and the world's state), or what
+    stopped it."""
     from refimpl.course.reference_code import ReferenceUsed
 
     try:
@@ -101,14 +111,20 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
             _, target, spec, want_state = request
             implementation = namespace.get(target) or missing(target, problem or NOT_DEFINED)
 
-            def build(target: str = target, spec: Any = spec, implementation: Any = implementation) -> None:
+            def build(
+                target: str = target, spec: Any = spec, implementation: Any = implementation
+            ) -> None:
                 worlds[target] = spec.build(implementation)
 
-            answer = _answer(build, (lambda target=target: worlds[target].state()) if want_state else None)
+            answer = _answer(
+                build, (lambda target=target: worlds[target].state()) if want_state else None
+            )
         elif kind == "run":
             _, target, action, want_state = request
             world = worlds.get(target)
-            answer = _answer(lambda: action(world), (lambda: world.state()) if want_state else None)
+            answer = _answer(
+                lambda: action(world), (lambda: world.state()) if want_state else None
+            )
         elif kind == "enter":
             _, name, args = request
             stack = contexts.setdefault(name, ExitStack())
@@ -122,7 +138,8 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
 
 
 def prepare(payload: dict) -> None:
-    """Everything that happens before the first student cell: limits, imports, sandbox, traps."""
+    """Everything that happens before the first student cell: limits, imports, sandbox,
+    traps."""
     from refimpl.course.processes import die_with_parent
     from refimpl.course.sandbox import FileRules, Limits, restrict
 
@@ -132,7 +149,10 @@ def prepare(payload: dict) -> None:
     import refimpl.course.paged_worlds  # noqa: F401
     from refimpl.course.reference_code import course_copies, install_traps, reference_code
 
-    traps = [pair for check in payload["checks"] for pair in reference_code(check)] + course_copies()  # imports them all
+    # imports them all
+    traps = [
+        pair for check in payload["checks"] for pair in reference_code(check)
+    ] + course_copies()
     if payload["files"] is not None:
         restrict(FileRules(**payload["files"]))
     install_traps(traps)
@@ -147,11 +167,19 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - no student code has run yet: this is the grader's own problem
         wire.send_answer(sock, {"setup_failed": f"{type(exc).__name__}: {exc}"})
         return 2
-    wire.send_answer(sock, {"prepared": True})  # everything after this may come from the student's code
+    # everything after this may come from the student's code
+    wire.send_answer(sock, {"prepared": True})
     sys.stdout = sys.stderr = _Discard()
     namespace, problem = run_cells(payload["cells"])
     targets = payload["targets"]
-    wire.send_answer(sock, {"ready": True, "problem": problem, "missing": [t for t in targets if t not in namespace]})
+    wire.send_answer(
+        sock,
+        {
+            "ready": True,
+            "problem": problem,
+            "missing": [t for t in targets if t not in namespace],
+        },
+    )
     serve(sock, namespace, problem)
     return 0
 

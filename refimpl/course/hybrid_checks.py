@@ -1,4 +1,5 @@
-"""Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4 groups.
+"""Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4
+groups.
 
 Both are pure functions, so a "step" is one call: the student's answer is compared with
 `refimpl.hybrid` on worked examples, on every DeepSeek V4 configuration, and on seeded random
@@ -9,16 +10,17 @@ The rules checked (each with its check and a broken variant in `refimpl.course.r
 max(values) inclusive, returns a lower bound above every value as is, counts every value's
 padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
 and anything not an int (bools, floats, strings) as values or lower bound with a ValueError;
-`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its order by
-padded page size, lists every layer starting at an offset, takes the widest group as the stride,
-and rejects no groups with a ValueError. Every check runs under a time limit.
+`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its
+order by padded page size, lists every layer starting at an offset, takes the widest group as
+the stride, and rejects no groups with a ValueError. Every check runs under a time limit.
 """
 
 from __future__ import annotations
 
 import random
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 from refimpl.course.lockstep import (
     Call,
@@ -33,16 +35,22 @@ from refimpl.course.lockstep import (
 )
 from refimpl.course.reference_code import grading_side
 from refimpl.course.report import CheckResult, Divergence, GradeReport
-from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, ScenarioTimeout, check_time_limit, limit_is_enforceable, scenario_time_limit
-from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
-from refimpl.hybrid.older_planners import get_kv_cache_groups_b
-from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as reference_packed_layout
+from refimpl.course.time_limit import (
+    DEFAULT_TIME_LIMIT,
+    ScenarioTimeout,
+    check_time_limit,
+    limit_is_enforceable,
+    scenario_time_limit,
+)
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheGroupSpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
+from refimpl.hybrid.older_planners import get_kv_cache_groups_b
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as reference_packed_layout
 
 Case = tuple[str, tuple]  # (label shown in the table, arguments)
 Compare = Callable[[Any, Any], "tuple[str, str, str] | None"]
@@ -57,20 +65,35 @@ def _run_cases(
     compare: Compare,
     time_limit: float | None = None,
 ) -> CheckResult:
-    """Call both functions case by case; the whole check is stopped after `time_limit` seconds."""
+    """Call both functions case by case; the whole check is stopped after `time_limit`
+    seconds."""
     progress = {"step": 0, "label": "(before the first call)"}
     try:
         with scenario_time_limit(time_limit):
             return _compare_cases(name, description, reference, side, cases, compare, progress)
     except ScenarioTimeout:
-        return CheckResult(name, description, False, progress["step"], timeout_divergence(name, progress["step"], progress["label"], time_limit))
+        return CheckResult(
+            name,
+            description,
+            False,
+            progress["step"],
+            timeout_divergence(name, progress["step"], progress["label"], time_limit),
+        )
 
 
 def _compare_cases(
-    name: str, description: str, reference: Callable, side: StudentSide, cases: list[Case], compare: Compare, progress: dict
+    name: str,
+    description: str,
+    reference: Callable,
+    side: StudentSide,
+    cases: list[Case],
+    compare: Compare,
+    progress: dict,
 ) -> CheckResult:
     def fail(step: int, label: str, where: str, expected: str, found: str) -> CheckResult:
-        return CheckResult(name, description, False, step, Divergence(step, label, where, expected, found))
+        return CheckResult(
+            name, description, False, step, Divergence(step, label, where, expected, found)
+        )
 
     for step, (label, args) in enumerate(cases, start=1):
         progress["step"], progress["label"] = step, label
@@ -92,7 +115,9 @@ def _compare_cases(
                 return fail(step, label, "result", f"raises ValueError ({expected})", shown)
             continue
         if not student_ok:
-            return fail(step, label, "result", f"returns {render(expected)}", describe_exception(found))
+            return fail(
+                step, label, "result", f"returns {render(expected)}", describe_exception(found)
+            )
         difference = compare(expected, found)
         if difference is not None:
             return fail(step, label, *difference)
@@ -102,19 +127,32 @@ def _compare_cases(
 def _time_limit(time_limit: float | None, verbose: bool) -> float | None:
     time_limit = check_time_limit(time_limit)
     if verbose and time_limit is not None and not limit_is_enforceable():
-        print(f"note: this Python cannot stop a check from this thread; the {time_limit:g} s limit per check is not enforced")
+        print(
+            f"note: this Python cannot stop a check from this thread; the {time_limit:g} s "
+            "limit per check is not enforced"
+        )
     return time_limit
 
 
 def _grade(
-    check_name: str, student: Any, reference: Callable, checks: "CheckCases", compare: Compare,
-    verbose: bool, allow_reference: bool, time_limit: float | None,
+    check_name: str,
+    student: Any,
+    reference: Callable,
+    checks: CheckCases,
+    compare: Compare,
+    verbose: bool,
+    allow_reference: bool,
+    time_limit: float | None,
 ) -> GradeReport:
-    """Run every row of a Part II grader on the student's function (here, or behind a StudentSide)."""
+    """Run every row of a Part II grader on the student's function (here, or behind a
+    StudentSide)."""
     time_limit = _time_limit(time_limit, verbose)
     side, guard = grading_side(student, check_name, allow_reference)
     side = side or LocalStudent(student, guard)
-    results = [_run_cases(name, desc, reference, side, cases, compare, time_limit) for name, desc, cases in checks]
+    results = [
+        _run_cases(name, desc, reference, side, cases, compare, time_limit)
+        for name, desc, cases in checks
+    ]
     report = GradeReport(f"{check_name}({getattr(student, '__name__', 'fn')})", results)
     if verbose:
         print(report.table())
@@ -130,9 +168,10 @@ def _gcd_cases(pairs: list[tuple[list[int], int | None]]) -> list[Case]:
     return [(_gcd_label(v, lb), (v, lb)) for v, lb in pairs]
 
 
-@lru_cache(maxsize=None)
+@cache
 def dsv4_tuple_counts() -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(configuration, layer tuples per bucket) for every DeepSeek V4 setting the package knows."""
+    """(configuration, layer tuples per bucket) for every DeepSeek V4 setting the package
+    knows."""
     from refimpl.hybrid import deepseek_v4
     from refimpl.hybrid.older_planners import group_and_unify_kv_cache_specs
 
@@ -141,7 +180,12 @@ def dsv4_tuple_counts() -> tuple[tuple[str, tuple[int, ...]], ...]:
         for mtp in (False, True):
             specs = deepseek_v4.kv_cache_specs(variant=variant, mtp=mtp)
             buckets = group_and_unify_kv_cache_specs(specs)
-            rows.append((f"{variant}{' + mtp' if mtp else ''}", tuple(b.get_num_layer_tuples() for b in buckets)))
+            rows.append(
+                (
+                    f"{variant}{' + mtp' if mtp else ''}",
+                    tuple(b.get_num_layer_tuples() for b in buckets),
+                )
+            )
     return tuple(rows)
 
 
@@ -167,36 +211,107 @@ CheckCases = list[tuple[str, str, list[Case]]]  # (row name, description, cases)
 def approximate_gcd_checks() -> CheckCases:
     """The rows of `check_approximate_gcd`, each with its calls."""
     checks = [
-        ("worked_examples", "four worked examples, the last from DeepSeek V4 Pro",
-         _gcd_cases([([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)])),
-        ("deepseek_v4_buckets", "tuple counts of every DeepSeek V4 bucket list (lower bound = MLA count)",
-         _gcd_cases([(list(c), c[0]) for _, c in dsv4_tuple_counts()])),
-        ("ties_go_to_larger_d", "among equal paddings the larger d wins",
-         _gcd_cases([([12], None), ([6, 10, 14], None), ([8, 8, 4], 2), ([5, 7], 3)])),
-        ("search_range_inclusive", "d runs from max(1, lower_bound) up to max(values), both included",
-         _gcd_cases([([3], 5), ([2, 2], 9), ([9, 3], 3), ([7], 7), ([1, 1], None), ([10, 4], 0), ([6, 4], -2)])),
-        ("repeated_values_with_lower_bound", "every value counts, repeats included, also above a lower bound",
-         _gcd_cases([([2, 2, 3], 2), ([4, 7, 4], 5), ([1, 6, 1], 4), ([3, 3, 7], 3), ([31, 61, 31, 30, 30], 31)])),
-        ("rejects_bad_input", "no values, or a value <= 0, is a ValueError",
-         _gcd_cases([([], None), ([3, 0], None), ([-4], 2)])),
-        ("rejects_non_integers", "a bool, float or string among the values or as lower bound is a ValueError",
-         _gcd_cases([([True], None), ([4, True], None), ([2.5], None), (["4"], None), ([4, 6], True), ([4, 6], 2.5), ([4, 6], "3")])),
+        (
+            "worked_examples",
+            "four worked examples, the last from DeepSeek V4 Pro",
+            _gcd_cases(
+                [([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)]
+            ),
+        ),
+        (
+            "deepseek_v4_buckets",
+            "tuple counts of every DeepSeek V4 bucket list (lower bound = MLA count)",
+            _gcd_cases([(list(c), c[0]) for _, c in dsv4_tuple_counts()]),
+        ),
+        (
+            "ties_go_to_larger_d",
+            "among equal paddings the larger d wins",
+            _gcd_cases([([12], None), ([6, 10, 14], None), ([8, 8, 4], 2), ([5, 7], 3)]),
+        ),
+        (
+            "search_range_inclusive",
+            "d runs from max(1, lower_bound) up to max(values), both included",
+            _gcd_cases(
+                [
+                    ([3], 5),
+                    ([2, 2], 9),
+                    ([9, 3], 3),
+                    ([7], 7),
+                    ([1, 1], None),
+                    ([10, 4], 0),
+                    ([6, 4], -2),
+                ]
+            ),
+        ),
+        (
+            "repeated_values_with_lower_bound",
+            "every value counts, repeats included, also above a lower bound",
+            _gcd_cases(
+                [
+                    ([2, 2, 3], 2),
+                    ([4, 7, 4], 5),
+                    ([1, 6, 1], 4),
+                    ([3, 3, 7], 3),
+                    ([31, 61, 31, 30, 30], 31),
+                ]
+            ),
+        ),
+        (
+            "rejects_bad_input",
+            "no values, or a value <= 0, is a ValueError",
+            _gcd_cases([([], None), ([3, 0], None), ([-4], 2)]),
+        ),
+        (
+            "rejects_non_integers",
+            "a bool, float or string among the values or as lower bound is a ValueError",
+            _gcd_cases(
+                [
+                    ([True], None),
+                    ([4, True], None),
+                    ([2.5], None),
+                    (["4"], None),
+                    ([4, 6], True),
+                    ([4, 6], 2.5),
+                    ([4, 6], "3"),
+                ]
+            ),
+        ),
     ]
     for seed in range(2):
-        checks.append((f"random_values_{seed}", f"seeded random values and lower bounds (seed {seed})", _gcd_cases(_random_gcd_pairs(seed, 40))))
+        checks.append(
+            (
+                f"random_values_{seed}",
+                f"seeded random values and lower bounds (seed {seed})",
+                _gcd_cases(_random_gcd_pairs(seed, 40)),
+            )
+        )
     return checks
 
 
 def check_approximate_gcd(
-    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+    student_fn: Callable,
+    *,
+    verbose: bool = True,
+    allow_reference: bool = False,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> GradeReport:
-    """Grade `approximate_gcd(values, lower_bound=None)` against `refimpl.hybrid.kv_cache_planning`.
+    """Grade `approximate_gcd(values, lower_bound=None)` against
+    `refimpl.hybrid.kv_cache_planning`.
 
-    A call that runs the reference function (or its `padding_curve`) fails unless `allow_reference`.
-    A check still running after `time_limit` seconds (None: no limit) is stopped and fails.
+    A call that runs the reference function (or its `padding_curve`) fails unless
+    `allow_reference`. A check still running after `time_limit` seconds (None: no limit) is
+    stopped and fails.
     """
-    return _grade("check_approximate_gcd", student_fn, reference_approximate_gcd, approximate_gcd_checks(), _compare_value,
-                  verbose, allow_reference, time_limit)
+    return _grade(
+        "check_approximate_gcd",
+        student_fn,
+        reference_approximate_gcd,
+        approximate_gcd_checks(),
+        _compare_value,
+        verbose,
+        allow_reference,
+        time_limit,
+    )
 
 
 # --- packed layout
@@ -209,7 +324,10 @@ def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, s
         return "block_stride", render(stride), render(found_stride)
     if not isinstance(found_offsets, dict):
         return "layers_by_offset", "a dict {offset: [layer names]}", render(found_offsets)
-    for offset in sorted(set(offsets) | set(found_offsets), key=lambda o: (not isinstance(o, int), o if isinstance(o, int) else 0)):
+    for offset in sorted(
+        set(offsets) | set(found_offsets),
+        key=lambda o: (not isinstance(o, int), o if isinstance(o, int) else 0),
+    ):
         want = offsets.get(offset)
         got = found_offsets.get(offset)
         got = list(got) if isinstance(got, (list, tuple)) else got
@@ -219,19 +337,23 @@ def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, s
                 render(want) if want is not None else "(no layer starts here)",
                 render(got) if got is not None else "(no layer starts here)",
             )
-    return None  # the dict's key order does not matter: tensors are emitted by ascending offset
+    # the dict's key order does not matter: tensors are emitted by ascending offset
+    return None
 
 
-@lru_cache(maxsize=None)
-def _dsv4_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tuple[KVCacheGroupSpec, ...]:
+@cache
+def _dsv4_groups(
+    variant: str, cache_dtype: str, indexer: str, mtp: bool
+) -> tuple[KVCacheGroupSpec, ...]:
     from refimpl.hybrid import deepseek_v4
-    from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
 
-    specs = deepseek_v4.kv_cache_specs(variant=variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp)
+    specs = deepseek_v4.kv_cache_specs(
+        variant=variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp
+    )
     return tuple(get_kv_cache_groups_b(specs))  # the exercises teach the article's planner
 
 
-@lru_cache(maxsize=None)
+@cache
 def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
     from refimpl.course import article_comparison
     from refimpl.hybrid import deepseek_v4
@@ -240,17 +362,31 @@ def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
 
 
 def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:
-    return f"get_packed_kv_cache_layout({label}: {len(groups)} groups, {sum(len(g.layer_names) for g in groups)} layers)", (list(groups),)
+    return (
+        f"get_packed_kv_cache_layout({label}: {len(groups)} groups, "
+        f"{sum(len(g.layer_names) for g in groups)} layers)",
+        (list(groups),),
+    )
 
 
 def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
-    """A cross-layer packed layout: groups (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3), one page size.
+    """A cross-layer packed layout: groups (full.0, full.1), (sw.0, sw.2), (sw.1, sw.3), one
+    page size.
 
-    vLLM packs these only with `enable_cross_layers_blocks`; the small case shows that each group
-    starts again at byte 0 of a block and that layers at one offset are listed in group order.
+    vLLM packs these only with `enable_cross_layers_blocks`; the small case shows that each
+    group starts again at byte 0 of a block and that layers at one offset are listed in group
+    order.
     """
-    full = FullAttentionSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16")
-    window = SlidingWindowSpec(block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16", sliding_window=128)
+    full = FullAttentionSpec(
+        block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16"
+    )
+    window = SlidingWindowSpec(
+        block_size=page_tokens,
+        num_kv_heads=2,
+        head_size=64,
+        dtype="float16",
+        sliding_window=128,
+    )
     return [
         KVCacheGroupSpec(["full.0", "full.1"], full),
         KVCacheGroupSpec(["sw.0", "sw.2"], window),
@@ -259,7 +395,8 @@ def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
 
 
 def random_groups(seed: int) -> list[KVCacheGroupSpec]:
-    """Groups of uniform-type layers with mixed page sizes (head sizes), as a packed plan sees them."""
+    """Groups of uniform-type layers with mixed page sizes (head sizes), as a packed plan sees
+    them."""
     rng = random.Random(seed)
     groups = []
     layer = 0
@@ -267,38 +404,79 @@ def random_groups(seed: int) -> list[KVCacheGroupSpec]:
         members = {}
         for _ in range(rng.randint(1, 5)):
             members[f"model.layers.{layer}.g{g}"] = FullAttentionSpec(
-                block_size=16, num_kv_heads=1, head_size=rng.choice([16, 32, 48, 64, 128]), dtype="float16"
+                block_size=16,
+                num_kv_heads=1,
+                head_size=rng.choice([16, 32, 48, 64, 128]),
+                dtype="float16",
             )
             layer += 1
-        groups.append(KVCacheGroupSpec(list(members), UniformTypeKVCacheSpecs.from_specs(members)))
+        groups.append(
+            KVCacheGroupSpec(list(members), UniformTypeKVCacheSpecs.from_specs(members))
+        )
     return groups
 
 
 def packed_layout_checks() -> CheckCases:
     """The rows of `check_packed_layout`, each with its calls."""
     checks = [
-        ("deepseek_v4_pro", "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
-         [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))]),
-        ("deepseek_v4_variants", "Flash, fp4 indexer, bfloat16 cache, MTP layer",
-         [_layout_case("DeepSeek-V4-Flash", _dsv4_groups("flash", "fp8_ds_mla", "fp8", False)),
-          _layout_case("Pro + fp4 indexer", _dsv4_groups("pro", "fp8_ds_mla", "fp4", False)),
-          _layout_case("Pro, bfloat16 cache", _dsv4_groups("pro", "bfloat16", "fp8", False)),
-          _layout_case("Pro + MTP", _dsv4_groups("pro", "fp8_ds_mla", "fp8", True))]),
-        ("article_two_groups", "the article's MLA + one unsplit SWA group: stride 2,283,840 B",
-         [_layout_case("article's two groups", _article_two_groups())]),
-        ("cross_layer_groups", "three groups of one page size overlay: offsets 0 and one page",
-         [_layout_case("cross-layer groups", tuple(cross_layer_groups()))]),
-        ("rejects_no_groups", "no groups (nothing to lay out) is a ValueError, not a 0-byte block",
-         [_layout_case("no groups", ())]),
+        (
+            "deepseek_v4_pro",
+            "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
+            [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))],
+        ),
+        (
+            "deepseek_v4_variants",
+            "Flash, fp4 indexer, bfloat16 cache, MTP layer",
+            [
+                _layout_case(
+                    "DeepSeek-V4-Flash", _dsv4_groups("flash", "fp8_ds_mla", "fp8", False)
+                ),
+                _layout_case(
+                    "Pro + fp4 indexer", _dsv4_groups("pro", "fp8_ds_mla", "fp4", False)
+                ),
+                _layout_case(
+                    "Pro, bfloat16 cache", _dsv4_groups("pro", "bfloat16", "fp8", False)
+                ),
+                _layout_case("Pro + MTP", _dsv4_groups("pro", "fp8_ds_mla", "fp8", True)),
+            ],
+        ),
+        (
+            "article_two_groups",
+            "the article's MLA + one unsplit SWA group: stride 2,283,840 B",
+            [_layout_case("article's two groups", _article_two_groups())],
+        ),
+        (
+            "cross_layer_groups",
+            "three groups of one page size overlay: offsets 0 and one page",
+            [_layout_case("cross-layer groups", tuple(cross_layer_groups()))],
+        ),
+        (
+            "rejects_no_groups",
+            "no groups (nothing to lay out) is a ValueError, not a 0-byte block",
+            [_layout_case("no groups", ())],
+        ),
     ]
     for seed in range(2):
-        cases = [_layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i))) for i in range(6)]
-        checks.append((f"random_groups_{seed}", f"seeded random groups with mixed page sizes (seed {seed})", cases))
+        cases = [
+            _layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i)))
+            for i in range(6)
+        ]
+        checks.append(
+            (
+                f"random_groups_{seed}",
+                f"seeded random groups with mixed page sizes (seed {seed})",
+                cases,
+            )
+        )
     return checks
 
 
 def check_packed_layout(
-    student_fn: Callable, *, verbose: bool = True, allow_reference: bool = False, time_limit: float | None = DEFAULT_TIME_LIMIT
+    student_fn: Callable,
+    *,
+    verbose: bool = True,
+    allow_reference: bool = False,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> GradeReport:
     """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
 
@@ -306,5 +484,13 @@ def check_packed_layout(
     unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
     is stopped and fails.
     """
-    return _grade("check_packed_layout", student_fn, reference_packed_layout, packed_layout_checks(), _compare_layout,
-                  verbose, allow_reference, time_limit)
+    return _grade(
+        "check_packed_layout",
+        student_fn,
+        reference_packed_layout,
+        packed_layout_checks(),
+        _compare_layout,
+        verbose,
+        allow_reference,
+        time_limit,
+    )

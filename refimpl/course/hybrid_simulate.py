@@ -4,7 +4,8 @@ The scheduler side of a step is: prefix lookup (first step only), `allocate_slot
 step's tokens, then "the model ran", so `num_computed_tokens` advances. Doing exactly that with
 the real Pro layout (five groups, one pool) shows where the blocks go:
 
-- `run_request`: chunked prefill then decode; records every group's live and null blocks per step;
+- `run_request`: chunked prefill then decode; records every group's live and null blocks per
+  step;
 - `peak_blocks_chunked_prefill`: the most blocks one request holds at once, and in which step;
 - `requests_that_fit`: how many requests of one length complete side by side in a budget;
 - `prefix_hit_lengths`: what a second request sharing a prefix gets back (multiples of 256).
@@ -12,15 +13,10 @@ the real Pro layout (five groups, one pool) shows where the blocks go:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
-from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
-from refimpl.hybrid.kv_cache_planning import GIB
-from refimpl.hybrid.kv_cache_utils import get_group_id
-from refimpl.hybrid.older_planners import PLANNERS
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheGroupSpec,
@@ -29,13 +25,22 @@ from refimpl.hybrid.kv_cache_interface import (
     cdiv,
     unwrap_spec,
 )
+from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.kv_cache_utils import get_group_id
+from refimpl.hybrid.older_planners import PLANNERS
+from refimpl.hybrid.request import Request, RequestStatus
 
 
 def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> list[str]:
     """Short names for DeepSeek V4 groups: MLA, SWA-a, SWA-b, C128 state, C4 state."""
     specs = [unwrap_spec(group) for group in kv_cache_groups]
     # compressor states are fp32; the ratio-4 state has the smaller block (4 vs 8 tokens)
-    state_sizes = [s.block_size for s in specs if isinstance(s, SlidingWindowSpec) and s.dtype == "float32"]
+    state_sizes = [
+        s.block_size
+        for s in specs
+        if isinstance(s, SlidingWindowSpec) and s.dtype == "float32"
+    ]
     labels, swa_seen = [], 0
     for spec in specs:
         if not isinstance(spec, SlidingWindowSpec):
@@ -49,7 +54,11 @@ def group_labels(kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec]) -> l
 
 
 def pro_kv_cache_config(
-    available_memory: int = 10 * GIB, variant: str = "pro", *, planner: str = "C", **spec_kwargs
+    available_memory: int = 10 * GIB,
+    variant: str = "pro",
+    *,
+    planner: str = "C",
+    **spec_kwargs,
 ):
     """The planner's `KVCacheConfig` for DeepSeek V4 (five groups, packed slab).
 
@@ -73,7 +82,10 @@ def pro_kv_cache_manager(
     (retention as vLLM's default, 0, unless given)."""
     config = pro_kv_cache_config(available_memory, variant)
     return KVCacheManager.from_config(
-        config, max_model_len, enable_caching=enable_caching, max_num_batched_tokens=max_num_batched_tokens,
+        config,
+        max_model_len,
+        enable_caching=enable_caching,
+        max_num_batched_tokens=max_num_batched_tokens,
         prefix_cache_retention_interval=prefix_cache_retention_interval,
     )
 
@@ -107,19 +119,31 @@ class RequestRun:
         return max(self.records, key=lambda r: r.total_live)
 
 
-def toy_full_spec(block_size: int, head_size: int = 8, dtype: str = "bfloat16") -> FullAttentionSpec:
+def toy_full_spec(
+    block_size: int, head_size: int = 8, dtype: str = "bfloat16"
+) -> FullAttentionSpec:
     """A one-head full-attention spec small enough for hand-checked block ids."""
-    return FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype)
-
-
-def toy_window_spec(block_size: int, sliding_window: int, head_size: int = 8, dtype: str = "bfloat16") -> SlidingWindowSpec:
-    """A one-head sliding-window spec small enough for hand-checked block ids."""
-    return SlidingWindowSpec(
-        block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype, sliding_window=sliding_window
+    return FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype
     )
 
 
-def schedule_step(manager: KVCacheManager, request: Request, num_new_tokens: int, **kwargs) -> KVCacheBlocks:
+def toy_window_spec(
+    block_size: int, sliding_window: int, head_size: int = 8, dtype: str = "bfloat16"
+) -> SlidingWindowSpec:
+    """A one-head sliding-window spec small enough for hand-checked block ids."""
+    return SlidingWindowSpec(
+        block_size=block_size,
+        num_kv_heads=1,
+        head_size=head_size,
+        dtype=dtype,
+        sliding_window=sliding_window,
+    )
+
+
+def schedule_step(
+    manager: KVCacheManager, request: Request, num_new_tokens: int, **kwargs
+) -> KVCacheBlocks:
     """One scheduler step for one request: `allocate_slots`, then mark the tokens computed (the
     prefix hit passed as `num_new_computed_tokens` too), as the scheduler and worker do.
 
@@ -127,7 +151,10 @@ def schedule_step(manager: KVCacheManager, request: Request, num_new_tokens: int
     """
     new_blocks = manager.allocate_slots(request, num_new_tokens, **kwargs)
     if new_blocks is None:
-        raise ValueError(f"request {request.request_id}: {num_new_tokens} new tokens do not fit in the free blocks")
+        raise ValueError(
+            f"request {request.request_id}: {num_new_tokens} new tokens do not fit in the "
+            "free blocks"
+        )
     request.num_computed_tokens += num_new_tokens + kwargs.get("num_new_computed_tokens", 0)
     request.status = RequestStatus.RUNNING
     return new_blocks
@@ -135,14 +162,18 @@ def schedule_step(manager: KVCacheManager, request: Request, num_new_tokens: int
 
 def prompt_tokens(length: int, seed: int = 0, shared_prefix: Sequence[int] = ()) -> list[int]:
     """Deterministic token ids: `shared_prefix` then a stream that depends on `seed`."""
-    rest = [(seed * 1_000_003 + 7919 * i) % 50_000 + 100 for i in range(length - len(shared_prefix))]
+    rest = [
+        (seed * 1_000_003 + 7919 * i) % 50_000 + 100
+        for i in range(length - len(shared_prefix))
+    ]
     return list(shared_prefix)[:length] + rest
 
 
 def _snapshot(manager: KVCacheManager, request: Request, step: int, phase: str) -> StepRecord:
     tables = manager.get_blocks(request.request_id).blocks
     null = manager.block_pool.null_block
-    nulls = tuple(t.count(null) for t in tables)  # identity comparisons in C: fast on long tables
+    # identity comparisons in C: fast on long tables
+    nulls = tuple(t.count(null) for t in tables)
     return StepRecord(
         step=step,
         phase=phase,
@@ -217,12 +248,22 @@ def transient_blocks_one_chunk(chunk: int, block_size: int = 256) -> dict[str, i
 
 
 def peak_blocks_chunked_prefill(
-    prompt_len: int, chunk_size: int = 8192, available_memory: int = 10 * GIB, decode_tokens: int = 0
+    prompt_len: int,
+    chunk_size: int = 8192,
+    available_memory: int = 10 * GIB,
+    decode_tokens: int = 0,
 ) -> tuple[StepRecord, RequestRun]:
-    """Run one prompt of `prompt_len` tokens (then `decode_tokens` decode steps) through the Pro
-    layout; return its peak step and the whole run."""
-    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + decode_tokens + 1, 1 << 20))
-    run = run_request(manager, manager.make_request("peak", prompt_tokens(prompt_len)), chunk_size, decode_tokens)
+    """Run one prompt of `prompt_len` tokens (then `decode_tokens` decode steps) through the
+    Pro layout; return its peak step and the whole run."""
+    manager = pro_kv_cache_manager(
+        available_memory, max_model_len=max(prompt_len + decode_tokens + 1, 1 << 20)
+    )
+    run = run_request(
+        manager,
+        manager.make_request("peak", prompt_tokens(prompt_len)),
+        chunk_size,
+        decode_tokens,
+    )
     return run.peak, run
 
 
@@ -232,17 +273,27 @@ def requests_that_fit(
     available_memory: int = 10 * GIB,
     max_requests: int = 1000,
 ) -> tuple[int, KVCacheManager]:
-    """How many requests of `prompt_len` tokens finish their prefill and stay resident together.
+    """How many requests of `prompt_len` tokens finish their prefill and stay resident
+    together.
 
     Requests are prefilled one after another (one chunk in flight at a time, as with a
     single prefill slot), then decode one token, which frees what their last chunk left outside
     the windows, and keep their blocks; the first one that cannot get its next chunk or its
     first decode token stops the count. Prompts share no prefix.
     """
-    manager = pro_kv_cache_manager(available_memory, max_model_len=max(prompt_len + 2, 1 << 20))
+    manager = pro_kv_cache_manager(
+        available_memory, max_model_len=max(prompt_len + 2, 1 << 20)
+    )
     for i in range(max_requests):
         request = manager.make_request(f"r{i}", prompt_tokens(prompt_len, seed=i + 1))
-        run = run_request(manager, request, chunk_size, decode_tokens=1, free_at_end=False, use_prefix_cache=False)
+        run = run_request(
+            manager,
+            request,
+            chunk_size,
+            decode_tokens=1,
+            free_at_end=False,
+            use_prefix_cache=False,
+        )
         if not run.records or run.records[-1].num_computed_tokens < prompt_len + 1:
             manager.free(request)  # the one that did not fit gives its partial blocks back
             return i, manager
@@ -265,11 +316,16 @@ def prefix_hit_lengths(
     """
     out = {}
     for shared in shared_prefix_lens:
-        manager = pro_kv_cache_manager(available_memory, max_model_len=1 << 20,
-                                       prefix_cache_retention_interval=prefix_cache_retention_interval)
+        manager = pro_kv_cache_manager(
+            available_memory,
+            max_model_len=1 << 20,
+            prefix_cache_retention_interval=prefix_cache_retention_interval,
+        )
         a = manager.make_request("A", prompt_tokens(prompt_len, seed=1))
         run_request(manager, a, chunk_size)
-        b = manager.make_request("B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared]))
+        b = manager.make_request(
+            "B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared])
+        )
         _, hit = manager.get_computed_blocks(b)
         out[shared] = hit
     return out
@@ -294,10 +350,14 @@ def mini_v4_groups() -> list:
         toy_window_spec(2, 8, dtype="float32"),
         toy_window_spec(1, 2, dtype="float32"),
     ]
-    return [KVCacheGroupSpec((f"{label}.layer",), spec) for label, spec in zip(MINI_V4_LABELS, specs)]
+    return [
+        KVCacheGroupSpec((f"{label}.layer",), spec)
+        for label, spec in zip(MINI_V4_LABELS, specs)
+    ]
 
 
 # --- retention: which sliding-window checkpoints survive
+
 
 @dataclass
 class RetentionRun:
@@ -329,35 +389,59 @@ def retention_run(
     tokens, runs and finishes; C shares the same prefix and looks it up (the window blocks each
     request kept, every lookup's hit and junction)."""
     groups = [toy_full_spec(RETENTION_TOY[0][1]), toy_window_spec(*RETENTION_TOY[1][1:])]
-    manager = KVCacheManager(groups, 200, 4 * prompt_len, prefix_cache_retention_interval=retention)
+    manager = KVCacheManager(
+        groups, 200, 4 * prompt_len, prefix_cache_retention_interval=retention
+    )
     base = prompt_tokens(prompt_len, seed=seed)
     states, hits, junctions = {}, {}, {}
-    for rid, prompt in (("A", base), ("B", prompt_tokens(prompt_len, seed=seed + 1, shared_prefix=base[:shared])),
-                        ("C", prompt_tokens(prompt_len, seed=seed + 2, shared_prefix=base[:shared]))):
+    for rid, prompt in (
+        ("A", base),
+        ("B", prompt_tokens(prompt_len, seed=seed + 1, shared_prefix=base[:shared])),
+        ("C", prompt_tokens(prompt_len, seed=seed + 2, shared_prefix=base[:shared])),
+    ):
         request = manager.make_request(rid, prompt)
         blocks, hit = manager.get_computed_blocks(request)
         hits[rid], junctions[rid] = hit, request.shared_prefix_boundary
         if rid == "C":
             break
         reused = {i for i, b in enumerate(blocks.blocks[1]) if not b.is_null}
-        schedule_step(manager, request, request.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        schedule_step(
+            manager,
+            request,
+            request.num_tokens - hit,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=blocks,
+        )
         table = list(manager.coordinator.single_type_managers[1].req_to_blocks[rid])
         manager.free(request)  # the blocks still hashed afterwards are the kept checkpoints
         states[rid] = "".join(
-            "h" if i in reused else "." if i * groups[1].block_size < hit else "k" if b.block_hash is not None else "-"
+            "h"
+            if i in reused
+            else "."
+            if i * groups[1].block_size < hit
+            else "k"
+            if b.block_hash is not None
+            else "-"
             for i, b in enumerate(table)
         )
-    return RetentionRun(retention, groups[1].block_size, manager.scheduler_block_size, states, hits, junctions)
+    return RetentionRun(
+        retention, groups[1].block_size, manager.scheduler_block_size, states, hits, junctions
+    )
 
 
 def cached_blocks_per_group(
-    retention: int | None, prompt_len: int = 12_000, chunk_size: int = 8192, available_memory: int = 10 * GIB
+    retention: int | None,
+    prompt_len: int = 12_000,
+    chunk_size: int = 8192,
+    available_memory: int = 10 * GIB,
 ) -> dict[str, int]:
     """{group label: blocks still in the prefix cache} after one Pro request of `prompt_len`
     tokens ran and finished at this retention setting (every full MLA block stays cached; the
     window groups keep only their checkpoints)."""
     manager = pro_kv_cache_manager(available_memory, prefix_cache_retention_interval=retention)
-    run_request(manager, manager.make_request("A", prompt_tokens(prompt_len, seed=1)), chunk_size)
+    run_request(
+        manager, manager.make_request("A", prompt_tokens(prompt_len, seed=1)), chunk_size
+    )
     counts = [0] * len(manager.coordinator.single_type_managers)
     for block in manager.block_pool.blocks:
         if block.block_hash is not None:

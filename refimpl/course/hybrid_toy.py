@@ -1,12 +1,14 @@
-"""The Part II toy: the first five decoder layers of DeepSeek V4-Pro, carried through chapters 09-12.
+"""The Part II toy: the first five decoder layers of DeepSeek V4-Pro, carried through chapters
+09-12.
 
 Five layers are the fewest of Pro's first layers that meet every cache kind and every group of
 the full model: layers 0, 1 and 3 compress with ratio 128, layers 2 and 4 with ratio 4 (and so
-have an indexer). Planned like Pro by the planner vLLM runs (`kv_cache_planning.get_kv_cache_groups`,
-planner C), the toy's 19 caches form the same five groups in the same order as Pro's (SWA-a,
-SWA-b, MLA, C128 state, C4 state), small enough to print every layer name. With four layers the
-ratio-4 state bucket would hold a single layer, the approximate gcd would fall to 1 and planner C
-would make nine groups (chapter 09's self-check).
+have an indexer). Planned like Pro by the planner vLLM runs
+(`kv_cache_planning.get_kv_cache_groups`, planner C), the toy's 19 caches form the same five
+groups in the same order as Pro's (SWA-a, SWA-b, MLA, C128 state, C4 state), small enough to
+print every layer name. With four layers the ratio-4 state bucket would hold a single layer,
+the approximate gcd would fall to 1 and planner C would make nine groups (chapter 09's
+self-check).
 """
 
 from __future__ import annotations
@@ -21,12 +23,21 @@ TOY_GROUP_LABELS = ("SWA-a", "SWA-b", "MLA", "C128 state", "C4 state")
 
 
 def toy_v4_specs(num_layers: int = TOY_LAYERS, **spec_kwargs) -> dict[str, KVCacheSpec]:
-    """The caches of Pro's first `num_layers` layers, {layer name: spec}, in registration order.
+    """The caches of Pro's first `num_layers` layers, {layer name: spec}, in registration
+    order.
 
     `spec_kwargs` go to `deepseek_v4.kv_cache_specs` (cache_dtype, indexer, block_size).
     """
     specs = deepseek_v4.kv_cache_specs("pro", **spec_kwargs)
     total = deepseek_v4.PRO.num_hidden_layers
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= total:
+    if (
+        isinstance(num_layers, bool)
+        or not isinstance(num_layers, int)
+        or not 1 <= num_layers <= total
+    ):
         raise ValueError(f"num_layers must be an int in 1..{total}, got {num_layers!r}")
-    return {name: spec for name, spec in specs.items() if deepseek_v4.parse_layer_name(name)[0] < num_layers}
+    return {
+        name: spec
+        for name, spec in specs.items()
+        if deepseek_v4.parse_layer_name(name)[0] < num_layers
+    }

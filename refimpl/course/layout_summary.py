@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, UniformTypeKVCacheSpecs
+from refimpl.hybrid.kv_cache_interface import (
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    UniformTypeKVCacheSpecs,
+)
 
 
 @dataclass(frozen=True)
@@ -29,18 +33,36 @@ def group_kind(group: KVCacheGroupSpec) -> str:
     name = type(first).__name__.replace("AttentionSpec", "").replace("Spec", "")
     if window is None:
         return name
-    if getattr(first, "model_version", None) == "deepseek_v4" and first.dtype in ("uint8", "bfloat16"):
+    if getattr(first, "model_version", None) == "deepseek_v4" and first.dtype in (
+        "uint8",
+        "bfloat16",
+    ):
         return f"SWA w={window}"
-    return f"state bs={first.block_size} w={window}" if first.dtype == "float32" else f"{name} w={window}"
+    return (
+        f"state bs={first.block_size} w={window}"
+        if first.dtype == "float32"
+        else f"{name} w={window}"
+    )
 
 
 def summarize_groups(groups: Sequence[KVCacheGroupSpec]) -> list[GroupSummary]:
     stride = max(g.width_bytes for g in groups) if groups else 0
     rows = []
     for i, g in enumerate(groups):
-        padding = sum(g.page_size_of(n) - g.layer_spec(n).real_page_size_bytes for n in g.layer_names)
-        rows.append(GroupSummary(i, group_kind(g), g.block_size, len(g.layer_names), g.width_bytes,
-                                 stride - g.width_bytes, padding))
+        padding = sum(
+            g.page_size_of(n) - g.layer_spec(n).real_page_size_bytes for n in g.layer_names
+        )
+        rows.append(
+            GroupSummary(
+                i,
+                group_kind(g),
+                g.block_size,
+                len(g.layer_names),
+                g.width_bytes,
+                stride - g.width_bytes,
+                padding,
+            )
+        )
     return rows
 
 
@@ -49,10 +71,18 @@ def groups_in_layout_order(config: KVCacheConfig) -> list[KVCacheGroupSpec]:
 
     Planner C lays a group out spec run by spec run (all ratio-128 pages of the MLA group, then
     all indexer pages, then all ratio-4 pages), not in registration order. The slab pictures
-    (`viz.hybrid_layout.slab_text`, `draw_slab`) place a group's pages one after another in list
-    order, so they show the planned offsets when given these groups. Members and widths are
-    unchanged; only the order of `layer_names` follows the byte offsets.
+    (`viz.hybrid_layout.slab_text`, `draw_slab`) place a group's pages one after another in
+    list order, so they show the planned offsets when given these groups. Members and widths
+    are unchanged; only the order of `layer_names` follows the byte offsets.
     """
-    at = {name: tensor.layer_offset(name) for tensor in config.kv_cache_tensors for name in tensor.shared_by}
-    return [KVCacheGroupSpec(sorted(g.layer_names, key=at.__getitem__), g.kv_cache_spec, g.is_eagle_group)
-            for g in config.kv_cache_groups]
+    at = {
+        name: tensor.layer_offset(name)
+        for tensor in config.kv_cache_tensors
+        for name in tensor.shared_by
+    }
+    return [
+        KVCacheGroupSpec(
+            sorted(g.layer_names, key=at.__getitem__), g.kv_cache_spec, g.is_eagle_group
+        )
+        for g in config.kv_cache_groups
+    ]

@@ -1,25 +1,28 @@
-"""Lockstep replay: run every action on the reference and on the student's code, compare after each.
+"""Lockstep replay: run every action on the reference and on the student's code, compare after
+each.
 
 A grader scenario is ordinary Python that calls `Lockstep.step(label, action)`. The action (a
-`Call`: a world's method name and plain arguments) runs on the reference world first (its result
-drives the scenario), then on the student's world; the return values and then a list of named
-state fields are compared, and the first difference stops the scenario with a `Diverged`
+`Call`: a world's method name and plain arguments) runs on the reference world first (its
+result drives the scenario), then on the student's world; the return values and then a list of
+named state fields are compared, and the first difference stops the scenario with a `Diverged`
 carrying what was expected and what was found.
 
 The student's world lives behind a *student side*. In a notebook it is a `LocalStudent`: the
-student's class runs in the same process, watched by a `ReferenceGuard`. The command-line grader
-uses `refimpl.course.remote.RemoteStudent`: the student's code runs in another process that only
-answers calls, and every comparison happens here, against this process's own reference. Both
-sides raise `StudentRaised` (the student's code raised) or `StudentFailure` (anything else that
-is not an answer: the reference ran, the process died), so a scenario reads the same either way.
+student's class runs in the same process, watched by a `ReferenceGuard`. The command-line
+grader uses `refimpl.course.remote.RemoteStudent`: the student's code runs in another process
+that only answers calls, and every comparison happens here, against this process's own
+reference. Both sides raise `StudentRaised` (the student's code raised) or `StudentFailure`
+(anything else that is not an answer: the reference ran, the process died), so a scenario reads
+the same either way.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from refimpl.course.report import CheckResult, Divergence
 from refimpl.course.time_limit import ScenarioTimeout, scenario_time_limit
@@ -40,20 +43,23 @@ class Call:
 
 @dataclass(frozen=True)
 class WorldSpec:
-    """How to build a world: its kind ("manager", "scheduler", "function") and plain arguments."""
+    """How to build a world: its kind ("manager", "scheduler", "function") and plain
+    arguments."""
 
     kind: str
     args: tuple = ()
 
     def build(self, implementation: Any | None) -> Any:
-        """The world around `implementation` (a student's class or function), or the reference's (None)."""
+        """The world around `implementation` (a student's class or function), or the
+        reference's (None)."""
         from refimpl.course.paged_worlds import WORLD_KINDS
 
         return WORLD_KINDS[self.kind](implementation, *self.args)
 
 
 class StudentRaised(Exception):
-    """The student's code raised `exception` (a stand-in for it when it ran in another process)."""
+    """The student's code raised `exception` (a stand-in for it when it ran in another
+    process)."""
 
     def __init__(self, exception: BaseException) -> None:
         super().__init__(describe_exception(exception))
@@ -61,7 +67,8 @@ class StudentRaised(Exception):
 
 
 class StudentFailure(Exception):
-    """No answer from the student's code: (where, expected, found) say why, as a divergence does."""
+    """No answer from the student's code: (where, expected, found) say why, as a divergence
+    does."""
 
     def __init__(self, where: str, expected: str, found: str) -> None:
         super().__init__(f"{where}: expected {expected}, found {found}")
@@ -69,10 +76,11 @@ class StudentFailure(Exception):
 
 
 class StudentSide:
-    """Where the student's world lives; see `LocalStudent` and `refimpl.course.remote.RemoteStudent`.
+    """Where the student's world lives; see `LocalStudent` and
+    `refimpl.course.remote.RemoteStudent`.
 
-    A grader handed a StudentSide instead of a class or function drives it as is (the command-line
-    grader hands in a `RemoteStudent`).
+    A grader handed a StudentSide instead of a class or function drives it as is (the
+    command-line grader hands in a `RemoteStudent`).
     """
 
     __name__ = "student"
@@ -82,11 +90,13 @@ class StudentSide:
         raise NotImplementedError
 
     def run(self, action: Call) -> Any:
-        """Apply `action` to the student's world and return its result (or raise as `start`)."""
+        """Apply `action` to the student's world and return its result (or raise as
+        `start`)."""
         raise NotImplementedError
 
     def state(self) -> StateFields:
-        """The world's fields after the last action; StudentFailure when they cannot be read."""
+        """The world's fields after the last action; StudentFailure when they cannot be
+        read."""
         raise NotImplementedError
 
     def enter(self, name: str, args: tuple) -> None:
@@ -94,6 +104,7 @@ class StudentSide:
 
     def exit(self, name: str) -> None:
         """Leave it again."""
+
 
 MAX_RENDER = 160  # characters; long values are cut in the middle so the table stays readable
 
@@ -162,14 +173,17 @@ class ReferenceGuard:
     """Notices the student's code running the reference's own code for a part it should write.
 
     Without it, `class BlockManager(refimpl.paged.BlockManager): pass` (or a method that calls
-    the reference's) would pass every check. The guard lists the reference functions the exercise
-    asks for and watches, with `sys.setprofile`, only while the student's side of a step runs.
+    the reference's) would pass every check. The guard lists the reference functions the
+    exercise asks for and watches, with `sys.setprofile`, only while the student's side of a
+    step runs.
     """
 
     def __init__(self, functions: Iterable[Callable]) -> None:
         self.names = {}
         for function in functions:
-            function = getattr(function, "fget", None) or getattr(function, "__func__", function)
+            function = getattr(function, "fget", None) or getattr(
+                function, "__func__", function
+            )
             self.names[function.__code__] = f"{function.__module__}.{function.__qualname__}"
         self.called: str | None = None
 
@@ -189,23 +203,28 @@ class ReferenceGuard:
             self.called = self.names.get(frame.f_code)
 
     def complaint(self) -> tuple[str, str, str] | None:
-        """(where, expected, found) for a divergence when the last watched call used the reference."""
+        """(where, expected, found) for a divergence when the last watched call used the
+        reference."""
         return None if self.called is None else reference_complaint(self.called)
 
 
 def reference_complaint(qualified_name: str) -> tuple[str, str, str]:
-    """(where, expected, found) of a step whose student side ran the reference's `qualified_name`."""
+    """(where, expected, found) of a step whose student side ran the reference's
+    `qualified_name`."""
     return (
         "the code that ran",
         "your own implementation",
-        f"the reference's {qualified_name} (subclassing or calling refimpl's version does not count)",
+        f"the reference's {qualified_name} (subclassing or calling refimpl's version does not "
+        "count)",
     )
 
 
 class LocalStudent(StudentSide):
-    """The student's class or function in this process, run under a `ReferenceGuard` (notebooks).
+    """The student's class or function in this process, run under a `ReferenceGuard`
+    (notebooks).
 
-    Contexts need nothing here: the one the Lockstep entered in this process covers both worlds.
+    Contexts need nothing here: the one the Lockstep entered in this process covers both
+    worlds.
     """
 
     def __init__(self, implementation: Any, guard: ReferenceGuard | None = None) -> None:
@@ -224,7 +243,11 @@ class LocalStudent(StudentSide):
         try:
             return self.world.state()
         except Exception as exc:  # the student's object may lack a field or raise reading it
-            raise StudentFailure("state (reading your object's fields)", "readable fields", describe_exception(exc)) from None
+            raise StudentFailure(
+                "state (reading your object's fields)",
+                "readable fields",
+                describe_exception(exc),
+            ) from None
 
     def _guarded(self, run: Callable[[], Any]) -> Any:
         raised = None
@@ -252,18 +275,22 @@ _MISSING = _Missing()
 
 
 class Lockstep:
-    """Two worlds driven by the same actions: the reference's here, the student's behind `side`.
+    """Two worlds driven by the same actions: the reference's here, the student's behind
+    `side`.
 
     Without a `side`, `start` puts the student's class in this process (`LocalStudent`, watched
     by `guard`); the command-line grader passes a `RemoteStudent`.
     """
 
-    def __init__(self, side: StudentSide | None = None, guard: ReferenceGuard | None = None) -> None:
+    def __init__(
+        self, side: StudentSide | None = None, guard: ReferenceGuard | None = None
+    ) -> None:
         self.side = side
         self.guard = guard
         self.reference: Any = None
         self.steps = 0
-        self.label = "(before the first step)"  # the step running now: named when a time limit stops it
+        # the step running now: named when a time limit stops it
+        self.label = "(before the first step)"
 
     def start(self, label: str, spec: WorldSpec, student: Any) -> None:
         """Build both worlds (step 1); the student's constructor may already diverge."""
@@ -280,20 +307,26 @@ class Lockstep:
         self.steps += 1
         self.label = label
         expected = action(self.reference)
-        found = self._run_student(label, lambda: self.side.run(action), f"returns {render(expected)}")
+        found = self._run_student(
+            label, lambda: self.side.run(action), f"returns {render(expected)}"
+        )
         if compare_result and not _same_result(expected, found):
             self._diverge(label, "return value", render(expected), render(found))
         self._compare_state(label)
         return expected
 
     def both(self, action: Call) -> None:
-        """Apply a driver-side change (what the scheduler or model would do) to both worlds, uncompared."""
+        """Apply a driver-side change (what the scheduler or model would do) to both worlds,
+        uncompared."""
         action(self.reference)
-        self._run_student(self.label, lambda: self.side.run(action), "the driver's change to apply")
+        self._run_student(
+            self.label, lambda: self.side.run(action), "the driver's change to apply"
+        )
 
     @contextmanager
     def context(self, name: str, *args: Any) -> Iterator[None]:
-        """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both sides."""
+        """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both
+        sides."""
         from refimpl.course.paged_worlds import CONTEXTS
 
         with CONTEXTS[name](*args):
@@ -305,7 +338,8 @@ class Lockstep:
                 side.exit(name)
 
     def _run_student(self, label: str, run: Callable[[], Any], expected: str) -> Any:
-        """Run the student's side; an exception, a use of the reference or no answer diverges."""
+        """Run the student's side; an exception, a use of the reference or no answer
+        diverges."""
         try:
             return run()
         except StudentRaised as raised:
@@ -321,8 +355,14 @@ class Lockstep:
             self._diverge(label, failure.where, failure.expected, failure.found)
         try:
             difference = first_difference(expected, found)
-        except Exception as exc:  # e.g. a numpy array where a list is expected: its == has no single truth value
-            self._diverge(label, "state (comparing your object's fields)", "plain Python values", describe_exception(exc))
+        # e.g. a numpy array where a list is expected: its == has no single truth value
+        except Exception as exc:
+            self._diverge(
+                label,
+                "state (comparing your object's fields)",
+                "plain Python values",
+                describe_exception(exc),
+            )
         if difference is not None:
             self._diverge(label, *difference)
 
@@ -331,7 +371,8 @@ class Lockstep:
 
 
 def _same_result(expected: Any, found: Any) -> bool:
-    """Equal values count as the same result (`True == 1`: nano-vllm itself compares bools with ints)."""
+    """Equal values count as the same result (`True == 1`: nano-vllm itself compares bools with
+    ints)."""
     try:
         return bool(expected == found)
     except Exception:  # e.g. an array-like whose truth value is ambiguous
@@ -339,13 +380,15 @@ def _same_result(expected: Any, found: Any) -> bool:
 
 
 def timeout_divergence(name: str, step: int, action: str, seconds: float) -> Divergence:
-    """The row of a scenario stopped by its time limit: which scenario, which step, how long."""
+    """The row of a scenario stopped by its time limit: which scenario, which step, how
+    long."""
     return Divergence(
         step,
         action,
         "time limit",
         f"every step finishes; the whole scenario within {seconds:g} s",
-        f"scenario {name} did not finish within {seconds:g} s and was stopped (an endless loop?)",
+        f"scenario {name} did not finish within {seconds:g} s and was stopped (an endless "
+        "loop?)",
     )
 
 
@@ -359,9 +402,9 @@ def run_check(
 ) -> CheckResult:
     """Replay one scenario in lockstep and turn the outcome into a table row.
 
-    With `time_limit` (seconds), a scenario still running after that long is stopped and its row
-    fails, naming the step that was running (see `refimpl.course.time_limit`). `side` is where the
-    student's world lives (default: this process, watched by `guard`).
+    With `time_limit` (seconds), a scenario still running after that long is stopped and its
+    row fails, naming the step that was running (see `refimpl.course.time_limit`). `side` is
+    where the student's world lives (default: this process, watched by `guard`).
     """
     lockstep = Lockstep(side, guard)
     try:
@@ -370,5 +413,11 @@ def run_check(
     except Diverged as diverged:
         return CheckResult(name, description, False, lockstep.steps, diverged.divergence)
     except ScenarioTimeout:
-        return CheckResult(name, description, False, lockstep.steps, timeout_divergence(name, lockstep.steps, lockstep.label, time_limit))
+        return CheckResult(
+            name,
+            description,
+            False,
+            lockstep.steps,
+            timeout_divergence(name, lockstep.steps, lockstep.label, time_limit),
+        )
     return CheckResult(name, description, True, lockstep.steps)

@@ -2,8 +2,8 @@
 
 When JupyterLab opens a notebook and its kernel starts, it writes the kernel's own `kernelspec`
 and `language_info` into the notebook's metadata, and its output area joins consecutive stream
-outputs of the same name. Any difference marks the notebook modified, autosave rewrites it, and a
-student finds local changes they never made. nbconvert, which `make notebooks` runs, writes
+outputs of the same name. Any difference marks the notebook modified, autosave rewrites it, and
+a student finds local changes they never made. nbconvert, which `make notebooks` runs, writes
 neither form exactly: older metadata stays, and stdout may be split into several stream outputs
 depending on when the kernel flushed. `lab_form` applies JupyterLab's changes; the file is then
 written by nbformat, as the Jupyter server writes it on save.
@@ -11,9 +11,10 @@ written by nbformat, as the Jupyter server writes it on save.
     python -m refimpl.course.notebook_format NOTEBOOK...          # rewrite in place
     python -m refimpl.course.notebook_format --check NOTEBOOK...  # exit 1 if any would change
 
-The same form is applied when JupyterLab saves: `make lab` installs `pre_save_hook` as the Jupyter
-server's pre-save hook, so a Run All (whose autosave would otherwise store widget views naming models
-that no longer exist when the notebook is reopened) leaves the committed file unchanged.
+The same form is applied when JupyterLab saves: `make lab` installs `pre_save_hook` as the
+Jupyter server's pre-save hook, so a Run All (whose autosave would otherwise store widget views
+naming models that no longer exist when the notebook is reopened) leaves the committed file
+unchanged.
 """
 
 from __future__ import annotations
@@ -25,23 +26,32 @@ from pathlib import Path
 
 
 def kernel_metadata() -> tuple[dict, dict]:
-    """(kernelspec, language_info) as JupyterLab records them for this environment's Python 3 kernel."""
+    """(kernelspec, language_info) as JupyterLab records them for this environment's Python 3
+    kernel."""
     import ipykernel.kernelspec
     from ipykernel.ipkernel import IPythonKernel
 
     spec = ipykernel.kernelspec.get_kernel_dict()
-    kernelspec = {"display_name": spec["display_name"], "language": spec["language"],
-                  "name": ipykernel.kernelspec.KERNEL_NAME}
+    kernelspec = {
+        "display_name": spec["display_name"],
+        "language": spec["language"],
+        "name": ipykernel.kernelspec.KERNEL_NAME,
+    }
     return kernelspec, copy.deepcopy(IPythonKernel.language_info)
 
 
 def merge_streams(outputs: list) -> list:
-    """Consecutive stream outputs to the same stream joined into one, as JupyterLab's output area does."""
+    """Consecutive stream outputs to the same stream joined into one, as JupyterLab's output
+    area does."""
     merged: list = []
     for output in outputs:
         previous = merged[-1] if merged else None
-        if (output.get("output_type") == "stream" and previous is not None
-                and previous.get("output_type") == "stream" and previous.get("name") == output.get("name")):
+        if (
+            output.get("output_type") == "stream"
+            and previous is not None
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
             previous["text"] = _text(previous["text"]) + _text(output["text"])
         else:
             merged.append(copy.deepcopy(output))
@@ -53,7 +63,8 @@ def _text(text: str | list[str]) -> str:
 
 
 def lab_form(notebook):
-    """A copy of `notebook` (an nbformat NotebookNode) with JupyterLab's changes already applied."""
+    """A copy of `notebook` (an nbformat NotebookNode) with JupyterLab's changes already
+    applied."""
     import nbformat
 
     result = copy.deepcopy(notebook)
@@ -63,33 +74,43 @@ def lab_form(notebook):
     for cell in result.cells:
         cell.metadata.pop("execution", None)  # run timestamps: they change at every execution
         if cell.cell_type == "code":
-            cell.outputs = [nbformat.from_dict(o) for o in merge_streams(static_widgets(cell.outputs))]
+            cell.outputs = [
+                nbformat.from_dict(o) for o in merge_streams(static_widgets(cell.outputs))
+            ]
     result.metadata.pop("widgets", None)  # live widget state: new model ids at every execution
     return result
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-WIDGET_PLACEHOLDER = ("[interactive stepper: run this cell in JupyterLab to play it; "
-                      "the static strip shows the same frames]")
+WIDGET_PLACEHOLDER = (
+    "[interactive stepper: run this cell in JupyterLab to play it; "
+    "the static strip shows the same frames]"
+)
 
 
 def static_widgets(outputs: list) -> list:
-    """Widget views replaced by one fixed line: a saved view names a model id that changes at every
-    run and that no static viewer (GitHub, nbval) can show; running the cell brings the widget back."""
+    """Widget views replaced by one fixed line: a saved view names a model id that changes at
+    every run and that no static viewer (GitHub, nbval) can show; running the cell brings the
+    widget back."""
     result = []
     for output in outputs:
         if WIDGET_VIEW in output.get("data", {}):
-            output = {"output_type": "display_data", "metadata": {},
-                      "data": {"text/plain": WIDGET_PLACEHOLDER}}
+            output = {
+                "output_type": "display_data",
+                "metadata": {},
+                "data": {"text/plain": WIDGET_PLACEHOLDER},
+            }
         result.append(output)
     return result
 
 
 def pre_save_hook(model: dict, path: str = "", contents_manager=None, **kwargs) -> None:
-    """A Jupyter server pre-save hook: a notebook is saved in `lab_form`, as `make notebooks` stores it.
+    """A Jupyter server pre-save hook: a notebook is saved in `lab_form`, as `make notebooks`
+    stores it.
 
-    `make lab` passes it as `--ContentsManager.pre_save_hook=refimpl.course.notebook_format.pre_save_hook`.
-    The server calls it with the model it is about to write; other files pass through untouched.
+    `make lab` passes it as
+    `--ContentsManager.pre_save_hook=refimpl.course.notebook_format.pre_save_hook`. The server
+    calls it with the model it is about to write; other files pass through untouched.
     """
     if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
         return
@@ -109,7 +130,11 @@ def lab_text(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path, metavar="NOTEBOOK")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook is not in this form")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a notebook is not in this form",
+    )
     args = parser.parse_args(argv)
     changed = []
     for path in args.notebooks:

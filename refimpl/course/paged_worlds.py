@@ -1,29 +1,31 @@
-"""The worlds a grader drives, the fields it compares after every step, and the scenario vocabulary.
+"""The worlds a grader drives, the fields it compares after every step, and the scenario
+vocabulary.
 
 A world holds one block manager (or scheduler) plus its own copies of the sequences, keyed by a
 short name ("A", "S3") so that the reference's and the student's sequences can be matched.
 Everything a scenario does to a world is one of the world's methods, called through a `Call`
-(a method name and plain arguments): the same call can then be applied to the reference here and
-to the student's world in another process (`refimpl.course.remote`), and each world reports its
-own `state()`.
+(a method name and plain arguments): the same call can then be applied to the reference here
+and to the student's world in another process (`refimpl.course.remote`), and each world reports
+its own `state()`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import numpy as np
 import xxhash
 
 from refimpl.course.lockstep import Call, Lockstep, StateFields, WorldSpec
-from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence
-from refimpl.paged import hashing
+from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence, hashing
 
 
 class ManagerWorld:
-    """A block manager and the sequences it serves; the methods are the steps a scenario takes."""
+    """A block manager and the sequences it serves; the methods are the steps a scenario
+    takes."""
 
     def __init__(self, manager: Any, block_size: int, prefix_cache: bool = False) -> None:
         self.bm = manager
@@ -32,8 +34,11 @@ class ManagerWorld:
         self.seqs: dict[str, Sequence] = {}
 
     @classmethod
-    def build(cls, implementation: type | None, num_blocks: int, block_size: int, prefix_cache: bool) -> "ManagerWorld":
-        """The reference's manager (implementation None) or `implementation(num_blocks, block_size)`."""
+    def build(
+        cls, implementation: type | None, num_blocks: int, block_size: int, prefix_cache: bool
+    ) -> ManagerWorld:
+        """The reference's manager (implementation None) or `implementation(num_blocks,
+        block_size)`."""
         if implementation is None:
             manager = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_cache)
         else:
@@ -54,7 +59,8 @@ class ManagerWorld:
         self.seqs[key].num_scheduled_tokens = n
 
     def commit(self, key: str, next_token: int | None) -> None:
-        """What postprocess does after hash_blocks: count the computed tokens, append the sampled one."""
+        """What postprocess does after hash_blocks: count the computed tokens, append the
+        sampled one."""
         seq = self.seqs[key]
         seq.num_cached_tokens += seq.num_scheduled_tokens
         seq.num_scheduled_tokens = 0
@@ -82,7 +88,8 @@ class ManagerWorld:
 
 
 def manager_state(world: ManagerWorld, *, prefix_cache: bool) -> StateFields:
-    """Everything observable about a block manager, in the order a learner should look at it."""
+    """Everything observable about a block manager, in the order a learner should look at
+    it."""
     bm = world.bm
     fields: StateFields = [
         ("free_block_ids (head first)", list(bm.free_block_ids)),
@@ -91,7 +98,9 @@ def manager_state(world: ManagerWorld, *, prefix_cache: bool) -> StateFields:
     for key, seq in world.seqs.items():
         fields.append((f"{key}.block_table", list(seq.block_table)))
         fields.append((f"{key}.num_cached_tokens", seq.num_cached_tokens))
-    fields.extend((f"blocks[{i}].ref_count", block.ref_count) for i, block in enumerate(bm.blocks))
+    fields.extend(
+        (f"blocks[{i}].ref_count", block.ref_count) for i, block in enumerate(bm.blocks)
+    )
     if prefix_cache:
         fields.append(("hash_to_block_id", dict(bm.hash_to_block_id)))
         for i, block in enumerate(bm.blocks):
@@ -107,7 +116,15 @@ class LockstepManagerDriver:
     advancing `num_cached_tokens`, appending sampled tokens) identically in both worlds.
     """
 
-    def __init__(self, lockstep: Lockstep, student_class: Any, num_blocks: int, block_size: int, *, prefix_cache: bool) -> None:
+    def __init__(
+        self,
+        lockstep: Lockstep,
+        student_class: Any,
+        num_blocks: int,
+        block_size: int,
+        *,
+        prefix_cache: bool,
+    ) -> None:
         self.ls = lockstep
         self.block_size = block_size
         self.prefix_cache = prefix_cache
@@ -149,17 +166,24 @@ class LockstepManagerDriver:
         )
 
     def deallocate(self, key: str) -> None:
-        self.ls.step(f"deallocate({self._name(key)})", Call("deallocate", (key,)), compare_result=False)
+        self.ls.step(
+            f"deallocate({self._name(key)})", Call("deallocate", (key,)), compare_result=False
+        )
 
     def can_append(self, key: str) -> bool:
         return self.ls.step(f"can_append({self._name(key)})", Call("can_append", (key,)))
 
     def may_append(self, key: str) -> None:
-        self.ls.step(f"may_append({self._name(key)})", Call("may_append", (key,)), compare_result=False)
+        self.ls.step(
+            f"may_append({self._name(key)})", Call("may_append", (key,)), compare_result=False
+        )
 
     def hash_blocks(self, key: str) -> None:
         seq = self.ref.seqs[key]
-        label = f"hash_blocks({self._name(key)}, num_cached_tokens={seq.num_cached_tokens}, num_scheduled_tokens={seq.num_scheduled_tokens})"
+        label = (
+            f"hash_blocks({self._name(key)}, num_cached_tokens={seq.num_cached_tokens}, "
+            f"num_scheduled_tokens={seq.num_scheduled_tokens})"
+        )
         self.ls.step(label, Call("hash_blocks", (key,)), compare_result=False)
 
     # --- a request's life
@@ -172,7 +196,8 @@ class LockstepManagerDriver:
         return True
 
     def prefill(self, key: str, next_token: int, *, chunk: int | None = None) -> None:
-        """Compute every uncached token (in chunks if asked), registering full blocks as postprocess does."""
+        """Compute every uncached token (in chunks if asked), registering full blocks as
+        postprocess does."""
         seq = self.ref.seqs[key]
         done = False
         while not done:
@@ -186,7 +211,8 @@ class LockstepManagerDriver:
             self.commit(key, next_token if done else None)
 
     def decode(self, key: str, next_token: int) -> bool:
-        """One decode step for one sequence; False (and nothing changed) when no block is free for it."""
+        """One decode step for one sequence; False (and nothing changed) when no block is free
+        for it."""
         if not self.can_append(key):
             return False
         self.may_append(key)
@@ -208,7 +234,7 @@ class SchedulerWorld:
         self.is_prefill = False
 
     @classmethod
-    def build(cls, implementation: type | None, config: Any) -> "SchedulerWorld":
+    def build(cls, implementation: type | None, config: Any) -> SchedulerWorld:
         """The reference's scheduler (implementation None) or `implementation(config)`."""
         return cls(Scheduler(config) if implementation is None else implementation(config))
 
@@ -221,7 +247,14 @@ class SchedulerWorld:
                 return key
         return f"<unknown object {type(seq).__name__}>"
 
-    def new(self, key: str, token_ids: list[int], max_tokens: int, ignore_eos: bool, block_size: int) -> None:
+    def new(
+        self,
+        key: str,
+        token_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        block_size: int,
+    ) -> None:
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
         self.seqs[key] = Sequence(token_ids, params, block_size=block_size)
 
@@ -229,7 +262,8 @@ class SchedulerWorld:
         return self.sched.add(self.seqs[key])
 
     def schedule(self) -> tuple[list[str], bool]:
-        """schedule(), keeping the batch for postprocess; the batch is named by the sequences' keys."""
+        """schedule(), keeping the batch for postprocess; the batch is named by the sequences'
+        keys."""
         batch, is_prefill = self.sched.schedule()
         self.batch, self.is_prefill = list(batch), bool(is_prefill)
         return [self.key_of(s) for s in self.batch], self.is_prefill
@@ -258,32 +292,52 @@ def scheduler_state(world: SchedulerWorld) -> StateFields:
 
 
 class LockstepSchedulerDriver:
-    """Scenario vocabulary for scheduler graders: add, step (schedule + postprocess), run to the end."""
+    """Scenario vocabulary for scheduler graders: add, step (schedule + postprocess), run to
+    the end."""
 
-    def __init__(self, lockstep: Lockstep, student_class: Any, config: Any, *, token_seed: int = 0) -> None:
+    def __init__(
+        self, lockstep: Lockstep, student_class: Any, config: Any, *, token_seed: int = 0
+    ) -> None:
         self.ls = lockstep
         self.config = config
         self.token_seed = token_seed
         self.vocab = 32
-        lockstep.start(f"Scheduler({config})", WorldSpec("scheduler", (config,)), student_class)
+        lockstep.start(
+            f"Scheduler({config})", WorldSpec("scheduler", (config,)), student_class
+        )
 
     @property
     def ref(self) -> SchedulerWorld:
         return self.ls.reference
 
-    def add(self, key: str, token_ids: list[int], max_tokens: int, *, ignore_eos: bool = True) -> None:
-        self.ls.both(Call("new", (key, list(token_ids), max_tokens, ignore_eos, self.config.kvcache_block_size)))
-        self.ls.step(f"add({key}: {len(token_ids)} prompt tokens, max_tokens={max_tokens})", Call("add", (key,)), compare_result=False)
+    def add(
+        self, key: str, token_ids: list[int], max_tokens: int, *, ignore_eos: bool = True
+    ) -> None:
+        self.ls.both(
+            Call(
+                "new",
+                (key, list(token_ids), max_tokens, ignore_eos, self.config.kvcache_block_size),
+            )
+        )
+        self.ls.step(
+            f"add({key}: {len(token_ids)} prompt tokens, max_tokens={max_tokens})",
+            Call("add", (key,)),
+            compare_result=False,
+        )
 
     def sampled_token(self, key: str, position: int) -> int:
         """The model's 'output': a fixed pseudo-random token per (sequence, position)."""
-        return xxhash.xxh32_intdigest(f"{self.token_seed}:{key}:{position}".encode()) % self.vocab
+        return (
+            xxhash.xxh32_intdigest(f"{self.token_seed}:{key}:{position}".encode()) % self.vocab
+        )
 
     def step(self) -> tuple[list[str], bool]:
         """schedule() then postprocess() with deterministic tokens; both are compared."""
         keys, is_prefill = self.ls.step("schedule()", Call("schedule"))
         tokens = [self.sampled_token(k, self.ref.seqs[k].num_tokens) for k in keys]
-        label = f"postprocess([{', '.join(keys)}], token_ids={tokens}, is_prefill={is_prefill})"
+        label = (
+            f"postprocess([{', '.join(keys)}], token_ids={tokens}, is_prefill={is_prefill})"
+        )
         self.ls.step(label, Call("postprocess", (tokens,)), compare_result=False)
         return keys, is_prefill
 
@@ -296,8 +350,8 @@ class LockstepSchedulerDriver:
 
 
 def function_world(implementation: Callable | None) -> Callable:
-    """A pure function is its own world: `Call("__call__", args)` calls it (Part II graders call
-    the reference function directly, so there is no reference world to build)."""
+    """A pure function is its own world: `Call("__call__", args)` calls it (Part II graders
+    call the reference function directly, so there is no reference world to build)."""
     if implementation is None:
         raise ValueError("a function world is built around the student's function only")
     return implementation
@@ -311,7 +365,8 @@ def _hash_input(token_ids: list[int], prefix: int = -1) -> bytes:
 
 
 class _CollidingXXH64:
-    """An xxh64 hasher that reports the digest of another input for the inputs listed in `aliases`."""
+    """An xxh64 hasher that reports the digest of another input for the inputs listed in
+    `aliases`."""
 
     def __init__(self, aliases: dict[bytes, bytes]) -> None:
         self.aliases = aliases
@@ -326,21 +381,31 @@ class _CollidingXXH64:
 
 @contextmanager
 def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]:
-    """Make `compute_hash(a) == compute_hash(b)` for each (a, b) of first blocks, in both worlds.
+    """Make `compute_hash(a) == compute_hash(b)` for each (a, b) of first blocks, in both
+    worlds.
 
-    A real collision of xxh64 is too rare to find, so the hash function itself is patched for the
-    scenario (`refimpl.paged.hashing`'s xxhash, which `compute_hash` and `BlockManager.compute_hash`
-    both use); the managers' tables are never edited behind their back. A manager must hash with
-    `compute_hash` for this to reach it.
+    A real collision of xxh64 is too rare to find, so the hash function itself is patched for
+    the scenario (`refimpl.paged.hashing`'s xxhash, which `compute_hash` and
+    `BlockManager.compute_hash` both use); the managers' tables are never edited behind their
+    back. A manager must hash with `compute_hash` for this to reach it.
     """
     aliases = {_hash_input(a): _hash_input(b) for a, b in pairs}
-    fake = type("xxhash", (), {  # both the streaming and the one-shot API, whichever compute_hash uses
-        "xxh64": staticmethod(lambda: _CollidingXXH64(aliases)),
-        "xxh64_intdigest": staticmethod(lambda data: xxhash.xxh64_intdigest(aliases.get(bytes(data), bytes(data)))),
-    })
+    # both the streaming and the one-shot API, whichever compute_hash uses
+    fake = type(
+        "xxhash",
+        (),
+        {
+            "xxh64": staticmethod(lambda: _CollidingXXH64(aliases)),
+            "xxh64_intdigest": staticmethod(
+                lambda data: xxhash.xxh64_intdigest(aliases.get(bytes(data), bytes(data)))
+            ),
+        },
+    )
     with mock.patch.object(hashing, "xxhash", fake):
         if hashing.compute_hash(pairs[0][0]) != hashing.compute_hash(pairs[0][1]):
-            raise RuntimeError("colliding_hashes no longer reaches compute_hash; fix the grader")
+            raise RuntimeError(
+                "colliding_hashes no longer reaches compute_hash; fix the grader"
+            )
         yield
 
 

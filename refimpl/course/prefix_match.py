@@ -1,4 +1,5 @@
-"""Explain, block by block, how a request would match the prefix cache, without changing anything.
+"""Explain, block by block, how a request would match the prefix cache, without changing
+anything.
 
 `BlockManager.can_allocate` answers with one number. `explain_prefix_match` walks the same
 hash chain and says, for every logical block of the request, what would happen to it:
@@ -95,8 +96,13 @@ class PrefixMatch:
 
 def _reason(outcome: MatchOutcome, cached_block_id: int | None) -> str:
     return {
-        MatchOutcome.HIT_IN_USE: f"hash and tokens match block {cached_block_id}, which is in use: share it",
-        MatchOutcome.HIT_FREE: f"hash and tokens match freed block {cached_block_id}: pull it out of the free queue",
+        MatchOutcome.HIT_IN_USE: (
+            f"hash and tokens match block {cached_block_id}, which is in use: share it"
+        ),
+        MatchOutcome.HIT_FREE: (
+            f"hash and tokens match freed block {cached_block_id}: "
+            "pull it out of the free queue"
+        ),
         MatchOutcome.NOT_LOOKED_UP: "an earlier block missed, so the chain is broken",
         MatchOutcome.LAST_BLOCK: "the last block is always recomputed (prefill needs logits)",
     }.get(outcome, "")
@@ -111,7 +117,10 @@ def explain_prefix_match(block_manager: BlockManager, seq: Sequence) -> PrefixMa
     """
     bm = block_manager
     if seq.block_size != bm.block_size:
-        raise ValueError(f"sequence {seq.seq_id} has block_size {seq.block_size} but the BlockManager uses {bm.block_size}")
+        raise ValueError(
+            f"sequence {seq.seq_id} has block_size {seq.block_size} but the BlockManager uses "
+            f"{bm.block_size}"
+        )
     n = seq.num_blocks
     outcomes: list[MatchOutcome] = []
     hashes: list[int | None] = []
@@ -139,8 +148,12 @@ def explain_prefix_match(block_manager: BlockManager, seq: Sequence) -> PrefixMa
         hashes.append(hv)
         cached_ids.append(cached)
         if outcome is MatchOutcome.MISS:
-            reasons.append("no cached block has this hash" if cached is None else
-                           f"hash points to block {cached} but its tokens differ (hash collision caught)")
+            reasons.append(
+                "no cached block has this hash"
+                if cached is None
+                else f"hash points to block {cached} but its tokens differ "
+                "(hash collision caught)"
+            )
         elif outcome is MatchOutcome.NOT_LOOKED_UP and not bm.enable_prefix_caching:
             reasons.append("prefix caching is off")
         else:
@@ -152,7 +165,8 @@ def explain_prefix_match(block_manager: BlockManager, seq: Sequence) -> PrefixMa
     num_free = len(bm.free_block_ids)
     fits = num_free >= num_needed
 
-    # allocate takes the hits first (freed hits leave the queue), then pops fresh blocks from the head.
+    # allocate takes the hits first (freed hits leave the queue), then pops fresh blocks from
+    # the head.
     revived = {cached_ids[i] for i, o in enumerate(outcomes) if o is MatchOutcome.HIT_FREE}
     queue_after_hits = (b for b in bm.free_block_ids if b not in revived)
     blocks = []

@@ -2,11 +2,11 @@
 
 The grading child runs in a session and process group of its own, so one `killpg` ends it and
 everything still in its group. A process that leaves the group (`setsid`, a double fork) would
-outlive it, and could rewrite the grade file after the grader has finished. So, while a notebook
-is graded, the grader is a *child subreaper* (Linux `PR_SET_CHILD_SUBREAPER`): an orphaned
-descendant is re-parented to the grader instead of to init, stays in the grader's process tree,
-and `end_new_descendants` finds it (in `/proc`), kills it and reaps it. Elsewhere (no `/proc`,
-not Linux) only the process group is ended.
+outlive it, and could rewrite the grade file after the grader has finished. So, while a
+notebook is graded, the grader is a *child subreaper* (Linux `PR_SET_CHILD_SUBREAPER`): an
+orphaned descendant is re-parented to the grader instead of to init, stays in the grader's
+process tree, and `end_new_descendants` finds it (in `/proc`), kills it and reaps it. Elsewhere
+(no `/proc`, not Linux) only the process group is ended.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 1, 36, 37
 ProcessKey = tuple[int, int]  # (pid, start time in clock ticks): a pid alone may be reused
@@ -50,8 +50,8 @@ def subreaper() -> Iterator[bool]:
 
 
 def die_with_parent() -> None:
-    """Have the kernel kill this process when its parent ends (Linux `PR_SET_PDEATHSIG`): a grading
-    child must not outlive a grader that was killed outright."""
+    """Have the kernel kill this process when its parent ends (Linux `PR_SET_PDEATHSIG`): a
+    grading child must not outlive a grader that was killed outright."""
     prctl = _prctl()
     if prctl is not None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -72,13 +72,14 @@ def _process_table() -> dict[int, tuple[int, int, str]]:
                 stat = handle.read().decode(errors="replace")
         except OSError:
             continue  # it ended while we looked
-        fields = stat[stat.rfind(")") + 2:].split()  # the name in parentheses may hold spaces
+        fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
         table[int(entry)] = (int(fields[1]), int(fields[19]), fields[0])
     return table
 
 
 def descendants(root: int | None = None) -> dict[ProcessKey, str]:
-    """Every process below `root` (default: this process): (pid, start time) -> state letter."""
+    """Every process below `root` (default: this process): (pid, start time) -> state
+    letter."""
     root = os.getpid() if root is None else root
     table = _process_table()
     children: dict[int, list[int]] = {}
@@ -94,7 +95,8 @@ def descendants(root: int | None = None) -> dict[ProcessKey, str]:
 
 
 def end_new_descendants(before: set[ProcessKey], *, patience: float = 2.0) -> int:
-    """Kill and reap every descendant of this process not in `before`; return how many were running.
+    """Kill and reap every descendant of this process not in `before`; return how many were
+    running.
 
     Killing a process re-parents its own children to this (subreaper) process, so the sweep
     repeats until nothing new is left, or `patience` seconds have passed.
@@ -113,7 +115,8 @@ def end_new_descendants(before: set[ProcessKey], *, patience: float = 2.0) -> in
                 except OSError:
                     pass
             try:
-                os.waitpid(pid, os.WNOHANG)  # ours once its parent is gone; anyone else's is reaped by them
+                # ours once its parent is gone; anyone else's is reaped by them
+                os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
         time.sleep(0.01)

@@ -1,14 +1,14 @@
-"""The grader's end of a graded notebook: the child process that runs the student's code, and the
-student side (`RemoteStudent`) through which the graders drive it.
+"""The grader's end of a graded notebook: the child process that runs the student's code, and
+the student side (`RemoteStudent`) through which the graders drive it.
 
 The trust model: nothing the child sends is believed as a result. The child only answers calls
 (build a world, apply a `Call`, report the state); the graders, here, apply the same calls to
-their own reference and decide every PASS and FAIL. A child that crashes, exits, stops answering,
-answers nonsense or runs the reference fails the step it was asked about, and the next scenario
-starts a fresh child. The child runs in its own session and process group with resource limits
-and (on Linux) a Landlock sandbox (`refimpl.course.sandbox`), in a throwaway working directory;
-at the end its whole group is killed, and any process it left behind is found and killed too
-(`refimpl.course.processes`), which voids the notebook's score.
+their own reference and decide every PASS and FAIL. A child that crashes, exits, stops
+answering, answers nonsense or runs the reference fails the step it was asked about, and the
+next scenario starts a fresh child. The child runs in its own session and process group with
+resource limits and (on Linux) a Landlock sandbox (`refimpl.course.sandbox`), in a throwaway
+working directory; at the end its whole group is killed, and any process it left behind is
+found and killed too (`refimpl.course.processes`), which voids the notebook's score.
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ from refimpl.course.lockstep import (
     describe_exception,
     reference_complaint,
 )
-from refimpl.course.reference_code import reference_sources
 from refimpl.course.processes import descendants, end_new_descendants, subreaper
+from refimpl.course.reference_code import reference_sources
 from refimpl.course.sandbox import Limits, file_rules, landlock_abi
 
 MAX_STARTS = 30  # children one notebook may use up (one per scenario at most, plus the first)
 
 
 class StartFailed(Exception):
-    """The child did not get through the notebook's cells (it died, ran out of time or answered nonsense)."""
+    """The child did not get through the notebook's cells (it died, ran out of time or answered
+    nonsense)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class ChildSettings:
     checks: list[str]  # grader names: their reference code is trapped in the child
     targets: list[str]  # the names the notebook should define
     limits: Limits = field(default_factory=Limits)
-    protected: tuple[str, ...] = ()  # folders the child must not read (solutions, submissions, grade file)
+    # folders the child must not read (solutions, submissions, grade file)
+    protected: tuple[str, ...] = ()
     sandbox: bool = True  # use Landlock where the kernel has it
 
 
@@ -67,7 +69,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
 def clean_text(value: Any, limit: int = 300) -> str:
-    """A child's text made safe for a table or a CSV cell: one line, printable, not too long."""
+    """A child's text made safe for a table or a CSV cell: one line, printable, not too
+    long."""
     text = _CONTROL.sub(" ", value if isinstance(value, str) else repr(value)).strip()
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
@@ -86,7 +89,8 @@ def describe_exit(returncode: int | None) -> str:
 
 
 class GradingChild:
-    """The child processes grading one notebook: at most one alive, started again after it ended.
+    """The child processes grading one notebook: at most one alive, started again after it
+    ended.
 
     Use it as a context manager: while it is open this process is a child subreaper, so nothing
     the child starts can leave the process tree; `close` (on leaving) ends all of it.
@@ -99,17 +103,19 @@ class GradingChild:
         self.process: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.workdir: str | None = None
-        self.problem: str | None = None  # why the first failing cell stopped, as the child told it
+        # why the first failing cell stopped, as the child told it
+        self.problem: str | None = None
         self.missing: list[str] = []  # targets the cells did not define, as the child told it
         self.endings: list[str] = []  # how children ended while a step waited for them
         self.stray = 0  # processes found running after a child ended (all killed)
         self.starts = 0
         self.expired = False
-        self.last_error = ""  # the last line the latest child wrote to its stderr (a crash of Python itself)
+        # the last line the latest child wrote to its stderr (a crash of Python itself)
+        self.last_error = ""
         self._stack = ExitStack()
         self._before: set = set()
 
-    def __enter__(self) -> "GradingChild":
+    def __enter__(self) -> GradingChild:
         self._stack.enter_context(subreaper())
         self._before = set(descendants())
         return self
@@ -124,14 +130,20 @@ class GradingChild:
         if self.expired:
             raise StartFailed(f"timed out after {self.timeout:g} s")
         if self.starts >= MAX_STARTS:
-            raise StartFailed(f"the process running its code ended {MAX_STARTS} times; not started again")
+            raise StartFailed(
+                f"the process running its code ended {MAX_STARTS} times; not started again"
+            )
         self.starts += 1
         try:
             self._spawn()
-            prepared = wire.read_answer(self.sock, self.deadline)  # sent before any student code runs
+            # sent before any student code runs
+            prepared = wire.read_answer(self.sock, self.deadline)
             if "setup_failed" in prepared:
                 self._end(1.0)
-                raise StartFailed(f"the grader could not set up the process for its code ({clean_text(prepared['setup_failed'])})")
+                raise StartFailed(
+                    "the grader could not set up the process for its code "
+                    f"({clean_text(prepared['setup_failed'])})"
+                )
             answer = wire.read_answer(self.sock, self.deadline)
             if answer.get("ready") is not True:
                 raise wire.ProtocolError("no ready message")
@@ -141,50 +153,80 @@ class GradingChild:
             raise StartFailed(f"timed out after {self.timeout:g} s") from None
         except (wire.ChildGone, OSError):
             ending = self._end(1.0)
-            detail = f": {self.last_error}" if self.last_error and not ending.endswith("code 0") else ""
-            raise StartFailed(f"its code ended the process running it while its cells ran ({ending}{detail})") from None
+            detail = (
+                f": {self.last_error}"
+                if self.last_error and not ending.endswith("code 0")
+                else ""
+            )
+            raise StartFailed(
+                f"its code ended the process running it while its cells ran ({ending}{detail})"
+            ) from None
         except wire.ProtocolError as exc:
             self._end(0)
-            raise StartFailed(f"the process running its code sent something that is not an answer ({exc})") from None
+            raise StartFailed(
+                f"the process running its code sent something that is not an answer ({exc})"
+            ) from None
         except StartFailed:
             raise
         except BaseException:
             self._end(0)
             raise
-        self.problem = clean_text(answer["problem"]) if answer.get("problem") is not None else None
+        self.problem = (
+            clean_text(answer["problem"]) if answer.get("problem") is not None else None
+        )
         missing = answer.get("missing")
-        self.missing = [t for t in self.settings.targets if isinstance(missing, list) and t in missing]
+        self.missing = [
+            t for t in self.settings.targets if isinstance(missing, list) and t in missing
+        ]
 
     def _spawn(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="refimpl-grade-")
         ours, theirs = socket.socketpair()
         package_parent = str(Path(refimpl.__file__).resolve().parent.parent)
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.workdir, "TMPDIR": self.workdir,
-            "LANG": "C.UTF-8", "PYTHONPATH": package_parent, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": self.workdir,
+            "TMPDIR": self.workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": package_parent,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
         }
         with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "refimpl.course.grading_child", str(theirs.fileno())],
-                cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                pass_fds=(theirs.fileno(),), start_new_session=True,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
             )
         theirs.close()
         self.sock = ours
         files = None
         if self.settings.sandbox and landlock_abi() > 0:
-            rules = asdict(file_rules(self.workdir, list(self.settings.protected), reference_sources()))
+            rules = asdict(
+                file_rules(self.workdir, list(self.settings.protected), reference_sources())
+            )
             rules.pop("note")
             files = rules
         payload = {
-            "cells": self.settings.cells, "checks": self.settings.checks, "targets": self.settings.targets,
-            "limits": asdict(self.settings.limits), "files": files,
+            "cells": self.settings.cells,
+            "checks": self.settings.checks,
+            "targets": self.settings.targets,
+            "limits": asdict(self.settings.limits),
+            "files": files,
         }
         wire.send_request(ours, ("start", payload))
 
     def _end(self, wait: float) -> str:
-        """End the child and its process group (after `wait` seconds for it to exit by itself); how it ended."""
+        """End the child and its process group (after `wait` seconds for it to exit by itself);
+        how it ended."""
         if self.process is None:
             return "not running"
         try:
@@ -192,21 +234,25 @@ class GradingChild:
         except subprocess.TimeoutExpired:
             returncode = None
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # its group: the child and whatever stayed in it
+            # its group: the child and whatever stayed in it
+            os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         final = self.process.wait()
         ending = describe_exit(returncode if returncode is not None else final)
         if self.sock is not None:
             self.sock.close()
-        self.last_error = _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
+        self.last_error = (
+            _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
+        )
         self.stray += end_new_descendants(self._before)
         _remove_tree(self.workdir)
         self.process = self.sock = self.workdir = None
         return ending
 
     def close(self) -> None:
-        """Say goodbye to a live child, give it a second to exit, then end everything it started."""
+        """Say goodbye to a live child, give it a second to exit, then end everything it
+        started."""
         if self.process is None:
             return
         try:
@@ -217,30 +263,42 @@ class GradingChild:
 
     # --- requests
     def ask(self, request: tuple) -> dict:
-        """Send one request and wait for the answer; anything but an answer is a StudentFailure."""
+        """Send one request and wait for the answer; anything but an answer is a
+        StudentFailure."""
         if self.process is None:
-            raise StudentFailure("the process running your code", "an answer", "it is not running")
+            raise StudentFailure(
+                "the process running your code", "an answer", "it is not running"
+            )
         try:
             wire.send_request(self.sock, request)
             return wire.read_answer(self.sock, self.deadline)
         except TimeoutError:
             self.expired = True
             self._end(0)
-            raise StudentFailure("time limit", f"the whole notebook graded within {self.timeout:g} s",
-                                 f"its {self.timeout:g} s ran out during this step") from None
+            raise StudentFailure(
+                "time limit",
+                f"the whole notebook graded within {self.timeout:g} s",
+                f"its {self.timeout:g} s ran out during this step",
+            ) from None
         except (wire.ChildGone, OSError):
             ending = self._end(1.0)
             self.endings.append(ending)
-            raise StudentFailure("the process running your code", "an answer", f"it ended ({ending})") from None
+            raise StudentFailure(
+                "the process running your code", "an answer", f"it ended ({ending})"
+            ) from None
         except wire.ProtocolError as exc:
             self.discard()
-            raise StudentFailure("the answer from your code", "a well-formed answer", clean_text(str(exc))) from None
-        except BaseException:  # the scenario's time limit (or Ctrl-C) stopped the wait: the child is mid-call
+            raise StudentFailure(
+                "the answer from your code", "a well-formed answer", clean_text(str(exc))
+            ) from None
+        # the scenario's time limit (or Ctrl-C) stopped the wait: the child is mid-call
+        except BaseException:
             self.discard()
             raise
 
     def discard(self) -> None:
-        """End a child that can no longer be trusted to be in step (the next scenario starts a new one)."""
+        """End a child that can no longer be trusted to be in step (the next scenario starts a
+        new one)."""
         self._end(0)
 
 
@@ -287,13 +345,19 @@ class RemoteStudent(StudentSide):
         self._interpret(self.child.ask(("start", self.__name__, spec, self.wants_state)))
 
     def run(self, action: Call) -> Any:
-        return self._interpret(self.child.ask(("run", self.__name__, action, self.wants_state)))
+        return self._interpret(
+            self.child.ask(("run", self.__name__, action, self.wants_state))
+        )
 
     def state(self) -> StateFields:
         if self._state_failure is not None:
             raise self._state_failure
         if self._state is None:
-            raise StudentFailure("state (reading your object's fields)", "readable fields", "no state was reported")
+            raise StudentFailure(
+                "state (reading your object's fields)",
+                "readable fields",
+                "no state was reported",
+            )
         return self._state
 
     def enter(self, name: str, args: tuple) -> None:
@@ -306,21 +370,26 @@ class RemoteStudent(StudentSide):
         try:
             self._interpret(self.child.ask(("exit", name)), state=False)
         except (StudentFailure, StudentRaised):
-            pass  # the scenario is over either way; a broken child is replaced at the next start
+            # the scenario is over either way; a broken child is replaced at the next start
+            pass
 
     def _ensure_child(self) -> None:
         if self.child.process is None:
             try:
                 self.child.start()
             except StartFailed as failed:
-                raise StudentFailure("the process running your code", "a fresh start", str(failed)) from None
+                raise StudentFailure(
+                    "the process running your code", "a fresh start", str(failed)
+                ) from None
 
     def _interpret(self, answer: dict, state: bool | None = None) -> Any:
         try:
             return self._decode(answer, self.wants_state if state is None else state)
         except wire.ProtocolError as exc:
             self.child.discard()
-            raise StudentFailure("the answer from your code", "a well-formed answer", clean_text(str(exc))) from None
+            raise StudentFailure(
+                "the answer from your code", "a well-formed answer", clean_text(str(exc))
+            ) from None
 
     def _decode(self, answer: dict, state: bool) -> Any:
         if "reference" in answer:
@@ -337,14 +406,23 @@ class RemoteStudent(StudentSide):
             self._state, self._state_failure = None, None
             if "state_error" in answer:
                 error = wire.decode(answer["state_error"])
-                shown = describe_exception(error) if isinstance(error, BaseException) else clean_text(error)
-                self._state_failure = StudentFailure("state (reading your object's fields)", "readable fields", shown)
+                shown = (
+                    describe_exception(error)
+                    if isinstance(error, BaseException)
+                    else clean_text(error)
+                )
+                self._state_failure = StudentFailure(
+                    "state (reading your object's fields)", "readable fields", shown
+                )
             else:
                 self._state = _state_fields(wire.decode(answer.get("state")))
         return value
 
 
 def _state_fields(value: Any) -> StateFields:
-    if not (isinstance(value, list) and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value)):
+    if not (
+        isinstance(value, list)
+        and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value)
+    ):
         raise wire.ProtocolError("a state that is not a list of (field name, value) pairs")
     return value

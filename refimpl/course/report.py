@@ -1,4 +1,5 @@
-"""What a grader hands back: one row per check, the first divergence, a printable table and a score."""
+"""What a grader hands back: one row per check, the first divergence, a printable table and a
+score."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass, field
 class Divergence:
     """The first step where the student's state differs from the reference's.
 
-    `where` names the value that differs (a return value, `free_block_ids`, `blocks[3].ref_count`,
-    ...); `expected` and `found` are short deterministic renderings of the two sides.
+    `where` names the value that differs (a return value, `free_block_ids`,
+    `blocks[3].ref_count`, ...); `expected` and `found` are short deterministic renderings of
+    the two sides.
     """
 
     step: int
@@ -22,7 +24,8 @@ class Divergence:
 
     @property
     def key(self) -> tuple[str, str, str]:
-        """What differs, without where it happened: equal keys are the same mistake seen again."""
+        """What differs, without where it happened: equal keys are the same mistake seen
+        again."""
         return (self.where, self.expected, self.found)
 
     def lines(self) -> list[str]:
@@ -78,9 +81,9 @@ class GradeReport:
         return [r.name for r in self.results if not r.passed]
 
     def table(self) -> str:
-        """The header line and one row per check. A first difference that several rows share (one
-        wrong return type fails them all) is shown once, with the number of rows it fails; the
-        other rows point back to it."""
+        """The header line and one row per check. A first difference that several rows share
+        (one wrong return type fails them all) is shown once, with the number of rows it fails;
+        the other rows point back to it."""
         width = max((len(r.name) for r in self.results), default=0)
         lines = [f"{self.title}: {self.num_passed}/{self.num_checks} checks passed"]
         counts = Counter(r.divergence.key for r in self.results if r.divergence is not None)
@@ -94,7 +97,9 @@ class GradeReport:
             else:
                 first_row[key] = result.name
                 lines.extend(result.row(width))
-                lines.append(" " * (8 + width) + f"(the same difference fails {counts[key]} rows)")
+                lines.append(
+                    " " * (8 + width) + f"(the same difference fails {counts[key]} rows)"
+                )
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -1,4 +1,5 @@
-"""The rules of the reference that each grader checks, each with the scenario and the broken variant that cover it.
+"""The rules of the reference that each grader checks, each with the scenario and the broken
+variant that cover it.
 
 A grader is only as good as its scenarios: a rule no scenario exercises is a rule a wrong
 submission may break and still pass. So every rule below names the scenario (a row of the
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Rule:
-    """One behaviour of the reference, the scenario that checks it, and a variant that breaks it."""
+    """One behaviour of the reference, the scenario that checks it, and a variant that breaks
+    it."""
 
     rule: str
     scenario: str  # a row name of the grader's table
@@ -24,67 +26,255 @@ class Rule:
 
 GRADER_RULES: dict[str, tuple[Rule, ...]] = {
     "check_block_manager": (
-        Rule("allocate takes ceil(len / block_size) blocks from the head of the free queue, in order", "allocate_from_head", "allocate_from_tail"),
-        Rule("can_allocate is -1 only when the free blocks do not cover the prompt (an exact fit fits)", "pool_full", "can_allocate_strict"),
-        Rule("deallocate returns blocks to the tail of the queue, last block first", "free_last_block_first", "free_in_forward_order"),
-        Rule("a decode needs a new block exactly when its token starts one: (len - 1) % block_size == 0", "append_at_block_boundary", "append_on_len_mod_0"),
-        Rule("that test holds for block_size 1 too, where nano-vllm's literal len % block_size == 1 never does", "block_size_1", "append_on_len_mod_1"),
-        Rule("can_append is False only when a new block is needed and the queue is empty", "append_with_empty_pool", "can_append_needs_a_free_block"),
+        Rule(
+            "allocate takes ceil(len / block_size) blocks from the head of the free queue, in "
+            "order",
+            "allocate_from_head",
+            "allocate_from_tail",
+        ),
+        Rule(
+            "can_allocate is -1 only when the free blocks do not cover the prompt (an exact "
+            "fit fits)",
+            "pool_full",
+            "can_allocate_strict",
+        ),
+        Rule(
+            "deallocate returns blocks to the tail of the queue, last block first",
+            "free_last_block_first",
+            "free_in_forward_order",
+        ),
+        Rule(
+            "a decode needs a new block exactly when its token starts one: (len - 1) % "
+            "block_size == 0",
+            "append_at_block_boundary",
+            "append_on_len_mod_0",
+        ),
+        Rule(
+            "that test holds for block_size 1 too, where nano-vllm's literal len % block_size "
+            "== 1 never does",
+            "block_size_1",
+            "append_on_len_mod_1",
+        ),
+        Rule(
+            "can_append is False only when a new block is needed and the queue is empty",
+            "append_with_empty_pool",
+            "can_append_needs_a_free_block",
+        ),
     ),
     "check_prefix_cache": (
-        Rule("a block's hash chains the previous block's hash with its own tokens", "hash_chain_in_chunks", "hash_without_chain"),
-        Rule("hash_blocks registers exactly the blocks this step filled, never a partly filled one", "hash_chain_in_chunks", "registers_partial_block"),
-        Rule("the chain continues from the hash stored on the previous block, even after another sequence took over its table entry", "entry_taken_over_mid_prefill", "prefix_hash_from_table"),
-        Rule("the prompt's last block is never looked up", "last_block_never_looked_up", "look_up_last_block"),
-        Rule("a hit needs equal tokens: a real hash collision is a miss", "token_double_check", "skip_token_double_check"),
-        Rule("tokens, not the cached block's hash, confirm a hit (its hash always equals the looked-up one)", "token_double_check", "confirm_hit_by_hash"),
-        Rule("matching stops at the first miss", "first_miss_stops_matching", "keep_matching_after_miss"),
-        Rule("a hit on a block in use costs no free block", "in_use_hits_need_no_free_block", "in_use_hits_need_free_blocks"),
-        Rule("a hit on a freed block still costs a free block", "free_hits_still_cost", "free_hits_cost_nothing"),
-        Rule("a hit on a block in use adds a reference (ref_count + 1)", "example_12_tokens", "hit_resets_ref_count"),
-        Rule("deallocate frees a block only when its last reference goes", "example_12_tokens", "free_ignores_ref_count"),
-        Rule("reusing a block deletes its hash entry when the entry points to it", "first_miss_stops_matching", "keeps_reused_block_entry"),
-        Rule("... and only then (the stale-hash guard)", "stale_hash_guard", "no_stale_hash_guard"),
-        Rule("one-token blocks (block_size 1) are matched, registered and appended like any other", "block_size_1", "append_on_len_mod_1"),
+        Rule(
+            "a block's hash chains the previous block's hash with its own tokens",
+            "hash_chain_in_chunks",
+            "hash_without_chain",
+        ),
+        Rule(
+            "hash_blocks registers exactly the blocks this step filled, never a partly filled "
+            "one",
+            "hash_chain_in_chunks",
+            "registers_partial_block",
+        ),
+        Rule(
+            "the chain continues from the hash stored on the previous block, even after "
+            "another sequence took over its table entry",
+            "entry_taken_over_mid_prefill",
+            "prefix_hash_from_table",
+        ),
+        Rule(
+            "the prompt's last block is never looked up",
+            "last_block_never_looked_up",
+            "look_up_last_block",
+        ),
+        Rule(
+            "a hit needs equal tokens: a real hash collision is a miss",
+            "token_double_check",
+            "skip_token_double_check",
+        ),
+        Rule(
+            "tokens, not the cached block's hash, confirm a hit (its hash always equals the "
+            "looked-up one)",
+            "token_double_check",
+            "confirm_hit_by_hash",
+        ),
+        Rule(
+            "matching stops at the first miss",
+            "first_miss_stops_matching",
+            "keep_matching_after_miss",
+        ),
+        Rule(
+            "a hit on a block in use costs no free block",
+            "in_use_hits_need_no_free_block",
+            "in_use_hits_need_free_blocks",
+        ),
+        Rule(
+            "a hit on a freed block still costs a free block",
+            "free_hits_still_cost",
+            "free_hits_cost_nothing",
+        ),
+        Rule(
+            "a hit on a block in use adds a reference (ref_count + 1)",
+            "example_12_tokens",
+            "hit_resets_ref_count",
+        ),
+        Rule(
+            "deallocate frees a block only when its last reference goes",
+            "example_12_tokens",
+            "free_ignores_ref_count",
+        ),
+        Rule(
+            "reusing a block deletes its hash entry when the entry points to it",
+            "first_miss_stops_matching",
+            "keeps_reused_block_entry",
+        ),
+        Rule(
+            "... and only then (the stale-hash guard)",
+            "stale_hash_guard",
+            "no_stale_hash_guard",
+        ),
+        Rule(
+            "one-token blocks (block_size 1) are matched, registered and appended like any "
+            "other",
+            "block_size_1",
+            "append_on_len_mod_1",
+        ),
     ),
     "check_scheduler": (
-        Rule("a waiting head that does not fit blocks the queue: no later request jumps it", "waiting_head_does_not_fit", "skip_blocked_waiting_head"),
-        Rule("only the first sequence of a batch may be cut into a chunk", "chunked_prefill_first_only", "chunk_any_waiting"),
-        Rule("the token sampled after a chunk that does not end the prompt is dropped", "chunked_prefill_first_only", "keep_token_after_chunk"),
-        Rule("cached blocks do not count against the token budget", "prefix_hit_shortens_prefill", "budget_counts_cached_tokens"),
-        Rule("a batch holds at most max_num_seqs sequences", "max_num_seqs", "one_seq_too_many"),
-        Rule("the decode batch goes back to the front of running, in batch order", "max_num_seqs", "batch_to_back_of_running"),
-        Rule("with no free block for a decode, the newest running request is preempted", "preempt_last_running", "preempt_first_running"),
-        Rule("a preempted request goes to the front of waiting", "preempt_last_running", "preempt_to_back"),
-        Rule("preemption resets is_prefill", "preempt_self_when_alone", "keep_decode_flag_on_preempt"),
-        Rule("a request alone without a block preempts itself (it is not dropped)", "preempt_self_when_alone", "drop_instead_of_self_preempt"),
-        Rule("postprocess registers filled blocks before num_cached_tokens moves on", "prefill_then_decode", "register_after_commit"),
-        Rule("a request finishes on eos only without ignore_eos, or at max_tokens", "eos_and_max_tokens", "eos_despite_ignore_eos"),
+        Rule(
+            "a waiting head that does not fit blocks the queue: no later request jumps it",
+            "waiting_head_does_not_fit",
+            "skip_blocked_waiting_head",
+        ),
+        Rule(
+            "only the first sequence of a batch may be cut into a chunk",
+            "chunked_prefill_first_only",
+            "chunk_any_waiting",
+        ),
+        Rule(
+            "the token sampled after a chunk that does not end the prompt is dropped",
+            "chunked_prefill_first_only",
+            "keep_token_after_chunk",
+        ),
+        Rule(
+            "cached blocks do not count against the token budget",
+            "prefix_hit_shortens_prefill",
+            "budget_counts_cached_tokens",
+        ),
+        Rule(
+            "a batch holds at most max_num_seqs sequences", "max_num_seqs", "one_seq_too_many"
+        ),
+        Rule(
+            "the decode batch goes back to the front of running, in batch order",
+            "max_num_seqs",
+            "batch_to_back_of_running",
+        ),
+        Rule(
+            "with no free block for a decode, the newest running request is preempted",
+            "preempt_last_running",
+            "preempt_first_running",
+        ),
+        Rule(
+            "a preempted request goes to the front of waiting",
+            "preempt_last_running",
+            "preempt_to_back",
+        ),
+        Rule(
+            "preemption resets is_prefill",
+            "preempt_self_when_alone",
+            "keep_decode_flag_on_preempt",
+        ),
+        Rule(
+            "a request alone without a block preempts itself (it is not dropped)",
+            "preempt_self_when_alone",
+            "drop_instead_of_self_preempt",
+        ),
+        Rule(
+            "postprocess registers filled blocks before num_cached_tokens moves on",
+            "prefill_then_decode",
+            "register_after_commit",
+        ),
+        Rule(
+            "a request finishes on eos only without ignore_eos, or at max_tokens",
+            "eos_and_max_tokens",
+            "eos_despite_ignore_eos",
+        ),
     ),
     "check_approximate_gcd": (
-        Rule("among equal paddings the larger d wins", "ties_go_to_larger_d", "gcd_smaller_wins_ties"),
-        Rule("the search starts at the lower bound (DeepSeek V4's MLA group is never split)", "deepseek_v4_buckets", "gcd_ignores_lower_bound"),
+        Rule(
+            "among equal paddings the larger d wins",
+            "ties_go_to_larger_d",
+            "gcd_smaller_wins_ties",
+        ),
+        Rule(
+            "the search starts at the lower bound (DeepSeek V4's MLA group is never split)",
+            "deepseek_v4_buckets",
+            "gcd_ignores_lower_bound",
+        ),
         Rule("the search includes max(values)", "ties_go_to_larger_d", "gcd_exclusive_max"),
-        Rule("a lower bound above every value is returned as is", "search_range_inclusive", "gcd_clamps_to_max"),
-        Rule("a lower bound of 0 or below (or None) means 1", "search_range_inclusive", "gcd_trusts_lower_bound"),
-        Rule("every value counts toward the padding, repeats included", "repeated_values_with_lower_bound", "gcd_dedupes_values"),
-        Rule("a bool, float or string value or lower bound is a ValueError", "rejects_non_integers", "gcd_accepts_non_ints"),
+        Rule(
+            "a lower bound above every value is returned as is",
+            "search_range_inclusive",
+            "gcd_clamps_to_max",
+        ),
+        Rule(
+            "a lower bound of 0 or below (or None) means 1",
+            "search_range_inclusive",
+            "gcd_trusts_lower_bound",
+        ),
+        Rule(
+            "every value counts toward the padding, repeats included",
+            "repeated_values_with_lower_bound",
+            "gcd_dedupes_values",
+        ),
+        Rule(
+            "a bool, float or string value or lower bound is a ValueError",
+            "rejects_non_integers",
+            "gcd_accepts_non_ints",
+        ),
     ),
     "check_packed_layout": (
-        Rule("the block stride is the widest group, not the sum of the groups", "deepseek_v4_pro", "layout_stride_is_sum"),
-        Rule("each group starts again at byte 0 (groups overlay)", "cross_layer_groups", "layout_no_overlay"),
-        Rule("layers are packed by their padded page size", "deepseek_v4_pro", "layout_real_pages"),
-        Rule("layers follow the group's order, not sorted names", "deepseek_v4_pro", "layout_sorted_names"),
-        Rule("each offset lists every layer starting there, in group order", "cross_layer_groups", "layout_last_layer_wins"),
-        Rule("no groups is a ValueError, not a 0-byte stride", "rejects_no_groups", "layout_empty_is_zero"),
+        Rule(
+            "the block stride is the widest group, not the sum of the groups",
+            "deepseek_v4_pro",
+            "layout_stride_is_sum",
+        ),
+        Rule(
+            "each group starts again at byte 0 (groups overlay)",
+            "cross_layer_groups",
+            "layout_no_overlay",
+        ),
+        Rule(
+            "layers are packed by their padded page size",
+            "deepseek_v4_pro",
+            "layout_real_pages",
+        ),
+        Rule(
+            "layers follow the group's order, not sorted names",
+            "deepseek_v4_pro",
+            "layout_sorted_names",
+        ),
+        Rule(
+            "each offset lists every layer starting there, in group order",
+            "cross_layer_groups",
+            "layout_last_layer_wins",
+        ),
+        Rule(
+            "no groups is a ValueError, not a 0-byte stride",
+            "rejects_no_groups",
+            "layout_empty_is_zero",
+        ),
     ),
 }
 
 
 def rules_table() -> str:
-    """The rules as a Markdown table (grader, rule, scenario, broken variant), as the instructor guide shows it."""
-    lines = ["| grader | rule of the reference | scenario | broken variant |", "|---|---|---|---|"]
+    """The rules as a Markdown table (grader, rule, scenario, broken variant), as the
+    instructor guide shows it."""
+    lines = [
+        "| grader | rule of the reference | scenario | broken variant |",
+        "|---|---|---|---|",
+    ]
     for grader, rules in GRADER_RULES.items():
         for rule in rules:
-            lines.append(f"| `{grader}` | {rule.rule} | `{rule.scenario}` | `{rule.variant}` |")
+            lines.append(
+                f"| `{grader}` | {rule.rule} | `{rule.scenario}` | `{rule.variant}` |"
+            )
     return "\n".join(lines)

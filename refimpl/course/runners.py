@@ -1,4 +1,5 @@
-"""Study the scheduler on a CPU with no model: a deterministic fake model runner and a step driver.
+"""Study the scheduler on a CPU with no model: a deterministic fake model runner and a step
+driver.
 
 `FakeModelRunner` plays nano-vllm's `ModelRunner.run(seqs, is_prefill)`. It keeps a fake KV
 cache (one token id per slot instead of K/V vectors), writes the tokens each step computes into
@@ -14,8 +15,8 @@ preemption.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 import xxhash
@@ -35,8 +36,9 @@ class FakeModelRunner:
 
     End of sequence, both optional and both deterministic:
     - `eos_after=k`: the completion token at index k (the (k+1)-th generated token) is `eos`;
-    - `eos_period=p`: a history whose hash is divisible by p (about 1 in p) is followed by `eos`.
-    Ordinary tokens are never equal to `eos`, so EOS appears only where these rules put it.
+    - `eos_period=p`: a history whose hash is divisible by p (about 1 in p) is followed by
+      `eos`. Ordinary tokens are never equal to `eos`, so EOS appears only where these rules
+      put it.
     """
 
     def __init__(
@@ -53,7 +55,9 @@ class FakeModelRunner:
         self.block_size = check_positive_int("block_size", block_size)
         check_int_at_least("vocab_size", vocab_size, 2)
         if (eos_after is not None or eos_period is not None) and eos < 0:
-            raise ValueError(f"eos_after/eos_period need an eos token id >= 0, got eos={eos!r}")
+            raise ValueError(
+                f"eos_after/eos_period need an eos token id >= 0, got eos={eos!r}"
+            )
         if eos_after is not None:
             check_int_at_least("eos_after", eos_after, 0, " (a completion-token index)")
         if eos_period is not None:
@@ -64,30 +68,39 @@ class FakeModelRunner:
         self.eos_period = eos_period
         # kv_cache[block_id][offset] is the token whose K/V the slot holds (-1: never written).
         self.kv_cache: list[list[int]] = [[-1] * block_size for _ in range(num_blocks)]
-        self.num_computed_tokens = 0  # tokens pushed through the fake model, all steps together
+        # tokens pushed through the fake model, all steps together
+        self.num_computed_tokens = 0
 
     @classmethod
-    def for_scheduler(cls, scheduler: Scheduler, **kwargs) -> "FakeModelRunner":
-        """A runner whose cache matches the scheduler's pool and whose EOS is the scheduler's."""
+    def for_scheduler(cls, scheduler: Scheduler, **kwargs) -> FakeModelRunner:
+        """A runner whose cache matches the scheduler's pool and whose EOS is the
+        scheduler's."""
         kwargs.setdefault("eos", scheduler.eos)
         return cls(scheduler.block_manager.num_blocks, scheduler.block_size, **kwargs)
 
     def next_token(self, history: list[int], num_prompt_tokens: int) -> int:
-        """The token that follows `history`: a pure function of the history and the prompt length."""
+        """The token that follows `history`: a pure function of the history and the prompt
+        length."""
         digest = xxhash.xxh64(np.asarray(history, dtype="<i8").tobytes()).intdigest()
         completion_index = len(history) - num_prompt_tokens
         if self.eos_after is not None and completion_index == self.eos_after:
             return self.eos
-        if self.eos_period is not None and completion_index >= 0 and (digest >> 32) % self.eos_period == 0:
+        if (
+            self.eos_period is not None
+            and completion_index >= 0
+            and (digest >> 32) % self.eos_period == 0
+        ):
             return self.eos
         token = digest % self.vocab_size
         if token == self.eos:  # keep ordinary tokens distinct from EOS
             token = (token + 1) % self.vocab_size
         return token
 
-    def reference_completion(self, prompt: list[int], max_tokens: int, ignore_eos: bool = False) -> list[int]:
-        """What one sequence alone would generate, with no scheduler and no cache: the yardstick
-        that every batched, chunked, cached or preempted run must equal."""
+    def reference_completion(
+        self, prompt: list[int], max_tokens: int, ignore_eos: bool = False
+    ) -> list[int]:
+        """What one sequence alone would generate, with no scheduler and no cache: the
+        yardstick that every batched, chunked, cached or preempted run must equal."""
         tokens = list(prompt)
         while True:
             token = self.next_token(tokens, len(prompt))
@@ -108,36 +121,49 @@ class FakeModelRunner:
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         """Compute this step's tokens for every sequence and return one sampled token each.
 
-        Prefill computes positions `num_cached_tokens ... num_cached_tokens + num_scheduled_tokens - 1`;
-        decode computes the last position only (the token sampled in the previous step).
+        Prefill computes positions `num_cached_tokens ... num_cached_tokens +
+        num_scheduled_tokens - 1`; decode computes the last position only (the token sampled in
+        the previous step).
         """
         if seqs and self.block_size != seqs[0].block_size:
-            raise ValueError(f"runner block_size {self.block_size} != sequence block_size {seqs[0].block_size}")
+            raise ValueError(
+                f"runner block_size {self.block_size} != sequence block_size "
+                f"{seqs[0].block_size}"
+            )
         token_ids = []
         for seq in seqs:
             if is_prefill:
-                start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
+                start, end = (
+                    seq.num_cached_tokens,
+                    seq.num_cached_tokens + seq.num_scheduled_tokens,
+                )
             else:
                 start, end = len(seq) - 1, len(seq)
             if not 0 <= start < end <= len(seq):
                 raise InvariantError(
-                    f"sequence {seq.seq_id} was scheduled to compute positions [{start}, {end}) of {len(seq)} tokens"
+                    f"sequence {seq.seq_id} was scheduled to compute positions [{start}, "
+                    f"{end}) of {len(seq)} tokens"
                 )
             for position in range(start, end):  # store_kvcache through the slot mapping
                 block_id, offset = self._slot(seq, position)
                 self.kv_cache[block_id][offset] = seq.token_ids[position]
             self.num_computed_tokens += end - start
             # Attention reads the whole history back through the block table.
-            history = [self.kv_cache[b][o] for b, o in (self._slot(seq, p) for p in range(end))]
+            history = [
+                self.kv_cache[b][o] for b, o in (self._slot(seq, p) for p in range(end))
+            ]
             if history != seq.token_ids[:end]:
                 wrong = next(p for p in range(end) if history[p] != seq.token_ids[p])
                 if history[wrong] == -1:
                     raise InvariantError(
-                        f"sequence {seq.seq_id}: the cache slot for position {wrong} was never written by this "
-                        f"runner (a block it did not compute, e.g. a prefix hit on another runner's work)"
+                        f"sequence {seq.seq_id}: the cache slot for position {wrong} was "
+                        "never written by this "
+                        "runner (a block it did not compute, e.g. a prefix hit on another "
+                        "runner's work)"
                     )
                 raise InvariantError(
-                    f"sequence {seq.seq_id}: the cache slot for position {wrong} holds token {history[wrong]}, "
+                    f"sequence {seq.seq_id}: the cache slot for position {wrong} holds token "
+                    f"{history[wrong]}, "
                     f"expected {seq.token_ids[wrong]} (a block was shared or reused wrongly)"
                 )
             token_ids.append(self.next_token(history, seq.num_prompt_tokens))
@@ -146,15 +172,18 @@ class FakeModelRunner:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """What one engine step did. Per-sequence tuples are aligned with `seq_ids` (batch order)."""
+    """What one engine step did. Per-sequence tuples are aligned with `seq_ids` (batch
+    order)."""
 
     step: int
     is_prefill: bool
     seq_ids: tuple[int, ...]
     num_scheduled_tokens: tuple[int, ...]  # tokens computed for each sequence (its chunk size)
-    prefix_hit_tokens: tuple[int, ...]  # tokens served by the prefix cache when allocated this step
+    # tokens served by the prefix cache when allocated this step
+    prefix_hit_tokens: tuple[int, ...]
     chunked_seq_ids: tuple[int, ...]  # prefills that leave part of the prompt for a later step
-    preempted_seq_ids: tuple[int, ...]  # freed to make room during this step's decode scheduling
+    # freed to make room during this step's decode scheduling
+    preempted_seq_ids: tuple[int, ...]
     finished_seq_ids: tuple[int, ...]
     num_blocks_in_use: int  # after postprocess
     num_waiting: int  # after postprocess
@@ -184,26 +213,42 @@ class SchedulerDriver:
     sequences and a check that finished sequences hold no blocks.
     """
 
-    def __init__(self, scheduler: Scheduler, runner: FakeModelRunner | None = None, *, check: bool = True) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        runner: FakeModelRunner | None = None,
+        *,
+        check: bool = True,
+    ) -> None:
         bm = scheduler.block_manager
         if runner is None and (bm.used_block_ids or bm.hash_to_block_id):
             raise ValueError(
-                "this scheduler already holds or caches blocks computed by an earlier runner; pass that "
-                "FakeModelRunner (its fake KV cache holds their contents), or keep using the same driver"
+                "this scheduler already holds or caches blocks computed by an earlier runner; "
+                "pass that "
+                "FakeModelRunner (its fake KV cache holds their contents), or keep using the "
+                "same driver"
             )
         self.scheduler = scheduler
-        self.runner = runner if runner is not None else FakeModelRunner.for_scheduler(scheduler)
-        if (self.runner.num_blocks, self.runner.block_size) != (scheduler.block_manager.num_blocks, scheduler.block_size):
+        self.runner = (
+            runner if runner is not None else FakeModelRunner.for_scheduler(scheduler)
+        )
+        if (self.runner.num_blocks, self.runner.block_size) != (
+            scheduler.block_manager.num_blocks,
+            scheduler.block_size,
+        ):
             raise ValueError(
-                f"runner cache ({self.runner.num_blocks} blocks of {self.runner.block_size}) does not match the "
-                f"scheduler pool ({scheduler.block_manager.num_blocks} blocks of {scheduler.block_size})"
+                f"runner cache ({self.runner.num_blocks} blocks of {self.runner.block_size}) "
+                "does not match the "
+                f"scheduler pool ({scheduler.block_manager.num_blocks} blocks of "
+                f"{scheduler.block_size})"
             )
         self.check = check
         self.steps: list[StepRecord] = []
         self.finished: list[Sequence] = []  # in the order they finished
 
     def add(self, seqs: Sequence | Iterable[Sequence]) -> None:
-        """Queue one sequence or several, in order; if one is rejected, none of them stays queued."""
+        """Queue one sequence or several, in order; if one is rejected, none of them stays
+        queued."""
         added: list[Sequence] = []
         try:
             for seq in [seqs] if isinstance(seqs, Sequence) else list(seqs):
@@ -220,9 +265,13 @@ class SchedulerDriver:
         seqs, is_prefill = sched.schedule()
         preempted = tuple(sched.preempted_last_step)
         scheduled = tuple(seq.num_scheduled_tokens for seq in seqs)
-        hits = tuple(seq.num_cached_tokens if is_prefill and id(seq) in fresh else 0 for seq in seqs)
+        hits = tuple(
+            seq.num_cached_tokens if is_prefill and id(seq) in fresh else 0 for seq in seqs
+        )
         chunked = tuple(
-            seq.seq_id for seq in seqs if is_prefill and seq.num_cached_tokens + seq.num_scheduled_tokens < seq.num_tokens
+            seq.seq_id
+            for seq in seqs
+            if is_prefill and seq.num_cached_tokens + seq.num_scheduled_tokens < seq.num_tokens
         )
         token_ids = self.runner.run(seqs, is_prefill)
         done = sched.postprocess(seqs, token_ids, is_prefill)
@@ -232,7 +281,9 @@ class SchedulerDriver:
             check_invariants(sched.block_manager, list(sched.waiting) + list(sched.running))
             for seq in finished:
                 if seq.block_table:
-                    raise InvariantError(f"finished sequence {seq.seq_id} still holds blocks {seq.block_table}")
+                    raise InvariantError(
+                        f"finished sequence {seq.seq_id} still holds blocks {seq.block_table}"
+                    )
         record = StepRecord(
             step=len(self.steps),
             is_prefill=is_prefill,
@@ -259,13 +310,15 @@ class SchedulerDriver:
         while not self.scheduler.is_finished():
             if len(self.steps) - first >= max_steps:
                 raise MaxStepsExceeded(
-                    f"still {len(self.scheduler.waiting)} waiting and {len(self.scheduler.running)} running "
+                    f"still {len(self.scheduler.waiting)} waiting and "
+                    f"{len(self.scheduler.running)} running "
                     f"after {max_steps} steps (max_steps={max_steps})"
                 )
             self.step()
         if self.check and self.scheduler.block_manager.used_block_ids:
             raise InvariantError(
-                f"all sequences finished but blocks {sorted(self.scheduler.block_manager.used_block_ids)} are still in use"
+                "all sequences finished but blocks "
+                f"{sorted(self.scheduler.block_manager.used_block_ids)} are still in use"
             )
         return self.steps[first:]
 
@@ -278,7 +331,8 @@ def run_to_completion(
     max_steps: int = 10_000,
     check: bool = True,
 ) -> list[StepRecord]:
-    """Add `seqs`, run the scheduler with a fake model until everything finished, return the steps.
+    """Add `seqs`, run the scheduler with a fake model until everything finished, return the
+    steps.
 
     The generated tokens are in each sequence's `completion_token_ids`.
     """

@@ -1,7 +1,9 @@
-"""The course's running example for Part I: one shared system prompt and three users, A, B and C.
+"""The course's running example for Part I: one shared system prompt and three users, A, B and
+C.
 
-Chapters 02-06 follow the same named requests so that a name in a table, a picture or a timeline
-always means the same tokens. The prompts are made to show each mechanism at block size 4:
+Chapters 02-06 follow the same named requests so that a name in a table, a picture or a
+timeline always means the same tokens. The prompts are made to show each mechanism at block
+size 4:
 
 - `SYSTEM`: an 8-token system prompt, exactly 2 full blocks, shared by everyone;
 - A: the system prompt plus a 3-token question (11 tokens: 2 full blocks + 3 tokens);
@@ -28,12 +30,16 @@ def prompt(name: str) -> list[int]:
     return SYSTEM + QUESTIONS[name]
 
 
-def requests(block_size: int = 4, max_tokens: int = 4, names: tuple[str, ...] = NAMES) -> dict[str, Sequence]:
-    """Fresh `Sequence`s for the named users (greedy, `max_tokens` new tokens each), in name order."""
+def requests(
+    block_size: int = 4, max_tokens: int = 4, names: tuple[str, ...] = NAMES
+) -> dict[str, Sequence]:
+    """Fresh `Sequence`s for the named users (greedy, `max_tokens` new tokens each), in name
+    order."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     return {name: Sequence(prompt(name), params, block_size=block_size) for name in names}
 
 
 def names_by_seq_id(seqs: dict[str, Sequence]) -> dict[int, str]:
-    """seq_id -> user name, so pictures and logs print "A" instead of a global counter value."""
+    """seq_id -> user name, so pictures and logs print "A" instead of a global counter
+    value."""
     return {seq.seq_id: name for name, seq in seqs.items()}

@@ -1,16 +1,16 @@
 """Limits the grading child puts on itself before any student cell runs: resources and files.
 
-The command-line grader runs a student's code in a child process (`refimpl.course.grading_child`).
-Before the first student cell, the child
+The command-line grader runs a student's code in a child process
+(`refimpl.course.grading_child`). Before the first student cell, the child
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
   file it writes, the number of open files;
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
-  inside Python's installation, the refimpl package and the system folders (`file_rules`), so the
-  solution notebooks, the other submissions and the grade file are out of reach; TCP is refused
-  (Landlock ABI 4), and signals to processes outside the sandbox (the grader) are refused (ABI 6).
-  Processes it starts inherit all of it.
+  inside Python's installation, the refimpl package and the system folders (`file_rules`), so
+  the solution notebooks, the other submissions and the grade file are out of reach; TCP is
+  refused (Landlock ABI 4), and signals to processes outside the sandbox (the grader) are
+  refused (ABI 6). Processes it starts inherit all of it.
 
 This is what an unprivileged process can do to itself; it is not a container. A hostile
 submission should still be graded in a throwaway container or virtual machine (see the
@@ -33,10 +33,11 @@ import refimpl
 class Limits:
     """Resource limits of the grading child (soft and hard).
 
-    The data limit is the memory limit proper: it counts the heap and anonymous mappings but not
-    mapped libraries, so importing a large library such as torch (about 0.6 GB of address space
-    and 0.2 GB of data for the CPU build) still works. The address-space limit is a looser backstop.
-    Measured: the child with refimpl imported uses about 0.11 GB of address space and 0.06 GB of data.
+    The data limit is the memory limit proper: it counts the heap and anonymous mappings but
+    not mapped libraries, so importing a large library such as torch (about 0.6 GB of address
+    space and 0.2 GB of data for the CPU build) still works. The address-space limit is a
+    looser backstop. Measured: the child with refimpl imported uses about 0.11 GB of address
+    space and 0.06 GB of data.
     """
 
     data_bytes: int = 4 * 2**30
@@ -66,19 +67,25 @@ class Limits:
 
 
 # --- Landlock (Linux): see the kernel's Documentation/userspace-api/landlock.rst
-_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on every architecture
+# the same on every architecture
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV  # rights that apply to a file itself
+# rights that apply to a file itself
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -100,7 +107,9 @@ def landlock_abi() -> int:
     libc = _libc()
     if libc is None:
         return 0
-    version = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = libc.syscall(
+        _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     return max(int(version), 0)
 
 
@@ -121,24 +130,44 @@ class FileRules:
 
     read: tuple[str, ...] | None  # files, and folders with everything beneath them
     write: tuple[str, ...]
-    list_only: tuple[str, ...] = ()  # folders whose entries may be listed, not read (they hold hidden files)
+    # folders whose entries may be listed, not read (they hold hidden files)
+    list_only: tuple[str, ...] = ()
     note: str = ""  # why reads are not restricted, when they are not
 
 
-_SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc", "/sys")
+_SYSTEM_READ = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/dev",
+    "/proc",
+    "/sys",
+)
 
 
 def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> FileRules:
-    """The child's file rules: write in `workdir`; read Python, refimpl, the system and `workdir`.
+    """The child's file rules: write in `workdir`; read Python, refimpl, the system and
+    `workdir`.
 
     `protected` are folders the child must not read (the solutions, the submissions, the grade
-    file's folder). If one of them lies inside a folder Python needs, reads cannot be restricted
-    without breaking Python; then only writes are, and `note` says why. `hidden` are files inside
-    the readable folders that stay unreadable (the source of the reference code an exercise asks
-    for: already imported, it must not be loaded a second time past the traps).
+    file's folder). If one of them lies inside a folder Python needs, reads cannot be
+    restricted without breaking Python; then only writes are, and `note` says why. `hidden` are
+    files inside the readable folders that stay unreadable (the source of the reference code an
+    exercise asks for: already imported, it must not be loaded a second time past the traps).
     """
     package = Path(refimpl.__file__).resolve().parent
-    roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, str(package), *_SYSTEM_READ}
+    roots = {
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        str(package),
+        *_SYSTEM_READ,
+    }
     roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
     user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     if user_site and user_site in sys.path:
@@ -147,7 +176,10 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
     for folder in protected:
         inside = [r for r in resolved if Path(folder).resolve().is_relative_to(r)]
         if inside:
-            note = f"graded code can read {folder} (it lies inside {inside[0]}, which Python needs)"
+            note = (
+                f"graded code can read {folder} "
+                f"(it lies inside {inside[0]}, which Python needs)"
+            )
             return FileRules(None, (workdir,), note)
     hidden_set = {str(Path(h).resolve()) for h in hidden}
     read: list[str] = []
@@ -158,7 +190,8 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
 
 
 def _allow_around(path: str, hidden: set[str], read: list[str], list_only: list[str]) -> None:
-    """Allow reading `path` whole, or, if hidden files lie beneath it, everything beside them."""
+    """Allow reading `path` whole, or, if hidden files lie beneath it, everything beside
+    them."""
     if path in hidden:
         return
     if not any(h.startswith(path.rstrip("/") + "/") for h in hidden):
@@ -174,24 +207,38 @@ def _allow_around(path: str, hidden: set[str], read: list[str], list_only: list[
 
 
 def restrict(rules: FileRules) -> int:
-    """Apply `rules` with Landlock to this process for good; returns the ABI used (0: not available)."""
+    """Apply `rules` with Landlock to this process for good; returns the ABI used (0: not
+    available)."""
     abi = landlock_abi()
     libc = _libc()
     if abi == 0 or libc is None:
         return 0
     write_rights = _fs_rights(abi)
     read_rights = _EXECUTE | _READ_FILE | _READ_DIR | (_IOCTL_DEV if abi >= 5 else 0)
-    handled = write_rights if rules.read is not None else write_rights & ~(_EXECUTE | _READ_FILE | _READ_DIR | _IOCTL_DEV)
-    attr = _RulesetAttr(handled, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
-                        _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    handled = (
+        write_rights
+        if rules.read is not None
+        else write_rights & ~(_EXECUTE | _READ_FILE | _READ_DIR | _IOCTL_DEV)
+    )
+    attr = _RulesetAttr(
+        handled,
+        _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
+        _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0,
+    )
     size = 8 if abi < 4 else 16 if abi < 6 else 24
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = libc.syscall(
+        _SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+    )
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        allowed = [(path, write_rights) for path in rules.write] + [("/dev/null", _READ_FILE | _WRITE_FILE | _TRUNCATE)]
+        allowed = [(path, write_rights) for path in rules.write] + [
+            ("/dev/null", _READ_FILE | _WRITE_FILE | _TRUNCATE)
+        ]
         allowed += [(path, read_rights) for path in rules.read or ()]
-        allowed += [(path, _READ_DIR) for path in rules.list_only] if rules.read is not None else []
+        allowed += (
+            [(path, _READ_DIR) for path in rules.list_only] if rules.read is not None else []
+        )
         for path, rights in allowed:
             _add_rule(libc, ruleset, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -214,7 +261,16 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int) -> None:
         if rights == 0:
             return
         attr = _PathBeneathAttr(rights, fd)
-        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(attr), ctypes.c_uint32(0)) != 0:
+        if (
+            libc.syscall(
+                _SYS_ADD_RULE,
+                ctypes.c_int(ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(attr),
+                ctypes.c_uint32(0),
+            )
+            != 0
+        ):
             raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
     finally:
         os.close(fd)

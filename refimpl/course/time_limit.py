@@ -1,11 +1,12 @@
-"""A time limit for one grader scenario, so an endless loop in a student's code cannot hang a notebook.
+"""A time limit for one grader scenario, so an endless loop in a student's code cannot hang a
+notebook.
 
 In a notebook the graders run in the kernel's own process: a `while` loop that never ends (an
 easy mistake in self-preemption) would hang the kernel with no message. `scenario_time_limit`
-stops the scenario after `seconds` by raising `ScenarioTimeout` inside it; the grader turns that
-into a failing row that names the scenario and the step that did not finish. The command-line
-grader (`python -m refimpl grade`) runs the same graders, so it applies the same limit per
-scenario, on top of its limit per notebook.
+stops the scenario after `seconds` by raising `ScenarioTimeout` inside it; the grader turns
+that into a failing row that names the scenario and the step that did not finish. The
+command-line grader (`python -m refimpl grade`) runs the same graders, so it applies the same
+limit per scenario, on top of its limit per notebook.
 
 How the scenario is stopped depends on where it runs:
 
@@ -13,8 +14,8 @@ How the scenario is stopped depends on where it runs:
   a `SIGALRM` timer (`signal.setitimer`); an outer timer (pytest-timeout, say) is restored
   afterwards with the time it had left;
 - another thread, or Windows (no `SIGALRM`), on CPython: a watchdog thread raises the exception
-  in the grading thread (`PyThreadState_SetAsyncExc`); like the alarm it interrupts Python code,
-  not a single long call into C;
+  in the grading thread (`PyThreadState_SetAsyncExc`); like the alarm it interrupts Python
+  code, not a single long call into C;
 - anywhere else no limit can be enforced: the scenario runs without one and `enforced` says so
   (the graders print a one-line note).
 
@@ -29,10 +30,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
-DEFAULT_TIME_LIMIT = 10.0  # seconds per scenario; the reference needs well under 0.1 s for any of them
+# seconds per scenario; the reference needs well under 0.1 s for any of them
+DEFAULT_TIME_LIMIT = 10.0
 
 
 class ScenarioTimeout(BaseException):
@@ -56,13 +58,25 @@ def check_time_limit(seconds: float | None) -> float | None:
     """A positive number of seconds, or None for no limit; anything else is a ValueError."""
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"time_limit must be a positive number of seconds or None (no limit), got {seconds!r}")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not seconds > 0
+        or seconds == float("inf")
+    ):
+        raise ValueError(
+            "time_limit must be a positive number of seconds or None (no limit), got "
+            f"{seconds!r}"
+        )
     return float(seconds)
 
 
 def _can_use_alarm() -> bool:
-    return hasattr(signal, "SIGALRM") and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    return (
+        hasattr(signal, "SIGALRM")
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 def _can_use_watchdog() -> bool:
@@ -76,7 +90,8 @@ def limit_is_enforceable() -> bool:
 
 @contextmanager
 def scenario_time_limit(seconds: float | None) -> Iterator[_Limit]:
-    """Raise `ScenarioTimeout` in the body if it runs longer than `seconds` (None: no limit)."""
+    """Raise `ScenarioTimeout` in the body if it runs longer than `seconds` (None: no
+    limit)."""
     seconds = check_time_limit(seconds)
     if seconds is None:
         yield _Limit(None, "none")
@@ -106,7 +121,8 @@ def _alarm(seconds: float) -> Iterator[_Limit]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay > 0:  # someone else's timer was running: give it back what it had left
+        # someone else's timer was running: give it back what it had left
+        if previous_delay > 0:
             left = previous_delay - (time.monotonic() - started)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), previous_interval)
 
@@ -146,8 +162,9 @@ def _watchdog(seconds: float) -> Iterator[_Limit]:
 def _absorb_pending_timeout(wait: float = 1.0) -> None:
     """Let a ScenarioTimeout that is still pending for this thread arrive, and drop it.
 
-    Clearing it with `PyThreadState_SetAsyncExc(id, NULL)` instead looks simpler, but CPython 3.11
-    then leaves its eval breaker set, and the thread spins forever on its next instruction.
+    Clearing it with `PyThreadState_SetAsyncExc(id, NULL)` instead looks simpler, but CPython
+    3.11 then leaves its eval breaker set, and the thread spins forever on its next
+    instruction.
     """
     deadline = time.monotonic() + wait
     try:

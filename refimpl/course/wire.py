@@ -5,9 +5,9 @@ The grader (the parent) trusts nothing the child sends. So the two directions di
 - parent to child: pickled Python objects (the child trusts its parent; the arguments include
   spec objects such as `KVCacheGroupSpec`);
 - child to parent: JSON only, with a tagged encoding of plain values (`encode` in the child,
-  `decode` in the parent). Unpickling the child's bytes would run code the child chose inside the
-  grader; JSON can only ever produce plain data. A frame that is too long, not JSON, or not in
-  the expected shape is a `ProtocolError`, which fails the step like a wrong answer.
+  `decode` in the parent). Unpickling the child's bytes would run code the child chose inside
+  the grader; JSON can only ever produce plain data. A frame that is too long, not JSON, or not
+  in the expected shape is a `ProtocolError`, which fails the step like a wrong answer.
 
 Each frame is a 4-byte big-endian length and the payload.
 """
@@ -25,7 +25,8 @@ import time
 from typing import Any
 
 MAX_FRAME = 16 * 2**20  # bytes; a state of a few hundred fields is a few kB
-MAX_ITEMS = 200_000  # values in one encoded answer (a student's list may be long; it need not be endless)
+# values in one encoded answer (a student's list may be long; it need not be endless)
+MAX_ITEMS = 200_000
 MAX_DEPTH = 40
 MAX_TEXT = 2000  # characters kept of a repr or an exception message
 _HEADER = struct.Struct(">I")
@@ -103,9 +104,9 @@ def read_answer(sock: socket.socket, deadline: float | None) -> dict:
 
 # --- values: encoding (child) and decoding (parent)
 # Scalars are JSON scalars; everything else is a one-key object: {"l": [...]} list,
-# {"t": [...]} tuple, {"s": [...]} set, {"f": [...]} frozenset, {"d": [[key, value], ...]} dict,
-# {"o": [type name, repr]} an object that is not plain data, {"x": [type names, message]} an
-# exception (the names of its classes, most derived first).
+# {"t": [...]} tuple, {"s": [...]} set, {"f": [...]} frozenset, {"d": [[key, value], ...]}
+# dict, {"o": [type name, repr]} an object that is not plain data, {"x": [type names, message]}
+# an exception (the names of its classes, most derived first).
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -115,7 +116,8 @@ def _short(text: str) -> str:
 
 
 def encode(value: Any) -> Any:
-    """A JSON-ready form of `value` (runs in the child, on whatever the student's code returned)."""
+    """A JSON-ready form of `value` (runs in the child, on whatever the student's code
+    returned)."""
     budget = [MAX_ITEMS]
     return _encode(value, 0, budget)
 
@@ -139,7 +141,12 @@ def _encode(value: Any, depth: int, budget: list[int]) -> Any:
         if isinstance(value, kind):
             return {tag: [_encode(item, depth + 1, budget) for item in list(value)]}
     if isinstance(value, dict):
-        return {"d": [[_encode(k, depth + 1, budget), _encode(v, depth + 1, budget)] for k, v in list(value.items())]}
+        return {
+            "d": [
+                [_encode(k, depth + 1, budget), _encode(v, depth + 1, budget)]
+                for k, v in list(value.items())
+            ]
+        }
     index = getattr(type(value), "__index__", None)
     if index is not None:  # numpy integers and the like count as the int they stand for
         try:
@@ -164,7 +171,8 @@ def _safe_repr(value: Any) -> str:
 
 
 class Opaque:
-    """A value from the student's side that is not plain data: equal to nothing, shown by its repr."""
+    """A value from the student's side that is not plain data: equal to nothing, shown by its
+    repr."""
 
     def __init__(self, type_name: str, text: str) -> None:
         self.type_name = type_name
@@ -194,23 +202,35 @@ def _decode(data: Any, depth: int) -> Any:
         return data
     if not (isinstance(data, dict) and len(data) == 1):
         raise ProtocolError(f"a value that is not in the grader's encoding: {str(data)[:60]}")
-    (tag, body), = data.items()
+    ((tag, body),) = data.items()
     if tag in "ltsf" and isinstance(body, list):
         items = [_decode(item, depth + 1) for item in body]
         if tag in "sf":
             _require_hashable(items)
         return {"l": list, "t": tuple, "s": set, "f": frozenset}[tag](items)
-    if tag == "d" and isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body):
+    if (
+        tag == "d"
+        and isinstance(body, list)
+        and all(isinstance(p, list) and len(p) == 2 for p in body)
+    ):
         keys = [_decode(k, depth + 1) for k, _ in body]
         _require_hashable(keys)
         return dict(zip(keys, (_decode(v, depth + 1) for _, v in body)))
     if tag == "o" and _is_text_pair(body):
         return Opaque(body[0][:80], body[1][:MAX_TEXT])
-    if tag == "x" and isinstance(body, list) and len(body) == 2 and isinstance(body[0], list) and isinstance(body[1], str):
+    if (
+        tag == "x"
+        and isinstance(body, list)
+        and len(body) == 2
+        and isinstance(body[0], list)
+        and isinstance(body[1], str)
+    ):
         if not body[0] or not all(isinstance(name, str) for name in body[0]):
             raise ProtocolError("an exception without a type name")
         return student_exception(body[0], body[1])
-    raise ProtocolError(f"a value tagged {str(tag)[:20]!r} that is not in the grader's encoding")
+    raise ProtocolError(
+        f"a value tagged {str(tag)[:20]!r} that is not in the grader's encoding"
+    )
 
 
 def _is_text_pair(body: Any) -> bool:
@@ -222,7 +242,9 @@ def _require_hashable(items: list) -> None:
         try:
             hash(item)
         except TypeError:
-            raise ProtocolError(f"a set member or dict key that cannot be one ({type(item).__name__})") from None
+            raise ProtocolError(
+                f"a set member or dict key that cannot be one ({type(item).__name__})"
+            ) from None
 
 
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_.]")
@@ -238,13 +260,27 @@ def student_exception(type_names: list[str], message: str) -> BaseException:
     """
     name = _IDENTIFIER.sub("_", type_names[0])[:80] or "Exception"
     base = next(
-        (getattr(builtins, n) for n in type_names if isinstance(getattr(builtins, n, None), type) and issubclass(getattr(builtins, n), BaseException)),
+        (
+            getattr(builtins, n)
+            for n in type_names
+            if isinstance(getattr(builtins, n, None), type)
+            and issubclass(getattr(builtins, n), BaseException)
+        ),
         Exception,
     )
-    if base in (KeyboardInterrupt, SystemExit, GeneratorExit) or not issubclass(base, Exception):
+    if base in (KeyboardInterrupt, SystemExit, GeneratorExit) or not issubclass(
+        base, Exception
+    ):
         base = Exception  # never let a decoded exception stop the grader itself
     klass = _EXCEPTION_CLASSES.get((name, base))
     if klass is None:
-        klass = type(name, (base,), {"__module__": "student", "__str__": lambda self: self.args[0] if self.args else ""})
+        klass = type(
+            name,
+            (base,),
+            {
+                "__module__": "student",
+                "__str__": lambda self: self.args[0] if self.args else "",
+            },
+        )
         _EXCEPTION_CLASSES[(name, base)] = klass
     return klass(message[:MAX_TEXT])

@@ -1,4 +1,5 @@
-"""Part I end to end: a tiny nano-vllm engine running a Qwen3-architecture model on the paged KV cache.
+"""Part I end to end: a tiny nano-vllm engine running a Qwen3-architecture model on the paged
+KV cache.
 
 `LLM(model_dir, **kwargs).generate(prompts, sampling_params)` ties the pieces together: the
 Scheduler (`refimpl.paged`) decides each step's batch and blocks, the ModelRunner turns block
@@ -9,7 +10,11 @@ that both this engine and transformers load, for notebooks and tests.
 
 from refimpl.engine.config import Config, Qwen3ModelConfig
 from refimpl.engine.context import Context, get_context, reset_context, set_context
-from refimpl.engine.kv_budget import available_kv_cache_memory, blocks_for_work, kv_cache_num_blocks
+from refimpl.engine.kv_budget import (
+    available_kv_cache_memory,
+    blocks_for_work,
+    kv_cache_num_blocks,
+)
 from refimpl.engine.llm import LLM, EngineStats, LLMEngine
 from refimpl.engine.loader import load_model
 from refimpl.engine.model import Qwen3ForCausalLM

@@ -5,11 +5,12 @@ the same three operations, called here with the step's `Context`:
   1. `store_kvcache`: write each new token's K/V rows into its cache slot (`slot_mapping`);
   2. prefill: causal attention of the new tokens over their whole context (cached prefix and
      this step's tokens), read block by block through `block_tables`;
-  3. decode: one query per sequence over its `context_lens` cached tokens, through `block_tables`.
+  3. decode: one query per sequence over its `context_lens` cached tokens, through
+    `block_tables`.
 Because step 1 runs first, attention always finds the new tokens' K/V in the cache too.
 Every layer of a step gets the same metadata, so a backend that allows it
-(`AttentionOps.check_once_per_step`) checks the arguments at most once per step: not at all when the
-model runner already checked them (`Context.checked`), else in the first layer.
+(`AttentionOps.check_once_per_step`) checks the arguments at most once per step: not at all
+when the model runner already checked them (`Context.checked`), else in the first layer.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class Attention(nn.Module):
     views into the model runner's single KV tensor, attached after the model is built.
     """
 
-    def __init__(self, num_heads: int, head_dim: int, scale: float, num_kv_heads: int, ops: AttentionOps) -> None:
+    def __init__(
+        self, num_heads: int, head_dim: int, scale: float, num_kv_heads: int, ops: AttentionOps
+    ) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -39,12 +42,17 @@ class Attention(nn.Module):
         self.k_cache = self.v_cache = torch.tensor([])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q `[tokens, num_heads, head_dim]`, k/v `[tokens, num_kv_heads, head_dim]` -> like q."""
+        """q `[tokens, num_heads, head_dim]`, k/v `[tokens, num_kv_heads, head_dim]` -> like
+        q."""
         ctx = get_context()
         if self.k_cache.numel() == 0:
-            raise InvariantError("attention ran before the model runner attached a KV cache to the layer")
+            raise InvariantError(
+                "attention ran before the model runner attached a KV cache to the layer"
+            )
         if ctx.slot_mapping is None or ctx.block_tables is None:
-            raise InvariantError("attention ran without a step context (set_context was not called)")
+            raise InvariantError(
+                "attention ran without a step context (set_context was not called)"
+            )
         ops = self.ops
         extra = {}
         if ops.check_once_per_step:
@@ -53,9 +61,23 @@ class Attention(nn.Module):
         ops.store_kvcache(k, v, self.k_cache, self.v_cache, ctx.slot_mapping, **extra)
         if ctx.is_prefill:
             return ops.paged_prefill_attention(
-                q, self.k_cache, self.v_cache, ctx.cu_seqlens_q, ctx.cu_seqlens_k,
-                ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.block_tables, softmax_scale=self.scale, **extra,
+                q,
+                self.k_cache,
+                self.v_cache,
+                ctx.cu_seqlens_q,
+                ctx.cu_seqlens_k,
+                ctx.max_seqlen_q,
+                ctx.max_seqlen_k,
+                ctx.block_tables,
+                softmax_scale=self.scale,
+                **extra,
             )
         return ops.paged_decode_attention(
-            q, self.k_cache, self.v_cache, ctx.context_lens, ctx.block_tables, softmax_scale=self.scale, **extra
+            q,
+            self.k_cache,
+            self.v_cache,
+            ctx.context_lens,
+            ctx.block_tables,
+            softmax_scale=self.scale,
+            **extra,
         )

@@ -41,8 +41,16 @@ class Qwen3ModelConfig:
     torch_dtype: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             check_positive_int(name, getattr(self, name))
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
@@ -50,7 +58,9 @@ class Qwen3ModelConfig:
                 f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
             )
         if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+            raise ValueError(
+                f"head_dim must be even for rotary embeddings, got {self.head_dim}"
+            )
 
     @property
     def num_kv_groups(self) -> int:
@@ -58,19 +68,33 @@ class Qwen3ModelConfig:
         return self.num_attention_heads // self.num_key_value_heads
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "Qwen3ModelConfig":
-        """Read a config.json dictionary; reject features this small model does not implement."""
+    def from_dict(cls, raw: dict[str, Any]) -> Qwen3ModelConfig:
+        """Read a config.json dictionary; reject features this small model does not
+        implement."""
         model_type = raw.get("model_type")
         if model_type != "qwen3":
-            raise ValueError(f"only Qwen3 dense checkpoints are supported (model_type 'qwen3'), got {model_type!r}")
-        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+            raise ValueError(
+                "only Qwen3 dense checkpoints are supported (model_type 'qwen3'), got "
+                f"{model_type!r}"
+            )
+        required = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+        )
         missing = [key for key in required if key not in raw]
         if missing:
             raise ValueError(f"config.json lacks {missing}, which every Qwen3 config has")
         if raw.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"only hidden_act 'silu' is supported, got {raw.get('hidden_act')!r}")
+            raise ValueError(
+                f"only hidden_act 'silu' is supported, got {raw.get('hidden_act')!r}"
+            )
         if raw.get("use_sliding_window", False):
-            raise ValueError("sliding-window attention (use_sliding_window=true) is not supported")
+            raise ValueError(
+                "sliding-window attention (use_sliding_window=true) is not supported"
+            )
         # transformers 4 writes rope_theta/rope_scaling; transformers 5 writes rope_parameters.
         rope = raw.get("rope_parameters") or {}
         rope_type = rope.get("rope_type", "default")
@@ -78,7 +102,9 @@ class Qwen3ModelConfig:
         if scaling:
             rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type != "default":
-            raise ValueError(f"only the default rotary embedding is supported, got rope type {rope_type!r}")
+            raise ValueError(
+                f"only the default rotary embedding is supported, got rope type {rope_type!r}"
+            )
         rope_theta = rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))
         eos = raw.get("eos_token_id")
         if isinstance(eos, list):
@@ -102,7 +128,7 @@ class Qwen3ModelConfig:
         )
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike) -> "Qwen3ModelConfig":
+    def from_pretrained(cls, model_dir: str | os.PathLike) -> Qwen3ModelConfig:
         path = os.path.join(model_dir, "config.json")
         if not os.path.isfile(path):
             raise ValueError(f"{model_dir!s} is not a model directory: it has no config.json")
@@ -110,7 +136,9 @@ class Qwen3ModelConfig:
             return cls.from_dict(json.load(f))
 
 
-def resolve_dtype(dtype: str | torch.dtype, checkpoint_dtype: str | None, device: torch.device) -> torch.dtype:
+def resolve_dtype(
+    dtype: str | torch.dtype, checkpoint_dtype: str | None, device: torch.device
+) -> torch.dtype:
     """'auto' means float32 on CPU (fast and exact enough to compare with transformers) and the
     checkpoint's own dtype on a GPU."""
     if isinstance(dtype, torch.dtype):
@@ -165,10 +193,14 @@ class Config:
         if self.kv_cache_memory_bytes is not None:
             check_positive_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}")
+            raise ValueError(
+                "gpu_memory_utilization must be in (0, 1], got "
+                f"{self.gpu_memory_utilization!r}"
+            )
         if self.attention_backend not in (None, "auto", *ATTENTION_BACKENDS):
             raise ValueError(
-                f"attention_backend must be one of {ATTENTION_BACKENDS} or None/'auto' (best available), "
+                f"attention_backend must be one of {ATTENTION_BACKENDS} or None/'auto' (best "
+                "available), "
                 f"got {self.attention_backend!r}"
             )
         if not is_integer(self.seed):

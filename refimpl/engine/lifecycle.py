@@ -9,12 +9,14 @@ from __future__ import annotations
 
 
 class ClosableEngine:
-    """`close()`, `with` support and the open check, for an engine with `model_runner` and `scheduler`."""
+    """`close()`, `with` support and the open check, for an engine with `model_runner` and
+    `scheduler`."""
 
     closed: bool = False
 
     def close(self) -> None:
-        """Release the KV cache and the model and forget queued requests; the engine refuses work afterwards."""
+        """Release the KV cache and the model and forget queued requests; the engine refuses
+        work afterwards."""
         self.model_runner.close()
         self.scheduler.waiting.clear()
         self.scheduler.running.clear()

@@ -19,7 +19,8 @@ from torch import nn
 
 # Checkpoint entries that are not parameters of our model and carry nothing we need.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-SHARD_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's map: tensor name -> shard file
+# a sharded checkpoint's map: tensor name -> shard file
+SHARD_INDEX = "model.safetensors.index.json"
 
 
 def safetensors_files(model_dir: str | os.PathLike) -> list[str]:
@@ -32,21 +33,31 @@ def safetensors_files(model_dir: str | os.PathLike) -> list[str]:
     if os.path.isfile(index_path):
         with open(index_path, encoding="utf-8") as f:
             shards = sorted(set(json.load(f).get("weight_map", {}).values()))
-        missing = [name for name in shards if not os.path.isfile(os.path.join(model_dir, name))]
+        missing = [
+            name for name in shards if not os.path.isfile(os.path.join(model_dir, name))
+        ]
         if not shards:
-            raise ValueError(f"{SHARD_INDEX} in {model_dir!s} lists no shard files in its weight_map")
+            raise ValueError(
+                f"{SHARD_INDEX} in {model_dir!s} lists no shard files in its weight_map"
+            )
         if missing:
-            raise ValueError(f"{SHARD_INDEX} in {model_dir!s} names shard files that are not there: {missing}")
+            raise ValueError(
+                f"{SHARD_INDEX} in {model_dir!s} names shard files that are not there: "
+                f"{missing}"
+            )
         return [os.path.join(model_dir, name) for name in shards]
     files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if files:
         return files
     pickles = sorted(
-        os.path.basename(p) for pattern in ("*.bin", "*.pt", "*.pth") for p in glob.glob(os.path.join(model_dir, pattern))
+        os.path.basename(p)
+        for pattern in ("*.bin", "*.pt", "*.pth")
+        for p in glob.glob(os.path.join(model_dir, pattern))
     )
     if pickles:
         raise ValueError(
-            f"{model_dir!s} has only pickled weights ({', '.join(pickles)}); refimpl loads *.safetensors only "
+            f"{model_dir!s} has only pickled weights ({', '.join(pickles)}); refimpl loads "
+            "*.safetensors only "
             f"and never unpickles files. Convert the checkpoint to safetensors first."
         )
     raise ValueError(f"{model_dir!s} has no *.safetensors weight files")
@@ -57,8 +68,9 @@ def load_model(model: nn.Module, model_dir: str | os.PathLike) -> None:
     """Copy every checkpoint tensor into the parameter with the same name.
 
     Raises ValueError for a tensor the model does not have, a shape mismatch, or a parameter
-    the checkpoint leaves unset. With tied embeddings the model has no separate `lm_head.weight`
-    (it is the embedding matrix); a copy stored in the checkpoint anyway is skipped.
+    the checkpoint leaves unset. With tied embeddings the model has no separate
+    `lm_head.weight` (it is the embedding matrix); a copy stored in the checkpoint anyway is
+    skipped.
     """
     params = dict(model.named_parameters())  # a tied weight appears once, under its first name
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
@@ -72,15 +84,22 @@ def load_model(model: nn.Module, model_dir: str | os.PathLike) -> None:
                 if name == "lm_head.weight" and tied and name not in params:
                     continue  # a redundant copy of the tied embedding matrix
                 if name not in params:
-                    raise ValueError(f"{os.path.basename(path)} has tensor {name!r}, which this Qwen3 model does not have")
+                    raise ValueError(
+                        f"{os.path.basename(path)} has tensor {name!r}, which this Qwen3 "
+                        "model does not have"
+                    )
                 param = params[name]
                 if tuple(tensor.shape) != tuple(param.shape):
                     raise ValueError(
-                        f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape {tuple(param.shape)} "
+                        f"{name}: checkpoint shape {tuple(tensor.shape)} != model shape "
+                        f"{tuple(param.shape)} "
                         f"(does config.json match the weights?)"
                     )
                 param.copy_(tensor)
                 loaded.add(name)
     missing = sorted(set(params) - loaded)
     if missing:
-        raise ValueError(f"the checkpoint in {model_dir!s} does not set {len(missing)} parameters: {missing[:5]}")
+        raise ValueError(
+            f"the checkpoint in {model_dir!s} does not set {len(missing)} parameters: "
+            f"{missing[:5]}"
+        )

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from refimpl.engine.attention import Attention
-from refimpl.kernels.backend import AttentionOps
 from refimpl.engine.config import Qwen3ModelConfig
+from refimpl.kernels.backend import AttentionOps
 
 
 class RMSNorm(nn.Module):
@@ -49,7 +49,9 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, base: float) -> None:
         super().__init__()
         # A plain attribute, not a buffer: model.to(bfloat16) must not round the frequencies.
-        self.inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        self.inv_freq = 1.0 / (
+            base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)
+        )
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions `[tokens]` -> (cos, sin), each `[tokens, 1, head_dim]` in float32."""
@@ -64,7 +66,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """cos/sin already in x's dtype (transformers casts them the same way, once per forward)."""
+    """cos/sin already in x's dtype (transformers casts them the same way, once per
+    forward)."""
     return x * cos + rotate_half(x) * sin
 
 
@@ -76,17 +79,29 @@ class Qwen3Attention(nn.Module):
         self.head_dim = config.head_dim
         bias = config.attention_bias
         self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(
+            config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias
+        )
+        self.v_proj = nn.Linear(
+            config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias
+        )
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.attn = Attention(self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, ops)
+        self.attn = Attention(
+            self.num_heads, self.head_dim, self.head_dim**-0.5, self.num_kv_heads, ops
+        )
 
-    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, rope: tuple[torch.Tensor, torch.Tensor], hidden_states: torch.Tensor
+    ) -> torch.Tensor:
         num_tokens = hidden_states.shape[0]
-        q = self.q_norm(self.q_proj(hidden_states).view(num_tokens, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(hidden_states).view(num_tokens, self.num_kv_heads, self.head_dim))
+        q = self.q_norm(
+            self.q_proj(hidden_states).view(num_tokens, self.num_heads, self.head_dim)
+        )
+        k = self.k_norm(
+            self.k_proj(hidden_states).view(num_tokens, self.num_kv_heads, self.head_dim)
+        )
         v = self.v_proj(hidden_states).view(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary_emb(q, *rope), apply_rotary_emb(k, *rope)
         out = self.attn(q, k, v)
@@ -114,8 +129,12 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = hidden_states + self.self_attn(rope, self.input_layernorm(hidden_states))
+    def forward(
+        self, rope: tuple[torch.Tensor, torch.Tensor], hidden_states: torch.Tensor
+    ) -> torch.Tensor:
+        hidden_states = hidden_states + self.self_attn(
+            rope, self.input_layernorm(hidden_states)
+        )
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
 
@@ -123,13 +142,16 @@ class Qwen3Model(nn.Module):
     def __init__(self, config: Qwen3ModelConfig, ops: AttentionOps) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([Qwen3DecoderLayer(config, ops) for _ in range(config.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            [Qwen3DecoderLayer(config, ops) for _ in range(config.num_hidden_layers)]
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)
-        rope = tuple(t.to(hidden_states.dtype) for t in self.rotary_emb(positions))  # shared by every layer
+        # shared by every layer
+        rope = tuple(t.to(hidden_states.dtype) for t in self.rotary_emb(positions))
         for layer in self.layers:
             hidden_states = layer(rope, hidden_states)
         return self.norm(hidden_states)

@@ -1,8 +1,9 @@
 """Pick each sequence's next token from its logits.
 
 Temperature 0 is greedy (argmax, deterministic). A positive temperature T samples from
-softmax(logits / T) with the engine's own seeded `torch.Generator`, so a run with the same seed,
-prompts and settings samples the same tokens without touching torch's global random state.
+softmax(logits / T) with the engine's own seeded `torch.Generator`, so a run with the same
+seed, prompts and settings samples the same tokens without touching torch's global random
+state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ class Sampler:
 
     @torch.no_grad()
     def __call__(self, logits: torch.Tensor, temperatures: torch.Tensor) -> torch.Tensor:
-        """logits `[batch, vocab]`, temperatures `[batch]` (0 = greedy) -> token ids `[batch]`."""
+        """logits `[batch, vocab]`, temperatures `[batch]` (0 = greedy) -> token ids
+        `[batch]`."""
         logits = logits.float()
         greedy = logits.argmax(dim=-1)
         sampling = temperatures > 0

@@ -9,6 +9,16 @@ planners vLLM ran before are in `older_planners`; `deepseek_v4` lists the model'
 `tensors` builds the slab and its per-layer views, `addressing` turns positions into slots.
 """
 
+from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.block_pool import BlockPool
+from refimpl.hybrid.invariants import check_pool_invariants
+from refimpl.hybrid.kv_cache_coordinator import (
+    HybridKVCacheCoordinator,
+    KVCacheCoordinator,
+    KVCacheCoordinatorNoPrefixCache,
+    UnitaryKVCacheCoordinator,
+    get_kv_cache_coordinator,
+)
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     FullAttentionSpec,
@@ -21,21 +31,18 @@ from refimpl.hybrid.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
-from refimpl.hybrid import deepseek_v4
-from refimpl.hybrid.kv_cache_planning import approximate_gcd, get_kv_cache_config, get_kv_cache_groups
-from refimpl.hybrid.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
-from refimpl.hybrid.block_pool import BlockPool
-from refimpl.hybrid.invariants import check_pool_invariants
-from refimpl.hybrid.single_type_kv_cache_manager import FullAttentionManager, SlidingWindowManager
-from refimpl.hybrid.kv_cache_coordinator import (
-    HybridKVCacheCoordinator,
-    KVCacheCoordinator,
-    KVCacheCoordinatorNoPrefixCache,
-    UnitaryKVCacheCoordinator,
-    get_kv_cache_coordinator,
-)
-from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from refimpl.hybrid.kv_cache_planning import (
+    approximate_gcd,
+    get_kv_cache_config,
+    get_kv_cache_groups,
+)
+from refimpl.hybrid.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from refimpl.hybrid.request import Request, RequestStatus
+from refimpl.hybrid.single_type_kv_cache_manager import (
+    FullAttentionManager,
+    SlidingWindowManager,
+)
 
 
 def __getattr__(name: str):

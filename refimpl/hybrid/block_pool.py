@@ -2,7 +2,8 @@
 
 A hybrid model such as DeepSeek V4 has several cache groups (full-attention MLA, sliding-window
 KV, compressor state, ...). Each group keeps its own block tables, but all block ids come from
-this single pool, so a block id means "one slab of `block_stride` bytes" whichever group owns it.
+this single pool, so a block id means "one slab of `block_stride` bytes" whichever group owns
+it.
 
 Pieces, with upstream names kept (`KVCacheBlock` and `FreeKVCacheBlockQueue` live in
 `kv_cache_utils.py`, as in vLLM):
@@ -18,7 +19,7 @@ a block has left the window. It is never handed out, never hashed, never put bac
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from refimpl.errors import InvariantError
 from refimpl.hybrid.kv_cache_utils import (
@@ -26,7 +27,6 @@ from refimpl.hybrid.kv_cache_utils import (
     BlockHashWithGroupId,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
-    get_group_id,
     make_block_hash_with_group_id,
 )
 from refimpl.validation import check_positive_int
@@ -93,11 +93,15 @@ class BlockPool:
         self.null_block.is_null = True
 
     # --- prefix cache
-    def get_cached_block(self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
+    def get_cached_block(
+        self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
+    ) -> list[KVCacheBlock] | None:
         """One cached block per group for this prefix, or None if any group misses it."""
         found = []
         for group_id in kv_cache_group_ids:
-            block = self.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, group_id))
+            block = self.cached_block_hash_to_block.get_one_block(
+                make_block_hash_with_group_id(block_hash, group_id)
+            )
             if block is None:
                 return None
             found.append(block)
@@ -126,22 +130,32 @@ class BlockPool:
             return
         if num_full_blocks > len(blocks) or num_full_blocks > len(block_hashes):
             raise ValueError(
-                f"cannot cache {num_full_blocks} full blocks: the table has {len(blocks)} blocks "
+                f"cannot cache {num_full_blocks} full blocks: the table has {len(blocks)} "
+                "blocks "
                 f"and the request has {len(block_hashes)} block hashes"
             )
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+            if block.is_null or (
+                block_mask is not None and not block_mask[i - num_cached_blocks]
+            ):
                 continue
             if block.block_hash is not None:  # a partial entry becomes a full one
                 self._remove_cached_block_hashes(block)
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
-            self._insert_block_hash(key, block, None if block_size is None else (i + 1) * block_size)
+            self._insert_block_hash(
+                key, block, None if block_size is None else (i + 1) * block_size
+            )
 
     def cache_partial_block(
-        self, block_hash: BlockHash, block: KVCacheBlock, kv_cache_group_id: int, num_tokens: int
+        self,
+        block_hash: BlockHash,
+        block: KVCacheBlock,
+        kv_cache_group_id: int,
+        num_tokens: int,
     ) -> None:
-        """Register a block under the hash of a prefix of `num_tokens` tokens that ends inside it.
+        """Register a block under the hash of a prefix of `num_tokens` tokens that ends inside
+        it.
 
         vLLM 0.32's rules: a block without a key takes this one as its own key (so it counts as
         cached and is freed to the back of the queue); a block whose key covers fewer tokens
@@ -151,7 +165,9 @@ class BlockPool:
         if block.is_null:
             return
         key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
-        already = block.block_hash == key or key in self.cached_block_hashes_by_block.get(block.block_id, ())
+        already = block.block_hash == key or key in self.cached_block_hashes_by_block.get(
+            block.block_id, ()
+        )
         if (
             not already
             and block.block_hash is not None
@@ -161,9 +177,13 @@ class BlockPool:
             self._remove_cached_block_hashes(block)
         self._insert_block_hash(key, block, num_tokens)
 
-    def _insert_block_hash(self, key: BlockHashWithGroupId, block: KVCacheBlock, num_tokens: int | None) -> None:
+    def _insert_block_hash(
+        self, key: BlockHashWithGroupId, block: KVCacheBlock, num_tokens: int | None
+    ) -> None:
         """File `block` under `key`: as its own key if it has none, else as an extra key."""
-        if block.block_hash == key or key in self.cached_block_hashes_by_block.get(block.block_id, ()):
+        if block.block_hash == key or key in self.cached_block_hashes_by_block.get(
+            block.block_id, ()
+        ):
             return
         if block.block_hash is None:
             block.set_block_hash(key, num_tokens)
@@ -173,16 +193,19 @@ class BlockPool:
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
         """Drop every key of a block (its own and the extra ones); True if it had any."""
-        keys = ([block.block_hash] if block.block_hash is not None else [])
+        keys = [block.block_hash] if block.block_hash is not None else []
         keys += self.cached_block_hashes_by_block.pop(block.block_id, [])
         for key in keys:
             if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
-                raise InvariantError(f"block {block.block_id} has a key missing from the hash map")
+                raise InvariantError(
+                    f"block {block.block_id} has a key missing from the hash map"
+                )
         block.reset_hash()
         return bool(keys)
 
     def is_cached(self, block: KVCacheBlock) -> bool:
-        """Does the block answer any prefix-cache key? (Extra keys exist only next to its own.)"""
+        """Does the block answer any prefix-cache key? (Extra keys exist only next to its
+        own.)"""
         return block.block_hash is not None
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
@@ -195,13 +218,19 @@ class BlockPool:
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be >= 0, got {num_blocks}")
         if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"cannot allocate {num_blocks} blocks: only {self.get_num_free_blocks()} are free")
+            raise ValueError(
+                f"cannot allocate {num_blocks} blocks: only {self.get_num_free_blocks()} are "
+                "free"
+            )
         blocks = self.free_block_queue.popleft_n(num_blocks)
         for block in blocks:
             if self.enable_caching:
                 self._maybe_evict_cached_block(block)
             if block.ref_cnt != 0:
-                raise InvariantError(f"block {block.block_id} was in the free queue with ref_cnt {block.ref_cnt}")
+                raise InvariantError(
+                    f"block {block.block_id} was in the free queue with ref_cnt "
+                    f"{block.ref_cnt}"
+                )
             block.ref_cnt = 1
         return blocks
 
@@ -215,15 +244,18 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference on each block; blocks reaching 0 go back to the free queue.
 
-        `ordered_blocks` is in eviction priority, first evicted first. A block without a key can
-        never be a prefix hit, so it goes to the *front* (reused first); a block with a key (full
-        or partial) goes to the *back*, so the prefix cache evicts least recently freed first.
+        `ordered_blocks` is in eviction priority, first evicted first. A block without a key
+        can never be a prefix hit, so it goes to the *front* (reused first); a block with a key
+        (full or partial) goes to the *back*, so the prefix cache evicts least recently freed
+        first.
         """
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []
         for block in ordered_blocks:
             if block.ref_cnt <= 0 and not block.is_null:
-                raise InvariantError(f"freeing block {block.block_id} whose ref_cnt is already {block.ref_cnt}")
+                raise InvariantError(
+                    f"freeing block {block.block_id} whose ref_cnt is already {block.ref_cnt}"
+                )
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
                 if not self.enable_caching or not self.is_cached(block):

@@ -22,7 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from refimpl.hybrid.kv_cache_interface import KVCacheSpec, MLAAttentionSpec, SlidingWindowMLASpec
+from refimpl.hybrid.kv_cache_interface import (
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+)
 from refimpl.validation import is_integer
 
 
@@ -42,13 +46,14 @@ class DeepseekV4Config:
         return len(self.compress_ratios)
 
     @classmethod
-    def from_hf_config(cls, config: Any) -> "DeepseekV4Config":
-        """The cache sizes of a Hugging Face DeepSeek V4 config (a `DeepseekV4Config` object or a
-        config.json dict); ValueError when it is not one this package can cache.
+    def from_hf_config(cls, config: Any) -> DeepseekV4Config:
+        """The cache sizes of a Hugging Face DeepSeek V4 config (a `DeepseekV4Config` object or
+        a config.json dict); ValueError when it is not one this package can cache.
 
-        A compress ratio other than 4 (CSA) or 128 (HCA) is refused: the state block sizes (4 and
-        8 tokens) and the two-series overlap are defined only for those two.
+        A compress ratio other than 4 (CSA) or 128 (HCA) is refused: the state block sizes (4
+        and 8 tokens) and the two-series overlap are defined only for those two.
         """
+
         def get(key: str) -> Any:
             value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
             if value is None:
@@ -65,15 +70,25 @@ class DeepseekV4Config:
                 raise ValueError(f"layer {i} has unknown layer type {kind!r}")
             ratio, expected = rates.get(kind), HF_RATIO_OF_LAYER_TYPE[kind]
             if ratio != expected:
-                raise ValueError(f"layer {i} ({kind}) has compress ratio {ratio!r}; only ratio {expected} "
-                                 f"is supported for {kind}")
+                raise ValueError(
+                    f"layer {i} ({kind}) has compress ratio {ratio!r}; only ratio {expected} "
+                    f"is supported for {kind}"
+                )
             ratios.append(ratio)
-        return cls(str(get("model_type")), tuple(ratios), head_dim=int(get("head_dim")),
-                   index_head_dim=int(get("index_head_dim")), sliding_window=int(get("sliding_window")))
+        return cls(
+            str(get("model_type")),
+            tuple(ratios),
+            head_dim=int(get("head_dim")),
+            index_head_dim=int(get("index_head_dim")),
+            sliding_window=int(get("sliding_window")),
+        )
 
 
 #: transformers' layer type names and the one compress ratio each is defined for.
-HF_RATIO_OF_LAYER_TYPE = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+HF_RATIO_OF_LAYER_TYPE = {
+    "compressed_sparse_attention": 4,
+    "heavily_compressed_attention": 128,
+}
 
 
 def _alternating(first: list[int], n_rest: int) -> tuple[int, ...]:
@@ -89,16 +104,19 @@ CONFIGS = {"pro": PRO, "flash": FLASH}
 
 @dataclass(frozen=True)
 class RowFormat:
-    """How one cache row is stored: what differs between vLLM's fp8 / bf16 caches and float32."""
+    """How one cache row is stored: what differs between vLLM's fp8 / bf16 caches and
+    float32."""
 
     dtype: str  # element dtype of the SWA and main-attention rows
-    alignment: int | None  # pages padded up to a multiple of this many bytes (None: no padding)
+    # pages padded up to a multiple of this many bytes (None: no padding)
+    alignment: int | None
     cache_dtype_str: str | None  # vLLM's --kv-cache-dtype, which picks the packed fp8 row
     model_version: str | None
 
 
 ROW_FORMATS = {
-    "fp8_ds_mla": RowFormat("uint8", 576, "fp8_ds_mla", "deepseek_v4"),  # 584-byte rows, 576-byte alignment
+    # 584-byte rows, 576-byte alignment
+    "fp8_ds_mla": RowFormat("uint8", 576, "fp8_ds_mla", "deepseek_v4"),
     "bfloat16": RowFormat("bfloat16", 512, "bfloat16", "deepseek_v4"),
     "float32": RowFormat("float32", None, None, None),  # what Part III's CPU engine stores
 }
@@ -129,17 +147,20 @@ def indexer_entry_bytes(indexer: str, index_head_dim: int = 128) -> int:
 
 
 def compressor_state_block_size(ratio: int) -> int:
-    """Tokens per compressor-state block: 4 for ratio 4, 8 for ratio 128 (hard-coded in vLLM)."""
+    """Tokens per compressor-state block: 4 for ratio 4, 8 for ratio 128 (hard-coded in
+    vLLM)."""
     return {4: 4, 128: 8}[ratio]
 
 
 def compressor_state_window(ratio: int) -> int:
-    """State rows a window-closing token reads back: 2r for ratio 4 (two overlapping windows), r for 128."""
+    """State rows a window-closing token reads back: 2r for ratio 4 (two overlapping windows),
+    r for 128."""
     return 2 * ratio if ratio == 4 else ratio
 
 
 def compressor_state_width(ratio: int, head_dim: int) -> int:
-    """Floats in one compressor-state row: [kv | score], both doubled for ratio 4's two series."""
+    """Floats in one compressor-state row: [kv | score], both doubled for ratio 4's two
+    series."""
     coff = 2 if ratio == 4 else 1
     return 2 * coff * head_dim
 
@@ -178,10 +199,12 @@ def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
 
 
 #: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
-#: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for it).
+#: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for
+# it).
 SPARSE_MLA_KERNEL_BLOCK_SIZE = 256
 #: vLLM's DeepSeek V4 indexer backend reports the same single kernel block of 256 tokens (its
-#: pages of 64 compressed rows), so the indexer cache is split and rounded the same way. The SWA
+#: pages of 64 compressed rows), so the indexer cache is split and rounded the same way. The
+# SWA
 #: backend (any multiple of 32) and the compressor backend (any size) set no kernel block.
 INDEXER_KERNEL_BLOCK_SIZE = 256
 
@@ -195,59 +218,90 @@ def kv_cache_specs(
 ) -> dict[str, KVCacheSpec]:
     """Every cache of a DeepSeek V4 model, {layer name: spec}, in registration order.
 
-    `variant`: "pro", "flash" or any `DeepseekV4Config` (e.g. `DeepseekV4Config.from_hf_config`).
-    `cache_dtype` picks the row format (`ROW_FORMATS`): "fp8_ds_mla" gives V4's 584-byte rows with
-    576-byte page alignment, "bfloat16" plain element-size rows aligned to 512 bytes, "float32"
-    unpadded float32 rows (the CPU engine's). `indexer` is the indexer row format: "fp8" (the
-    default for vLLM's formats) or "fp4"; float32 caches keep float32 indexer keys, so there it
-    must be None. `mtp=True` appends the multi-token-prediction layer, which has only an SWA
-    cache and registers last.
+    `variant`: "pro", "flash" or any `DeepseekV4Config` (e.g.
+    `DeepseekV4Config.from_hf_config`). `cache_dtype` picks the row format (`ROW_FORMATS`):
+    "fp8_ds_mla" gives V4's 584-byte rows with 576-byte page alignment, "bfloat16" plain
+    element-size rows aligned to 512 bytes, "float32" unpadded float32 rows (the CPU engine's).
+    `indexer` is the indexer row format: "fp8" (the default for vLLM's formats) or "fp4";
+    float32 caches keep float32 indexer keys, so there it must be None. `mtp=True` appends the
+    multi-token-prediction layer, which has only an SWA cache and registers last.
     """
     if not isinstance(variant, DeepseekV4Config) and variant not in CONFIGS:
-        raise ValueError(f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}")
+        raise ValueError(
+            f"variant must be one of {sorted(CONFIGS)} or a DeepseekV4Config, got {variant!r}"
+        )
     if cache_dtype not in ROW_FORMATS:
         raise ValueError(f"cache_dtype must be one of {CACHE_DTYPES}, got {cache_dtype!r}")
     if not isinstance(mtp, bool):
         raise TypeError(f"mtp must be True or False, got {mtp!r}")
     fmt = ROW_FORMATS[cache_dtype]
     if fmt.dtype == "float32" and indexer is not None:
-        raise ValueError(f"indexer must be None with cache_dtype 'float32' (float32 indexer keys), got {indexer!r}")
+        raise ValueError(
+            "indexer must be None with cache_dtype 'float32' (float32 indexer keys), got "
+            f"{indexer!r}"
+        )
     indexer_bytes = None if fmt.dtype == "float32" else indexer_entry_bytes(indexer or "fp8")
     if not is_integer(block_size) or block_size <= 0 or block_size % 128 != 0:
-        raise ValueError(f"block_size must be a positive multiple of 128 (the largest compress "
-                         f"ratio), got {block_size!r}")
+        raise ValueError(
+            f"block_size must be a positive multiple of 128 (the largest compress "
+            f"ratio), got {block_size!r}"
+        )
     config = variant if isinstance(variant, DeepseekV4Config) else CONFIGS[variant]
 
     def swa() -> SlidingWindowMLASpec:
         return SlidingWindowMLASpec(
-            block_size=config.swa_block_size, num_kv_heads=1, head_size=config.head_dim,
-            dtype=fmt.dtype, sliding_window=config.sliding_window, cache_dtype_str=fmt.cache_dtype_str,
-            alignment=fmt.alignment, model_version=fmt.model_version,
+            block_size=config.swa_block_size,
+            num_kv_heads=1,
+            head_size=config.head_dim,
+            dtype=fmt.dtype,
+            sliding_window=config.sliding_window,
+            cache_dtype_str=fmt.cache_dtype_str,
+            alignment=fmt.alignment,
+            model_version=fmt.model_version,
         )
 
     def main_attention(ratio: int) -> MLAAttentionSpec:
         return MLAAttentionSpec(
-            block_size=block_size, num_kv_heads=1, head_size=config.head_dim, dtype=fmt.dtype,
-            compress_ratio=ratio, cache_dtype_str=fmt.cache_dtype_str, alignment=fmt.alignment,
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=config.head_dim,
+            dtype=fmt.dtype,
+            compress_ratio=ratio,
+            cache_dtype_str=fmt.cache_dtype_str,
+            alignment=fmt.alignment,
             model_version=fmt.model_version,
             kernel_block_size=SPARSE_MLA_KERNEL_BLOCK_SIZE if fmt.model_version else None,
         )
 
     def indexer_cache() -> MLAAttentionSpec:
-        # No model_version and no cache_dtype_str: plain rows, `indexer_bytes` uint8 or float32 keys.
+        # No model_version and no cache_dtype_str: plain rows, `indexer_bytes` uint8 or float32
+        # keys.
         if indexer_bytes is None:
-            return MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=config.index_head_dim,
-                                    dtype="float32", compress_ratio=4)
+            return MLAAttentionSpec(
+                block_size=block_size,
+                num_kv_heads=1,
+                head_size=config.index_head_dim,
+                dtype="float32",
+                compress_ratio=4,
+            )
         return MLAAttentionSpec(
-            block_size=block_size, num_kv_heads=1, head_size=indexer_bytes, dtype="uint8",
-            compress_ratio=4, alignment=fmt.alignment, kernel_block_size=INDEXER_KERNEL_BLOCK_SIZE,
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=indexer_bytes,
+            dtype="uint8",
+            compress_ratio=4,
+            alignment=fmt.alignment,
+            kernel_block_size=INDEXER_KERNEL_BLOCK_SIZE,
         )
 
     def compressor_state(ratio: int, head_dim: int) -> SlidingWindowMLASpec:
         return SlidingWindowMLASpec(
-            block_size=compressor_state_block_size(ratio), num_kv_heads=1,
+            block_size=compressor_state_block_size(ratio),
+            num_kv_heads=1,
             head_size=compressor_state_width(ratio, head_dim),  # kv state + score state, fp32
-            dtype="float32", sliding_window=compressor_state_window(ratio), alignment=fmt.alignment,
+            dtype="float32",
+            sliding_window=compressor_state_window(ratio),
+            alignment=fmt.alignment,
         )
 
     specs: dict[str, KVCacheSpec] = {}
@@ -285,12 +339,20 @@ def page_size_rows(specs: dict[str, KVCacheSpec]) -> list[dict]:
     ratio_of_state = {"idx_state": 4, "c4_state": 4, "c128_state": 128}
     rows = []
     for kind, (name, spec) in first_of_each_kind(specs).items():
-        rows.append({
-            "kind": kind, "example": name, "spec": type(spec).__name__, "block_size": spec.block_size,
-            "compress_ratio": ratio_of_state.get(kind, spec.compress_ratio),
-            "storage_block_size": spec.storage_block_size, "entry_bytes": spec.entry_bytes,
-            "sliding_window": getattr(spec, "sliding_window", None), "dtype": spec.dtype,
-            "real_page": spec.real_page_size_bytes, "page": spec.page_size_bytes,
-            "padding": spec.page_size_bytes - spec.real_page_size_bytes,
-        })
+        rows.append(
+            {
+                "kind": kind,
+                "example": name,
+                "spec": type(spec).__name__,
+                "block_size": spec.block_size,
+                "compress_ratio": ratio_of_state.get(kind, spec.compress_ratio),
+                "storage_block_size": spec.storage_block_size,
+                "entry_bytes": spec.entry_bytes,
+                "sliding_window": getattr(spec, "sliding_window", None),
+                "dtype": spec.dtype,
+                "real_page": spec.real_page_size_bytes,
+                "page": spec.page_size_bytes,
+                "padding": spec.page_size_bytes - spec.real_page_size_bytes,
+            }
+        )
     return rows

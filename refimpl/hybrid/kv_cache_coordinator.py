@@ -20,16 +20,10 @@ which sliding-window blocks are registered: see `SlidingWindowManager.reachable_
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
 from refimpl.hybrid.block_pool import BlockPool
-from refimpl.hybrid.request import Request
-from refimpl.hybrid.single_type_kv_cache_manager import (
-    FullAttentionManager,
-    SingleTypeKVCacheManager,
-    make_manager,
-)
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     KVCacheGroupSpec,
@@ -37,29 +31,46 @@ from refimpl.hybrid.kv_cache_interface import (
     SlidingWindowSpec,
     unwrap_spec,
 )
+from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
+from refimpl.hybrid.request import Request
+from refimpl.hybrid.single_type_kv_cache_manager import (
+    FullAttentionManager,
+    SingleTypeKVCacheManager,
+    make_manager,
+)
 from refimpl.validation import is_integer
 
 
-def check_retention_interval(retention_interval: int | None, scheduler_block_size: int, specs: Sequence[KVCacheSpec]) -> None:
-    """vLLM's rules for `prefix_cache_retention_interval`: None (dense), 0, or a positive multiple
-    of the scheduler block size, and a positive value only for a model with a sliding window."""
+def check_retention_interval(
+    retention_interval: int | None, scheduler_block_size: int, specs: Sequence[KVCacheSpec]
+) -> None:
+    """vLLM's rules for `prefix_cache_retention_interval`: None (dense), 0, or a positive
+    multiple of the scheduler block size, and a positive value only for a model with a sliding
+    window."""
     if retention_interval is None:
         return
     if not is_integer(retention_interval):
-        raise TypeError(f"prefix_cache_retention_interval must be None or an int, got {retention_interval!r}")
+        raise TypeError(
+            "prefix_cache_retention_interval must be None or an int, got "
+            f"{retention_interval!r}"
+        )
     if retention_interval < 0 or retention_interval % scheduler_block_size:
         raise ValueError(
-            f"prefix_cache_retention_interval must be None, 0 or a positive multiple of the scheduler "
+            "prefix_cache_retention_interval must be None, 0 or a positive multiple of the "
+            "scheduler "
             f"block size {scheduler_block_size}, got {retention_interval}"
         )
     if retention_interval and not any(isinstance(s, SlidingWindowSpec) for s in specs):
         raise ValueError(
-            "prefix_cache_retention_interval is set but no cache group has a sliding window, so it "
+            "prefix_cache_retention_interval is set but no cache group has a sliding window, "
+            "so it "
             "would have no effect; use 0 (it applies only to sliding-window groups)"
         )
 
 
-def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
+def replay_boundaries(
+    num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool
+) -> tuple[int, ...]:
     """Positions a later request replaying this prompt can resume at (vLLM's rule).
 
     A resend of the same prompt is looked up to `num_prompt_tokens - 1` (its last token runs
@@ -77,8 +88,8 @@ def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eag
 class SpecGroup(NamedTuple):
     """Cache groups whose specs are equal, looked up together in one pass (vLLM's `SpecGroup`).
 
-    `use_eagle`: one of the groups holds the eagle/MTP draft layer, so the lookup drops the last
-    hit block for all of them."""
+    `use_eagle`: one of the groups holds the eagle/MTP draft layer, so the lookup drops the
+    last hit block for all of them."""
 
     kv_cache_spec: AttentionSpec
     group_ids: list[int]
@@ -86,8 +97,8 @@ class SpecGroup(NamedTuple):
 
 
 class KVCacheCoordinator:
-    """One manager per group, one shared `BlockPool`; the subclasses differ in the lookup (build
-    one with `get_kv_cache_coordinator`, or a subclass directly).
+    """One manager per group, one shared `BlockPool`; the subclasses differ in the lookup
+    (build one with `get_kv_cache_coordinator`, or a subclass directly).
 
     `kv_cache_groups`: `KVCacheGroupSpec`s (or bare specs) in group order; group i gets id i.
     `hash_block_size`: granularity of the request's prefix hashes; defaults to the gcd of the
@@ -97,8 +108,8 @@ class KVCacheCoordinator:
     then costs a copy-on-write block (refimpl's own mode: vLLM enables such hits only with
     Mamba layers).
     `use_eagle`: speculative decoding with an eagle/MTP drafter. The groups flagged
-    `is_eagle_group` (or every group, when none is flagged) drop the last block of a prefix hit,
-    because the drafter needs the hidden states of those tokens recomputed.
+    `is_eagle_group` (or every group, when none is flagged) drop the last block of a prefix
+    hit, because the drafter needs the hidden states of those tokens recomputed.
     `prefix_cache_retention_interval`: which sliding-window blocks are registered (None: at
     every hit boundary; 0, vLLM's default: only where a later request can resume; a positive
     multiple of the scheduler block size: also once per that many tokens).
@@ -123,18 +134,30 @@ class KVCacheCoordinator:
         self.scheduler_block_size = math.lcm(*sizes)
         if hash_block_size is not None:
             if not is_integer(hash_block_size) or hash_block_size < 1:
-                raise ValueError(f"hash_block_size must be a positive int, got {hash_block_size!r}")
+                raise ValueError(
+                    f"hash_block_size must be a positive int, got {hash_block_size!r}"
+                )
         self.hash_block_size = hash_block_size or math.gcd(*sizes)
         bad = [b for b in sizes if b % self.hash_block_size]
         if bad:
-            raise ValueError(f"hash_block_size {self.hash_block_size} must divide every group block size, not {bad}")
+            raise ValueError(
+                f"hash_block_size {self.hash_block_size} must divide every group block size, "
+                f"not {bad}"
+            )
         if alignment_tokens is not None:
-            if not is_integer(alignment_tokens) or alignment_tokens < 1 or alignment_tokens % self.hash_block_size:
+            if (
+                not is_integer(alignment_tokens)
+                or alignment_tokens < 1
+                or alignment_tokens % self.hash_block_size
+            ):
                 raise ValueError(
-                    f"alignment_tokens must be a positive multiple of hash_block_size {self.hash_block_size}, got {alignment_tokens}"
+                    "alignment_tokens must be a positive multiple of hash_block_size "
+                    f"{self.hash_block_size}, got {alignment_tokens}"
                 )
             self.scheduler_block_size = alignment_tokens
-        check_retention_interval(prefix_cache_retention_interval, self.scheduler_block_size, specs)
+        check_retention_interval(
+            prefix_cache_retention_interval, self.scheduler_block_size, specs
+        )
         self.retention_interval = prefix_cache_retention_interval
         self.block_pool = BlockPool(num_blocks, enable_caching=enable_caching)
         self.enable_caching = enable_caching
@@ -167,7 +190,9 @@ class KVCacheCoordinator:
         a prefix other requests share that a sliding window has not kept (0 unless hybrid)."""
         raise NotImplementedError
 
-    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
+    def get_num_cacheable_tokens(
+        self, num_computed_tokens: int, kv_cache_group_id: int
+    ) -> int:
         """How many of the computed tokens this group registers (all of them by default)."""
         return num_computed_tokens
 
@@ -189,39 +214,61 @@ class KVCacheCoordinator:
         return total
 
     def allocate_new_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[Sequence[KVCacheBlock]], total_computed_tokens: int
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]],
+        total_computed_tokens: int,
     ) -> None:
         for manager, hits in zip(self.single_type_managers, new_computed_blocks):
             manager.allocate_new_computed_blocks(request_id, hits, total_computed_tokens)
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
-        """New blocks for every group, or a ValueError (and nothing allocated) if they do not fit."""
-        needed = sum(m.num_new_blocks_needed(request_id, num_tokens) for m in self.single_type_managers)
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int
+    ) -> tuple[list[KVCacheBlock], ...]:
+        """New blocks for every group, or a ValueError (and nothing allocated) if they do not
+        fit."""
+        needed = sum(
+            m.num_new_blocks_needed(request_id, num_tokens) for m in self.single_type_managers
+        )
         if needed > self.block_pool.get_num_free_blocks():
             raise ValueError(
                 f"request {request_id} needs {needed} new blocks over all groups but only "
                 f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
             )
-        return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
+        return tuple(
+            m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers
+        )
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's blocks in every group's prefix cache, each group up to
         `get_num_cacheable_tokens`; sliding windows keep only the blocks the retention interval
         and the reachable boundaries (`replay_boundaries`, the request's junction) call for."""
         boundaries = replay_boundaries(
-            request.num_prompt_tokens, self.scheduler_block_size, use_eagle=bool(self.eagle_group_ids)
+            request.num_prompt_tokens,
+            self.scheduler_block_size,
+            use_eagle=bool(self.eagle_group_ids),
         )
         for gid, manager in enumerate(self.single_type_managers):
             manager.cache_blocks(
-                request, self.get_num_cacheable_tokens(num_computed_tokens, gid),
-                retention_interval=self.retention_interval, replay_boundaries=boundaries,
+                request,
+                self.get_num_cacheable_tokens(num_computed_tokens, gid),
+                retention_interval=self.retention_interval,
+                replay_boundaries=boundaries,
             )
 
     def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
-        return sum(m.num_freeable_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers)
+        return sum(
+            m.num_freeable_skipped_blocks(request_id, total_computed_tokens)
+            for m in self.single_type_managers
+        )
 
-    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[list[KVCacheBlock]]:
-        return [m.remove_skipped_blocks(request_id, total_computed_tokens) for m in self.single_type_managers]
+    def remove_skipped_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> list[list[KVCacheBlock]]:
+        return [
+            m.remove_skipped_blocks(request_id, total_computed_tokens)
+            for m in self.single_type_managers
+        ]
 
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
@@ -229,10 +276,16 @@ class KVCacheCoordinator:
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Release the copy-on-write pairs of every group: (group id, source id, copy id)."""
-        return [(gid, src, dst) for gid, m in enumerate(self.single_type_managers) for src, dst in m.take_kv_cache_block_copies()]
+        return [
+            (gid, src, dst)
+            for gid, m in enumerate(self.single_type_managers)
+            for src, dst in m.take_kv_cache_block_copies()
+        ]
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
-        return tuple(list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers)
+        return tuple(
+            list(m.req_to_blocks.get(request_id, [])) for m in self.single_type_managers
+        )
 
 
 class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
@@ -252,14 +305,26 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     than the hybrid loop would. Every computed token is registered (no alignment to round to).
     """
 
-    def __init__(self, kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec], num_blocks: int, **kwargs) -> None:
+    def __init__(
+        self,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
+        num_blocks: int,
+        **kwargs,
+    ) -> None:
         super().__init__(kv_cache_groups, num_blocks, **kwargs)
         if len(self.specs) != 1:
-            raise ValueError(f"kv_cache_groups: the unitary coordinator takes one group, got {len(self.specs)}")
-        if self.hash_block_size != self.specs[0].block_size or self.scheduler_block_size != self.specs[0].block_size:
+            raise ValueError(
+                "kv_cache_groups: the unitary coordinator takes one group, got "
+                f"{len(self.specs)}"
+            )
+        if (
+            self.hash_block_size != self.specs[0].block_size
+            or self.scheduler_block_size != self.specs[0].block_size
+        ):
             raise ValueError(
                 "one cache group hashes and aligns hits at its own block size "
-                f"{self.specs[0].block_size} (hash_block_size and alignment_tokens must equal it)"
+                f"{self.specs[0].block_size} (hash_block_size and alignment_tokens must equal "
+                "it)"
             )
         self.single_type_managers[0].use_eagle = 0 in self.eagle_group_ids
 
@@ -269,8 +334,13 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         manager = self.single_type_managers[0]
         spec = self.specs[0]
         hits = type(manager).find_longest_cache_hit(
-            block_hashes, max_cache_hit_length, [0], self.block_pool, spec,
-            hash_block_size=self.hash_block_size, alignment_tokens=spec.block_size,
+            block_hashes,
+            max_cache_hit_length,
+            [0],
+            self.block_pool,
+            spec,
+            hash_block_size=self.hash_block_size,
+            alignment_tokens=spec.block_size,
             drop_eagle_block=0 in self.eagle_group_ids,
         )
         return hits, len(hits[0]) * spec.block_size, 0
@@ -279,11 +349,17 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several cache groups (vLLM's `HybridKVCacheCoordinator`): the fixed-point lookup."""
 
-    def __init__(self, kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec], num_blocks: int, **kwargs) -> None:
+    def __init__(
+        self,
+        kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
+        num_blocks: int,
+        **kwargs,
+    ) -> None:
         super().__init__(kv_cache_groups, num_blocks, **kwargs)
         # Groups with equal specs are looked up together; full attention first (its hit is an
         # upper bound for everybody and is cheap to trim).
-        # (Specs are compared with ==, so a list is used rather than a dict: specs may be unhashable.)
+        # (Specs are compared with ==, so a list is used rather than a dict: specs may be
+        # unhashable.)
         spec_groups: list[SpecGroup] = []
         for gid, spec in enumerate(self.specs):
             eagle = gid in self.eagle_group_ids
@@ -302,7 +378,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             for gid in group.group_ids:
                 self.single_type_managers[gid].use_eagle = group.use_eagle
 
-    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
+    def get_num_cacheable_tokens(
+        self, num_computed_tokens: int, kv_cache_group_id: int
+    ) -> int:
         """Only up to an alignment boundary: a hit can never end elsewhere (an eagle group one
         block further, the block its lookup matches and drops)."""
         aligned = num_computed_tokens // self.scheduler_block_size * self.scheduler_block_size
@@ -346,7 +424,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     candidate = min(candidate, hit_tokens[first])
                     continue
                 drop = use_eagle and idx not in eagle_verified
-                max_length = min(candidate + spec.block_size, hashed_tokens) if drop else candidate
+                max_length = (
+                    min(candidate + spec.block_size, hashed_tokens) if drop else candidate
+                )
                 manager_cls = type(manager)
                 fine = manager.is_fine_grained and full_attention
                 found = manager_cls.find_longest_cache_hit(
@@ -362,14 +442,21 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 found_tokens = len(found[0]) * spec.block_size
                 if fine and found_tokens < max_length:
                     partial = manager_cls.find_partial_block_hit(
-                        block_hashes, len(found[0]), max_length, group_ids, self.block_pool, spec,
-                        self.hash_block_size, self.scheduler_block_size,
+                        block_hashes,
+                        len(found[0]),
+                        max_length,
+                        group_ids,
+                        self.block_pool,
+                        spec,
+                        self.hash_block_size,
+                        self.scheduler_block_size,
                     )
                     if partial is not None:
                         for blocks, block in zip(found, partial[0]):
                             blocks.append(block)
                         found_tokens += partial[1]
-                    if drop and found_tokens > 0:  # drop one hash unit, then re-trim the blocks
+                    # drop one hash unit, then re-trim the blocks
+                    if drop and found_tokens > 0:
                         found_tokens -= min(self.scheduler_block_size, spec.block_size)
                         found_tokens -= found_tokens % self.scheduler_block_size
                         for blocks in found:
@@ -393,12 +480,19 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         for gid, manager in enumerate(self.single_type_managers):
             if isinstance(manager, FullAttentionManager) and hits[gid] is not None:
                 del hits[gid][-(-hit_length // self.specs[gid].block_size) :]
-        return tuple(blocks if blocks is not None else [] for blocks in hits), hit_length, longest_hit_length - hit_length
-
+        return (
+            tuple(blocks if blocks is not None else [] for blocks in hits),
+            hit_length,
+            longest_hit_length - hit_length,
+        )
 
 
 def get_kv_cache_coordinator(
-    kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec], num_blocks: int, *, enable_caching: bool = True, **kwargs
+    kv_cache_groups: Sequence[KVCacheGroupSpec | KVCacheSpec],
+    num_blocks: int,
+    *,
+    enable_caching: bool = True,
+    **kwargs,
 ) -> KVCacheCoordinator:
     """The coordinator vLLM would pick: none for the prefix cache when caching is off, the
     unitary one for one group, the hybrid one otherwise.
@@ -407,9 +501,13 @@ def get_kv_cache_coordinator(
     `alignment_tokens` below the block size: refimpl's fine-grained hits, which vLLM only
     enables next to Mamba layers) goes to the hybrid coordinator, which handles that mode."""
     if not enable_caching:
-        return KVCacheCoordinatorNoPrefixCache(kv_cache_groups, num_blocks, enable_caching=False, **kwargs)
+        return KVCacheCoordinatorNoPrefixCache(
+            kv_cache_groups, num_blocks, enable_caching=False, **kwargs
+        )
     if len(kv_cache_groups) == 1:
         block_size = unwrap_spec(kv_cache_groups[0]).block_size
-        if kwargs.get("hash_block_size") in (None, block_size) and kwargs.get("alignment_tokens") in (None, block_size):
+        if kwargs.get("hash_block_size") in (None, block_size) and kwargs.get(
+            "alignment_tokens"
+        ) in (None, block_size):
             return UnitaryKVCacheCoordinator(kv_cache_groups, num_blocks, **kwargs)
     return HybridKVCacheCoordinator(kv_cache_groups, num_blocks, **kwargs)

@@ -32,7 +32,8 @@ DTYPE_SIZES: dict[str, int] = {
 # DeepSeek V4's fp8_ds_mla token row: 448 fp8 NoPE bytes + 64 bf16 RoPE values (128 bytes)
 # + 8 scale bytes (7 UE8M0 exponents and 1 pad byte).
 DSV4_FP8_DS_MLA_TOKEN_BYTES = 584
-# DeepSeek V3.2's fp8_ds_mla row: 512 fp8 + 4 fp32 scales (16 bytes) + 64 bf16 RoPE (128 bytes).
+# DeepSeek V3.2's fp8_ds_mla row: 512 fp8 + 4 fp32 scales (16 bytes) + 64 bf16 RoPE (128
+# bytes).
 DSV32_FP8_DS_MLA_TOKEN_BYTES = 656
 
 
@@ -72,9 +73,10 @@ class KVCacheSpec:
 class AttentionSpec(KVCacheSpec):
     """A layer that stores per-token rows of `num_kv_heads x head_size` elements.
 
-    `compress_ratio` > 1 means the layer keeps one entry per `compress_ratio` tokens, so a block
-    that covers `block_size` tokens stores only `storage_block_size = block_size // ratio`
-    entries. `page_size_padded`, when set, is the page size actually reserved (>= the real one).
+    `compress_ratio` > 1 means the layer keeps one entry per `compress_ratio` tokens, so a
+    block that covers `block_size` tokens stores only `storage_block_size = block_size //
+    ratio` entries. `page_size_padded`, when set, is the page size actually reserved (>= the
+    real one).
     """
 
     num_kv_heads: int
@@ -115,8 +117,11 @@ class AttentionSpec(KVCacheSpec):
 
     @property
     def real_page_size_bytes(self) -> int:
-        """Key and value rows for every stored entry of one block (2 x entries x heads x dim)."""
-        return 2 * self.storage_block_size * self.num_kv_heads * self.head_size * self.dtype_size
+        """Key and value rows for every stored entry of one block (2 x entries x heads x
+        dim)."""
+        return (
+            2 * self.storage_block_size * self.num_kv_heads * self.head_size * self.dtype_size
+        )
 
     def block_stride_alignment(self) -> int:
         """Bytes the distance between two blocks must be a multiple of (planner C).
@@ -133,7 +138,7 @@ class AttentionSpec(KVCacheSpec):
             return 1
         return self.with_block_size(kernel).page_size_bytes
 
-    def with_block_size(self, block_size: int) -> "AttentionSpec":
+    def with_block_size(self, block_size: int) -> AttentionSpec:
         """The same spec for another block size (page padding recomputed, vLLM's
         `copy_with_new_block_size`)."""
         from dataclasses import replace
@@ -150,14 +155,16 @@ class AttentionSpec(KVCacheSpec):
             return real
         if self.page_size_padded < real:
             raise ValueError(
-                f"page_size_padded {self.page_size_padded} is smaller than the real page {real}"
+                f"page_size_padded {self.page_size_padded} is smaller than the real page "
+                f"{real}"
             )
         return self.page_size_padded
 
 
 @dataclass(frozen=True, kw_only=True)
 class FullAttentionSpec(AttentionSpec):
-    """A layer that attends to every earlier token: its blocks are kept until the request ends."""
+    """A layer that attends to every earlier token: its blocks are kept until the request
+    ends."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -166,7 +173,8 @@ class FullAttentionSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowSpec(AttentionSpec):
-    """A layer that attends only to the last `sliding_window` tokens; older blocks can be freed."""
+    """A layer that attends only to the last `sliding_window` tokens; older blocks can be
+    freed."""
 
     sliding_window: int
 
@@ -179,7 +187,7 @@ class SlidingWindowSpec(AttentionSpec):
 def _check_padded(spec: AttentionSpec) -> None:
     if spec.page_size_padded is not None:
         check_positive_int("page_size_padded", spec.page_size_padded)
-        spec.page_size_bytes  # raises ValueError when smaller than the real page
+        _ = spec.page_size_bytes  # raises ValueError when smaller than the real page
 
 
 def _mla_fields_post_init(spec: MLAAttentionSpec | SlidingWindowMLASpec) -> None:
@@ -200,8 +208,8 @@ class MLAAttentionSpec(FullAttentionSpec):
     """Full attention over one latent row per entry (no separate value row).
 
     `cache_dtype_str="fp8_ds_mla"` selects the packed fp8 row: 584 bytes per entry for
-    DeepSeek V4 (`model_version="deepseek_v4"`), 656 bytes per token for V3.2. Otherwise a row is
-    `num_kv_heads x head_size` elements of `dtype`.
+    DeepSeek V4 (`model_version="deepseek_v4"`), 656 bytes per token for V3.2. Otherwise a row
+    is `num_kv_heads x head_size` elements of `dtype`.
     """
 
     cache_dtype_str: str | None = None
@@ -242,7 +250,8 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
         check_positive_int("sliding_window", self.sliding_window)
         if self.model_version not in (None, "deepseek_v4"):
             raise ValueError(
-                f"unsupported model_version {self.model_version!r}; allowed: None, 'deepseek_v4'"
+                f"unsupported model_version {self.model_version!r}; allowed: None, "
+                "'deepseek_v4'"
             )
         _mla_fields_post_init(self)
 
@@ -361,8 +370,9 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     def get_num_layer_tuples(self) -> int:
         """Largest number of member layers that share one page size.
 
-        A "layer tuple" holds one layer of each page size; the most common page size decides how
-        many tuples the group has (31 for DeepSeek V4 Pro's MLA group: its 31 ratio-128 layers).
+        A "layer tuple" holds one layer of each page size; the most common page size decides
+        how many tuples the group has (31 for DeepSeek V4 Pro's MLA group: its 31 ratio-128
+        layers).
         """
         return max(self.page_size_counts().values())
 
@@ -386,9 +396,13 @@ def uniform_type_problem(specs: Mapping[str, KVCacheSpec]) -> str | None:
         return f"{first_name} has spec type {type(first).__name__}, which cannot be merged"
     for name, spec in members[1:]:
         if spec.block_size != first.block_size:
-            return f"{name} has block_size {spec.block_size}, {first_name} has {first.block_size}"
+            return (
+                f"{name} has block_size {spec.block_size}, {first_name} has {first.block_size}"
+            )
         if _uniform_family(spec) is not family:
-            return f"{name} is a {type(spec).__name__}, {first_name} is a {type(first).__name__}"
+            return (
+                f"{name} is a {type(spec).__name__}, {first_name} is a {type(first).__name__}"
+            )
         if family is SlidingWindowSpec and spec.sliding_window != first.sliding_window:
             return (
                 f"{name} has sliding_window {spec.sliding_window}, "
@@ -440,7 +454,9 @@ class KVCacheGroupSpec:
 
     def __repr__(self) -> str:
         names = self.layer_names
-        shown = ", ".join(names[:2]) + (f", ... ({len(names)} layers)" if len(names) > 2 else "")
+        shown = ", ".join(names[:2]) + (
+            f", ... ({len(names)} layers)" if len(names) > 2 else ""
+        )
         eagle = ", is_eagle_group=True" if self.is_eagle_group else ""
         return f"KVCacheGroupSpec([{shown}], {self.kv_cache_spec!r}{eagle})"
 
@@ -465,8 +481,8 @@ class KVCacheTensor:
 
     For the packed layout (`block_stride > 0`) every tensor aliases one slab: block b of a
     layer starts at byte `layer_offset(layer) + b * block_stride`. Version B lists the layers
-    that share one offset (`layer_stride` None); version C (vLLM 0.32/0.33) lists a run of layers
-    with one spec, laid side by side `layer_stride` bytes apart.
+    that share one offset (`layer_stride` None); version C (vLLM 0.32/0.33) lists a run of
+    layers with one spec, laid side by side `layer_stride` bytes apart.
     """
 
     size: int
@@ -480,7 +496,9 @@ class KVCacheTensor:
         if self.size < 0 or self.offset < 0 or self.block_stride < 0:
             raise ValueError("size, offset and block_stride must be >= 0")
         if self.layer_stride is not None and self.layer_stride <= 0:
-            raise ValueError("layer_stride must be > 0 (or None when the layers share the bytes)")
+            raise ValueError(
+                "layer_stride must be > 0 (or None when the layers share the bytes)"
+            )
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -491,7 +509,8 @@ class KVCacheTensor:
         """Byte offset of the layer's page inside a block.
 
         Version B: every listed layer sits at `offset` (they share the bytes; `layer_stride`
-        is None). Version C: the layers sit side by side, the i-th at `offset + i * layer_stride`.
+        is None). Version C: the layers sit side by side, the i-th at `offset + i *
+        layer_stride`.
         """
         if layer_name not in self.shared_by:
             raise ValueError(f"layer {layer_name!r} is not in this tensor")

@@ -11,14 +11,15 @@ The request it works on is `refimpl.hybrid.request.Request`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from refimpl.hybrid.kv_cache_utils import KVCacheBlock
 from refimpl.hybrid.kv_cache_coordinator import get_kv_cache_coordinator
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
+from refimpl.hybrid.kv_cache_utils import KVCacheBlock
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.validation import check_bool, check_int_at_least, check_positive_int
-from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
+
 
 @dataclass
 class KVCacheBlocks:
@@ -42,9 +43,9 @@ class KVCacheManager:
     requests while others are running, so running requests can still grow. `use_eagle`:
     speculative decoding with an eagle/MTP drafter (prefix hits drop their last block in the
     eagle groups, see `KVCacheCoordinator`). `max_num_batched_tokens` (vLLM's
-    `max_in_flight_tokens`) caps what the full-sequence admission check asks of a sliding window.
-    `prefix_cache_retention_interval` is vLLM's `CacheConfig` field with vLLM's default 0: a
-    sliding window keeps its blocks only where a later request can resume (see
+    `max_in_flight_tokens`) caps what the full-sequence admission check asks of a sliding
+    window. `prefix_cache_retention_interval` is vLLM's `CacheConfig` field with vLLM's default
+    0: a sliding window keeps its blocks only where a later request can resume (see
     `SlidingWindowManager.reachable_block_mask`); None keeps them at every hit boundary.
     """
 
@@ -63,7 +64,12 @@ class KVCacheManager:
         prefix_cache_retention_interval: int | None = 0,
     ) -> None:
         check_positive_int("max_model_len", max_model_len)
-        check_int_at_least("num_blocks", num_blocks, 2, " (block 0 is the null block, so one block holds nothing)")
+        check_int_at_least(
+            "num_blocks",
+            num_blocks,
+            2,
+            " (block 0 is the null block, so one block holds nothing)",
+        )
         check_bool("enable_caching", enable_caching)
         check_bool("use_eagle", use_eagle)
         if max_num_batched_tokens is not None:
@@ -72,8 +78,13 @@ class KVCacheManager:
             raise TypeError(f"watermark must be a number, got {watermark!r}")
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
-        if isinstance(kv_cache_groups, (str, bytes)) or not isinstance(kv_cache_groups, Sequence):
-            raise TypeError(f"kv_cache_groups must be a list of KVCacheGroupSpec, got {type(kv_cache_groups).__name__}")
+        if isinstance(kv_cache_groups, (str, bytes)) or not isinstance(
+            kv_cache_groups, Sequence
+        ):
+            raise TypeError(
+                "kv_cache_groups must be a list of KVCacheGroupSpec, got "
+                f"{type(kv_cache_groups).__name__}"
+            )
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.coordinator = get_kv_cache_coordinator(
@@ -93,9 +104,16 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * num_blocks)
 
     @classmethod
-    def from_config(cls, kv_cache_config: KVCacheConfig, max_model_len: int, **kwargs) -> "KVCacheManager":
+    def from_config(
+        cls, kv_cache_config: KVCacheConfig, max_model_len: int, **kwargs
+    ) -> KVCacheManager:
         """Build from a `KVCacheConfig` (its `kv_cache_groups` and `num_blocks`)."""
-        return cls(kv_cache_config.kv_cache_groups, kv_cache_config.num_blocks, max_model_len, **kwargs)
+        return cls(
+            kv_cache_config.kv_cache_groups,
+            kv_cache_config.num_blocks,
+            max_model_len,
+            **kwargs,
+        )
 
     @property
     def hash_block_size(self) -> int:
@@ -114,14 +132,16 @@ class KVCacheManager:
 
     # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """Prefix-cache hit for a waiting request: blocks per group and the hit length in tokens.
+        """Prefix-cache hit for a waiting request: blocks per group and the hit length in
+        tokens.
 
-        At most `num_tokens - 1` tokens are looked up: the last token must run through the model
-        to produce the next token's logits. When a group could have served more than the agreed
-        hit (a shared prefix a sliding window has not kept), the junction where that prefix
-        ends is recorded on `request.shared_prefix_boundary`, so this request's window keeps its
-        blocks there under sparse retention. (vLLM returns it as a third value and its scheduler
-        stores it on the request; refimpl stores it here and keeps the two-value answer.)
+        At most `num_tokens - 1` tokens are looked up: the last token must run through the
+        model to produce the next token's logits. When a group could have served more than the
+        agreed hit (a shared prefix a sliding window has not kept), the junction where that
+        prefix ends is recorded on `request.shared_prefix_boundary`, so this request's window
+        keeps its blocks there under sparse retention. (vLLM returns it as a third value and
+        its scheduler stores it on the request; refimpl stores it here and keeps the two-value
+        answer.)
         """
         self._check_request(request)
         if not self.enable_caching:
@@ -159,31 +179,53 @@ class KVCacheManager:
         (`num_new_computed_tokens > 0`), as vLLM allows.
         """
         self._check_request(request)
-        for name, value in (("num_new_tokens", num_new_tokens), ("num_new_computed_tokens", num_new_computed_tokens),
-                            ("num_lookahead_tokens", num_lookahead_tokens), ("reserved_blocks", reserved_blocks)):
+        for name, value in (
+            ("num_new_tokens", num_new_tokens),
+            ("num_new_computed_tokens", num_new_computed_tokens),
+            ("num_lookahead_tokens", num_lookahead_tokens),
+            ("reserved_blocks", reserved_blocks),
+        ):
             check_int_at_least(name, value, 0)
-        for name, flag in (("delay_cache_blocks", delay_cache_blocks), ("full_sequence_must_fit", full_sequence_must_fit),
-                           ("has_scheduled_reqs", has_scheduled_reqs)):
+        for name, flag in (
+            ("delay_cache_blocks", delay_cache_blocks),
+            ("full_sequence_must_fit", full_sequence_must_fit),
+            ("has_scheduled_reqs", has_scheduled_reqs),
+        ):
             check_bool(name, flag)
-        if new_computed_blocks is not None and not isinstance(new_computed_blocks, KVCacheBlocks):
-            raise TypeError(f"new_computed_blocks must be the KVCacheBlocks from get_computed_blocks, got "
-                            f"{type(new_computed_blocks).__name__}")
+        if new_computed_blocks is not None and not isinstance(
+            new_computed_blocks, KVCacheBlocks
+        ):
+            raise TypeError(
+                f"new_computed_blocks must be the KVCacheBlocks from get_computed_blocks, got "
+                f"{type(new_computed_blocks).__name__}"
+            )
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
-            raise ValueError("num_new_tokens must be > 0 when there are no computed tokens to adopt")
+            raise ValueError(
+                "num_new_tokens must be > 0 when there are no computed tokens to adopt"
+            )
         hits = new_computed_blocks.blocks if new_computed_blocks is not None else None
         if hits is not None:
             self._check_hit_blocks(hits)
         if num_new_computed_tokens and hits is None:
-            raise ValueError("num_new_computed_tokens > 0 needs the new_computed_blocks from get_computed_blocks")
-        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, self.max_model_len)
+            raise ValueError(
+                "num_new_computed_tokens > 0 needs the new_computed_blocks from "
+                "get_computed_blocks"
+            )
+        total_computed = min(
+            request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
+        )
         if total_computed + num_new_tokens > request.num_tokens + num_lookahead_tokens:
             raise ValueError(
-                f"request {request.request_id} has {request.num_tokens} tokens; cannot schedule "
+                f"request {request.request_id} has {request.num_tokens} tokens; cannot "
+                "schedule "
                 f"{num_new_tokens} new tokens after {total_computed} computed ones"
             )
         coordinator = self.coordinator
         watermark = self.watermark_blocks
-        if not (has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)):
+        if not (
+            has_scheduled_reqs
+            and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+        ):
             watermark = 0
 
         if full_sequence_must_fit:
@@ -197,49 +239,72 @@ class KVCacheManager:
             if need_all + watermark > self.block_pool.get_num_free_blocks():
                 return None
 
-        num_tokens_need_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        num_tokens_need_slots = min(
+            total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
         # Blocks outside the window are garbage whatever happens next: free them first, so
         # they count as free for the check below (and stay freed if it fails).
         coordinator.remove_skipped_blocks(request.request_id, total_computed)
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slots, hits, total_computed
         )
-        if num_blocks_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
+        if (
+            num_blocks_to_allocate + watermark
+            > self.block_pool.get_num_free_blocks() - reserved_blocks
+        ):
             return None
 
-        if hits is not None:  # first allocation: adopt the hits (possibly none) and start the tables
+        # first allocation: adopt the hits (possibly none) and start the tables
+        if hits is not None:
             coordinator.allocate_new_computed_blocks(request.request_id, hits, total_computed)
         new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slots)
         self._requests[request.request_id] = request
 
         if self.enable_caching and not delay_cache_blocks:
-            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens)
+            )
         return KVCacheBlocks(new_blocks)
 
     def _check_hit_blocks(self, hits: Sequence[Sequence[KVCacheBlock]]) -> None:
-        """Hits must be this pool's blocks, one list per group (as get_computed_blocks gives)."""
+        """Hits must be this pool's blocks, one list per group (as get_computed_blocks
+        gives)."""
         if len(hits) != len(self.coordinator.single_type_managers):
-            raise ValueError(f"new_computed_blocks has {len(hits)} groups, this manager has "
-                             f"{len(self.coordinator.single_type_managers)}")
+            raise ValueError(
+                f"new_computed_blocks has {len(hits)} groups, this manager has "
+                f"{len(self.coordinator.single_type_managers)}"
+            )
         blocks = self.block_pool.blocks
         for group in hits:
             for block in group:
-                if not isinstance(block, KVCacheBlock) or not 0 <= block.block_id < len(blocks) or blocks[block.block_id] is not block:
-                    raise ValueError(f"new_computed_blocks holds {block!r}, which is not a block of this manager's pool")
+                if (
+                    not isinstance(block, KVCacheBlock)
+                    or not 0 <= block.block_id < len(blocks)
+                    or blocks[block.block_id] is not block
+                ):
+                    raise ValueError(
+                        f"new_computed_blocks holds {block!r}, which is not a block of this "
+                        "manager's pool"
+                    )
 
     def _check_request(self, request: Request) -> None:
         """A `Request`, and not a second one under the id of a request that holds blocks."""
         if not isinstance(request, Request):
-            raise TypeError(f"request must be a refimpl.hybrid.request.Request, got {type(request).__name__}")
+            raise TypeError(
+                "request must be a refimpl.hybrid.request.Request, got "
+                f"{type(request).__name__}"
+            )
         if request.hash_block_size != self.hash_block_size:
             raise ValueError(
-                f"request {request.request_id!r} is hashed every {request.hash_block_size} tokens but this manager "
+                f"request {request.request_id!r} is hashed every {request.hash_block_size} "
+                "tokens but this manager "
                 f"hashes every {self.hash_block_size} (build it with make_request)"
             )
         holder = self._requests.get(request.request_id)
         if holder is not None and holder is not request:
             raise ValueError(
-                f"request_id {request.request_id!r} already belongs to another request that holds blocks; "
+                f"request_id {request.request_id!r} already belongs to another request that "
+                "holds blocks; "
                 "request ids must be unique"
             )
 
@@ -269,12 +334,13 @@ class KVCacheManager:
 
     def get_max_num_blocks(self, num_tokens: int) -> int:
         """Blocks a new request of `num_tokens` tokens can hold at once: every block for a full
-        group; for a sliding-window group, when `max_num_batched_tokens` bounds a step, only the
-        window plus one step's tokens (its older blocks are freed as it goes).
+        group; for a sliding-window group, when `max_num_batched_tokens` bounds a step, only
+        the window plus one step's tokens (its older blocks are freed as it goes).
 
         refimpl's own helper: an engine asks it once per request to refuse a request that could
         never fit the pool (vLLM makes the same check once, for `max_model_len`, at start-up).
         """
         check_positive_int("num_tokens", num_tokens)
         return self.coordinator.get_num_blocks_to_allocate(
-            "<no request yet>", num_tokens, None, 0, apply_admission_cap=True)
+            "<no request yet>", num_tokens, None, 0, apply_admission_cap=True
+        )

@@ -5,8 +5,8 @@ This is planner C, what vLLM 0.32/0.33 run and refimpl's default:
 - `get_kv_cache_groups(specs)` puts layers into cache groups (`get_packed_kv_cache_groups` for
   DeepSeek V4's pages of several sizes, split by `approximate_gcd`);
 - `get_kv_cache_config(groups, available_memory)` turns groups and a byte budget into a
-  `KVCacheConfig`: one block-outermost slab of `num_blocks x block_stride` bytes, one tensor per
-  group and spec run.
+  `KVCacheConfig`: one block-outermost slab of `num_blocks x block_stride` bytes, one tensor
+  per group and spec run.
 The planners vLLM ran before (V0, A and the article's B) live in `older_planners.py`, for the
 chapters that compare them.
 """
@@ -35,6 +35,7 @@ GIB = 1 << 30
 
 
 # --- grouping
+
 
 def padding_for(values: Sequence[int], d: int) -> int:
     """Total amount each value must grow to reach a multiple of d."""
@@ -73,11 +74,14 @@ def padding_curve(values: Sequence[int], lower_bound: int | None = None) -> dict
     return {d: padding_for(values, d) for d in range(lo, max(values) + 1)}
 
 
-def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupSpec] | None:
+def get_packed_kv_cache_groups(
+    specs: Mapping[str, KVCacheSpec],
+) -> list[KVCacheGroupSpec] | None:
     """Planner C's grouping (vLLM 0.32/0.33 `_get_packed_kv_cache_groups`), or None when every
     page has one size.
 
-    1. Buckets are found greedily in registration order: a layer joins the first bucket it keeps
+    1. Buckets are found greedily in registration order: a layer joins the first bucket it
+      keeps
        uniform-type (same block size and kind, same window), else opens a new one. So the first
        layer decides the order: DeepSeek V4 registers a sliding-window cache first, and the SWA
        groups come before the MLA group (B put MLA first by construction).
@@ -86,8 +90,8 @@ def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCache
     3. The repeats per group: `approximate_gcd` of the balanced buckets' repeat counts, never
        below the largest balanced bucket that mixes page sizes (that one cannot be split).
     4. Balanced buckets are split into `cdiv(repeats, d)` groups, taking every n-th repeat.
-       Without any mixed balanced bucket, sliding-window buckets are split instead so each group
-       fits into the widest group's block.
+       Without any mixed balanced bucket, sliding-window buckets are split instead so each
+       group fits into the widest group's block.
     """
     if len({s.page_size_bytes for s in specs.values()}) <= 1:
         return None
@@ -104,7 +108,9 @@ def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCache
     for bucket in buckets:
         merged = UniformTypeKVCacheSpecs.from_specs(bucket)
         if merged is None:  # a spec type that cannot be merged at all
-            raise ValueError(f"cannot pack layer specs of type {type(next(iter(bucket.values()))).__name__}")
+            raise ValueError(
+                f"cannot pack layer specs of type {type(next(iter(bucket.values()))).__name__}"
+            )
         by_page: dict[int, list[str]] = {}
         for name, spec in bucket.items():
             by_page.setdefault(spec.page_size_bytes, []).append(name)
@@ -112,17 +118,28 @@ def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCache
         bucketed.append((merged, by_page, balanced))
 
     min_repeats = max(
-        (m.get_num_layer_tuples() for m, by_page, balanced in bucketed if balanced and len(by_page) > 1),
+        (
+            m.get_num_layer_tuples()
+            for m, by_page, balanced in bucketed
+            if balanced and len(by_page) > 1
+        ),
         default=0,
     )
     repeats = (
-        approximate_gcd([m.get_num_layer_tuples() for m, _, balanced in bucketed if balanced], lower_bound=min_repeats)
+        approximate_gcd(
+            [m.get_num_layer_tuples() for m, _, balanced in bucketed if balanced],
+            lower_bound=min_repeats,
+        )
         if min_repeats
         else None
     )
 
     def num_groups_for(merged: UniformTypeKVCacheSpecs, balanced: bool) -> int:
-        return cdiv(merged.get_num_layer_tuples(), repeats) if balanced and repeats is not None else 1
+        return (
+            cdiv(merged.get_num_layer_tuples(), repeats)
+            if balanced and repeats is not None
+            else 1
+        )
 
     def widest_group_bytes(by_page: dict[int, list[str]], n: int) -> int:
         return sum(cdiv(len(names), n) * page for page, names in by_page.items())
@@ -131,7 +148,10 @@ def get_packed_kv_cache_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCache
         return repeats is None and isinstance(merged.first_spec, SlidingWindowSpec)
 
     anchor_bytes = max(
-        widest_group_bytes(by_page, len(m.kv_cache_specs) if is_state_bucket(m) else num_groups_for(m, balanced))
+        widest_group_bytes(
+            by_page,
+            len(m.kv_cache_specs) if is_state_bucket(m) else num_groups_for(m, balanced),
+        )
         for m, by_page, balanced in bucketed
     )
     groups: list[KVCacheGroupSpec] = []
@@ -168,12 +188,14 @@ def unify_kv_cache_spec_page_size(specs: Mapping[str, KVCacheSpec]) -> dict[str,
             continue
         if largest % page != 0:
             raise ValueError(
-                f"cannot unify page sizes {sorted(pages)}: {name}'s page {page} B does not divide "
+                f"cannot unify page sizes {sorted(pages)}: {name}'s page {page} B does not "
+                "divide "
                 f"the largest page {largest} B"
             )
         if not isinstance(spec, AttentionSpec) or spec.page_size_padded is not None:
             raise ValueError(
-                f"cannot unify page sizes {sorted(pages)}: {name} has a fixed (padded) page, so a "
+                f"cannot unify page sizes {sorted(pages)}: {name} has a fixed (padded) page, "
+                "so a "
                 f"bigger block would not give exactly {largest} B"
             )
         unified[name] = _with_block_size(spec, spec.block_size * (largest // page))
@@ -184,7 +206,9 @@ def _with_block_size(spec: AttentionSpec, block_size: int) -> AttentionSpec:
     return replace(spec, block_size=block_size)
 
 
-def _get_kv_cache_groups_uniform_page_size(specs: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupSpec]:
+def _get_kv_cache_groups_uniform_page_size(
+    specs: Mapping[str, KVCacheSpec],
+) -> list[KVCacheGroupSpec]:
     """General hybrid path: same-spec layers, split into groups of equal size, interleaved.
 
     The group size is the smallest count among spec types (the "1" of an n:1 pattern), or the
@@ -206,18 +230,24 @@ def _get_kv_cache_groups_uniform_page_size(specs: Mapping[str, KVCacheSpec]) -> 
 
 
 def annotate_eagle_groups(
-    specs: Mapping[str, KVCacheSpec], groups: list[KVCacheGroupSpec], require_deepseek_v4: bool = True
+    specs: Mapping[str, KVCacheSpec],
+    groups: list[KVCacheGroupSpec],
+    require_deepseek_v4: bool = True,
 ) -> list[KVCacheGroupSpec]:
     """Flag the group holding the last registered layer (the MTP layer's SWA cache).
 
     Planner B does this only for DeepSeek V4 specs (`require_deepseek_v4`)."""
     if not specs:
         return groups
-    if require_deepseek_v4 and not any(getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()):
+    if require_deepseek_v4 and not any(
+        getattr(s, "model_version", None) == "deepseek_v4" for s in specs.values()
+    ):
         return groups
     last = next(reversed(list(specs)))
     return [
-        KVCacheGroupSpec(g.layer_names, g.kv_cache_spec, is_eagle_group=True) if last in g.layer_names else g
+        KVCacheGroupSpec(g.layer_names, g.kv_cache_spec, is_eagle_group=True)
+        if last in g.layer_names
+        else g
         for g in groups
     ]
 
@@ -246,12 +276,18 @@ def get_kv_cache_groups(
     the last registered layer.
     """
     if not isinstance(specs, Mapping):
-        raise TypeError(f"specs must be a dict {{layer name: KVCacheSpec}}, got {type(specs).__name__}")
+        raise TypeError(
+            f"specs must be a dict {{layer name: KVCacheSpec}}, got {type(specs).__name__}"
+        )
     if not specs:
-        raise ValueError("specs is empty: a model without attention layers has no KV cache to group")
+        raise ValueError(
+            "specs is empty: a model without attention layers has no KV cache to group"
+        )
     bad = [name for name, spec in specs.items() if not isinstance(spec, KVCacheSpec)]
     if bad:
-        raise TypeError(f"specs[{bad[0]!r}] must be a KVCacheSpec, got {type(specs[bad[0]]).__name__}")
+        raise TypeError(
+            f"specs[{bad[0]!r}] must be a KVCacheSpec, got {type(specs[bad[0]]).__name__}"
+        )
     values = list(specs.values())
     if all(v == values[0] for v in values):
         return [KVCacheGroupSpec(list(specs), values[0])]
@@ -266,6 +302,7 @@ def get_kv_cache_groups(
 
 # --- layout
 
+
 def _check_memory(available_memory: int) -> None:
     check_int_at_least("available_memory", available_memory, 0, " (bytes)")
 
@@ -278,13 +315,15 @@ def _num_blocks(available_memory: int, bytes_per_block: int, override: int | Non
     if num_blocks < 1:
         raise ValueError(
             f"available_memory {available_memory} B is smaller than one block "
-            f"({bytes_per_block} B); give at least {bytes_per_block} B or set num_blocks_override"
+            f"({bytes_per_block} B); give at least {bytes_per_block} B or set "
+            "num_blocks_override"
         )
     return num_blocks
 
 
 def check_layers_unique(groups: Sequence[KVCacheGroupSpec]) -> None:
-    """A layer belongs to exactly one group (its block table); refuse a layout that repeats one."""
+    """A layer belongs to exactly one group (its block table); refuse a layout that repeats
+    one."""
     names = [n for g in groups for n in g.layer_names]
     if len(names) != len(set(names)):
         raise ValueError("a layer appears in more than one group")
@@ -297,29 +336,39 @@ def get_kv_cache_bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
     widest = max(g.width_bytes for g in groups)
     if widest <= 0:
         raise ValueError("a packed layout needs at least one layer with a non-empty page")
-    alignments = [g.layer_spec(n).block_stride_alignment() for g in groups for n in g.layer_names]
+    alignments = [
+        g.layer_spec(n).block_stride_alignment() for g in groups for n in g.layer_names
+    ]
     return round_up(widest, math.lcm(*alignments))
 
 
 def get_kv_cache_config(
-    groups: Sequence[KVCacheGroupSpec], available_memory: int, num_blocks_override: int | None = None
+    groups: Sequence[KVCacheGroupSpec],
+    available_memory: int,
+    num_blocks_override: int | None = None,
 ) -> KVCacheConfig:
     """Plan the cache tensors for `groups` within `available_memory` bytes (planner C: vLLM
     0.32/0.33 `get_kv_cache_config_from_groups`, block-outermost layout).
 
-    Every group starts at byte 0 of a block (groups overlay: a block id belongs to one group at a
-    time). Inside a group, the layers are taken spec by spec: all layers with one (equal) spec form
-    a run, in first-seen order, and one `KVCacheTensor` per run lists them with `layer_stride` =
-    their page. Any list of groups is accepted, so hand-made layouts can be compared with the real
-    grouping. Raises ValueError when the budget is smaller than one block (unless
-    `num_blocks_override` is given). The article's planner B is `older_planners.get_kv_cache_config_b`.
+    Every group starts at byte 0 of a block (groups overlay: a block id belongs to one group at
+    a time). Inside a group, the layers are taken spec by spec: all layers with one (equal)
+    spec form a run, in first-seen order, and one `KVCacheTensor` per run lists them with
+    `layer_stride` = their page. Any list of groups is accepted, so hand-made layouts can be
+    compared with the real grouping. Raises ValueError when the budget is smaller than one
+    block (unless `num_blocks_override` is given). The article's planner B is
+    `older_planners.get_kv_cache_config_b`.
     """
     _check_memory(available_memory)
     if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence):
-        raise TypeError(f"groups must be a list of KVCacheGroupSpec, got {type(groups).__name__}")
+        raise TypeError(
+            f"groups must be a list of KVCacheGroupSpec, got {type(groups).__name__}"
+        )
     groups = list(groups)
     if not groups:
-        raise ValueError("groups is empty: there is no cache to lay out (get_kv_cache_groups gives at least one)")
+        raise ValueError(
+            "groups is empty: there is no cache to lay out (get_kv_cache_groups gives at "
+            "least one)"
+        )
     bad = [g for g in groups if not isinstance(g, KVCacheGroupSpec)]
     if bad:
         raise TypeError(f"groups must hold KVCacheGroupSpec, got {type(bad[0]).__name__}")
@@ -335,7 +384,14 @@ def get_kv_cache_config(
         offset = 0
         for spec, names in runs.items():
             page = spec.page_size_bytes
-            tensors.append(KVCacheTensor(size=size, shared_by=tuple(names), offset=offset,
-                                         block_stride=block_stride, layer_stride=page))
+            tensors.append(
+                KVCacheTensor(
+                    size=size,
+                    shared_by=tuple(names),
+                    offset=offset,
+                    block_stride=block_stride,
+                    layer_stride=page,
+                )
+            )
             offset += len(names) * page
     return KVCacheConfig(num_blocks, tensors, groups)

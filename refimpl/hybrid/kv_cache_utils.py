@@ -1,18 +1,20 @@
 """Small pieces every part of the hybrid cache shares (vLLM v1's `kv_cache_utils.py`).
 
 - `BlockHash`, `hash_block_tokens`: the chained content hash of a block of tokens.
-- `make_block_hash_with_group_id` / `get_group_id`: the prefix-cache key, block hash + group id.
+- `make_block_hash_with_group_id` / `get_group_id`: the prefix-cache key, block hash + group
+  id.
 - `KVCacheBlock`: bookkeeping of one block (ref count, prefix-cache key, free-queue links).
-- `FreeKVCacheBlockQueue`: a doubly linked list threaded through the blocks themselves, with fake
+- `FreeKVCacheBlockQueue`: a doubly linked list threaded through the blocks themselves, with
+  fake
   head and tail sentinels, so popleft / remove / append / prepend are all O(1).
 
-vLLM keeps the planner (grouping, layout) here too in 0.32 and moves it to `kv_cache_planning.py`
-in later versions; refimpl has it in `kv_cache_planning.py`.
+vLLM keeps the planner (grouping, layout) here too in 0.32 and moves it to
+`kv_cache_planning.py` in later versions; refimpl has it in `kv_cache_planning.py`.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import xxhash
@@ -26,8 +28,11 @@ BlockHashWithGroupId = bytes
 """A prefix-cache key: the block hash followed by the group id as 4 big-endian bytes."""
 
 
-def make_block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHashWithGroupId:
-    """Key of a block in the prefix cache: the same prefix cached by two groups gives two keys."""
+def make_block_hash_with_group_id(
+    block_hash: BlockHash, group_id: int
+) -> BlockHashWithGroupId:
+    """Key of a block in the prefix cache: the same prefix cached by two groups gives two
+    keys."""
     return block_hash + group_id.to_bytes(4, "big")
 
 
@@ -39,16 +44,23 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
 class KVCacheBlock:
     """Metadata of one block of the pool; the bytes themselves live in the cache tensors.
 
-    `ref_cnt` counts the block tables holding this block. A block with `ref_cnt == 0` sits in the
-    free queue but may still carry a hash ("lazily freed"): a prefix hit can revive it until
-    `get_new_blocks` hands it to someone else and its hash is dropped.
+    `ref_cnt` counts the block tables holding this block. A block with `ref_cnt == 0` sits in
+    the free queue but may still carry a hash ("lazily freed"): a prefix hit can revive it
+    until `get_new_blocks` hands it to someone else and its hash is dropped.
 
     `block_hash_num_tokens` is the prefix length the key stands for: the end of the block for a
     full block, a point inside it for a partial entry (vLLM's `_cache_partial_tail_block`).
     """
 
-    __slots__ = ("block_id", "ref_cnt", "_block_hash", "block_hash_num_tokens", "prev_free_block",
-                 "next_free_block", "is_null")
+    __slots__ = (
+        "block_id",
+        "ref_cnt",
+        "_block_hash",
+        "block_hash_num_tokens",
+        "prev_free_block",
+        "next_free_block",
+        "is_null",
+    )
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
@@ -66,7 +78,9 @@ class KVCacheBlock:
     def set_block_hash(self, key: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
         if self._block_hash is not None:
-            raise InvariantError(f"block {self.block_id} already has a hash; reset it before re-hashing")
+            raise InvariantError(
+                f"block {self.block_id} already has a hash; reset it before re-hashing"
+            )
         self._block_hash = key
         self.block_hash_num_tokens = num_tokens
 
@@ -166,14 +180,16 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks -= 1
 
 
-
 NONE_HASH: BlockHash = xxhash.xxh3_128(b"refimpl NONE_HASH").digest()
 """Parent hash of the first block. Fixed (vLLM draws it at random unless PYTHONHASHSEED is set)
 so that notebook output is reproducible."""
 
 
-def hash_block_tokens(parent_block_hash: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
-    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens (int64)."""
+def hash_block_tokens(
+    parent_block_hash: BlockHash | None, token_ids: Sequence[int]
+) -> BlockHash:
+    """Hash of a prefix: 128-bit xxh3 over the parent's hash and this block's tokens
+    (int64)."""
     h = xxhash.xxh3_128()
     h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
     h.update(np.asarray(token_ids, dtype="<i8").tobytes())

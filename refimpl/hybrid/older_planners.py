@@ -1,15 +1,18 @@
 """The planners vLLM ran before planner C, kept for the chapters that compare them.
 
-- V0 (`bytes_per_block_v0`): every layer tuple reserves one page of each distinct MLA page size;
-- A (`bytes_per_block_slots`): one slot per (page size, ordinal within its group), shared by groups;
+- V0 (`bytes_per_block_v0`): every layer tuple reserves one page of each distinct MLA page
+  size;
+- A (`bytes_per_block_slots`): one slot per (page size, ordinal within its group), shared by
+  groups;
 - B (`get_kv_cache_groups_b`, `get_kv_cache_config_b`, `bytes_per_block_b`): the version the
   article "vllm分析(四)——kv cache初始化" describes. Grouping: one MLA group first, then the
   sliding-window buckets (`group_and_unify_kv_cache_specs`), each split by the approximate gcd.
   Layout, four cases: no groups -> one block (the null block) and no tensors; one group of one
   `UniformTypeKVCacheSpecs` -> one tensor per layer sized by its own page; packed (every group
-  uniform-type, or cross-layer blocks requested) -> one slab of `num_blocks x block_stride` bytes,
-  each group laid out densely from byte 0 of a block, one tensor per byte offset; general -> all
-  groups share one page size and tensor i is shared by the i-th layer of each group.
+  uniform-type, or cross-layer blocks requested) -> one slab of `num_blocks x block_stride`
+  bytes, each group laid out densely from byte 0 of a block, one tensor per byte offset;
+  general -> all groups share one page size and tensor i is shared by the i-th layer of each
+  group.
 What vLLM runs today is planner C, in `kv_cache_planning.py`.
 """
 
@@ -40,8 +43,8 @@ from refimpl.hybrid.kv_cache_planning import (
     unify_kv_cache_spec_page_size,
 )
 
-
 # --- planner B: grouping
+
 
 def group_and_unify_kv_cache_specs(
     specs: Mapping[str, KVCacheSpec],
@@ -98,7 +101,8 @@ def split_bucket(bucket: UniformTypeKVCacheSpecs, num_layer_tuples: int) -> list
 def _get_kv_cache_groups_uniform_groups(
     grouped: Sequence[UniformTypeKVCacheSpecs],
 ) -> list[KVCacheGroupSpec]:
-    """The MLA bucket becomes group 0 whole; each other bucket is split by the approximate gcd."""
+    """The MLA bucket becomes group 0 whole; each other bucket is split by the approximate
+    gcd."""
     mla = grouped[0]
     if not all(isinstance(s, MLAAttentionSpec) for s in mla.kv_cache_specs.values()):
         raise ValueError("the first DeepSeek V4 bucket must hold only MLAAttentionSpec layers")
@@ -112,17 +116,22 @@ def _get_kv_cache_groups_uniform_groups(
     return groups
 
 
-def get_kv_cache_groups_b(specs: Mapping[str, KVCacheSpec], *, use_eagle: bool = False) -> list[KVCacheGroupSpec]:
+def get_kv_cache_groups_b(
+    specs: Mapping[str, KVCacheSpec], *, use_eagle: bool = False
+) -> list[KVCacheGroupSpec]:
     """Planner B's grouping, in order (as vLLM v1's `get_kv_cache_groups` did then):
 
     1. no layers -> no groups (an attention-free model);
     2. every spec equal -> one group;
     3. one `UniformTypeKVCacheSpecs` fits -> one group (DeepSeek V3.2: MLA + indexer);
-    4. `group_and_unify_kv_cache_specs` -> the DeepSeek V4 path: one MLA group plus sliding-window
+    4. `group_and_unify_kv_cache_specs` -> the DeepSeek V4 path: one MLA group plus
+      sliding-window
        buckets, each bucket split into groups of about the same number of "layer tuples";
-    5. otherwise the general hybrid path: same-spec layers split into equal-size groups that all
+    5. otherwise the general hybrid path: same-spec layers split into equal-size groups that
+      all
        use one page size.
-    `use_eagle=True` flags the group holding the last registered layer, for DeepSeek V4 specs only.
+    `use_eagle=True` flags the group holding the last registered layer, for DeepSeek V4 specs
+    only.
     """
     if not specs:
         return []
@@ -140,6 +149,7 @@ def get_kv_cache_groups_b(specs: Mapping[str, KVCacheSpec], *, use_eagle: bool =
 
 
 # --- planner B: layout
+
 
 def get_packed_kv_cache_layout(
     groups: Sequence[KVCacheGroupSpec],
@@ -165,7 +175,8 @@ def get_packed_kv_cache_layout(
 def use_packed_kv_cache_config(
     groups: Sequence[KVCacheGroupSpec], enable_cross_layers_blocks: bool = False
 ) -> bool:
-    """Packed when every group is uniform-type (DeepSeek V4) or when cross-layer blocks are on."""
+    """Packed when every group is uniform-type (DeepSeek V4) or when cross-layer blocks are
+    on."""
     if all(isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs) for g in groups):
         return True
     return enable_cross_layers_blocks and len(groups) > 1
@@ -174,14 +185,17 @@ def use_packed_kv_cache_config(
 def uniform_page_size(groups: Sequence[KVCacheGroupSpec]) -> int:
     pages = {g.kv_cache_spec.page_size_bytes for g in groups}
     if len(pages) != 1:
-        raise ValueError(f"the general layout needs one page size across groups, got {sorted(pages)}")
+        raise ValueError(
+            f"the general layout needs one page size across groups, got {sorted(pages)}"
+        )
     return pages.pop()
 
 
 def bytes_per_block_b(
     groups: Sequence[KVCacheGroupSpec], enable_cross_layers_blocks: bool = False
 ) -> int:
-    """Bytes that one more block id costs under planner B (the divisor of the memory budget)."""
+    """Bytes that one more block id costs under planner B (the divisor of the memory
+    budget)."""
     groups = list(groups)
     if not groups:
         return 0
@@ -201,11 +215,11 @@ def get_kv_cache_config_b(
 ) -> KVCacheConfig:
     """Planner B's layout: the cache tensors for `groups` within `available_memory` bytes.
 
-    Any list of groups is accepted, so hand-made layouts (such as the vLLM KV-cache article's MLA + one
-    unsplit SWA group) can be compared with the real grouping. Raises ValueError when the budget is
-    smaller than one block (unless `num_blocks_override` is given).
-    Planner C (`kv_cache_planning.get_kv_cache_config`) lists one tensor per group and spec run
-    instead of one per byte offset.
+    Any list of groups is accepted, so hand-made layouts (such as the vLLM KV-cache article's
+    MLA + one unsplit SWA group) can be compared with the real grouping. Raises ValueError when
+    the budget is smaller than one block (unless `num_blocks_override` is given). Planner C
+    (`kv_cache_planning.get_kv_cache_config`) lists one tensor per group and spec run instead
+    of one per byte offset.
     """
     _check_memory(available_memory)
     groups = list(groups)
@@ -216,7 +230,9 @@ def get_kv_cache_config_b(
 
     if len(groups) == 1 and isinstance(groups[0].kv_cache_spec, UniformTypeKVCacheSpecs):
         group = groups[0]
-        num_blocks = _num_blocks(available_memory, group.kv_cache_spec.page_size_bytes, num_blocks_override)
+        num_blocks = _num_blocks(
+            available_memory, group.kv_cache_spec.page_size_bytes, num_blocks_override
+        )
         tensors = [
             KVCacheTensor(size=group.page_size_of(name) * num_blocks, shared_by=(name,))
             for name in group.layer_names
@@ -228,8 +244,12 @@ def get_kv_cache_config_b(
         num_blocks = _num_blocks(available_memory, block_stride, num_blocks_override)
         size = block_stride * num_blocks
         tensors = [
-            KVCacheTensor(size=size, shared_by=tuple(layers_by_offset[offset]), offset=offset,
-                          block_stride=block_stride)
+            KVCacheTensor(
+                size=size,
+                shared_by=tuple(layers_by_offset[offset]),
+                offset=offset,
+                block_stride=block_stride,
+            )
             for offset in sorted(layers_by_offset)
         ]
         return KVCacheConfig(num_blocks, tensors, groups)
@@ -249,6 +269,7 @@ def get_kv_cache_config_b(
 
 
 # --- planners V0 and A: bytes per block only
+
 
 def _page_counts(group: KVCacheGroupSpec) -> Counter:
     """{page size: number of the group's layers with that page}."""

@@ -1,14 +1,15 @@
 """A request as the hybrid allocator sees it (a minimal stand-in for vLLM's `Request`).
 
 Token ids, how many are computed, and the chained prefix hashes at `hash_block_size`
-granularity, extended as tokens arrive (`kv_cache_utils.hash_block_tokens` is the hash they chain).
+granularity, extended as tokens arrive (`kv_cache_utils.hash_block_tokens` is the hash they
+chain).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import xxhash

@@ -8,8 +8,8 @@ One manager owns the block tables of one cache group. All managers draw block id
   run of cached blocks from the start.
 - `SlidingWindowManager` (sliding-window KV and the compressor state, which vLLM registers as
   a sliding window of `coff * ratio` tokens): blocks that fall out of the window are freed and
-  replaced by the null block; a prefix hit only needs the last `window - 1` tokens before the hit
-  point, so a hit may have nulls in front.
+  replaced by the null block; a prefix hit only needs the last `window - 1` tokens before the
+  hit point, so a hit may have nulls in front.
 
 With eagle/MTP speculative decoding, the managers of the eagle groups give up the last block of
 a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomputed.
@@ -24,9 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
 from refimpl.hybrid.block_pool import BlockPool
-from refimpl.hybrid.request import Request
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     KVCacheGroupSpec,
@@ -35,18 +33,25 @@ from refimpl.hybrid.kv_cache_interface import (
     cdiv,
     unwrap_spec,
 )
+from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
+from refimpl.hybrid.request import Request
 
 
 class BlockHashListWithBlockSize:
     """Read-only view of fine-grained prefix hashes at a coarser block size.
 
-    Block j of size `block_size` ends at hash index `(j + 1) * block_size // hash_block_size - 1`;
-    that hash already covers the whole prefix, so it identifies the block.
+    Block j of size `block_size` ends at hash index `(j + 1) * block_size // hash_block_size -
+    1`; that hash already covers the whole prefix, so it identifies the block.
     """
 
-    def __init__(self, block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int) -> None:
+    def __init__(
+        self, block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int
+    ) -> None:
         if block_size % hash_block_size != 0:
-            raise ValueError(f"block_size {block_size} must be a multiple of hash_block_size {hash_block_size}")
+            raise ValueError(
+                f"block_size {block_size} must be a multiple of hash_block_size "
+                f"{hash_block_size}"
+            )
         self.block_hashes = block_hashes
         self.scale = block_size // hash_block_size
 
@@ -88,8 +93,8 @@ class SingleTypeKVCacheManager:
         self.max_in_flight_tokens = max_in_flight_tokens
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}
-        # Copy-on-write: request -> (table index, source block) of a hit that ends inside a block,
-        # and the (source, copy) pairs the worker still has to copy.
+        # Copy-on-write: request -> (table index, source block) of a hit that ends inside a
+        # block, and the (source, copy) pairs the worker still has to copy.
         self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
         self.pending_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
         self._null_block = block_pool.null_block
@@ -121,8 +126,8 @@ class SingleTypeKVCacheManager:
         retention_interval: int | None = None,
         reachable_boundaries: Sequence[int] = (),
     ) -> list[bool] | None:
-        """Which of blocks [start_block, end_block) are worth hashing (None: all of them, as for
-        full attention). Sliding windows override it."""
+        """Which of blocks [start_block, end_block) are worth hashing (None: all of them, as
+        for full attention). Sliding windows override it."""
         return None
 
     # --- counting
@@ -144,7 +149,8 @@ class SingleTypeKVCacheManager:
         if cap is not None:
             required = min(required, cap)
         req_blocks = self.req_to_blocks.get(request_id, [])
-        if request_id in self.num_cached_block:  # running: hits only count on the first allocation
+        # running: hits only count on the first allocation
+        if request_id in self.num_cached_block:
             return max(required - len(req_blocks), 0)
         skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         local_blocks = len(new_computed_blocks) + len(req_blocks)
@@ -154,19 +160,24 @@ class SingleTypeKVCacheManager:
             for block in new_computed_blocks[max(0, skipped_blocks - len(req_blocks)) :]
             if block.ref_cnt == 0 and not block.is_null
         )
-        copy_on_write = 1 if new_computed_blocks and total_computed_tokens % self.block_size else 0
+        copy_on_write = (
+            1 if new_computed_blocks and total_computed_tokens % self.block_size else 0
+        )
         return num_new + revived + copy_on_write
 
     # --- allocation
     def allocate_new_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], total_computed_tokens: int
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
     ) -> None:
         """Start a request's table with its prefix hits (first allocation only).
 
-        Hits already outside the window are replaced by the null block instead of touched. A hit
-        that ends inside a block (fine-grained groups only) keeps that block for now; the next
-        `allocate_new_blocks` swaps in a private copy (copy-on-write), because this request will
-        write the rest of the block.
+        Hits already outside the window are replaced by the null block instead of touched. A
+        hit that ends inside a block (fine-grained groups only) keeps that block for now; the
+        next `allocate_new_blocks` swaps in a private copy (copy-on-write), because this
+        request will write the rest of the block.
         """
         if request_id in self.num_cached_block:
             return
@@ -187,14 +198,17 @@ class SingleTypeKVCacheManager:
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Append fresh blocks until the table covers `num_tokens` tokens; return the new ones.
 
-        A pending partial hit first gets its copy: a new block replaces the shared source in the
-        table, and both stay referenced by `pending_copies` until `take_kv_cache_block_copies` runs.
+        A pending partial hit first gets its copy: a new block replaces the shared source in
+        the table, and both stay referenced by `pending_copies` until
+        `take_kv_cache_block_copies` runs.
         """
         needed = self.num_new_blocks_needed(request_id, num_tokens)
         if needed > self.block_pool.get_num_free_blocks():
             raise ValueError(
-                f"request {request_id} needs {needed} new blocks in group {self.kv_cache_group_id} "
-                f"but only {self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
+                f"request {request_id} needs {needed} new blocks in group "
+                f"{self.kv_cache_group_id} "
+                f"but only {self.block_pool.get_num_free_blocks()} are free; nothing was "
+                "allocated"
             )
         table = self.req_to_blocks[request_id]
         copies: list[KVCacheBlock] = []
@@ -220,8 +234,8 @@ class SingleTypeKVCacheManager:
         """The worker copied every pending (source, copy) pair: drop the references they held.
 
         Returns the pairs as block ids (vLLM's manager drains them the same way and hands the
-        worker `KVCacheBlockCopy` records; refimpl has no worker, so the pairs are the record). The source loses this request's hit reference (the
-        request now reads its own copy).
+        worker `KVCacheBlockCopy` records; refimpl has no worker, so the pairs are the record).
+        The source loses this request's hit reference (the request now reads its own copy).
         """
         done = [(src.block_id, dst.block_id) for src, dst in self.pending_copies]
         for src, dst in self.pending_copies:
@@ -237,11 +251,12 @@ class SingleTypeKVCacheManager:
         *,
         replay_boundaries: Sequence[int] = (),
     ) -> None:
-        """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix cache.
+        """Register the request's newly full blocks (up to `num_tokens` tokens) in the prefix
+        cache.
 
-        `retention_interval` and `replay_boundaries` (see `KVCacheCoordinator.cache_blocks`) only
-        matter to sliding windows, which keep a block only where a later hit could use it; the
-        request's `shared_prefix_boundary` (a junction its lookup found) is kept as well.
+        `retention_interval` and `replay_boundaries` (see `KVCacheCoordinator.cache_blocks`)
+        only matter to sliding windows, which keep a block only where a later hit could use it;
+        the request's `shared_prefix_boundary` (a junction its lookup found) is kept as well.
         """
         request_id = request.request_id
         num_cached = self.num_cached_block.get(request_id, 0)
@@ -252,20 +267,34 @@ class SingleTypeKVCacheManager:
         if request.shared_prefix_boundary:
             boundaries.append(request.shared_prefix_boundary)
         mask = self.reachable_block_mask(
-            num_cached, num_full, self.alignment_tokens, self.kv_cache_spec, self.use_eagle,
-            retention_interval=retention_interval, reachable_boundaries=boundaries,
+            num_cached,
+            num_full,
+            self.alignment_tokens,
+            self.kv_cache_spec,
+            self.use_eagle,
+            retention_interval=retention_interval,
+            reachable_boundaries=boundaries,
         )
-        hashes = BlockHashListWithBlockSize(request.block_hashes, self.hash_block_size, self.block_size)
+        hashes = BlockHashListWithBlockSize(
+            request.block_hashes, self.hash_block_size, self.block_size
+        )
         self.block_pool.cache_full_blocks(
-            hashes, self.req_to_blocks[request_id], num_cached, num_full, self.kv_cache_group_id,
-            block_mask=mask, block_size=self.block_size,
+            hashes,
+            self.req_to_blocks[request_id],
+            num_cached,
+            num_full,
+            self.kv_cache_group_id,
+            block_mask=mask,
+            block_size=self.block_size,
         )
         self.num_cached_block[request_id] = num_full
 
     def _skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[int]:
         """Table indices that left the window and are not yet null, last first."""
         table = self.req_to_blocks.get(request_id) or []
-        num_skipped = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table))
+        num_skipped = min(
+            self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table)
+        )
         indices = []
         for i in range(num_skipped - 1, -1, -1):
             if table[i].is_null:
@@ -277,9 +306,15 @@ class SingleTypeKVCacheManager:
         """How many blocks `remove_skipped_blocks` would return to the free queue (shared
         blocks only lose a reference)."""
         table = self.req_to_blocks.get(request_id) or []
-        return sum(1 for i in self._skipped_blocks(request_id, total_computed_tokens) if table[i].ref_cnt == 1)
+        return sum(
+            1
+            for i in self._skipped_blocks(request_id, total_computed_tokens)
+            if table[i].ref_cnt == 1
+        )
 
-    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> list[KVCacheBlock]:
+    def remove_skipped_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> list[KVCacheBlock]:
         """Free the blocks that left the window and put the null block in their place.
 
         Walks backwards from the last skipped block and stops at the first null (everything
@@ -302,9 +337,10 @@ class SingleTypeKVCacheManager:
         self.num_cached_block.pop(request_id, None)
         self._partial_hit_reqs.pop(request_id, None)
 
-    # --- prefix lookup: each kind defines the classmethod `find_longest_cache_hit(block_hashes,
-    # max_length, kv_cache_group_ids, block_pool, kv_cache_spec, hash_block_size, alignment_tokens)`
-    # returning one list of hit blocks per group id (vLLM's signature).
+    # --- prefix lookup: each kind defines the classmethod
+    # `find_longest_cache_hit(block_hashes, max_length, kv_cache_group_ids, block_pool,
+    # kv_cache_spec, hash_block_size, alignment_tokens)` returning one list of hit blocks per
+    # group id (vLLM's signature).
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
@@ -318,17 +354,27 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         *,
         replay_boundaries: Sequence[int] = (),
     ) -> None:
-        """Cache the full blocks, then the partial entries (see `_cache_partial_tail_block`)."""
-        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
-        if self.is_fine_grained and num_tokens % self.block_size and num_tokens >= self.hash_block_size:
-            # refimpl's fine-grained mode: the block being filled answers the prefix ending in it
+        """Cache the full blocks, then the partial entries (see
+        `_cache_partial_tail_block`)."""
+        super().cache_blocks(
+            request, num_tokens, retention_interval, replay_boundaries=replay_boundaries
+        )
+        if (
+            self.is_fine_grained
+            and num_tokens % self.block_size
+            and num_tokens >= self.hash_block_size
+        ):
+            # refimpl's fine-grained mode: the block being filled answers the prefix ending in
+            # it
             table = self.req_to_blocks[request.request_id]
             idx = num_tokens // self.block_size
             if idx < len(table):
                 aligned = num_tokens // self.hash_block_size * self.hash_block_size
                 self.block_pool.cache_partial_block(
-                    request.block_hashes[aligned // self.hash_block_size - 1], table[idx],
-                    self.kv_cache_group_id, aligned,
+                    request.block_hashes[aligned // self.hash_block_size - 1],
+                    table[idx],
+                    self.kv_cache_group_id,
+                    aligned,
                 )
         if self.block_size != self.hash_block_size:
             self._cache_partial_tail_block(request, num_tokens)
@@ -350,7 +396,10 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if idx >= len(table):
             return
         self.block_pool.cache_partial_block(
-            request.block_hashes[boundary // hash_block_size - 1], table[idx], self.kv_cache_group_id, boundary
+            request.block_hashes[boundary // hash_block_size - 1],
+            table[idx],
+            self.kv_cache_group_id,
+            boundary,
         )
 
     @classmethod
@@ -367,9 +416,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     ) -> tuple[list[KVCacheBlock], ...]:
         """Cached blocks from the start, stopping at the first miss, trimmed to the alignment.
 
-        `drop_eagle_block`: eagle/MTP drafting needs the hidden states of the tokens just before
-        the generation point, so one block (one alignment unit if smaller) of the hit is given
-        up and recomputed.
+        `drop_eagle_block`: eagle/MTP drafting needs the hidden states of the tokens just
+        before the generation point, so one block (one alignment unit if smaller) of the hit is
+        given up and recomputed.
         """
         bs = kv_cache_spec.block_size
         hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
@@ -412,7 +461,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             end = start + used
             if end > max_length or end // hash_block_size > len(block_hashes):
                 continue
-            cached = block_pool.get_cached_block(block_hashes[end // hash_block_size - 1], kv_cache_group_ids)
+            cached = block_pool.get_cached_block(
+                block_hashes[end // hash_block_size - 1], kv_cache_group_ids
+            )
             if cached is not None:
                 return tuple(cached), used
         return None
@@ -421,24 +472,35 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 class SlidingWindowManager(SingleTypeKVCacheManager):
     """Sliding window of `W` tokens: token p reads positions [p - W + 1, p]."""
 
-    def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs) -> None:
+    def __init__(
+        self,
+        kv_cache_spec: KVCacheSpec,
+        block_pool: BlockPool,
+        kv_cache_group_id: int,
+        **kwargs,
+    ) -> None:
         super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
         self.sliding_window: int = self.kv_cache_spec.sliding_window  # the spec checked it
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        """The next token to compute sits at `num_computed_tokens`; it reads back W - 1 tokens."""
+        """The next token to compute sits at `num_computed_tokens`; it reads back W - 1
+        tokens."""
         return max(0, num_computed_tokens - self.sliding_window + 1)
 
     def max_admission_blocks_per_request(self) -> int | None:
-        """Window plus the tokens in flight, one more because the window may start mid-block."""
+        """Window plus the tokens in flight, one more because the window may start
+        mid-block."""
         if self.max_in_flight_tokens is None:
             return None
         return cdiv(self.sliding_window - 1 + self.max_in_flight_tokens, self.block_size) + 1
 
     @staticmethod
-    def contiguous_blocks_for_hit(sliding_window: int, block_size: int, use_eagle: bool) -> int:
-        """Cached blocks a hit needs right before its end: the last W - 1 tokens, plus one block
-        with eagle (that block is matched and then dropped, see `find_longest_cache_hit`)."""
+    def contiguous_blocks_for_hit(
+        sliding_window: int, block_size: int, use_eagle: bool
+    ) -> int:
+        """Cached blocks a hit needs right before its end: the last W - 1 tokens, plus one
+        block with eagle (that block is matched and then dropped, see
+        `find_longest_cache_hit`)."""
         return cdiv(sliding_window - 1, block_size) + (1 if use_eagle else 0)
 
     @classmethod
@@ -454,9 +516,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     ) -> list[bool] | None:
         """Which of blocks [start_block, end_block) to hash (vLLM's retention rules).
 
-        A hit can end only on an alignment boundary and needs only the `need` blocks just before
-        it (`contiguous_blocks_for_hit`), so a block elsewhere can never serve a hit. Where the
-        kept tails are:
+        A hit can end only on an alignment boundary and needs only the `need` blocks just
+        before it (`contiguous_blocks_for_hit`), so a block elsewhere can never serve a hit.
+        Where the kept tails are:
         - `retention_interval=None` (dense): before every alignment boundary;
         - `0` (vLLM's default): only before the reachable boundaries, the positions a later
           request can actually resume at (the prompt's replay boundary and a shared-prefix
@@ -498,20 +560,24 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         alignment_tokens: int | None = None,
         drop_eagle_block: bool = False,
     ) -> tuple[list[KVCacheBlock], ...]:
-        """Scan right to left for `cdiv(W - 1, block_size)` contiguous cached blocks ending on an
-        alignment boundary; everything before the run is the null block.
+        """Scan right to left for `cdiv(W - 1, block_size)` contiguous cached blocks ending on
+        an alignment boundary; everything before the run is the null block.
 
         `drop_eagle_block`: the run needs one more block, which ends on the boundary and is
         then dropped (eagle recomputes it), so the hit still ends on an alignment boundary.
         """
         block_size = kv_cache_spec.block_size
-        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or block_size, block_size)
+        hashes = BlockHashListWithBlockSize(
+            block_hashes, hash_block_size or block_size, block_size
+        )
         alignment = alignment_tokens or block_size
         sliding_window_contiguous_blocks = cls.contiguous_blocks_for_hit(
             kv_cache_spec.sliding_window, block_size, drop_eagle_block
         )
         max_num_blocks = min(max_length // block_size, len(hashes))
-        computed_blocks = tuple([block_pool.null_block] * max_num_blocks for _ in kv_cache_group_ids)
+        computed_blocks = tuple(
+            [block_pool.null_block] * max_num_blocks for _ in kv_cache_group_ids
+        )
         num_contiguous_blocks = 0
         match_found = False
         for i in range(max_num_blocks - 1, -1, -1):
@@ -532,25 +598,37 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                 match_found = True
                 break
         if not match_found:
-            # Too short a run anywhere: only a run starting at block 0 counts (nothing before it
-            # is needed), trimmed down to the alignment.
+            # Too short a run anywhere: only a run starting at block 0 counts (nothing before
+            # it is needed), trimmed down to the alignment.
             for computed in computed_blocks:
                 del computed[num_contiguous_blocks:]
-            while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
+            while (
+                computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0
+            ):
                 for computed in computed_blocks:
                     computed.pop()
         if drop_eagle_block and computed_blocks[0]:
             for computed in computed_blocks:
                 computed.pop()
-            while computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0:
+            while (
+                computed_blocks[0] and (len(computed_blocks[0]) * block_size) % alignment != 0
+            ):
                 for computed in computed_blocks:
                     computed.pop()
         return computed_blocks
 
 
 def make_manager(
-    kv_cache_spec: KVCacheGroupSpec | KVCacheSpec, block_pool: BlockPool, kv_cache_group_id: int, **kwargs
+    kv_cache_spec: KVCacheGroupSpec | KVCacheSpec,
+    block_pool: BlockPool,
+    kv_cache_group_id: int,
+    **kwargs,
 ) -> SingleTypeKVCacheManager:
-    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full attention."""
-    cls = SlidingWindowManager if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec) else FullAttentionManager
+    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full
+    attention."""
+    cls = (
+        SlidingWindowManager
+        if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec)
+        else FullAttentionManager
+    )
     return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

@@ -2,7 +2,8 @@
 
 Three backends compute the same attention over the paged KV cache:
 
-* ``"torch"``: pure torch, runs anywhere: ``refimpl.kernels.torch_backend``, the fast versions of
+* ``"torch"``: pure torch, runs anywhere: ``refimpl.kernels.torch_backend``, the fast versions
+  of
   the readable twins in ``refimpl.kernels.reference`` (same signatures, same numbers).
 * ``"triton"``: the Triton kernels in ``refimpl.kernels``; compiled on CUDA, run by Triton's
   CPU interpreter elsewhere (correct but about a thousand times slower than torch).
@@ -17,8 +18,8 @@ Nothing here imports flash-attn or launches a kernel: asking what is available i
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -44,7 +45,8 @@ def _device_type(device: torch.device | str | None) -> str:
 
 
 def available_attention_backends(device: torch.device | str | None = None) -> list[str]:
-    """The backends that can run on ``device`` (default: CUDA when present, else CPU), best first."""
+    """The backends that can run on ``device`` (default: CUDA when present, else CPU), best
+    first."""
     kind = _device_type(device)
     names = []
     if kind == "cuda" and has_flash_attn():
@@ -55,7 +57,9 @@ def available_attention_backends(device: torch.device | str | None = None) -> li
     return names
 
 
-def best_attention_backend(device: torch.device | str | None = None, block_size: int | None = None) -> str:
+def best_attention_backend(
+    device: torch.device | str | None = None, block_size: int | None = None
+) -> str:
     """The fastest backend that works on ``device`` (and pages ``block_size``, when given).
 
     On CUDA: flash-attn if installed and the block size is a multiple of 256, else compiled
@@ -65,25 +69,42 @@ def best_attention_backend(device: torch.device | str | None = None, block_size:
     if _device_type(device) != "cuda":
         return "torch"
     for name in available_attention_backends(device):
-        if name == "flash-attn" and block_size is not None and block_size % FLASH_ATTN_BLOCK_SIZE_MULTIPLE:
+        if (
+            name == "flash-attn"
+            and block_size is not None
+            and block_size % FLASH_ATTN_BLOCK_SIZE_MULTIPLE
+        ):
             continue
         return name
     return "torch"
 
 
 def check_flash_attn_block_size(block_size: int) -> None:
-    """Raise ``ValueError`` unless ``block_size`` is a positive multiple of 256 (flash-attn's paged KV rule)."""
+    """Raise ``ValueError`` unless ``block_size`` is a positive multiple of 256 (flash-attn's
+    paged KV rule)."""
     multiple = FLASH_ATTN_BLOCK_SIZE_MULTIPLE
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1 or block_size % multiple:
-        suggestion = -(-block_size // multiple) * multiple if isinstance(block_size, int) and block_size > 0 else multiple
+    if (
+        not isinstance(block_size, int)
+        or isinstance(block_size, bool)
+        or block_size < 1
+        or block_size % multiple
+    ):
+        suggestion = (
+            -(-block_size // multiple) * multiple
+            if isinstance(block_size, int) and block_size > 0
+            else multiple
+        )
         raise ValueError(
-            f"flash-attn's paged KV cache needs a block size that is a positive multiple of {multiple}, "
+            "flash-attn's paged KV cache needs a block size that is a positive multiple of "
+            f"{multiple}, "
             f"got {block_size!r}; use e.g. kvcache_block_size={suggestion}, "
             "or the 'triton' / 'torch' attention backend, which accept any block size"
         )
 
 
-def check_attention_backend(name: str, device: torch.device | str | None = None, block_size: int | None = None) -> str:
+def check_attention_backend(
+    name: str, device: torch.device | str | None = None, block_size: int | None = None
+) -> str:
     """Validate a backend choice for ``device`` and ``block_size``; return the name.
 
     ``None`` or ``"auto"`` picks :func:`best_attention_backend`, except that flash-attn is
@@ -92,32 +113,45 @@ def check_attention_backend(name: str, device: torch.device | str | None = None,
     if name is None or name == "auto":
         return best_attention_backend(device, block_size)
     if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)} or 'auto'")
+        raise ValueError(
+            f"unknown attention backend {name!r}; choose one of "
+            f"{', '.join(ATTENTION_BACKENDS)} or 'auto'"
+        )
     kind = _device_type(device)
     if name == "flash-attn":
-        # The block-size rule first: it is a setting to fix on every machine, not a missing part.
+        # The block-size rule first: it is a setting to fix on every machine, not a missing
+        # part.
         if block_size is not None:
             check_flash_attn_block_size(block_size)
         if kind != "cuda":
-            raise BackendUnavailableError(f"flash-attn runs only on CUDA devices, not on {kind}")
+            raise BackendUnavailableError(
+                f"flash-attn runs only on CUDA devices, not on {kind}"
+            )
         if not has_flash_attn():
-            raise BackendUnavailableError("flash-attn is not installed; `pip install flash-attn` needs CUDA to build")
+            raise BackendUnavailableError(
+                "flash-attn is not installed; `pip install flash-attn` needs CUDA to build"
+            )
     if name == "triton":
         if not HAS_TRITON:
-            raise BackendUnavailableError("Triton is not installed; use the 'torch' attention backend")
+            raise BackendUnavailableError(
+                "Triton is not installed; use the 'torch' attention backend"
+            )
         if MODE_MISMATCH is not None:
             raise BackendUnavailableError(MODE_MISMATCH)
         if kind == "cpu" and not INTERPRET:
             raise BackendUnavailableError(
-                "Triton kernels on CPU tensors need TRITON_INTERPRET=1 in the environment before refimpl is "
-                "imported (refimpl sets it itself when no CUDA device is present and you did not set it)"
+                "Triton kernels on CPU tensors need TRITON_INTERPRET=1 in the environment "
+                "before refimpl is "
+                "imported (refimpl sets it itself when no CUDA device is present and you did "
+                "not set it)"
             )
     return name
 
 
 @dataclass(frozen=True)
 class AttentionOps:
-    """The three cache operations of one backend, all with the signatures of ``refimpl.kernels``.
+    """The three cache operations of one backend, all with the signatures of
+    ``refimpl.kernels``.
 
     With ``check_once_per_step`` the three also take ``check=``, and the engine checks a step's
     arguments in its first attention layer only (every layer gets the same step metadata);
@@ -132,38 +166,78 @@ class AttentionOps:
 
 
 def _flash_attn_ops() -> AttentionOps:
-    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache  # CUDA-only optional extra
+    # CUDA-only optional extra
+    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
     from refimpl.kernels.store_kvcache import store_kvcache as triton_store_kvcache
 
-    def decode(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, num_splits=0):
-        reference.check_decode_args(q, k_cache, v_cache, cache_seqlens, block_table, num_splits)
+    def decode(
+        q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, num_splits=0
+    ):
+        reference.check_decode_args(
+            q, k_cache, v_cache, cache_seqlens, block_table, num_splits
+        )
         check_flash_attn_block_size(k_cache.shape[1])
         out = flash_attn_with_kvcache(
-            q.unsqueeze(1), k_cache, v_cache,
-            cache_seqlens=cache_seqlens.to(torch.int32), block_table=block_table.to(torch.int32),
-            softmax_scale=softmax_scale, causal=True, num_splits=num_splits,
+            q.unsqueeze(1),
+            k_cache,
+            v_cache,
+            cache_seqlens=cache_seqlens.to(torch.int32),
+            block_table=block_table.to(torch.int32),
+            softmax_scale=softmax_scale,
+            causal=True,
+            num_splits=num_splits,
         )
         return out.squeeze(1)
 
-    def prefill(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table,
-                softmax_scale=None):
-        reference.check_prefill_args(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                     block_table)
+    def prefill(
+        q,
+        k_cache,
+        v_cache,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        block_table,
+        softmax_scale=None,
+    ):
+        reference.check_prefill_args(
+            q,
+            k_cache,
+            v_cache,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            block_table,
+        )
         check_flash_attn_block_size(k_cache.shape[1])
         return flash_attn_varlen_func(
-            q, k_cache, v_cache, cu_seqlens_q.to(torch.int32), cu_seqlens_k.to(torch.int32), max_seqlen_q,
-            max_seqlen_k, softmax_scale=softmax_scale, causal=True, block_table=block_table.to(torch.int32),
+            q,
+            k_cache,
+            v_cache,
+            cu_seqlens_q.to(torch.int32),
+            cu_seqlens_k.to(torch.int32),
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=True,
+            block_table=block_table.to(torch.int32),
         )
 
     return AttentionOps("flash-attn", triton_store_kvcache, decode, prefill)
 
 
-def attention_ops(name: str | None = None, device: torch.device | str | None = None,
-                  block_size: int | None = None) -> AttentionOps:
-    """The store / decode / prefill functions of backend ``name`` (``None`` or ``"auto"``: the best one).
+def attention_ops(
+    name: str | None = None,
+    device: torch.device | str | None = None,
+    block_size: int | None = None,
+) -> AttentionOps:
+    """The store / decode / prefill functions of backend ``name`` (``None`` or ``"auto"``: the
+    best one).
 
-    The flash-attn backend writes the cache with the Triton ``store_kvcache``, as nano-vllm does.
+    The flash-attn backend writes the cache with the Triton ``store_kvcache``, as nano-vllm
+    does.
     """
     name = check_attention_backend(name, device, block_size)
     if name == "flash-attn":
@@ -171,19 +245,28 @@ def attention_ops(name: str | None = None, device: torch.device | str | None = N
     if name == "triton":
         from refimpl import kernels
 
-        return AttentionOps("triton", kernels.store_kvcache, kernels.paged_decode_attention,
-                            kernels.paged_prefill_attention)
-    return AttentionOps("torch", torch_backend.store_kvcache, torch_backend.paged_decode_attention,
-                        torch_backend.paged_prefill_attention, check_once_per_step=True)
+        return AttentionOps(
+            "triton",
+            kernels.store_kvcache,
+            kernels.paged_decode_attention,
+            kernels.paged_prefill_attention,
+        )
+    return AttentionOps(
+        "torch",
+        torch_backend.store_kvcache,
+        torch_backend.paged_decode_attention,
+        torch_backend.paged_prefill_attention,
+        check_once_per_step=True,
+    )
 
 
 @dataclass(frozen=True)
 class V4IndexOps:
     """DeepSeek V4's three index kernels of one backend (signatures of ``refimpl.kernels``).
 
-    ``"torch"`` gives the twins of ``refimpl.kernels.reference_v4``; ``"triton"`` the kernels of
-    ``refimpl.kernels.deepseek_v4`` (``compressed_slot_mapping`` is torch in both). flash-attn has
-    no such kernels.
+    ``"torch"`` gives the twins of ``refimpl.kernels.reference_v4``; ``"triton"`` the kernels
+    of ``refimpl.kernels.deepseek_v4`` (``compressed_slot_mapping`` is torch in both).
+    flash-attn has no such kernels.
     """
 
     name: str
@@ -192,16 +275,26 @@ class V4IndexOps:
     compute_global_topk_indices_and_lens: Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-def v4_index_ops(name: str | None = None, device: torch.device | str | None = None) -> V4IndexOps:
-    """The V4 index kernels of backend ``name`` ("torch", "triton"; ``None`` / "auto": the best on ``device``)."""
+def v4_index_ops(
+    name: str | None = None, device: torch.device | str | None = None
+) -> V4IndexOps:
+    """The V4 index kernels of backend ``name`` ("torch", "triton"; ``None`` / "auto": the best
+    on ``device``)."""
     if name == "flash-attn":
-        raise ValueError("flash-attn has no DeepSeek V4 index kernels; choose 'triton', 'torch' or 'auto'")
+        raise ValueError(
+            "flash-attn has no DeepSeek V4 index kernels; choose 'triton', 'torch' or 'auto'"
+        )
     name = check_attention_backend(name, device)
-    if name == "flash-attn":  # "auto" on a CUDA machine with flash-attn: compiled Triton is next best
+    # "auto" on a CUDA machine with flash-attn: compiled Triton is next best
+    if name == "flash-attn":
         name = "triton" if "triton" in available_attention_backends(device) else "torch"
     if name == "triton":
         from refimpl.kernels import deepseek_v4 as kernels
     else:
         from refimpl.kernels import reference_v4 as kernels
-    return V4IndexOps(name, kernels.compressed_slot_mapping, kernels.compute_swa_indices_and_lens,
-                      kernels.compute_global_topk_indices_and_lens)
+    return V4IndexOps(
+        name,
+        kernels.compressed_slot_mapping,
+        kernels.compute_swa_indices_and_lens,
+        kernels.compute_global_topk_indices_and_lens,
+    )

@@ -25,10 +25,13 @@ def check_triton_device(tensor: object, twins: str = "refimpl.kernels.reference"
     """Raise a clear error when the Triton kernels cannot run on ``tensor``'s device.
 
     Checked before anything else, so that e.g. a ``meta`` tensor gets this message rather
-    than a failure inside the value checks. ``twins`` names the pure-torch module to use instead.
+    than a failure inside the value checks. ``twins`` names the pure-torch module to use
+    instead.
     """
     if not HAS_TRITON:
-        raise BackendUnavailableError(f"Triton is not installed; use {twins} (pure torch) instead")
+        raise BackendUnavailableError(
+            f"Triton is not installed; use {twins} (pure torch) instead"
+        )
     if MODE_MISMATCH is not None:
         raise BackendUnavailableError(MODE_MISMATCH)
     if not isinstance(tensor, torch.Tensor):
@@ -36,9 +39,13 @@ def check_triton_device(tensor: object, twins: str = "refimpl.kernels.reference"
     kind = tensor.device.type
     if kind == "cpu" and not INTERPRET:
         raise ValueError(
-            "the Triton kernels got CPU tensors but Triton is in compiled mode (TRITON_INTERPRET is off); "
+            "the Triton kernels got CPU tensors but Triton is in compiled mode "
+            "(TRITON_INTERPRET is off); "
             "move the tensors to CUDA, or set TRITON_INTERPRET=1 before importing refimpl, "
             f"or use {twins}"
         )
     if kind not in ("cpu", "cuda"):
-        raise ValueError(f"the Triton kernels run on CUDA (compiled) or CPU (interpreter) tensors, not {kind}")
+        raise ValueError(
+            "the Triton kernels run on CUDA (compiled) or CPU (interpreter) tensors, not "
+            f"{kind}"
+        )

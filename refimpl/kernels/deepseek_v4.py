@@ -28,14 +28,22 @@ from refimpl.kernels.reference_v4 import compressed_slot_mapping  # noqa: F401  
 from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
 from refimpl.kernels.v4_checks import check_swa_index_ranges, check_topk_index_ranges
 
-
 if HAS_TRITON:
 
     @triton.jit
     def _compute_swa_indices_and_lens_kernel(
-        swa_indices_ptr, swa_indices_stride, swa_lens_ptr, window_size,
-        query_start_loc_ptr, seq_lens_ptr, token_to_req_indices_ptr, is_valid_token_ptr,
-        block_table_ptr, block_table_stride, block_size, token_offset,
+        swa_indices_ptr,
+        swa_indices_stride,
+        swa_lens_ptr,
+        window_size,
+        query_start_loc_ptr,
+        seq_lens_ptr,
+        token_to_req_indices_ptr,
+        is_valid_token_ptr,
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        token_offset,
         TRITON_BLOCK_SIZE: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)
@@ -43,7 +51,8 @@ if HAS_TRITON:
         k = tl.arange(0, TRITON_BLOCK_SIZE)
         in_row = k < window_size
         valid = tl.load(is_valid_token_ptr + t) != 0
-        req = tl.where(valid, tl.load(token_to_req_indices_ptr + t).to(tl.int64), 0)  # padding: stale request ids
+        # padding: stale request ids
+        req = tl.where(valid, tl.load(token_to_req_indices_ptr + t).to(tl.int64), 0)
         q_start = tl.load(query_start_loc_ptr + req).to(tl.int64)
         q_end = tl.load(query_start_loc_ptr + req + 1).to(tl.int64)
         seq_len = tl.load(seq_lens_ptr + req).to(tl.int64)
@@ -52,28 +61,50 @@ if HAS_TRITON:
         length = tl.where(valid, pos + 1 - start, 0)
         p = start + k
         inside = in_row & (k < length)
-        block = tl.load(block_table_ptr + req * block_table_stride + p // block_size, mask=inside, other=0).to(tl.int64)
+        block = tl.load(
+            block_table_ptr + req * block_table_stride + p // block_size, mask=inside, other=0
+        ).to(tl.int64)
         slot = tl.where(inside, block * block_size + p % block_size, -1)
-        tl.store(swa_indices_ptr + row * swa_indices_stride + k, slot.to(tl.int32), mask=in_row)
+        tl.store(
+            swa_indices_ptr + row * swa_indices_stride + k, slot.to(tl.int32), mask=in_row
+        )
         tl.store(swa_lens_ptr + row, length.to(tl.int32))
 
     @triton.jit
     def _compute_global_topk_indices_and_lens_kernel(
-        global_topk_indices_ptr, global_topk_indices_stride, topk_lens_ptr,
-        topk_indices_ptr, topk_indices_stride, topk,
-        token_to_req_indices_ptr, block_table_ptr, block_table_stride, block_size, is_valid_token_ptr,
+        global_topk_indices_ptr,
+        global_topk_indices_stride,
+        topk_lens_ptr,
+        topk_indices_ptr,
+        topk_indices_stride,
+        topk,
+        token_to_req_indices_ptr,
+        block_table_ptr,
+        block_table_stride,
+        block_size,
+        is_valid_token_ptr,
         TRITON_BLOCK_SIZE: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)
         k = tl.arange(0, TRITON_BLOCK_SIZE)
         in_row = k < topk
         valid = tl.load(is_valid_token_ptr + row).to(tl.int32)
-        req = tl.where(valid != 0, tl.load(token_to_req_indices_ptr + row).to(tl.int64), 0)  # padding: stale request ids
-        x = tl.load(topk_indices_ptr + row * topk_indices_stride + k, mask=in_row, other=-1).to(tl.int64)
-        ok = in_row & (x >= 0) & ((k * 0 + valid) != 0)  # broadcast the token's flag over the row
-        block = tl.load(block_table_ptr + req * block_table_stride + x // block_size, mask=ok, other=0).to(tl.int64)
+        # padding: stale request ids
+        req = tl.where(valid != 0, tl.load(token_to_req_indices_ptr + row).to(tl.int64), 0)
+        x = tl.load(
+            topk_indices_ptr + row * topk_indices_stride + k, mask=in_row, other=-1
+        ).to(tl.int64)
+        # broadcast the token's flag over the row
+        ok = in_row & (x >= 0) & ((k * 0 + valid) != 0)
+        block = tl.load(
+            block_table_ptr + req * block_table_stride + x // block_size, mask=ok, other=0
+        ).to(tl.int64)
         slot = tl.where(ok, block * block_size + x % block_size, -1)
-        tl.store(global_topk_indices_ptr + row * global_topk_indices_stride + k, slot.to(tl.int32), mask=in_row)
+        tl.store(
+            global_topk_indices_ptr + row * global_topk_indices_stride + k,
+            slot.to(tl.int32),
+            mask=in_row,
+        )
         tl.store(topk_lens_ptr + row, tl.sum(ok.to(tl.int32), axis=0))
 
 
@@ -88,26 +119,53 @@ def compute_swa_indices_and_lens(
     token_offset: int = 0,
     num_rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton version of `reference_v4.compute_swa_indices_and_lens` (same arguments, same result)."""
+    """Triton version of `reference_v4.compute_swa_indices_and_lens` (same arguments, same
+    result)."""
     num_rows = reference_v4.check_swa_inputs(
-        query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size, window_size, token_offset, num_rows
+        query_start_loc,
+        seq_lens,
+        token_to_req_indices,
+        is_valid_token,
+        block_table,
+        block_size,
+        window_size,
+        token_offset,
+        num_rows,
     )
-    check_swa_index_ranges(query_start_loc, seq_lens, token_to_req_indices, is_valid_token, block_table, block_size,
-                           token_offset, num_rows, window_size)
+    check_swa_index_ranges(
+        query_start_loc,
+        seq_lens,
+        token_to_req_indices,
+        is_valid_token,
+        block_table,
+        block_size,
+        token_offset,
+        num_rows,
+        window_size,
+    )
     check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     device = block_table.device
     indices = torch.empty((num_rows, window_size), dtype=torch.int32, device=device)
     lens = torch.empty((num_rows,), dtype=torch.int32, device=device)
     if num_rows == 0:
         return indices, lens
-    if seq_lens.numel() == 0:  # no request: every row is padding (and query_start_loc has no second entry to read)
+    # no request: every row is padding (and query_start_loc has no second entry to read)
+    if seq_lens.numel() == 0:
         return indices.fill_(-1), lens.zero_()
     table = block_table.contiguous()
     _compute_swa_indices_and_lens_kernel[(num_rows,)](
-        indices, indices.stride(0), lens, window_size,
-        query_start_loc.contiguous(), seq_lens.contiguous(), token_to_req_indices.contiguous(),
+        indices,
+        indices.stride(0),
+        lens,
+        window_size,
+        query_start_loc.contiguous(),
+        seq_lens.contiguous(),
+        token_to_req_indices.contiguous(),
         is_valid_token.to(torch.int8).contiguous(),
-        table, table.stride(0), block_size, token_offset,
+        table,
+        table.stride(0),
+        block_size,
+        token_offset,
         TRITON_BLOCK_SIZE=next_power_of_2(window_size),
     )
     return indices, lens
@@ -123,8 +181,17 @@ def compute_global_topk_indices_and_lens(
     compressed_lens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton version of `reference_v4.compute_global_topk_indices_and_lens`."""
-    reference_v4.check_topk_inputs(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token)
-    check_topk_index_ranges(topk_indices, token_to_req_indices, block_table, block_size, is_valid_token, compressed_lens)
+    reference_v4.check_topk_inputs(
+        topk_indices, token_to_req_indices, block_table, block_size, is_valid_token
+    )
+    check_topk_index_ranges(
+        topk_indices,
+        token_to_req_indices,
+        block_table,
+        block_size,
+        is_valid_token,
+        compressed_lens,
+    )
     check_triton_device(block_table, twins="refimpl.kernels.reference_v4")
     num_rows, topk = topk_indices.shape
     device = block_table.device
@@ -137,9 +204,16 @@ def compute_global_topk_indices_and_lens(
     local = topk_indices.contiguous()
     table = block_table.contiguous()
     _compute_global_topk_indices_and_lens_kernel[(num_rows,)](
-        out, out.stride(0), lens,
-        local, local.stride(0), topk,
-        token_to_req_indices.contiguous(), table, table.stride(0), block_size,
+        out,
+        out.stride(0),
+        lens,
+        local,
+        local.stride(0),
+        topk,
+        token_to_req_indices.contiguous(),
+        table,
+        table.stride(0),
+        block_size,
         is_valid_token.to(torch.int8).contiguous(),
         TRITON_BLOCK_SIZE=next_power_of_2(topk),
     )

@@ -36,6 +36,7 @@ except ImportError:  # triton is Linux-only; the torch twins still work everywhe
     tl = None
     HAS_TRITON = False
 
+
 #: True when kernels defined from now on run in Triton's CPU interpreter.
 #: Read through Triton's own parser so "1", "true", "on" all count the way Triton counts them.
 def _interpret_flag() -> bool:
@@ -44,14 +45,20 @@ def _interpret_flag() -> bool:
     knobs = getattr(triton, "knobs", None)  # Triton >= 3.3 parses the flag in one place
     if knobs is not None:
         return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in (
+        "1",
+        "true",
+        "on",
+        "yes",
+    )
 
 
 INTERPRET: bool = _interpret_flag()
 
 
 def _mode_mismatch() -> str | None:
-    """Why the kernels cannot run in this process, when Triton's own helpers are in the other mode.
+    """Why the kernels cannot run in this process, when Triton's own helpers are in the other
+    mode.
 
     ``tl.sum``, ``tl.max`` and ``tl.zeros`` are themselves ``@triton.jit`` functions, built
     when ``triton`` is first imported. If that happened before ``TRITON_INTERPRET`` was set,
@@ -63,17 +70,22 @@ def _mode_mismatch() -> str | None:
     if helpers_interpreted == INTERPRET:
         return None
     return (
-        f"Triton was imported with TRITON_INTERPRET={'1' if helpers_interpreted else 'unset'} before refimpl "
-        f"switched it {'off' if helpers_interpreted else 'on'}; Triton's built-in helpers and refimpl's kernels "
-        "are now in different modes. Import refimpl before triton, or set TRITON_INTERPRET yourself "
+        f"Triton was imported with TRITON_INTERPRET={'1' if helpers_interpreted else 'unset'} "
+        "before refimpl "
+        f"switched it {'off' if helpers_interpreted else 'on'}; Triton's built-in helpers and "
+        "refimpl's kernels "
+        "are now in different modes. Import refimpl before triton, or set TRITON_INTERPRET "
+        "yourself "
         "(1 on a CPU-only machine) before starting Python"
     )
 
 
-#: None when the kernels can run; otherwise the reason they cannot (reported when one is called).
+#: None when the kernels can run; otherwise the reason they cannot (reported when one is
+# called).
 MODE_MISMATCH: str | None = _mode_mismatch()
 
-#: The device whose tensors the Triton kernels take in this process: "cpu" under the interpreter
+#: The device whose tensors the Triton kernels take in this process: "cpu" under the
+# interpreter
 #: (which would also take CUDA tensors, copying them through the host), "cuda" when they are
 #: compiled for a present GPU, None when they cannot run here (no Triton, a mode mismatch, or
 #: compiled mode without CUDA). Tests and notebooks put a kernel's tensors here instead of

@@ -29,4 +29,7 @@ class Block:
         self.token_ids = []
 
     def __repr__(self) -> str:
-        return f"Block(block_id={self.block_id}, ref_count={self.ref_count}, hash={self.hash}, num_tokens={len(self.token_ids)})"
+        return (
+            f"Block(block_id={self.block_id}, ref_count={self.ref_count}, "
+            f"hash={self.hash}, num_tokens={len(self.token_ids)})"
+        )

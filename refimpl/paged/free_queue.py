@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 
 class FreeBlockQueue:
-    """FIFO of free block ids: take from the head, return to the tail, pull out from the middle.
+    """FIFO of free block ids: take from the head, return to the tail, pull out from the
+    middle.
 
-    nano-vllm uses a `deque`, whose `remove` scans the queue (O(n)); reviving a cached block then
-    gets slower as the pool grows. An `OrderedDict` is a hash map threaded on a doubly linked list,
-    so all three operations are O(1) and iteration order is exactly the deque's order.
+    nano-vllm uses a `deque`, whose `remove` scans the queue (O(n)); reviving a cached block
+    then gets slower as the pool grows. An `OrderedDict` is a hash map threaded on a doubly
+    linked list, so all three operations are O(1) and iteration order is exactly the deque's
+    order.
     """
 
     def __init__(self, block_ids: Iterable[int] = ()) -> None:

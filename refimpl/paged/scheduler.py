@@ -13,8 +13,18 @@ from dataclasses import dataclass
 
 from refimpl.errors import InvariantError
 from refimpl.paged.block_manager import BlockManager
-from refimpl.paged.sequence import Sequence, SequenceStatus, check_block_size, checked_token_ids
-from refimpl.validation import check_bool, check_instance, check_int_at_least, check_positive_int
+from refimpl.paged.sequence import (
+    Sequence,
+    SequenceStatus,
+    check_block_size,
+    checked_token_ids,
+)
+from refimpl.validation import (
+    check_bool,
+    check_instance,
+    check_int_at_least,
+    check_positive_int,
+)
 
 
 @dataclass(frozen=True)
@@ -33,9 +43,14 @@ class SchedulerConfig:
         check_block_size(self.kvcache_block_size)
         check_positive_int("max_num_seqs", self.max_num_seqs)
         check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
-        check_int_at_least("eos", self.eos, -1, " (a token id, or -1 for no end-of-sequence token)")
+        check_int_at_least(
+            "eos", self.eos, -1, " (a token id, or -1 for no end-of-sequence token)"
+        )
         if not isinstance(self.enable_prefix_caching, bool):
-            raise ValueError(f"enable_prefix_caching must be True or False, got {self.enable_prefix_caching!r}")
+            raise ValueError(
+                "enable_prefix_caching must be True or False, got "
+                f"{self.enable_prefix_caching!r}"
+            )
 
 
 class Scheduler:
@@ -54,15 +69,18 @@ class Scheduler:
         self.eos = config.eos
         self.block_size = config.kvcache_block_size
         self.block_manager = BlockManager(
-            config.num_kvcache_blocks, config.kvcache_block_size, enable_prefix_caching=config.enable_prefix_caching
+            config.num_kvcache_blocks,
+            config.kvcache_block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
         )
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        self._queued: dict[int, Sequence] = {}  # seq_id -> sequence add() accepted and that has not finished
+        # seq_id -> sequence add() accepted and that has not finished
+        self._queued: dict[int, Sequence] = {}
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
-        # The batch the latest schedule() returned, until postprocess() takes it: postprocess knows
-        # it at once (nano-vllm trusts its engine to postprocess each batch once).
+        # The batch the latest schedule() returned, until postprocess() takes it: postprocess
+        # knows it at once (nano-vllm trusts its engine to postprocess each batch once).
         self._scheduled: tuple[Sequence, ...] | None = None
         self._scheduled_is_prefill = False
 
@@ -80,20 +98,27 @@ class Scheduler:
         """Queue a new sequence; reject one that could never fit in the whole pool."""
         check_instance("seq", seq, Sequence)
         if seq.block_size != self.block_size:
-            raise ValueError(f"sequence block_size {seq.block_size} != scheduler kvcache_block_size {self.block_size}")
+            raise ValueError(
+                f"sequence block_size {seq.block_size} != scheduler kvcache_block_size "
+                f"{self.block_size}"
+            )
         if seq.status != SequenceStatus.WAITING or seq.block_table:
-            raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again")
-        # `_queued` remembers what add() accepted, so the usual case needs no scan of the queues;
-        # a remembered sequence is looked for in them (code may have taken it out by hand). It is
-        # keyed by seq_id, so a copy of a queued sequence is refused too.
+            raise ValueError(
+                f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again"
+            )
+        # `_queued` remembers what add() accepted, so the usual case needs no scan of the
+        # queues; a remembered sequence is looked for in them (code may have taken it out by
+        # hand). It is keyed by seq_id, so a copy of a queued sequence is refused too.
         queued = self._queued.get(seq.seq_id)
         if queued is not None and (queued in self.waiting or queued in self.running):
             raise ValueError(f"sequence {seq.seq_id} is already scheduled")
         need = self.max_blocks_needed(seq)
         if need > self.config.num_kvcache_blocks:
             raise ValueError(
-                f"sequence {seq.seq_id} can grow to {need} blocks ({seq.num_prompt_tokens} prompt tokens + "
-                f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has only "
+                f"sequence {seq.seq_id} can grow to {need} blocks ({seq.num_prompt_tokens} "
+                "prompt tokens + "
+                f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has "
+                "only "
                 f"{self.config.num_kvcache_blocks}; it could never run"
             )
         self._queued[seq.seq_id] = seq
@@ -102,30 +127,37 @@ class Scheduler:
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Pick this step's batch: (sequences, is_prefill).
 
-        Sets each scheduled sequence's `num_scheduled_tokens` (the prompt tokens not served by the
-        prefix cache, or a chunk of them; 1 for a decode) for the model runner and `postprocess`.
+        Sets each scheduled sequence's `num_scheduled_tokens` (the prompt tokens not served by
+        the prefix cache, or a chunk of them; 1 for a decode) for the model runner and
+        `postprocess`.
         """
         if self.is_finished():
-            raise ValueError("nothing to schedule: the waiting and running queues are empty (check is_finished())")
+            raise ValueError(
+                "nothing to schedule: the waiting and running queues are empty (check "
+                "is_finished())"
+            )
         scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
         self._scheduled = None
 
-        # Prefill: the waiting queue in order, stopping at the first sequence that does not fit.
+        # Prefill: the waiting queue in order, stopping at the first sequence that does not
+        # fit.
         while self.waiting and len(scheduled_seqs) < self.max_num_seqs:
             seq = self.waiting[0]
             remaining = self.max_num_batched_tokens - num_batched_tokens
             if remaining == 0:
                 break
-            if not seq.block_table:  # new, or preempted: the cached leading blocks, and room for the rest?
+            # new, or preempted: the cached leading blocks, and room for the rest?
+            if not seq.block_table:
                 num_cached_blocks = self.block_manager.can_allocate(seq)
                 if num_cached_blocks == -1:
                     break
                 num_tokens = seq.num_tokens - num_cached_blocks * self.block_size
             else:  # the rest of a prompt that an earlier step cut into a chunk
                 num_tokens = seq.num_tokens - seq.num_cached_tokens
-            if remaining < num_tokens and scheduled_seqs:  # only the first sequence of a step may be chunked
+            # only the first sequence of a step may be chunked
+            if remaining < num_tokens and scheduled_seqs:
                 break
             if not seq.block_table:
                 self.block_manager.allocate(seq, num_cached_blocks)
@@ -148,7 +180,8 @@ class Scheduler:
                 if self.running:
                     self.preempt(self.running.pop())
                 else:
-                    self.preempt(seq)  # nothing left to take blocks from: wait for recomputation
+                    # nothing left to take blocks from: wait for recomputation
+                    self.preempt(seq)
                     break
             else:
                 seq.num_scheduled_tokens = 1
@@ -156,7 +189,9 @@ class Scheduler:
                 self.block_manager.may_append(seq)
                 scheduled_seqs.append(seq)
         if not scheduled_seqs:
-            raise InvariantError("schedule() found nothing to run although sequences are queued")
+            raise InvariantError(
+                "schedule() found nothing to run although sequences are queued"
+            )
         self.running.extendleft(reversed(scheduled_seqs))
         self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), False
         return scheduled_seqs, False
@@ -167,9 +202,14 @@ class Scheduler:
         `schedule` calls it on a running sequence it has already taken out of `running`.
         """
         if not seq.block_table:
-            raise ValueError(f"sequence {seq.seq_id} holds no blocks, so there is nothing to preempt")
+            raise ValueError(
+                f"sequence {seq.seq_id} holds no blocks, so there is nothing to preempt"
+            )
         if seq in self.running:
-            raise ValueError(f"sequence {seq.seq_id} is still in `running`: schedule() takes a sequence out before preempting it")
+            raise ValueError(
+                f"sequence {seq.seq_id} is still in `running`: schedule() takes a sequence "
+                "out before preempting it"
+            )
         self.block_manager.deallocate(seq)  # first: it refuses a sequence it did not allocate
         seq.status = SequenceStatus.WAITING
         seq.is_prefill = True
@@ -178,7 +218,9 @@ class Scheduler:
         self.num_preemptions += 1
         self.preempted_last_step.append(seq.seq_id)
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> list[bool]:
+    def postprocess(
+        self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool
+    ) -> list[bool]:
         """Record a step's results; returns, per sequence, whether it finished.
 
         Blocks filled this step are registered in the prefix cache (`hash_blocks`), then the
@@ -196,7 +238,8 @@ class Scheduler:
                 finished.append(False)
                 continue
             seq.append_token(token_id)
-            if (not seq.ignore_eos and token_id == self.eos) or seq.num_completion_tokens == seq.max_tokens:
+            eos_hit = not seq.ignore_eos and token_id == self.eos
+            if eos_hit or seq.num_completion_tokens == seq.max_tokens:
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)
                 self.running.remove(seq)
@@ -206,8 +249,11 @@ class Scheduler:
                 finished.append(False)
         return finished
 
-    def _check_step_results(self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool) -> None:
-        """Refuse anything but the batch of the latest schedule(), once, with one valid token each.
+    def _check_step_results(
+        self, seqs: list[Sequence], token_ids: list[int], is_prefill: bool
+    ) -> None:
+        """Refuse anything but the batch of the latest schedule(), once, with one valid token
+        each.
 
         nano-vllm trusts its engine here. A second postprocess of one step would append a token
         whose K/V is never computed; a sequence that was never scheduled has nothing to record.
@@ -219,15 +265,23 @@ class Scheduler:
             check_bool("is_prefill", is_prefill)
             for i, seq in enumerate(seqs):
                 check_instance(f"seqs[{i}]", seq, Sequence)
-                if seq.num_scheduled_tokens < 1 or seq.is_prefill != is_prefill or self._queued.get(seq.seq_id) is not seq:
+                if (
+                    seq.num_scheduled_tokens < 1
+                    or seq.is_prefill != is_prefill
+                    or self._queued.get(seq.seq_id) is not seq
+                ):
                     raise ValueError(
-                        f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, num_scheduled_tokens="
-                        f"{seq.num_scheduled_tokens}, is_prefill={seq.is_prefill}) is not part of the "
-                        f"{'prefill' if is_prefill else 'decode'} batch waiting for postprocess(): pass the batch "
+                        f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, "
+                        "num_scheduled_tokens="
+                        f"{seq.num_scheduled_tokens}, is_prefill={seq.is_prefill}) is not "
+                        "part of the "
+                        f"{'prefill' if is_prefill else 'decode'} batch waiting for "
+                        "postprocess(): pass the batch "
                         "of the latest schedule(), once"
                     )
             if len(set(map(id, seqs))) != len(seqs):
                 raise ValueError("seqs lists a sequence twice")
         if len(seqs) != len(token_ids):
             raise ValueError(f"got {len(token_ids)} sampled tokens for {len(seqs)} sequences")
-        checked_token_ids(token_ids, "token_ids")  # the ids only; their packed bytes are not needed
+        # the ids only; their packed bytes are not needed
+        checked_token_ids(token_ids, "token_ids")

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import copy
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, auto
 from itertools import count
 from numbers import Real
-from typing import Iterable
 
-from refimpl.validation import check_bool, check_instance, check_int_at_least, check_positive_int, is_integer
+from refimpl.validation import (
+    check_bool,
+    check_instance,
+    check_int_at_least,
+    check_positive_int,
+    is_integer,
+)
 
-# Token ids are hashed as int64 (nano-vllm hashes `np.array(token_ids).tobytes()`), so that is their range.
+# Token ids are hashed as int64 (nano-vllm hashes `np.array(token_ids).tobytes()`), so that is
+# their range.
 MAX_TOKEN_ID = 2**63 - 1
 
 
@@ -25,10 +32,16 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if type(self.temperature) not in (float, int) and (isinstance(self.temperature, bool) or not isinstance(self.temperature, Real)):
-            raise TypeError(f"temperature must be a number >= 0 (0 means greedy), got {self.temperature!r}")
+        if type(self.temperature) not in (float, int) and (
+            isinstance(self.temperature, bool) or not isinstance(self.temperature, Real)
+        ):
+            raise TypeError(
+                f"temperature must be a number >= 0 (0 means greedy), got {self.temperature!r}"
+            )
         if not self.temperature >= 0:  # also rejects NaN
-            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
+            raise ValueError(
+                f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}"
+            )
         check_int_at_least("max_tokens", self.max_tokens, 1)
         check_bool("ignore_eos", self.ignore_eos)
 
@@ -47,25 +60,34 @@ def check_block_size(block_size: int) -> int:
 
 
 def check_token_id(token_id: object, name: str = "token_id") -> None:
-    """Raise a TypeError (not an integer) or ValueError (outside 0 .. 2**63 - 1) naming `name`."""
+    """Raise a TypeError (not an integer) or ValueError (outside 0 .. 2**63 - 1) naming
+    `name`."""
     if type(token_id) is not int and not is_integer(token_id):
-        raise TypeError(f"{name} must be an integer token id, got {token_id!r} ({type(token_id).__name__})")
+        raise TypeError(
+            f"{name} must be an integer token id, got {token_id!r} ({type(token_id).__name__})"
+        )
     if not 0 <= token_id <= MAX_TOKEN_ID:
-        raise ValueError(f"{name} must be from 0 to 2**63 - 1 (ids are hashed as int64), got {token_id}")
+        raise ValueError(
+            f"{name} must be from 0 to 2**63 - 1 (ids are hashed as int64), got {token_id}"
+        )
 
 
-def checked_token_ids(token_ids: Iterable[int], name: str = "token_ids") -> tuple[list[int], bytes]:
+def checked_token_ids(
+    token_ids: Iterable[int], name: str = "token_ids"
+) -> tuple[list[int], bytes]:
     """The ids as a new list and packed as little-endian int64 (what the prefix cache hashes),
     after checking every one as `check_token_id` does (`name` names the argument).
 
-    `struct.pack` converts the whole list in C and refuses floats, strings and ids past int64; a
-    negative id sets the top bit of its last byte, so those bytes are all ASCII exactly when no id
-    is negative. Only a refused list is walked in Python, to name the first bad id.
+    `struct.pack` converts the whole list in C and refuses floats, strings and ids past int64;
+    a negative id sets the top bit of its last byte, so those bytes are all ASCII exactly when
+    no id is negative. Only a refused list is walked in Python, to name the first bad id.
     """
     try:
         token_ids = list(token_ids)
     except TypeError:
-        raise TypeError(f"{name} must be an iterable of integer token ids, got {type(token_ids).__name__}") from None
+        raise TypeError(
+            f"{name} must be an iterable of integer token ids, got {type(token_ids).__name__}"
+        ) from None
     try:
         packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
     except struct.error:
@@ -80,7 +102,8 @@ class Sequence:
     """A request: prompt plus generated tokens, and the page table of its KV cache.
 
     `block_table[i]` is the physical block holding logical block i (tokens
-    `i*block_size ... (i+1)*block_size - 1`), exactly like an OS page table maps pages to frames.
+    `i*block_size ... (i+1)*block_size - 1`), exactly like an OS page table maps pages to
+    frames.
     """
 
     counter = count()
@@ -92,7 +115,8 @@ class Sequence:
         *,
         block_size: int = 256,
     ) -> None:
-        token_ids, prompt_bytes = checked_token_ids(token_ids)  # our own copy: the caller's list is never changed
+        # our own copy: the caller's list is never changed
+        token_ids, prompt_bytes = checked_token_ids(token_ids)
         if not token_ids:
             raise ValueError("a sequence needs at least one prompt token, got an empty prompt")
         check_instance("sampling_params", sampling_params, SamplingParams)
@@ -105,14 +129,16 @@ class Sequence:
         self.num_prompt_tokens = len(token_ids)
         self.num_cached_tokens = 0  # tokens whose K/V are already in the cache
         self.num_scheduled_tokens = 0  # tokens this step computes
-        self.is_prefill = True  # becomes False on the first decode step, True again on preemption
+        # becomes False on the first decode step, True again on preemption
+        self.is_prefill = True
         self.block_table: list[int] = []
-        # block_hashes[i]: the chained prefix-cache hash of full block i, filled in by the BlockManager
-        # the first time it needs it and kept, as vLLM keeps block hashes on its Request (nano-vllm
-        # recomputes them on every walk). Full blocks never change, so the hashes stay valid.
+        # block_hashes[i]: the chained prefix-cache hash of full block i, filled in by the
+        # BlockManager the first time it needs it and kept, as vLLM keeps block hashes on its
+        # Request (nano-vllm recomputes them on every walk). Full blocks never change, so the
+        # hashes stay valid.
         self.block_hashes: list[int] = []
-        # The prompt as little-endian int64, packed once while its ids were checked: the bytes the
-        # prefix cache hashes for each full block of the prompt.
+        # The prompt as little-endian int64, packed once while its ids were checked: the bytes
+        # the prefix cache hashes for each full block of the prompt.
         self.prompt_bytes = prompt_bytes
         self.temperature = sampling_params.temperature
         self.max_tokens = sampling_params.max_tokens
@@ -126,7 +152,8 @@ class Sequence:
 
     def __repr__(self) -> str:
         return (
-            f"Sequence(seq_id={self.seq_id}, status={self.status.name}, num_tokens={self.num_tokens}, "
+            f"Sequence(seq_id={self.seq_id}, status={self.status.name}, "
+            f"num_tokens={self.num_tokens}, "
             f"num_cached_tokens={self.num_cached_tokens}, block_table={self.block_table})"
         )
 
@@ -163,7 +190,9 @@ class Sequence:
     def block(self, i: int) -> list[int]:
         """The token ids of logical block i."""
         if not 0 <= i < self.num_blocks:
-            raise ValueError(f"logical block {i} out of range: the sequence has {self.num_blocks} blocks")
+            raise ValueError(
+                f"logical block {i} out of range: the sequence has {self.num_blocks} blocks"
+            )
         return self.token_ids[i * self.block_size : (i + 1) * self.block_size]
 
     def append_token(self, token_id: int) -> None:
@@ -173,32 +202,46 @@ class Sequence:
         self.last_token = token_id
         self.num_tokens += 1
 
-    def __copy__(self) -> "Sequence":
+    def __copy__(self) -> Sequence:
         """Every field (the compact state below is for workers, not for copies)."""
         twin = object.__new__(type(self))
         twin.__dict__.update(self.__dict__)
         return twin
 
-    def __deepcopy__(self, memo: dict) -> "Sequence":
-        """Every field, the lists copied too: a twin with the same seq_id and block table, which a
-        BlockManager refuses as not the sequence it allocated."""
+    def __deepcopy__(self, memo: dict) -> Sequence:
+        """Every field, the lists copied too: a twin with the same seq_id and block table,
+        which a BlockManager refuses as not the sequence it allocated."""
         twin = object.__new__(type(self))
         memo[id(self)] = twin
-        twin.__dict__.update({name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()})
+        twin.__dict__.update(
+            {name: copy.deepcopy(value, memo) for name, value in self.__dict__.items()}
+        )
         return twin
 
-    # Workers of a tensor-parallel engine receive the batch pickled every step. A prefill needs every
-    # token; a decode needs only the last one, so the state is a few integers plus the block table.
-    # block_size rides along because here it is per sequence, not a class variable as in nano-vllm.
-    _STATE_FIELDS = ("num_tokens", "num_prompt_tokens", "num_cached_tokens", "num_scheduled_tokens", "block_table")
+    # Workers of a tensor-parallel engine receive the batch pickled every step. A prefill needs
+    # every token; a decode needs only the last one, so the state is a few integers plus the
+    # block table. block_size rides along because here it is per sequence, not a class variable
+    # as in nano-vllm.
+    _STATE_FIELDS = (
+        "num_tokens",
+        "num_prompt_tokens",
+        "num_cached_tokens",
+        "num_scheduled_tokens",
+        "block_table",
+    )
 
     def __getstate__(self):
         last_state = self.token_ids if self.is_prefill else self.last_token
-        return (*(getattr(self, name) for name in self._STATE_FIELDS), last_state, self.block_size)
+        return (
+            *(getattr(self, name) for name in self._STATE_FIELDS),
+            last_state,
+            self.block_size,
+        )
 
     def __setstate__(self, state) -> None:
         *fields, last_state, self.block_size = state
-        self.block_hashes, self.prompt_bytes = [], b""  # the scheduler's business; workers never hash
+        # the scheduler's business; workers never hash
+        self.block_hashes, self.prompt_bytes = [], b""
         for name, value in zip(self._STATE_FIELDS, fields):
             setattr(self, name, value)
         if isinstance(last_state, list):

@@ -3,8 +3,8 @@
 Specs from Part II's one DeepSeek V4 spec builder (`hybrid.deepseek_v4.kv_cache_specs`, float32
 rows, sizes from the Hugging Face config), Part II's planner, packed slab and `KVCacheManager`
 (`build_kv_cache`), addresses from Part II's addressing and the V4 index kernels (the model
-runner), the paged attention with its compressor and indexer (`paged_attention`), and the engine
-`V4LLM.generate`, whose greedy output equals transformers' DeepSeek V4 (the oracle,
+runner), the paged attention with its compressor and indexer (`paged_attention`), and the
+engine `V4LLM.generate`, whose greedy output equals transformers' DeepSeek V4 (the oracle,
 `oracle_generate`) token for token. transformers is imported only when a model is loaded.
 """
 

@@ -4,15 +4,17 @@ One call runs one decoder layer's attention for a packed batch of token chunks f
 requests. The layer computes no address itself: every slot it writes or reads comes from the
 step's `AttentionMetadata`, which the model runner builds once per step with Part II's
 addressing (`hybrid.addressing.slot_mapping`) and the DeepSeek V4 index kernels of chapter 11
-(`compressed_slot_mapping`, `compute_swa_indices_and_lens`, `compute_global_topk_indices_and_lens`):
+(`compressed_slot_mapping`, `compute_swa_indices_and_lens`,
+`compute_global_topk_indices_and_lens`):
 
 1. the token's normalised, RoPE'd kv row goes into the sliding-window (`swa`) cache;
 2. each token writes a compressor-state row `[kv | score + position_bias[p % r]]`;
 3. a token that closes a window ((p + 1) % r == 0, the tokens `compressed_slot_mapping` gives a
-   slot) reads the last 2r (ratio 4) or r (ratio 128) state rows back (a sliding window over the
-   state cache) and writes compressed entry p // r = RoPE(norm(sum softmax(score) * kv));
+   slot) reads the last 2r (ratio 4) or r (ratio 128) state rows back (a sliding window over
+   the state cache) and writes compressed entry p // r = RoPE(norm(sum softmax(score) * kv));
 4. ratio-4 layers run the Lightning Indexer (its own compressor at the indexer head dim, then a
-   stable top-k over the entries the query may see); the top-k kernel turns its picks into slots;
+   stable top-k over the entries the query may see); the top-k kernel turns its picks into
+   slots;
 5. attention over the window's kv rows plus the visible compressed entries, with a per-head
    sink logit, then the inverse rotation of the output's RoPE slice.
 
@@ -44,16 +46,23 @@ class AttentionMetadata:
     is_valid_token: torch.Tensor  # (T,) bool
     block_tables: dict[int, torch.Tensor]  # group -> [num_reqs, max_blocks] int32
     index_ops: V4IndexOps  # the index kernels of the chosen backend, for the indexer's picks
-    slot_mappings: dict[int, torch.Tensor] = field(default_factory=dict)  # group -> (T,) row each token writes
-    windows: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    #   (group, window) -> slots (T, window) of each token's window, oldest first, -1 padded; lengths (T,)
+    # group -> (T,) row each token writes
+    slot_mappings: dict[int, torch.Tensor] = field(default_factory=dict)
+    windows: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict
+    )
+    # (group, window) -> slots (T, window) of each token's window, oldest first, -1 padded;
+    # lengths (T,)
     entry_slot_mappings: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-    #   (group, ratio) -> (T,) slot of the entry a token writes; -1 for tokens that close no window
+    # (group, ratio) -> (T,) slot of the entry a token writes; -1 for tokens that close no
+    # window
     entry_slots: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
     #   (group, ratio) -> (T, K) slots of every complete entry a token may read, -1 padded
-    rope: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # "main"/"compress": (T, rope/2)
+    # "main"/"compress": (T, rope/2)
+    rope: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     read_log: ReadLog | None = None  # set by a caller that records which rows are read
-    topk_indices: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (T, k) entries the indexer picked
+    # layer -> (T, k) entries the indexer picked
+    topk_indices: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def writes(self, ref: CacheRef) -> torch.Tensor:
         """(T,) slot each row writes in `ref` (-1: none)."""
@@ -62,7 +71,8 @@ class AttentionMetadata:
         return self.entry_slot_mappings[(ref.group, ref.ratio)]
 
     def window(self, ref: CacheRef) -> tuple[torch.Tensor, torch.Tensor]:
-        """Slots (T, window) and lengths (T,) of each row's sliding window over the per-token cache `ref`."""
+        """Slots (T, window) and lengths (T,) of each row's sliding window over the per-token
+        cache `ref`."""
         return self.windows[(ref.group, ref.window)]
 
     def complete_entries(self, ref: CacheRef) -> torch.Tensor:
@@ -73,10 +83,15 @@ class AttentionMetadata:
         return read_rows(ref, slots, self.read_log)
 
 
-def rope_tables(rotary, x: torch.Tensor, positions: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """cos/sin (T, rope/2) of the model's two rotary embeddings ("main", "compress") at `positions`."""
-    return {kind: tuple(t[0] for t in rotary(x, position_ids=positions[None], layer_type=kind))
-            for kind in ("main", "compress")}
+def rope_tables(
+    rotary, x: torch.Tensor, positions: torch.Tensor
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """cos/sin (T, rope/2) of the model's two rotary embeddings ("main", "compress") at
+    `positions`."""
+    return {
+        kind: tuple(t[0] for t in rotary(x, position_ids=positions[None], layer_type=kind))
+        for kind in ("main", "compress")
+    }
 
 
 def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
@@ -107,7 +122,9 @@ def right_aligned(slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     return torch.where(col >= 0, slots.gather(1, col.clamp(min=0)), torch.full_like(slots, -1))
 
 
-def compress_windows(rows: torch.Tensor, ratio: int, dim: int, have_previous: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def compress_windows(
+    rows: torch.Tensor, ratio: int, dim: int, have_previous: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split state rows read back by closing tokens into (kv, score), each (n, window, dim).
 
     Ratio 128: rows are (n, 128, 2·dim) = [kv | score]. Ratio 4: rows are (n, 8, 4·dim) =
@@ -125,8 +142,15 @@ def compress_windows(rows: torch.Tensor, ratio: int, dim: int, have_previous: to
     return kv, score
 
 
-def run_compressor(module, x: torch.Tensor, meta: AttentionMetadata, state: CacheRef, entries: CacheRef,
-                   ratio: int, rotary) -> None:
+def run_compressor(
+    module,
+    x: torch.Tensor,
+    meta: AttentionMetadata,
+    state: CacheRef,
+    entries: CacheRef,
+    ratio: int,
+    rotary,
+) -> None:
     """Write every token's state row, then every closing token's compressed entry.
 
     `module` is transformers' compressor (or indexer) holding kv_proj, gate_proj,
@@ -153,22 +177,30 @@ def run_compressor(module, x: torch.Tensor, meta: AttentionMetadata, state: Cach
     write_rows(entries, entry_slots[closing], pooled)
 
 
-def indexer_topk(indexer, x: torch.Tensor, q_residual: torch.Tensor, meta: AttentionMetadata, caches: LayerCaches,
-                 rotary) -> torch.Tensor:
+def indexer_topk(
+    indexer,
+    x: torch.Tensor,
+    q_residual: torch.Tensor,
+    meta: AttentionMetadata,
+    caches: LayerCaches,
+    rotary,
+) -> torch.Tensor:
     """(T, k) numbers of the compressed entries each query attends to (-1 = none).
 
-    Scores = sum over indexer heads of w_h · ReLU(q_h · k_s) / sqrt(head_dim), only over entries
-    s < (p + 1) // 4 (windows closed by the query's own token or earlier); the stable top-k keeps
-    the index_topk best, ties to the lowest s.
+    Scores = sum over indexer heads of w_h · ReLU(q_h · k_s) / sqrt(head_dim), only over
+    entries s < (p + 1) // 4 (windows closed by the query's own token or earlier); the stable
+    top-k keeps the index_topk best, ties to the lowest s.
     """
     run_compressor(indexer, x, meta, caches.idx_state, caches.idx, 4, rotary)
-    key_slots = meta.complete_entries(caches.idx)  # column s = entry s, -1 where not yet complete
+    # column s = entry s, -1 where not yet complete
+    key_slots = meta.complete_entries(caches.idx)
     t_all, num_entries = key_slots.shape
     if num_entries == 0:
         return torch.full((t_all, 0), -1, dtype=torch.long)
     cos, sin = meta.rope["compress"]
     q = apply_rope(indexer.q_b_proj(q_residual).view(t_all, -1, indexer.head_dim), cos, sin)
-    weights = indexer.scorer.weights_proj(x).float() * indexer.scorer.weights_scaling  # (T, heads)
+    # (T, heads)
+    weights = indexer.scorer.weights_proj(x).float() * indexer.scorer.weights_scaling
     keys = meta.read(caches.idx, key_slots)  # (T, entries, dim)
     scores = torch.matmul(q.float(), keys.float().transpose(1, 2))  # (T, heads, entries)
     scores = torch.relu(scores) * indexer.scorer.softmax_scale
@@ -178,8 +210,11 @@ def indexer_topk(indexer, x: torch.Tensor, q_residual: torch.Tensor, meta: Atten
     return torch.where(key_slots.gather(1, top) < 0, torch.full_like(top, -1), top)
 
 
-def paged_attention(attn, x: torch.Tensor, meta: AttentionMetadata, caches: LayerCaches, layer: int) -> torch.Tensor:
-    """One decoder layer's attention for the packed rows `x` (T, hidden); returns (T, hidden)."""
+def paged_attention(
+    attn, x: torch.Tensor, meta: AttentionMetadata, caches: LayerCaches, layer: int
+) -> torch.Tensor:
+    """One decoder layer's attention for the packed rows `x` (T, hidden); returns (T,
+    hidden)."""
     t_all = x.shape[0]
     cos, sin = meta.rope[attn.rope_layer_type]
     q_residual = attn.q_a_norm(attn.q_a_proj(x))
@@ -193,13 +228,21 @@ def paged_attention(attn, x: torch.Tensor, meta: AttentionMetadata, caches: Laye
     seen = window_slots >= 0
     if caches.ratio:
         comp = attn.compressor
-        run_compressor(comp, x, meta, caches.attn_state, caches.attn, caches.ratio, comp.rotary_emb)
+        run_compressor(
+            comp, x, meta, caches.attn_state, caches.attn, caches.ratio, comp.rotary_emb
+        )
         if caches.ratio == 4:  # CSA: the entries the indexer picked
-            picks = indexer_topk(comp.indexer, x, q_residual, meta, caches, comp.indexer.rotary_emb)
+            picks = indexer_topk(
+                comp.indexer, x, q_residual, meta, caches, comp.indexer.rotary_emb
+            )
             meta.topk_indices[layer] = picks
             entry_slots, _ = meta.index_ops.compute_global_topk_indices_and_lens(
-                picks, meta.token_to_req_indices, meta.block_tables[caches.attn.group],
-                caches.attn.entries_per_block, meta.is_valid_token)
+                picks,
+                meta.token_to_req_indices,
+                meta.block_tables[caches.attn.group],
+                caches.attn.entries_per_block,
+                meta.is_valid_token,
+            )
         else:  # HCA: every closed window
             entry_slots = meta.complete_entries(caches.attn)
         keys = torch.cat([keys, meta.read(caches.attn, entry_slots)], dim=1)

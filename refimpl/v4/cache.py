@@ -12,27 +12,34 @@ kernels compute. `write_rows` / `read_rows` are the only two ways the model touc
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from refimpl.hybrid.addressing import slot_for_position
 from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs, layer_name
 from refimpl.hybrid.kv_cache_interface import KVCacheConfig
-from refimpl.hybrid.kv_cache_planning import get_kv_cache_bytes_per_block, get_kv_cache_config, get_kv_cache_groups
+from refimpl.hybrid.kv_cache_planning import (
+    get_kv_cache_bytes_per_block,
+    get_kv_cache_config,
+    get_kv_cache_groups,
+)
 from refimpl.hybrid.tensors import allocate_kv_cache
 
 
 @dataclass(frozen=True)
 class CacheRef:
-    """One cache of one layer: its view, its group (whose block table addresses it), its geometry."""
+    """One cache of one layer: its view, its group (whose block table addresses it), its
+    geometry."""
 
     name: str
     view: torch.Tensor  # (num_blocks, entries_per_block, row)
     group: int
     block_size: int  # token positions per block
-    ratio: int  # tokens per stored entry (1 for the per-token caches: window and compressor state)
+    # tokens per stored entry (1 for the per-token caches: window and compressor state)
+    ratio: int
     window: int | None = None  # sliding window in tokens (per-token caches only)
 
     @property
@@ -53,12 +60,17 @@ class LayerCaches:
 
     def refs(self) -> list[CacheRef]:
         """This layer's caches in registration order."""
-        return [r for r in (self.idx, self.idx_state, self.swa, self.attn, self.attn_state) if r is not None]
+        return [
+            r
+            for r in (self.idx, self.idx_state, self.swa, self.attn, self.attn_state)
+            if r is not None
+        ]
 
 
 @dataclass
 class ReadLog:
-    """Every (cache name, slots) read while it is attached to a model runner: which rows were used.
+    """Every (cache name, slots) read while it is attached to a model runner: which rows were
+    used.
 
     A caller that wants to see the reads passes one in (`ModelRunner.recording_reads`); without
     one nothing is recorded.
@@ -74,7 +86,8 @@ class ReadLog:
 
 
 def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) -> None:
-    """Store `rows[i]` at `slot_mapping[i]`, skipping -1 (the view aliases the slab, so the slab changes)."""
+    """Store `rows[i]` at `slot_mapping[i]`, skipping -1 (the view aliases the slab, so the
+    slab changes)."""
     keep = slot_mapping >= 0
     slots, rows = slot_mapping[keep].long(), rows[keep]
     per_block = ref.entries_per_block
@@ -93,7 +106,8 @@ def read_rows(ref: CacheRef, slots: torch.Tensor, log: ReadLog | None = None) ->
 
 def row_slots(ref: CacheRef, block_ids: Sequence[int], index: Sequence[int]) -> torch.Tensor:
     """Slots of token positions (per-token caches) or entry numbers (compressed caches), one by
-    one through Part II's `slot_for_position`: entry e sits in storage block e // entries_per_block."""
+    one through Part II's `slot_for_position`: entry e sits in storage block e //
+    entries_per_block."""
     slots = [slot_for_position(block_ids, int(i), ref.entries_per_block) for i in index]
     return torch.tensor(slots, dtype=torch.long)
 
@@ -113,29 +127,55 @@ class V4KVCache:
 
 
 def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4KVCache:
-    """Plan and allocate `num_blocks` blocks for a DeepSeek V4 HF config (ValueError if < 2)."""
+    """Plan and allocate `num_blocks` blocks for a DeepSeek V4 HF config (ValueError if <
+    2)."""
     if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 2:
-        raise ValueError(f"num_blocks must be an int >= 2 (one is the null block), got {num_blocks!r}")
+        raise ValueError(
+            f"num_blocks must be an int >= 2 (one is the null block), got {num_blocks!r}"
+        )
     sizes = DeepseekV4Config.from_hf_config(hf_config)
     specs = kv_cache_specs(sizes, cache_dtype="float32", block_size=block_size)
     groups = get_kv_cache_groups(specs)
-    config = get_kv_cache_config(groups, get_kv_cache_bytes_per_block(groups) * num_blocks, num_blocks_override=num_blocks)
+    config = get_kv_cache_config(
+        groups,
+        get_kv_cache_bytes_per_block(groups) * num_blocks,
+        num_blocks_override=num_blocks,
+    )
     views = allocate_kv_cache(config, "cpu")
-    group_of = {name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names}
+    group_of = {
+        name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names
+    }
 
     def ref(layer: int, kind: str) -> CacheRef:
         name = layer_name(layer, kind)
         gid = group_of[name]
         spec = config.kv_cache_groups[gid].layer_spec(name)
-        return CacheRef(name, views[name], gid, spec.block_size, spec.compress_ratio, getattr(spec, "sliding_window", None))
+        return CacheRef(
+            name,
+            views[name],
+            gid,
+            spec.block_size,
+            spec.compress_ratio,
+            getattr(spec, "sliding_window", None),
+        )
 
     layers = []
     for i, ratio in enumerate(sizes.compress_ratios):
         if ratio == 4:
-            layers.append(LayerCaches(4, ref(i, "swa"), ref(i, "attn"), ref(i, "attn_state"), ref(i, "idx"), ref(i, "idx_state")))
+            layers.append(
+                LayerCaches(
+                    4,
+                    ref(i, "swa"),
+                    ref(i, "attn"),
+                    ref(i, "attn_state"),
+                    ref(i, "idx"),
+                    ref(i, "idx_state"),
+                )
+            )
         elif ratio == 128:
-            layers.append(LayerCaches(128, ref(i, "swa"), ref(i, "attn"), ref(i, "attn_state")))
+            layers.append(
+                LayerCaches(128, ref(i, "swa"), ref(i, "attn"), ref(i, "attn_state"))
+            )
         else:
             layers.append(LayerCaches(0, ref(i, "swa")))
     return V4KVCache(config, views, layers)
-

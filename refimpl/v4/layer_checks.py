@@ -23,10 +23,11 @@ from refimpl.v4.oracle import oracle_prefill
 
 @torch.no_grad()
 def capture_layer_inputs(hf_model, prompt_ids: Sequence[int]):
-    """(inputs, cache, outputs): per layer the (S, hidden) attention input and (S, hidden) output,
-    plus transformers' DynamicCache after one cached forward over the prompt."""
+    """(inputs, cache, outputs): per layer the (S, hidden) attention input and (S, hidden)
+    output, plus transformers' DynamicCache after one cached forward over the prompt."""
     inputs, outputs, hooks = {}, {}, []
     for i, layer in enumerate(hf_model.model.layers):
+
         def pre(module, args, kwargs, i=i):
             hidden = args[0] if args else kwargs["hidden_states"]
             inputs[i] = hidden[0].clone()
@@ -45,7 +46,8 @@ def capture_layer_inputs(hf_model, prompt_ids: Sequence[int]):
 
 
 def identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
-    """Block tables for one request alone in the pool: consecutive block ids, group after group.
+    """Block tables for one request alone in the pool: consecutive block ids, group after
+    group.
 
     All groups draw from one pool and block b of every group is the same stretch of the slab,
     so two groups must never be handed the same block id (that is the allocator's job).
@@ -59,18 +61,30 @@ def identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
 
 
 @torch.no_grad()
-def run_layer_paged(hf_model, layer: int, x: torch.Tensor, chunk_sizes: Sequence[int],
-                    kv: V4KVCache | None = None, ops: V4IndexOps | None = None) -> tuple[torch.Tensor, V4KVCache]:
-    """Run layer `layer`'s paged attention over x (S, hidden) in the given chunks on a fresh slab.
+def run_layer_paged(
+    hf_model,
+    layer: int,
+    x: torch.Tensor,
+    chunk_sizes: Sequence[int],
+    kv: V4KVCache | None = None,
+    ops: V4IndexOps | None = None,
+) -> tuple[torch.Tensor, V4KVCache]:
+    """Run layer `layer`'s paged attention over x (S, hidden) in the given chunks on a fresh
+    slab.
 
     Addresses come from `build_attention_metadata` (index kernels of `ops`, default the torch
     twins) and rotary tables from the model's own rotary module, as in the engine.
     """
     num_tokens = x.shape[0]
     if sum(chunk_sizes) != num_tokens:
-        raise ValueError(f"chunk sizes {list(chunk_sizes)} do not add up to {num_tokens} tokens")
+        raise ValueError(
+            f"chunk sizes {list(chunk_sizes)} do not add up to {num_tokens} tokens"
+        )
     if kv is None:
-        num_blocks = 2 + sum(1 + num_tokens // g.kv_cache_spec.block_size for g in build_kv_cache(hf_model.config, 2).config.kv_cache_groups)
+        num_blocks = 2 + sum(
+            1 + num_tokens // g.kv_cache_spec.block_size
+            for g in build_kv_cache(hf_model.config, 2).config.kv_cache_groups
+        )
         kv = build_kv_cache(hf_model.config, num_blocks)
     ops = ops or v4_index_ops(None, "cpu")
     tables = identity_tables(kv, num_tokens)
@@ -84,7 +98,9 @@ def run_layer_paged(hf_model, layer: int, x: torch.Tensor, chunk_sizes: Sequence
     return torch.cat(outs), kv
 
 
-def transformers_rows(cache, layer: int, ratio: int, num_tokens: int, position_bias: dict) -> dict[str, torch.Tensor]:
+def transformers_rows(
+    cache, layer: int, ratio: int, num_tokens: int, position_bias: dict
+) -> dict[str, torch.Tensor]:
     """transformers' cache fields for one layer, in the form `paged_rows` returns."""
     lay = cache.layers[layer]
     rows = {"swa": lay.keys[0, 0]}
@@ -97,11 +113,15 @@ def transformers_rows(cache, layer: int, ratio: int, num_tokens: int, position_b
             bias = position_bias[name][torch.arange(first, num_tokens) % ratio]
             rows[f"{name}.buffer"] = torch.cat([left, lay.buffer_gate[name][0] + bias], dim=-1)
             if ratio == 4 and lay.overlap_kv[name] is not None:
-                rows[f"{name}.overlap"] = torch.cat([lay.overlap_kv[name][0], lay.overlap_gate[name][0]], dim=-1)
+                rows[f"{name}.overlap"] = torch.cat(
+                    [lay.overlap_kv[name][0], lay.overlap_gate[name][0]], dim=-1
+                )
     return rows
 
 
-def paged_rows(kv: V4KVCache, layer: int, ratio: int, num_tokens: int, window: int, head_dims: dict) -> dict[str, torch.Tensor]:
+def paged_rows(
+    kv: V4KVCache, layer: int, ratio: int, num_tokens: int, window: int, head_dims: dict
+) -> dict[str, torch.Tensor]:
     """This package's cache rows for one request laid out by `identity_tables`."""
     tables = identity_tables(kv, num_tokens)
     caches = kv.layers[layer]
@@ -121,5 +141,7 @@ def paged_rows(kv: V4KVCache, layer: int, ratio: int, num_tokens: int, window: i
             if ratio == 4 and n:
                 d = head_dims[name]
                 last = rows_at(state, range((n - 1) * ratio, n * ratio))
-                out[f"{name}.overlap"] = torch.cat([last[:, :d], last[:, 2 * d : 3 * d]], dim=-1)
+                out[f"{name}.overlap"] = torch.cat(
+                    [last[:, :d], last[:, 2 * d : 3 * d]], dim=-1
+                )
     return out

@@ -14,8 +14,8 @@ directory, safetensors only (`refimpl.v4.loader`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence as SequenceLike
 from time import perf_counter
-from typing import Sequence as SequenceLike
 
 from refimpl.engine.lifecycle import ClosableEngine
 from refimpl.engine.llm import EngineStats, load_tokenizer
@@ -28,12 +28,23 @@ from refimpl.v4.model_runner import ModelRunner
 from refimpl.v4.scheduler import ScheduledChunk, Scheduler, V4Request
 
 
-def record_step(stats: EngineStats, chunks: list[ScheduledChunk], elapsed: float, blocks_in_use: int,
-                preemptions: int) -> None:
+def record_step(
+    stats: EngineStats,
+    chunks: list[ScheduledChunk],
+    elapsed: float,
+    blocks_in_use: int,
+    preemptions: int,
+) -> None:
     """Add one step to `stats`: prompt tokens computed or taken from the prefix cache, decode
     tokens, time, preemptions, and the peak of blocks in use."""
-    prompt = sum(max(0, min(c.req.request.num_prompt_tokens, c.first_position + c.num_tokens) - c.first_position)
-                 for c in chunks)
+    prompt = sum(
+        max(
+            0,
+            min(c.req.request.num_prompt_tokens, c.first_position + c.num_tokens)
+            - c.first_position,
+        )
+        for c in chunks
+    )
     decode = sum(c.num_tokens for c in chunks) - prompt
     stats.steps += 1
     stats.cached_tokens += sum(c.num_cached_tokens for c in chunks)
@@ -58,9 +69,10 @@ def _check_positive_int(name: str, value: object) -> None:
 class V4LLM(ClosableEngine):
     """The tiny V4 engine. Keyword arguments mirror Part I's `LLM` where they mean the same.
 
-    `attention_backend` picks the index kernels: "torch" (the twins; default on a CPU), "triton"
-    (Triton's interpreter on a CPU) or None / "auto". `hf_model` reuses an already loaded
-    transformers model of the same directory (tests and notebooks build several engines).
+    `attention_backend` picks the index kernels: "torch" (the twins; default on a CPU),
+    "triton" (Triton's interpreter on a CPU) or None / "auto". `hf_model` reuses an already
+    loaded transformers model of the same directory (tests and notebooks build several
+    engines).
     """
 
     def __init__(
@@ -81,23 +93,33 @@ class V4LLM(ClosableEngine):
         if max_model_len is not None:
             _check_positive_int("max_model_len", max_model_len)
         if not isinstance(enable_prefix_caching, bool):
-            raise ValueError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")
+            raise ValueError(
+                f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}"
+            )
         self.model_dir = check_v4_checkpoint(model)
         self.hf_model = hf_model if hf_model is not None else load_hf_model(self.model_dir)
         config = self.hf_model.config
         self.max_model_len = max_model_len or config.max_position_embeddings
         if self.max_model_len > config.max_position_embeddings:
-            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's {config.max_position_embeddings}")
-        self.model_runner = ModelRunner(self.hf_model, num_kvcache_blocks, kvcache_block_size, attention_backend)
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's "
+                f"{config.max_position_embeddings}"
+            )
+        self.model_runner = ModelRunner(
+            self.hf_model, num_kvcache_blocks, kvcache_block_size, attention_backend
+        )
         manager = KVCacheManager.from_config(
-            self.model_runner.kv_cache.config, self.max_model_len, enable_caching=enable_prefix_caching,
+            self.model_runner.kv_cache.config,
+            self.max_model_len,
+            enable_caching=enable_prefix_caching,
             max_num_batched_tokens=max_num_batched_tokens,
         )
         eos = config.eos_token_id if isinstance(config.eos_token_id, int) else -1
         self.scheduler = Scheduler(manager, max_num_seqs, max_num_batched_tokens, eos)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.stats = EngineStats()
-        self.record_logits = False  # keep the logits behind every sampled token (in V4Request.logits)
+        # keep the logits behind every sampled token (in V4Request.logits)
+        self.record_logits = False
         self.closed = False
         self._next_id = 0
 
@@ -106,21 +128,36 @@ class V4LLM(ClosableEngine):
         return self.model_runner.attention_backend
 
     # --- requests
-    def make_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> V4Request:
+    def make_request(
+        self, prompt: str | list[int], sampling_params: SamplingParams
+    ) -> V4Request:
         """Tokenize and check one request without queueing it (ValueError on bad input)."""
         self._check_open()
-        ids = checked_request_tokens(prompt, sampling_params, self.tokenizer, self.model_dir,
-                                     self.hf_model.config.vocab_size, self.max_model_len)
+        ids = checked_request_tokens(
+            prompt,
+            sampling_params,
+            self.tokenizer,
+            self.model_dir,
+            self.hf_model.config.vocab_size,
+            self.max_model_len,
+        )
         request_id = f"req-{self._next_id}"
         longest = len(ids) + sampling_params.max_tokens
         need = self.scheduler.max_blocks_needed(longest)
         usable = self.model_runner.kv_cache.config.num_blocks - 1  # block 0 is the null block
         if need > usable:
-            raise ValueError(f"a request of up to {longest} tokens needs {need} blocks; the pool has only {usable}")
+            raise ValueError(
+                f"a request of up to {longest} tokens needs {need} blocks; the pool has only "
+                f"{usable}"
+            )
         self._next_id += 1
-        return V4Request(self.scheduler.kv_cache_manager.make_request(request_id, ids), sampling_params)
+        return V4Request(
+            self.scheduler.kv_cache_manager.make_request(request_id, ids), sampling_params
+        )
 
-    def add_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> V4Request:
+    def add_request(
+        self, prompt: str | list[int], sampling_params: SamplingParams
+    ) -> V4Request:
         """Check and queue one request (for stepping the engine by hand with `step()`)."""
         req = self.make_request(prompt, sampling_params)
         self.scheduler.add(req)
@@ -131,13 +168,16 @@ class V4LLM(ClosableEngine):
 
     # --- the loop
     def step(self) -> list[V4Request]:
-        """Schedule, run the model on one packed batch, sample, postprocess; returns finished requests."""
+        """Schedule, run the model on one packed batch, sample, postprocess; returns finished
+        requests."""
         self._check_open()
         start = perf_counter()
         preemptions_before = self.scheduler.num_preemptions
         chunks = self.scheduler.schedule()
         if not chunks:
-            raise RuntimeError("no request could be scheduled (the pool is too small for the waiting request)")
+            raise RuntimeError(
+                "no request could be scheduled (the pool is too small for the waiting request)"
+            )
         usable = self.model_runner.kv_cache.config.num_blocks - 1
         blocks_in_use = round(self.scheduler.kv_cache_manager.usage * usable)
         token_ids, logits = self.model_runner.run(chunks)
@@ -145,8 +185,13 @@ class V4LLM(ClosableEngine):
             for c, row in zip([c for c in chunks if c.samples], logits):
                 c.req.logits.append(row)
         finished = self.scheduler.postprocess(chunks, token_ids)
-        record_step(self.stats, chunks, perf_counter() - start, blocks_in_use,
-                    self.scheduler.num_preemptions - preemptions_before)
+        record_step(
+            self.stats,
+            chunks,
+            perf_counter() - start,
+            blocks_in_use,
+            self.scheduler.num_preemptions - preemptions_before,
+        )
         return finished
 
     def generate(
@@ -156,8 +201,8 @@ class V4LLM(ClosableEngine):
         use_tqdm: bool = False,
         seed: int = 0,
     ) -> list[dict]:
-        """Run prompts to completion; `[{"text", "token_ids"}]` in prompt order (completions only),
-        plus "logits" (one row per generated token) when `record_logits` is set.
+        """Run prompts to completion; `[{"text", "token_ids"}]` in prompt order (completions
+        only), plus "logits" (one row per generated token) when `record_logits` is set.
 
         Every prompt is checked before any is queued, so a bad one leaves the engine untouched.
         `use_tqdm` is accepted for Part I's signature; this engine shows no progress bar.
@@ -180,7 +225,10 @@ class V4LLM(ClosableEngine):
         outputs = []
         for req in reqs:
             ids = list(req.request.output_token_ids)
-            out = {"text": self.tokenizer.decode(ids) if self.tokenizer is not None else None, "token_ids": ids}
+            out = {
+                "text": self.tokenizer.decode(ids) if self.tokenizer is not None else None,
+                "token_ids": ids,
+            }
             if self.record_logits:
                 out["logits"] = req.logits
             outputs.append(out)

@@ -1,4 +1,5 @@
-"""ModelRunner: turn a step's scheduled chunks into tensors and addresses, run the model, sample.
+"""ModelRunner: turn a step's scheduled chunks into tensors and addresses, run the model,
+sample.
 
 It owns the cache (the slab Part II planned, see `refimpl.v4.cache`). For each step
 `build_attention_metadata` packs the chunks with Part II's `build_batch` (one block table per
@@ -25,7 +26,12 @@ from contextlib import contextmanager
 import torch
 
 from refimpl.engine.sampler import Sampler
-from refimpl.hybrid.addressing import BatchInputs, build_batch, short_context_topk_indices, slot_mapping
+from refimpl.hybrid.addressing import (
+    BatchInputs,
+    build_batch,
+    short_context_topk_indices,
+    slot_mapping,
+)
 from refimpl.kernels.backend import V4IndexOps, v4_index_ops
 from refimpl.v4.attention import AttentionMetadata
 from refimpl.v4.cache import CacheRef, ReadLog, V4KVCache, build_kv_cache
@@ -34,69 +40,115 @@ from refimpl.v4.scheduler import ScheduledChunk
 
 
 def complete_entry_slots(batch: BatchInputs, ref: CacheRef, ops: V4IndexOps) -> torch.Tensor:
-    """(T, K) slots of every entry of compressed cache `ref` that each token may read, -1 padded:
-    entries 0 .. (p + 1) // ratio - 1 as "top-k" indices, turned into slots by the top-k kernel."""
+    """(T, K) slots of every entry of compressed cache `ref` that each token may read, -1
+    padded: entries 0 .. (p + 1) // ratio - 1 as "top-k" indices, turned into slots by the
+    top-k kernel."""
     visible = (batch.positions + 1) // ref.ratio
     width = int(visible.max()) if visible.numel() else 0
     local = short_context_topk_indices(batch.positions, ref.ratio, width)
-    slots, _ = ops.compute_global_topk_indices_and_lens(local, batch.token_to_req_indices, batch.block_table,
-                                                        ref.entries_per_block, batch.is_valid_token)
+    slots, _ = ops.compute_global_topk_indices_and_lens(
+        local,
+        batch.token_to_req_indices,
+        batch.block_table,
+        ref.entries_per_block,
+        batch.is_valid_token,
+    )
     return slots
 
 
-def build_attention_metadata(kv_cache: V4KVCache, block_ids: Sequence[tuple[list[int], ...]],
-                             num_computed_tokens: Sequence[int], num_new_tokens: Sequence[int],
-                             ops: V4IndexOps) -> AttentionMetadata:
+def build_attention_metadata(
+    kv_cache: V4KVCache,
+    block_ids: Sequence[tuple[list[int], ...]],
+    num_computed_tokens: Sequence[int],
+    num_new_tokens: Sequence[int],
+    ops: V4IndexOps,
+) -> AttentionMetadata:
     """Every address one step needs: request r computes `num_new_tokens[r]` tokens after
     `num_computed_tokens[r]`, with block table `block_ids[r][g]` in group g."""
     num_groups = len(kv_cache.config.kv_cache_groups)
-    batches = [build_batch([ids[g] for ids in block_ids], num_computed_tokens, num_new_tokens) for g in range(num_groups)]
+    batches = [
+        build_batch([ids[g] for ids in block_ids], num_computed_tokens, num_new_tokens)
+        for g in range(num_groups)
+    ]
     first = batches[0]
-    meta = AttentionMetadata(first.positions, first.token_to_req_indices, first.is_valid_token,
-                             {g: b.block_table for g, b in enumerate(batches)}, ops)
+    meta = AttentionMetadata(
+        first.positions,
+        first.token_to_req_indices,
+        first.is_valid_token,
+        {g: b.block_table for g, b in enumerate(batches)},
+        ops,
+    )
     for ref in kv_cache.refs():
         b = batches[ref.group]
-        if ref.ratio == 1:  # window or compressor state: one row per token, read back over a window
+        # window or compressor state: one row per token, read back over a window
+        if ref.ratio == 1:
             if ref.group not in meta.slot_mappings:
                 meta.slot_mappings[ref.group] = slot_mapping(b, ref.block_size)
             if (ref.group, ref.window) not in meta.windows:
                 meta.windows[(ref.group, ref.window)] = ops.compute_swa_indices_and_lens(
-                    b.query_start_loc, b.seq_lens, b.token_to_req_indices, b.is_valid_token, b.block_table,
-                    ref.block_size, ref.window)
-        elif (ref.group, ref.ratio) not in meta.entry_slot_mappings:  # compressed: one entry per `ratio` tokens
+                    b.query_start_loc,
+                    b.seq_lens,
+                    b.token_to_req_indices,
+                    b.is_valid_token,
+                    b.block_table,
+                    ref.block_size,
+                    ref.window,
+                )
+        # compressed: one entry per `ratio` tokens
+        elif (ref.group, ref.ratio) not in meta.entry_slot_mappings:
             meta.entry_slot_mappings[(ref.group, ref.ratio)] = ops.compressed_slot_mapping(
-                b.query_start_loc, b.seq_lens, b.block_table, ref.entries_per_block, ref.ratio)
+                b.query_start_loc, b.seq_lens, b.block_table, ref.entries_per_block, ref.ratio
+            )
             meta.entry_slots[(ref.group, ref.ratio)] = complete_entry_slots(b, ref, ops)
     return meta
 
 
 class ModelRunner:
-    """The tiny V4's cache, its step inputs and its sampler (Part I's `ModelRunner` for Part III)."""
+    """The tiny V4's cache, its step inputs and its sampler (Part I's `ModelRunner` for Part
+    III)."""
 
-    def __init__(self, hf_model, num_kvcache_blocks: int, kvcache_block_size: int = 256,
-                 attention_backend: str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        hf_model,
+        num_kvcache_blocks: int,
+        kvcache_block_size: int = 256,
+        attention_backend: str | None = None,
+        seed: int = 0,
+    ) -> None:
         self.hf_model = hf_model
         self.index_ops = v4_index_ops(attention_backend, "cpu")  # the cache lives on the CPU
         self.attention_backend = self.index_ops.name
-        self.kv_cache: V4KVCache | None = build_kv_cache(hf_model.config, num_kvcache_blocks, kvcache_block_size)
+        self.kv_cache: V4KVCache | None = build_kv_cache(
+            hf_model.config, num_kvcache_blocks, kvcache_block_size
+        )
         self.sampler = Sampler(seed)
         self.read_log: ReadLog | None = None
-        self.last_metadata: AttentionMetadata | None = None  # the latest step's addresses, for inspection
+        # the latest step's addresses, for inspection
+        self.last_metadata: AttentionMetadata | None = None
 
-    def prepare_inputs(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, AttentionMetadata]:
+    def prepare_inputs(
+        self, chunks: list[ScheduledChunk]
+    ) -> tuple[torch.Tensor, AttentionMetadata]:
         """Packed input ids and the step's `AttentionMetadata`."""
         ids: list[int] = []
         for c in chunks:
-            ids.extend(c.req.request.all_token_ids[c.first_position : c.first_position + c.num_tokens])
-        meta = build_attention_metadata(self.kv_cache, [c.block_ids for c in chunks], [c.first_position for c in chunks],
-                                        [c.num_tokens for c in chunks], self.index_ops)
+            ids.extend(
+                c.req.request.all_token_ids[c.first_position : c.first_position + c.num_tokens]
+            )
+        meta = build_attention_metadata(
+            self.kv_cache,
+            [c.block_ids for c in chunks],
+            [c.first_position for c in chunks],
+            [c.num_tokens for c in chunks],
+            self.index_ops,
+        )
         meta.read_log = self.read_log
         return torch.tensor(ids, dtype=torch.long), meta
 
     @torch.no_grad()
     def run(self, chunks: list[ScheduledChunk]) -> tuple[list[int], torch.Tensor]:
-        """Run one step; return the sampled token of every chunk that `samples` (in chunk order)
-        and the logits (one row per sampled token) behind them."""
+        """Run one step; return the sampled token of every chunk that `samples` (in chunk
+        order) and the logits (one row per sampled token) behind them."""
         input_ids, meta = self.prepare_inputs(chunks)
         hidden = forward_step(self.hf_model, input_ids, meta, self.kv_cache.layers)
         self.last_metadata = meta
@@ -105,7 +157,9 @@ class ModelRunner:
         if not sampling:
             return [], hidden.new_empty((0, self.hf_model.config.vocab_size))
         logits = self.hf_model.lm_head(hidden[ends[sampling]])
-        temperatures = torch.tensor([chunks[i].req.sampling_params.temperature for i in sampling], dtype=torch.float32)
+        temperatures = torch.tensor(
+            [chunks[i].req.sampling_params.temperature for i in sampling], dtype=torch.float32
+        )
         return self.sampler(logits, temperatures).tolist(), logits
 
     @contextmanager

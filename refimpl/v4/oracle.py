@@ -18,25 +18,35 @@ def _greedy(hf_model, prompt_ids: list[int], max_new_tokens: int):
     """transformers' greedy `generate` with the logits of every step, never stopping at EOS."""
     config = hf_model.config
     return hf_model.generate(
-        torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False,
-        output_logits=True, return_dict_in_generate=True, eos_token_id=None,
-        # a pad id that occurs in the prompt would silently mask those tokens: use one that cannot
-        pad_token_id=config.vocab_size - 1 if config.pad_token_id is None else config.pad_token_id,
+        torch.tensor([prompt_ids]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        eos_token_id=None,
+        # a pad id that occurs in the prompt would silently mask those tokens: use one that
+        # cannot
+        pad_token_id=config.vocab_size - 1
+        if config.pad_token_id is None
+        else config.pad_token_id,
     )
 
 
 @torch.no_grad()
-def oracle_generate(hf_model, prompt_ids: list[int], max_new_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
+def oracle_generate(
+    hf_model, prompt_ids: list[int], max_new_tokens: int
+) -> tuple[list[int], list[torch.Tensor]]:
     """Greedy completion ids and the logits (vocab,) that chose each of them."""
     with stable_topk_in_transformers():
         out = _greedy(hf_model, prompt_ids, max_new_tokens)
-    tokens = out.sequences[0, len(prompt_ids):].tolist()
+    tokens = out.sequences[0, len(prompt_ids) :].tolist()
     return tokens, [step[0] for step in out.logits]
 
 
 @torch.no_grad()
 def oracle_prefill(hf_model, prompt_ids: list[int]):
-    """One cached forward over the whole prompt; returns (logits (S, vocab), the DynamicCache)."""
+    """One cached forward over the whole prompt; returns (logits (S, vocab), the
+    DynamicCache)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=hf_model.config)
@@ -46,7 +56,9 @@ def oracle_prefill(hf_model, prompt_ids: list[int]):
 
 
 @torch.no_grad()
-def cached_vs_recompute(hf_model, prompt_ids: list[int], max_new_tokens: int, stable: bool = True) -> float:
+def cached_vs_recompute(
+    hf_model, prompt_ids: list[int], max_new_tokens: int, stable: bool = True
+) -> float:
     """Largest logit difference between transformers' cached greedy `generate()` and one full
     forward over the same final sequence: the two should be the same model.
 

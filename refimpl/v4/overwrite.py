@@ -20,17 +20,24 @@ CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
 
 
 def hit_block_tables(llm, prompt_ids: Sequence[int]) -> tuple[tuple[list[int], ...], int]:
-    """The block table per group a new request with `prompt_ids` would get from the prefix cache,
-    and the hit length in tokens (nothing is allocated)."""
+    """The block table per group a new request with `prompt_ids` would get from the prefix
+    cache, and the hit length in tokens (nothing is allocated)."""
     manager = llm.scheduler.kv_cache_manager
     probe = manager.make_request("overwrite-probe", list(prompt_ids))
     blocks, hit = manager.get_computed_blocks(probe)
     return blocks.get_block_ids(), hit
 
 
-def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index: Sequence[int],
-                columns: Sequence[slice] | None = None) -> int:
-    """Set rows `index` (token positions, or entry numbers for `attn`/`idx`) of one cache to NaN.
+def poison_rows(
+    llm,
+    tables: tuple[list[int], ...],
+    layer: int,
+    kind: str,
+    index: Sequence[int],
+    columns: Sequence[slice] | None = None,
+) -> int:
+    """Set rows `index` (token positions, or entry numbers for `attn`/`idx`) of one cache to
+    NaN.
 
     `columns` limits the poison to parts of the row (e.g. the first series of a ratio-4 state
     row). Returns how many floats were poisoned.
@@ -50,7 +57,9 @@ def poison_rows(llm, tables: tuple[list[int], ...], layer: int, kind: str, index
     return int(mask.sum()) * len(slot_mapping)
 
 
-def rows_read_after_hit(llm, first: Sequence[int], second: Sequence[int], sampling_params) -> dict:
+def rows_read_after_hit(
+    llm, first: Sequence[int], second: Sequence[int], sampling_params
+) -> dict:
     """Run `first`, then `second` (which shares a prefix with it) and record, for every cache,
     which rows of the blocks the hit reused were read while `second` ran.
 
@@ -64,11 +73,22 @@ def rows_read_after_hit(llm, first: Sequence[int], second: Sequence[int], sampli
         llm.generate([list(second)], sampling_params)
     caches = {}
     layers = llm.model_runner.kv_cache.layers
-    for ref in [getattr(layer, kind) for layer in layers for kind in CACHE_KINDS if getattr(layer, kind) is not None]:
+    for ref in [
+        getattr(layer, kind)
+        for layer in layers
+        for kind in CACHE_KINDS
+        if getattr(layer, kind) is not None
+    ]:
         table = tables[ref.group]
-        rows = range(len(table) * ref.entries_per_block)  # positions or entry numbers the reused blocks hold
-        index_of = {int(s): i for i, s in zip(rows, row_slots(ref, table, rows)) if s >= 0}  # null block: no slot
+        # positions or entry numbers the reused blocks hold
+        rows = range(len(table) * ref.entries_per_block)
+        # null block: no slot
+        index_of = {int(s): i for i, s in zip(rows, row_slots(ref, table, rows)) if s >= 0}
         read = {index_of[s] for s in log.slots_read(ref.name) if s in index_of}
-        caches[ref.name] = {"ratio": ref.ratio, "block_size": ref.block_size,
-                            "reused": sorted(index_of.values()), "read": sorted(read)}
+        caches[ref.name] = {
+            "ratio": ref.ratio,
+            "block_size": ref.block_size,
+            "reused": sorted(index_of.values()),
+            "read": sorted(read),
+        }
     return {"hit": hit, "caches": caches}

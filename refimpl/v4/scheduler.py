@@ -26,7 +26,8 @@ class V4Request:
 
     request: Request
     sampling_params: SamplingParams
-    logits: list[torch.Tensor] = field(default_factory=list)  # behind each sampled token, only when recorded
+    # behind each sampled token, only when recorded
+    logits: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def request_id(self) -> str:
@@ -43,21 +44,29 @@ class ScheduledChunk:
 
     req: V4Request
     num_tokens: int
-    first_position: int  # tokens of the request already in the cache (computed or a prefix hit)
-    block_ids: tuple[list[int], ...]  # the request's block table per cache group after allocation
+    # tokens of the request already in the cache (computed or a prefix hit)
+    first_position: int
+    # the request's block table per cache group after allocation
+    block_ids: tuple[list[int], ...]
     num_cached_tokens: int = 0  # prefix-cache hit adopted when this chunk admitted the request
 
     @property
     def samples(self) -> bool:
-        """Whether the chunk reaches the request's last token, so the step samples its next one."""
+        """Whether the chunk reaches the request's last token, so the step samples its next
+        one."""
         return self.first_position + self.num_tokens == self.req.request.num_tokens
 
 
 class Scheduler:
     """vLLM v1's scheduling over the hybrid `KVCacheManager`, with Part I's method names."""
 
-    def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 eos: int = -1) -> None:
+    def __init__(
+        self,
+        kv_cache_manager: KVCacheManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        eos: int = -1,
+    ) -> None:
         self.kv_cache_manager = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -73,11 +82,13 @@ class Scheduler:
         self.waiting.append(req)
 
     def max_blocks_needed(self, num_tokens: int) -> int:
-        """Blocks a request of `num_tokens` tokens holds at most at once (windows freeing as it goes)."""
+        """Blocks a request of `num_tokens` tokens holds at most at once (windows freeing as it
+        goes)."""
         return self.kv_cache_manager.get_max_num_blocks(num_tokens)
 
     def preempt(self, req: V4Request) -> None:
-        """Free all of a running request's blocks and put it first in line; it is recomputed later."""
+        """Free all of a running request's blocks and put it first in line; it is recomputed
+        later."""
         self.running.remove(req)
         self.kv_cache_manager.free(req.request)
         req.request.num_computed_tokens = 0
@@ -85,12 +96,17 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.num_preemptions += 1
 
-    def _chunk(self, req: V4Request, num_tokens: int, num_cached_tokens: int = 0) -> ScheduledChunk:
+    def _chunk(
+        self, req: V4Request, num_tokens: int, num_cached_tokens: int = 0
+    ) -> ScheduledChunk:
         block_ids = tuple(list(t) for t in self.kv_cache_manager.get_block_ids(req.request_id))
-        return ScheduledChunk(req, num_tokens, req.request.num_computed_tokens, block_ids, num_cached_tokens)
+        return ScheduledChunk(
+            req, num_tokens, req.request.num_computed_tokens, block_ids, num_cached_tokens
+        )
 
     def schedule(self) -> list[ScheduledChunk]:
-        """Pick this step's chunks: running requests first, then waiting ones while budget lasts."""
+        """Pick this step's chunks: running requests first, then waiting ones while budget
+        lasts."""
         manager = self.kv_cache_manager
         budget = self.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
@@ -110,13 +126,26 @@ class Scheduler:
             if n:
                 chunks.append(self._chunk(req, n))
                 budget -= n
-        while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
+        while (
+            self.waiting
+            and budget > 0
+            and not preempted
+            and len(self.running) < self.max_num_seqs
+        ):
             req = self.waiting[0]
             r = req.request
             hits, num_hit = manager.get_computed_blocks(r)
             n = min(r.num_tokens - num_hit, budget)
-            if manager.allocate_slots(r, n, num_new_computed_tokens=num_hit, new_computed_blocks=hits if num_hit else None,
-                                      has_scheduled_reqs=bool(chunks)) is None:
+            if (
+                manager.allocate_slots(
+                    r,
+                    n,
+                    num_new_computed_tokens=num_hit,
+                    new_computed_blocks=hits if num_hit else None,
+                    has_scheduled_reqs=bool(chunks),
+                )
+                is None
+            ):
                 break
             self.waiting.popleft()
             r.num_computed_tokens = num_hit
@@ -126,9 +155,12 @@ class Scheduler:
             budget -= n
         return chunks
 
-    def postprocess(self, chunks: list[ScheduledChunk], token_ids: list[int]) -> list[V4Request]:
-        """Record a step: tokens computed, one sampled token per chunk that `samples` (in order);
-        finish requests at max_tokens or EOS and free their blocks. Returns the finished ones."""
+    def postprocess(
+        self, chunks: list[ScheduledChunk], token_ids: list[int]
+    ) -> list[V4Request]:
+        """Record a step: tokens computed, one sampled token per chunk that `samples` (in
+        order); finish requests at max_tokens or EOS and free their blocks. Returns the
+        finished ones."""
         sampled = iter(token_ids)
         finished = []
         for c in chunks:
@@ -140,7 +172,9 @@ class Scheduler:
             token = next(sampled)
             r.append_output_token_ids([token])
             params = c.req.sampling_params
-            if c.req.num_completion_tokens >= params.max_tokens or (not params.ignore_eos and token == self.eos):
+            if c.req.num_completion_tokens >= params.max_tokens or (
+                not params.ignore_eos and token == self.eos
+            ):
                 self.running.remove(c.req)
                 self.kv_cache_manager.free(r)
                 r.status = RequestStatus.FINISHED

@@ -16,10 +16,19 @@ from pathlib import Path
 
 import torch
 
-from refimpl.engine.tiny import (EOS_TOKEN_ID, NUM_BYTE_TOKENS, SPECIAL_TOKENS, build_byte_tokenizer,
-                                 save_byte_tokenizer)
+from refimpl.engine.tiny import (
+    EOS_TOKEN_ID,
+    NUM_BYTE_TOKENS,
+    SPECIAL_TOKENS,
+    build_byte_tokenizer,
+    save_byte_tokenizer,
+)
 
-LAYER_TYPE_OF_RATIO = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+LAYER_TYPE_OF_RATIO = {
+    0: "sliding_attention",
+    4: "compressed_sparse_attention",
+    128: "heavily_compressed_attention",
+}
 
 V4_TINY_DEFAULTS = dict(
     vocab_size=NUM_BYTE_TOKENS + len(SPECIAL_TOKENS),
@@ -49,12 +58,16 @@ def tiny_v4_config_dict(**sizes) -> dict:
     """The config.json content for the tiny model; `sizes` override V4_TINY_DEFAULTS."""
     unknown = sorted(set(sizes) - set(V4_TINY_DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown size arguments {unknown}; allowed: {sorted(V4_TINY_DEFAULTS)}")
+        raise ValueError(
+            f"unknown size arguments {unknown}; allowed: {sorted(V4_TINY_DEFAULTS)}"
+        )
     hp = {**V4_TINY_DEFAULTS, **sizes}
     ratios = tuple(hp.pop("compress_ratios"))
     bad = [r for r in ratios if r not in LAYER_TYPE_OF_RATIO]
     if bad or not ratios:
-        raise ValueError(f"compress_ratios must be a non-empty list of 0, 4 or 128; got {list(ratios)}")
+        raise ValueError(
+            f"compress_ratios must be a non-empty list of 0, 4 or 128; got {list(ratios)}"
+        )
     n = len(ratios)
     num_hash = min(hp.pop("num_hash_layers"), n)
     rope = hp.pop("qk_rope_head_dim")
@@ -69,7 +82,10 @@ def tiny_v4_config_dict(**sizes) -> dict:
         "partial_rotary_factor": rope / hp["head_dim"],
         "layer_types": [LAYER_TYPE_OF_RATIO[r] for r in ratios],
         "mlp_layer_types": ["hash_moe"] * num_hash + ["moe"] * (n - num_hash),
-        "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
+        "compress_rates": {
+            "compressed_sparse_attention": 4,
+            "heavily_compressed_attention": 128,
+        },
         "rope_theta": 10000.0,
         "compress_rope_theta": 160000.0,
         "hc_sinkhorn_iters": 20,
@@ -83,11 +99,15 @@ def tiny_v4_config_dict(**sizes) -> dict:
     }
 
 
-def _draw(name: str, shape: torch.Size, g: torch.Generator, top_k: int, num_experts: int) -> torch.Tensor:
+def _draw(
+    name: str, shape: torch.Size, g: torch.Generator, top_k: int, num_experts: int
+) -> torch.Tensor:
     """One parameter's random value, chosen by what the parameter does (see the module doc)."""
     randn = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     if name.endswith("tid2eid"):  # hash routing: top_k distinct experts per token id
-        return torch.stack([torch.randperm(num_experts, generator=g)[:top_k] for _ in range(shape[0])])
+        return torch.stack(
+            [torch.randperm(num_experts, generator=g)[:top_k] for _ in range(shape[0])]
+        )
     if name.endswith("embed_tokens.weight"):
         return randn(*shape)
     if name.endswith("lm_head.weight"):
@@ -123,14 +143,20 @@ def make_tiny_v4(path: str | os.PathLike, seed: int = 0, **sizes) -> Path:
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar in notebooks and tests
 
     config_dict = tiny_v4_config_dict(**sizes)
-    fields = {k: v for k, v in config_dict.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    fields = {
+        k: v
+        for k, v in config_dict.items()
+        if k not in ("architectures", "model_type", "torch_dtype")
+    }
     config = DeepseekV4Config(**fields)
     torch.manual_seed(seed)  # transformers' own init runs first; every value is replaced below
     model = DeepseekV4ForCausalLM(config).float().eval()
     g = torch.Generator().manual_seed(seed)
     state = model.state_dict()
     drawn = {
-        name: _draw(name, t.shape, g, config.num_experts_per_tok, config.n_routed_experts).to(t.dtype)
+        name: _draw(name, t.shape, g, config.num_experts_per_tok, config.n_routed_experts).to(
+            t.dtype
+        )
         for name, t in sorted(state.items())
     }
     model.load_state_dict(drawn, strict=True)
@@ -140,5 +166,7 @@ def make_tiny_v4(path: str | os.PathLike, seed: int = 0, **sizes) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.save_pretrained(str(path))
-    save_byte_tokenizer(path, build_byte_tokenizer(config.vocab_size), config.max_position_embeddings)
+    save_byte_tokenizer(
+        path, build_byte_tokenizer(config.vocab_size), config.max_position_embeddings
+    )
     return path

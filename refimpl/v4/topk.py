@@ -6,8 +6,8 @@ equal scores it returns, and on CPU its choice changes with the row length: a qu
 against 12 entries (one-shot prefill) can pick a different tied entry than the same query
 scored against 16 entries (chunked prefill, or a cached decode step). The attention output then
 differs, and so can the next token. One documented rule removes the ambiguity: sort descending
-with a stable sort and keep the first k, so ties always go to the lowest index. This engine uses
-it, and the transformers oracle is run with the same rule (`stable_topk_in_transformers`).
+with a stable sort and keep the first k, so ties always go to the lowest index. This engine
+uses it, and the transformers oracle is run with the same rule (`stable_topk_in_transformers`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def stable_topk_in_transformers() -> Iterator[None]:
     """
     original = torch.Tensor.topk
 
-    def topk(self: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+    def topk(
+        self: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+    ):  # noqa: A002
         if not largest:
             return original(self, k, dim=dim, largest=largest, sorted=sorted)
         indices = stable_topk(self, k, dim)

@@ -3,18 +3,19 @@ Figure (built without pyplot, so nothing is shown twice or kept alive) and has a
 `X_text` that returns a deterministic string describing the same state. Shared colours live in
 `palette`.
 
-`show_source(obj)` shows the live lines a chapter teaches (`source`); `reveal()` hides a self-check's answer in
-a closed box until the reader opens it (`reveal`); `Stepper` plays frames recorded
-from real calls with a slider and shows them as a static strip (`stepper`); `save_figure(fig, name)`
-writes a chapter's figure into figures/ only when `make figures` asks for it (`save`). Drawing modules:
-`paged` (block pool, prefix lookup, fragmentation), `paged_stepper` (block manager and prefix cache
-frames), `timeline` (scheduler steps), `scheduler_stepper`, `engine` (one engine step's slots and
-block tables), `kernels` (pages, prefill mask, reuse), `softmax_stepper` (the decode kernel's online
-softmax tile by tile), `split_kv` (decode programs on SMs, the split-KV merge, recorded GPU timings),
-`hybrid_layout` (DeepSeek V4 layer, pages, grouping, slab, one layer's view),
-`v4_layer` (08a/08b: the compressor's two series, the indexer's picks, an fp8_ds_mla page),
-`allocator` and `hybrid_stepper` (the hybrid pool over time), `v4_engine` (Part III's slots and
-steps), `course_map` (the chapter list, the map of which chapter needs which, the glossary).
+`show_source(obj)` shows the live lines a chapter teaches (`source`); `reveal()` hides a
+self-check's answer in a closed box until the reader opens it (`reveal`); `Stepper` plays
+frames recorded from real calls with a slider and shows them as a static strip (`stepper`);
+`save_figure(fig, name)` writes a chapter's figure into figures/ only when `make figures` asks
+for it (`save`). Drawing modules: `paged` (block pool, prefix lookup, fragmentation),
+`paged_stepper` (block manager and prefix cache frames), `timeline` (scheduler steps),
+`scheduler_stepper`, `engine` (one engine step's slots and block tables), `kernels` (pages,
+prefill mask, reuse), `softmax_stepper` (the decode kernel's online softmax tile by tile),
+`split_kv` (decode programs on SMs, the split-KV merge, recorded GPU timings), `hybrid_layout`
+(DeepSeek V4 layer, pages, grouping, slab, one layer's view), `v4_layer` (08a/08b: the
+compressor's two series, the indexer's picks, an fp8_ds_mla page), `allocator` and
+`hybrid_stepper` (the hybrid pool over time), `v4_engine` (Part III's slots and steps),
+`course_map` (the chapter list, the map of which chapter needs which, the glossary).
 """
 
 from __future__ import annotations
@@ -42,9 +43,17 @@ def _show_figures_inline() -> None:
 
 _show_figures_inline()
 
-from refimpl.viz.source import SourceView, show_source  # noqa: E402  (after the inline set-up)
-from refimpl.viz.stepper import Frame, Stepper, record_frames  # noqa: E402
 from refimpl.viz.reveal import reveal  # noqa: E402
 from refimpl.viz.save import save_figure  # noqa: E402
+from refimpl.viz.source import SourceView, show_source  # noqa: E402  (after the inline set-up)
+from refimpl.viz.stepper import Frame, Stepper, record_frames  # noqa: E402
 
-__all__ = ["Frame", "SourceView", "Stepper", "record_frames", "reveal", "save_figure", "show_source"]
+__all__ = [
+    "Frame",
+    "SourceView",
+    "Stepper",
+    "record_frames",
+    "reveal",
+    "save_figure",
+    "show_source",
+]

@@ -5,12 +5,13 @@
 - `draw_blocks_over_time` / `blocks_over_time_text`: live blocks per group per step of a run;
 - `draw_swa_window` / `swa_window_text`: which positions (and slots) a token's window reads;
 - `draw_topk` / `topk_text`: compressed entries chosen by top-k and the slots they map to;
-- `draw_retention` / `retention_text`: which sliding-window checkpoints each retention setting keeps.
+- `draw_retention` / `retention_text`: which sliding-window checkpoints each retention setting
+  keeps.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -35,11 +36,13 @@ def _color(label: str, i: int) -> str:
 
 
 def fits(text: str, width_pt: float, fontsize: float = 8) -> bool:
-    """Whether `text` fits in `width_pt` points at `fontsize` (digits and letters are about 0.6 em wide)."""
+    """Whether `text` fits in `width_pt` points at `fontsize` (digits and letters are about 0.6
+    em wide)."""
     return len(text) * 0.62 * fontsize + 2 <= width_pt
 
 
 # --- block tables
+
 
 def tables_text(manager, request_id: str, labels: Sequence[str]) -> str:
     """One line per group: the request's block ids, '.' for the null block."""
@@ -68,16 +71,34 @@ def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = ""
     for row, (label, ids, bs) in enumerate(zip(labels, tables, sizes)):
         for col, b in enumerate(ids):
             color = NULL_COLOR if b == 0 else _color(label, row)
-            ax.add_patch(Rectangle((col * bs, -row - 0.9), bs, 0.8, facecolor=color, edgecolor="black", lw=0.6,
-                                   hatch="//" if b == 0 else None))
-            if b != 0 and fits(str(b), bs * token_pt):  # too narrow a cell shows its colour only
-                ax.text(col * bs + bs / 2, -row - 0.5, str(b), ha="center", va="center", fontsize=8)
+            ax.add_patch(
+                Rectangle(
+                    (col * bs, -row - 0.9),
+                    bs,
+                    0.8,
+                    facecolor=color,
+                    edgecolor="black",
+                    lw=0.6,
+                    hatch="//" if b == 0 else None,
+                )
+            )
+            # too narrow a cell shows its colour only
+            if b != 0 and fits(str(b), bs * token_pt):
+                ax.text(
+                    col * bs + bs / 2, -row - 0.5, str(b), ha="center", va="center", fontsize=8
+                )
     ax.set_xlim(0, tokens)
     ax.set_ylim(-len(tables), 0.1)
-    ax.set_yticks([-r - 0.5 for r in range(len(tables))],
-                  [f"{label} ({bs} tok/block)" for label, bs in zip(labels, sizes)], fontsize=8)
-    ax.set_xlabel("token position (each cell is one block, as wide as its group's block size; "
-                  "grey, hatched: null block)", fontsize=8)
+    ax.set_yticks(
+        [-r - 0.5 for r in range(len(tables))],
+        [f"{label} ({bs} tok/block)" for label, bs in zip(labels, sizes)],
+        fontsize=8,
+    )
+    ax.set_xlabel(
+        "token position (each cell is one block, as wide as its group's block size; "
+        "grey, hatched: null block)",
+        fontsize=8,
+    )
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(title or f"block tables of request {request_id}", fontsize=9)
     fig.tight_layout()
@@ -85,6 +106,7 @@ def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = ""
 
 
 # --- the pool
+
 
 def _owners(manager, labels: Sequence[str], request_ids: Sequence[str]) -> list[str]:
     """Per pool block: the owning group's label, 'null', 'cached' (free, hashed) or 'free'."""
@@ -107,11 +129,22 @@ def pool_text(manager, labels: Sequence[str], request_ids: Sequence[str]) -> str
     owner = _owners(manager, labels, request_ids)
     parts = [f"{label}={owner.count(label)}" for label in labels]
     parts += [f"free(cached)={owner.count('cached')}", f"free={owner.count('free')}", "null=1"]
-    return f"{len(owner)} blocks: " + ", ".join(parts) + f"; usage {manager.block_pool.get_usage():.3f}"
+    return (
+        f"{len(owner)} blocks: "
+        + ", ".join(parts)
+        + f"; usage {manager.block_pool.get_usage():.3f}"
+    )
 
 
-def draw_pool(manager, labels: Sequence[str], request_ids: Sequence[str], title: str = "", ncols: int | None = None) -> Figure:
-    """All blocks of the pool as a grid of bordered cells (block 0 top left): id, owner, queue ends.
+def draw_pool(
+    manager,
+    labels: Sequence[str],
+    request_ids: Sequence[str],
+    title: str = "",
+    ncols: int | None = None,
+) -> Figure:
+    """All blocks of the pool as a grid of bordered cells (block 0 top left): id, owner, queue
+    ends.
 
     The same picture as a frame of `refimpl.viz.hybrid_stepper`, for one moment.
     """
@@ -123,13 +156,21 @@ def draw_pool(manager, labels: Sequence[str], request_ids: Sequence[str], title:
 
 # --- blocks over time
 
+
 def blocks_over_time_text(run) -> str:
     """One line per step: computed tokens, live blocks per group, total, free blocks."""
-    header = "step phase    computed  " + "  ".join(f"{label:>10}" for label in run.labels) + "   total    free"
+    header = (
+        "step phase    computed  "
+        + "  ".join(f"{label:>10}" for label in run.labels)
+        + "   total    free"
+    )
     lines = [header]
     for r in run.records:
         cells = "  ".join(f"{n:>10}" for n in r.live_blocks)
-        lines.append(f"{r.step:>4} {r.phase:<8} {r.num_computed_tokens:>8}  {cells}  {r.total_live:>6}  {r.free_blocks:>6}")
+        lines.append(
+            f"{r.step:>4} {r.phase:<8} {r.num_computed_tokens:>8}  {cells}  {r.total_live:>6} "
+            f" {r.free_blocks:>6}"
+        )
     return "\n".join(lines)
 
 
@@ -153,26 +194,46 @@ def draw_blocks_over_time(run, title: str = "") -> Figure:
 
 # --- addressing
 
-def swa_window_text(block_ids: Sequence[int], block_size: int, position: int, window: int) -> str:
+
+def swa_window_text(
+    block_ids: Sequence[int], block_size: int, position: int, window: int
+) -> str:
     """The window of `position`: each position with its block and slot."""
     start = max(position - window + 1, 0)
     rows = [f"token at position {position}, window {window}: positions {start}..{position}"]
     for p in range(start, position + 1):
         j = p // block_size
-        rows.append(f"  pos {p:>4} -> block_table[{j}] = {block_ids[j]:>3}, offset {p % block_size:>2} -> slot {slot_for_position(block_ids, p, block_size)}")
+        rows.append(
+            f"  pos {p:>4} -> block_table[{j}] = {block_ids[j]:>3}, offset "
+            f"{p % block_size:>2} -> slot {slot_for_position(block_ids, p, block_size)}"
+        )
     return "\n".join(rows)
 
 
 def _block_legend(ax, block_ids: Sequence[int], used: Sequence[int], extra: list) -> None:
-    """Legend of the block colours that appear (`used`: table indices), then `extra` entries."""
-    handles = [Patch(facecolor=FALLBACK_COLORS[j % len(FALLBACK_COLORS)], edgecolor="black",
-                     label=f"block_table[{j}] = block {block_ids[j]}") for j in sorted(set(used))]
-    ax.legend(handles=handles + extra, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.02),
-              ncol=2, frameon=False)
+    """Legend of the block colours that appear (`used`: table indices), then `extra`
+    entries."""
+    handles = [
+        Patch(
+            facecolor=FALLBACK_COLORS[j % len(FALLBACK_COLORS)],
+            edgecolor="black",
+            label=f"block_table[{j}] = block {block_ids[j]}",
+        )
+        for j in sorted(set(used))
+    ]
+    ax.legend(
+        handles=handles + extra,
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.02),
+        ncol=2,
+        frameon=False,
+    )
 
 
 def _cells_width(n: int) -> float:
-    """Figure width for `n` cells: half an inch each, between 7 inches and the widest figure."""
+    """Figure width for `n` cells: half an inch each, between 7 inches and the widest
+    figure."""
     return min(max(0.5 * n + 1.2, 7.0), MAX_WIDTH)
 
 
@@ -199,8 +260,11 @@ def _cells(ax, n: int, per_block: int, block_ids: Sequence[int], selected, slot_
     ax.axis("off")
 
 
-def draw_swa_window(block_ids: Sequence[int], block_size: int, position: int, window: int, title: str = "") -> Figure:
-    """Positions 0..position as cells; the window's cells are coloured by block and show their slot.
+def draw_swa_window(
+    block_ids: Sequence[int], block_size: int, position: int, window: int, title: str = ""
+) -> Figure:
+    """Positions 0..position as cells; the window's cells are coloured by block and show their
+    slot.
 
     Thick lines are block boundaries; grey cells lie outside the window (never read again).
     """
@@ -208,77 +272,126 @@ def draw_swa_window(block_ids: Sequence[int], block_size: int, position: int, wi
     start = max(position - window + 1, 0)
     fig = Figure(figsize=(_cells_width(n), 3.0))
     ax = fig.add_subplot()
-    _cells(ax, n, block_size, block_ids, set(range(start, n)),
-           lambda p: slot_for_position(block_ids, p, block_size))
+    _cells(
+        ax,
+        n,
+        block_size,
+        block_ids,
+        set(range(start, n)),
+        lambda p: slot_for_position(block_ids, p, block_size),
+    )
     grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="outside the window")
     _block_legend(ax, block_ids, [p // block_size for p in range(start, n)], [grey])
-    ax.set_title(title or f"window of the token at position {position}\n(positions on top, slots inside, "
-                 "thick lines: block boundaries)", fontsize=9)
+    ax.set_title(
+        title
+        or f"window of the token at position {position}\n(positions on top, slots inside, "
+        "thick lines: block boundaries)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
-def topk_text(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int, position: int, local_topk: Sequence[int]) -> str:
+def topk_text(
+    mla_block_ids: Sequence[int],
+    block_size: int,
+    compress_ratio: int,
+    position: int,
+    local_topk: Sequence[int],
+) -> str:
     """Chosen compressed entries of a token and the slots they map to."""
     storage = block_size // compress_ratio
     usable = (position + 1) // compress_ratio
-    rows = [f"token at position {position}, ratio {compress_ratio}: {usable} usable entries, {storage} per block"]
+    rows = [
+        f"token at position {position}, ratio {compress_ratio}: {usable} usable entries, "
+        f"{storage} per block"
+    ]
     for x in local_topk:
         if x < 0:
             continue
         rows.append(
-            f"  entry {x:>3} (tokens {x * compress_ratio}..{x * compress_ratio + compress_ratio - 1}) -> "
-            f"block_table[{x // storage}] = {mla_block_ids[x // storage]}, offset {x % storage} -> slot {slot_for_position(mla_block_ids, x, storage)}"
+            f"  entry {x:>3} (tokens "
+            f"{x * compress_ratio}..{x * compress_ratio + compress_ratio - 1}) -> "
+            f"block_table[{x // storage}] = {mla_block_ids[x // storage]}, offset "
+            f"{x % storage} -> slot {slot_for_position(mla_block_ids, x, storage)}"
         )
     return "\n".join(rows)
 
 
-def draw_topk(mla_block_ids: Sequence[int], block_size: int, compress_ratio: int, position: int, local_topk: Sequence[int], title: str = "") -> Figure:
-    """Compressed entries 0..usable-1; the chosen ones are coloured by block and show their slot."""
+def draw_topk(
+    mla_block_ids: Sequence[int],
+    block_size: int,
+    compress_ratio: int,
+    position: int,
+    local_topk: Sequence[int],
+    title: str = "",
+) -> Figure:
+    """Compressed entries 0..usable-1; the chosen ones are coloured by block and show their
+    slot."""
     storage = block_size // compress_ratio
     usable = (position + 1) // compress_ratio
     chosen = {x for x in local_topk if x >= 0}
     fig = Figure(figsize=(_cells_width(max(usable, 1)), 3.0))
     ax = fig.add_subplot()
-    _cells(ax, max(usable, 1), storage, mla_block_ids, chosen,
-           lambda x: slot_for_position(mla_block_ids, x, storage))
+    _cells(
+        ax,
+        max(usable, 1),
+        storage,
+        mla_block_ids,
+        chosen,
+        lambda x: slot_for_position(mla_block_ids, x, storage),
+    )
     grey = Patch(facecolor=NULL_COLOR, edgecolor="black", label="usable, not chosen")
     _block_legend(ax, mla_block_ids, [x // storage for x in chosen], [grey])
-    ax.set_title(title or f"compressed entries usable by the token at position {position}\n(entry numbers on top, "
-                 "chosen ones show their slot, thick lines: block boundaries)", fontsize=9)
+    ax.set_title(
+        title
+        or f"compressed entries usable by the token at position {position}\n"
+        "(entry numbers on top, chosen ones show their slot, thick lines: block boundaries)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
 # --- retention: which sliding-window checkpoints survive
 
-RETENTION_CELL = {"k": ("#2ca02c", "kept checkpoint"), "h": ("#98df8a", "reused from the cache"),
-                  "-": (EMPTY, "computed, then dropped"), ".": ("white", "null (before the hit)")}
+RETENTION_CELL = {
+    "k": ("#2ca02c", "kept checkpoint"),
+    "h": ("#98df8a", "reused from the cache"),
+    "-": (EMPTY, "computed, then dropped"),
+    ".": ("white", "null (before the hit)"),
+}
 
 
 def _retention_name(retention: int | None) -> str:
     if retention is None:
         return "None (dense)"
-    return "0 (vLLM's default)" if retention == 0 else f"{retention} (every {retention} tokens)"
+    return (
+        "0 (vLLM's default)" if retention == 0 else f"{retention} (every {retention} tokens)"
+    )
 
 
 def retention_text(runs) -> str:
-    """One block per setting: each request's window blocks (k kept, h reused, - dropped, . null),
-    its hit and the junction it reported (see `hybrid_simulate.retention_run`)."""
+    """One block per setting: each request's window blocks (k kept, h reused, - dropped, .
+    null), its hit and the junction it reported (see `hybrid_simulate.retention_run`)."""
     lines = []
     for run in runs:
         lines.append(f"retention {_retention_name(run.retention)}")
         for rid in run.hits:
             cells = run.blocks.get(rid, "")
-            note = f"hit {run.hits[rid]:>2}" + (f", junction {run.junctions[rid]}" if run.junctions[rid] else "")
-            lines.append(f"  {rid}  {cells.ljust(max(len(c) for c in run.blocks.values()))}  {note}")
+            note = f"hit {run.hits[rid]:>2}" + (
+                f", junction {run.junctions[rid]}" if run.junctions[rid] else ""
+            )
+            lines.append(
+                f"  {rid}  {cells.ljust(max(len(c) for c in run.blocks.values()))}  {note}"
+            )
     return "\n".join(lines)
 
 
 def draw_retention(runs, title: str = "") -> Figure:
-    """Per retention setting, the sliding-window blocks of requests A and B on a token axis (kept
-    checkpoints dark, reused hits light, dropped blocks grey), the hit boundaries dashed, and
-    each request's hit on the right; C only looks up."""
+    """Per retention setting, the sliding-window blocks of requests A and B on a token axis
+    (kept checkpoints dark, reused hits light, dropped blocks grey), the hit boundaries dashed,
+    and each request's hit on the right; C only looks up."""
     first = runs[0]
     tokens = max(len(c) for c in first.blocks.values()) * first.block_size
     fig = Figure(figsize=(MAX_WIDTH, 1.15 * len(runs) + 0.9))
@@ -288,14 +401,30 @@ def draw_retention(runs, title: str = "") -> Figure:
         for row, rid in enumerate(rids):
             for col, state in enumerate(run.blocks[rid]):
                 color, _ = RETENTION_CELL[state]
-                ax.add_patch(Rectangle((col * run.block_size, -row - 0.9), run.block_size, 0.8, facecolor=color,
-                                       edgecolor="black", lw=0.5))
+                ax.add_patch(
+                    Rectangle(
+                        (col * run.block_size, -row - 0.9),
+                        run.block_size,
+                        0.8,
+                        facecolor=color,
+                        edgecolor="black",
+                        lw=0.5,
+                    )
+                )
         for boundary in range(run.alignment, tokens, run.alignment):
             ax.axvline(boundary, color="black", ls="--", lw=0.8)
         for row, rid in enumerate(rids):
             junction = f", pins {run.junctions[rid]}" if run.junctions[rid] else ""
-            ax.text(tokens + 1, -row - 0.5, f"{rid}: hit {run.hits[rid]}{junction}", va="center", fontsize=8)
-        ax.text(tokens + 1, -len(rids) - 0.35, f"C: hit {run.hits['C']}", va="center", fontsize=8)
+            ax.text(
+                tokens + 1,
+                -row - 0.5,
+                f"{rid}: hit {run.hits[rid]}{junction}",
+                va="center",
+                fontsize=8,
+            )
+        ax.text(
+            tokens + 1, -len(rids) - 0.35, f"C: hit {run.hits['C']}", va="center", fontsize=8
+        )
         ax.set_xlim(0, tokens + 17)
         ax.set_ylim(-len(rids) - 0.7, 0.1)
         ax.set_yticks([-r - 0.5 for r in range(len(rids))], rids, fontsize=8)
@@ -303,9 +432,15 @@ def draw_retention(runs, title: str = "") -> Figure:
         ax.tick_params(axis="x", labelsize=8)
     axes_list = list(np.atleast_1d(axes))
     axes_list[-1].set_xticks(range(0, tokens + 1, first.alignment))
-    axes_list[-1].set_xlabel(f"token position (window blocks of {first.block_size} tokens; dashed: hit boundaries "
-                             f"every {first.alignment} tokens)", fontsize=8)
-    handles = [Patch(facecolor=c, edgecolor="black", lw=0.5, label=label) for c, label in RETENTION_CELL.values()]
+    axes_list[-1].set_xlabel(
+        f"token position (window blocks of {first.block_size} tokens; dashed: hit boundaries "
+        f"every {first.alignment} tokens)",
+        fontsize=8,
+    )
+    handles = [
+        Patch(facecolor=c, edgecolor="black", lw=0.5, label=label)
+        for c, label in RETENTION_CELL.values()
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(title or "which sliding-window checkpoints survive", fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 1))

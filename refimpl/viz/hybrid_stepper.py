@@ -29,16 +29,21 @@ class AllocatorState:
 
     labels: tuple[str, ...]  # one label per group, in group order
     owners: tuple[str, ...]  # per block id: "null", "free", "cached" or "<group>:<requests>"
-    tables: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]  # (request, block ids per group)
+    # (request, block ids per group)
+    tables: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]
     free_queue: tuple[int, ...]  # block ids from the head (reused first) to the tail
     hashed: tuple[int, ...]  # block ids that carry a prefix-cache hash, sorted
     usage: float
 
 
-def allocator_state(manager, labels: Sequence[str], request_ids: Sequence[str]) -> AllocatorState:
+def allocator_state(
+    manager, labels: Sequence[str], request_ids: Sequence[str]
+) -> AllocatorState:
     """Snapshot `manager` (a hybrid `KVCacheManager`); requests without blocks are left out."""
     if len(labels) != len(manager.coordinator.single_type_managers):
-        raise ValueError(f"{len(labels)} labels for {len(manager.coordinator.single_type_managers)} groups")
+        raise ValueError(
+            f"{len(labels)} labels for {len(manager.coordinator.single_type_managers)} groups"
+        )
     pool = manager.block_pool
     owners: list[str] = ["free"] * pool.num_gpu_blocks
     owners[pool.null_block.block_id] = "null"
@@ -58,14 +63,23 @@ def allocator_state(manager, labels: Sequence[str], request_ids: Sequence[str]) 
                     holders.setdefault(b, (label, []))[1].append(rid)
     for b, (label, rids) in holders.items():
         owners[b] = f"{label}:{'+'.join(rids)}"
-    hashed = tuple(sorted(b.block_id for b in pool.blocks if not b.is_null and pool.is_cached(b)))
+    hashed = tuple(
+        sorted(b.block_id for b in pool.blocks if not b.is_null and pool.is_cached(b))
+    )
     queue = tuple(b.block_id for b in pool.free_block_queue)
-    return AllocatorState(tuple(labels), tuple(owners), tuple(tables), queue, hashed, round(pool.get_usage(), 6))
+    return AllocatorState(
+        tuple(labels), tuple(owners), tuple(tables), queue, hashed, round(pool.get_usage(), 6)
+    )
 
 
-def record_allocator_frames(manager, labels: Sequence[str], request_ids: Sequence[str],
-                            actions: Sequence[tuple[str, Callable[[], object]]]) -> list[Frame[AllocatorState]]:
-    """Run `actions` (label, call) on the real objects, snapshotting the allocator after each."""
+def record_allocator_frames(
+    manager,
+    labels: Sequence[str],
+    request_ids: Sequence[str],
+    actions: Sequence[tuple[str, Callable[[], object]]],
+) -> list[Frame[AllocatorState]]:
+    """Run `actions` (label, call) on the real objects, snapshotting the allocator after
+    each."""
     return record_frames(lambda: allocator_state(manager, labels, request_ids), actions)
 
 
@@ -77,17 +91,31 @@ def _queue_text(queue: Sequence[int], show: int = 6) -> str:
 
 def allocator_state_text(state: AllocatorState) -> str:
     """The text twin of `draw_allocator_state`: pool counts, tables, free queue, hashes."""
-    counts = {label: sum(1 for o in state.owners if o.split(":")[0] == label) for label in state.labels}
-    lines = ["pool: " + ", ".join(f"{k}={v}" for k, v in counts.items())
-             + f", free(hashed)={state.owners.count('cached')}, free={state.owners.count('free')}, null=1"
-             + f"; usage {state.usage:.3f}"]
+    counts = {
+        label: sum(1 for o in state.owners if o.split(":")[0] == label)
+        for label in state.labels
+    }
+    lines = [
+        "pool: "
+        + ", ".join(f"{k}={v}" for k, v in counts.items())
+        + f", free(hashed)={state.owners.count('cached')}"
+        + f", free={state.owners.count('free')}, null=1"
+        + f"; usage {state.usage:.3f}"
+    ]
     width = max(len(label) for label in state.labels)
     for rid, groups in state.tables:
         lines.append(f"request {rid}:")
         for label, ids in zip(state.labels, groups):
-            lines.append(f"  {label.ljust(width)} | " + (" ".join("." if b == 0 else str(b) for b in ids) or "(empty)"))
-    lines.append(f"free queue ({len(state.free_queue)}), head -> tail: {_queue_text(state.free_queue)}")
-    lines.append(f"hashed blocks ({len(state.hashed)}): {' '.join(map(str, state.hashed)) or '-'}")
+            lines.append(
+                f"  {label.ljust(width)} | "
+                + (" ".join("." if b == 0 else str(b) for b in ids) or "(empty)")
+            )
+    lines.append(
+        f"free queue ({len(state.free_queue)}), head -> tail: {_queue_text(state.free_queue)}"
+    )
+    lines.append(
+        f"hashed blocks ({len(state.hashed)}): {' '.join(map(str, state.hashed)) or '-'}"
+    )
     return "\n".join(lines)
 
 
@@ -103,7 +131,8 @@ def _fill(owner: str, labels: Sequence[str]) -> str:
 
 
 def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
-    """The pool as a grid of bordered cells, block 0 top left: id on top, owning request(s) below."""
+    """The pool as a grid of bordered cells, block 0 top left: id on top, owning request(s)
+    below."""
     n = len(state.owners)
     nrows = -(-n // ncols)
     head = state.free_queue[0] if state.free_queue else None
@@ -111,59 +140,120 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
     hashed = set(state.hashed)
     for b, owner in enumerate(state.owners):
         row, col = divmod(b, ncols)
-        ax.add_patch(Rectangle((col, -row - 1), 0.94, 0.94, facecolor=_fill(owner, state.labels),
-                               edgecolor="black", lw=1.6 if b in hashed else 0.6,
-                               hatch="//" if owner == "null" else None))
-        plate = {"facecolor": NULL_COLOR, "edgecolor": "none", "pad": 0.5} if owner == "null" else None  # over the hatch
-        ax.text(col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8, bbox=plate)
+        ax.add_patch(
+            Rectangle(
+                (col, -row - 1),
+                0.94,
+                0.94,
+                facecolor=_fill(owner, state.labels),
+                edgecolor="black",
+                lw=1.6 if b in hashed else 0.6,
+                hatch="//" if owner == "null" else None,
+            )
+        )
+        # over the hatch
+        plate = (
+            {"facecolor": NULL_COLOR, "edgecolor": "none", "pad": 0.5}
+            if owner == "null"
+            else None
+        )
+        ax.text(
+            col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8, bbox=plate
+        )
         below = owner.split(":")[1] if ":" in owner else ("null" if owner == "null" else "")
         if b == head:
             below = "head"
         elif b == tail:
             below = "tail"
         if below:
-            ax.text(col + 0.47, -row - 0.7, below, ha="center", va="center", fontsize=8, bbox=plate,
-                    fontweight="bold" if below in ("head", "tail") else "normal")
+            ax.text(
+                col + 0.47,
+                -row - 0.7,
+                below,
+                ha="center",
+                va="center",
+                fontsize=8,
+                bbox=plate,
+                fontweight="bold" if below in ("head", "tail") else "normal",
+            )
     ax.set_xlim(-0.05, ncols)
     ax.set_ylim(-nrows - 0.05, 0.05)
     ax.axis("off")
 
 
 def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = "") -> Figure:
-    """The pool grid with its legend (top) and each live request's block table per group (below)."""
+    """The pool grid with its legend (top) and each live request's block table per group
+    (below)."""
     n_table_rows = sum(len(groups) + 1 for _, groups in state.tables)
     nrows = -(-len(state.owners) // ncols)
     widest = max([len(ids) for _, groups in state.tables for ids in groups] + [ncols])
     grid_h, legend_h, table_h = 0.5 * nrows, 0.75, 0.3 * n_table_rows
     fig = Figure(figsize=(MAX_WIDTH, grid_h + legend_h + table_h + 0.9))
     if state.tables:
-        grid_ax, table_ax = fig.subplots(2, 1, gridspec_kw={"height_ratios": [grid_h + legend_h, table_h]})
+        grid_ax, table_ax = fig.subplots(
+            2, 1, gridspec_kw={"height_ratios": [grid_h + legend_h, table_h]}
+        )
     else:
         grid_ax, table_ax = fig.add_subplot(), None
     draw_pool_grid(grid_ax, state, ncols)
-    handles = [Patch(facecolor=_color(label, i), edgecolor="black", label=label) for i, label in enumerate(state.labels)]
-    handles += [Patch(facecolor=CACHED_COLOR, edgecolor="black", label="free, hashed (evicted last)"),
-                Patch(facecolor=FREE_COLOR, edgecolor="black", label="free"),
-                Patch(facecolor=NULL_COLOR, edgecolor="black", hatch="//", label="null block"),
-                Patch(facecolor="white", edgecolor="black", lw=1.6, label="thick border: has a hash")]
-    grid_ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, frameon=False)
-    grid_ax.set_title(title or "the pool: block id on top; below it the owning request, or head / tail of the free queue",
-                      fontsize=9)
+    handles = [
+        Patch(facecolor=_color(label, i), edgecolor="black", label=label)
+        for i, label in enumerate(state.labels)
+    ]
+    handles += [
+        Patch(facecolor=CACHED_COLOR, edgecolor="black", label="free, hashed (evicted last)"),
+        Patch(facecolor=FREE_COLOR, edgecolor="black", label="free"),
+        Patch(facecolor=NULL_COLOR, edgecolor="black", hatch="//", label="null block"),
+        Patch(facecolor="white", edgecolor="black", lw=1.6, label="thick border: has a hash"),
+    ]
+    grid_ax.legend(
+        handles=handles,
+        fontsize=8,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=5,
+        frameon=False,
+    )
+    grid_ax.set_title(
+        title
+        or "the pool: block id on top; below it the owning request, "
+        "or head / tail of the free queue",
+        fontsize=9,
+    )
     if table_ax is not None:
-        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + 4)  # one table column, in points (x spans -4..widest)
+        # one table column, in points (x spans -4..widest)
+        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + 4)
         y = 0
         for rid, groups in state.tables:
-            table_ax.text(-0.2, y, f"request {rid}: block table of each group (grey, hatched: null block)",
-                          fontsize=9, fontweight="bold", va="center")
+            table_ax.text(
+                -0.2,
+                y,
+                f"request {rid}: block table of each group (grey, hatched: null block)",
+                fontsize=9,
+                fontweight="bold",
+                va="center",
+            )
             y -= 1
             for g, (label, ids) in enumerate(zip(state.labels, groups)):
                 table_ax.text(-0.2, y, label, fontsize=8, va="center", ha="right")
                 for col, b in enumerate(ids):
                     face = NULL_COLOR if b == 0 else _color(label, g)
-                    table_ax.add_patch(Rectangle((col, y - 0.45), 0.92, 0.9, facecolor=face, edgecolor="black",
-                                                 lw=0.5, hatch="//" if b == 0 else None))
-                    if b != 0 and fits(str(b), pitch_pt):  # a cell too narrow for its id shows its colour
-                        table_ax.text(col + 0.46, y, str(b), ha="center", va="center", fontsize=8)
+                    table_ax.add_patch(
+                        Rectangle(
+                            (col, y - 0.45),
+                            0.92,
+                            0.9,
+                            facecolor=face,
+                            edgecolor="black",
+                            lw=0.5,
+                            hatch="//" if b == 0 else None,
+                        )
+                    )
+                    # a cell too narrow for its id shows its colour
+                    if b != 0 and fits(str(b), pitch_pt):
+                        table_ax.text(
+                            col + 0.46, y, str(b), ha="center", va="center", fontsize=8
+                        )
                 y -= 1
         table_ax.set_xlim(-4, widest)
         table_ax.set_ylim(y + 0.5, 0.6)
@@ -172,6 +262,11 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
     return fig
 
 
-def allocator_stepper(frames: list[Frame[AllocatorState]], ncols: int = 16) -> Stepper[AllocatorState]:
-    """A `Stepper` over allocator frames: the pool grid and tables as picture, the state as text."""
-    return Stepper(frames, lambda state: draw_allocator_state(state, ncols), allocator_state_text)
+def allocator_stepper(
+    frames: list[Frame[AllocatorState]], ncols: int = 16
+) -> Stepper[AllocatorState]:
+    """A `Stepper` over allocator frames: the pool grid and tables as picture, the state as
+    text."""
+    return Stepper(
+        frames, lambda state: draw_allocator_state(state, ncols), allocator_state_text
+    )

@@ -1,16 +1,30 @@
-"""Colours and sizes every figure shares, so a sequence or an empty cell looks the same in every chapter.
+"""Colours and sizes every figure shares, so a sequence or an empty cell looks the same in
+every chapter.
 
 Figures with their own meaning for colour (cache kinds, groups, match outcomes) keep those
 palettes next to the drawing code; this module holds only what several modules draw.
 """
 
-#: One colour per sequence or request, in order. No green and no red: those mark hits and misses.
-SEQ_COLORS = ["#4c72b0", "#dd8452", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+#: One colour per sequence or request, in order. No green and no red: those mark hits and
+# misses.
+SEQ_COLORS = [
+    "#4c72b0",
+    "#dd8452",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+    "#ccb974",
+    "#64b5cd",
+]
 #: An empty cell: an unused slot, or a free block that holds nothing.
 EMPTY = "#eeeeee"
 
-#: The widest figure, in inches at matplotlib's default 100 dpi. A notebook column shows about 900 px
-#: at full size, so a figure no wider keeps its 8-pt labels at 8 pt on screen; a wider one is scaled
-#: down and every label with it. The notebook trims the figure to what is drawn (bbox "tight"), so a
+#: The widest figure, in inches at matplotlib's default 100 dpi. A notebook column shows about
+# 900 px
+#: at full size, so a figure no wider keeps its 8-pt labels at 8 pt on screen; a wider one is
+# scaled
+#: down and every label with it. The notebook trims the figure to what is drawn (bbox "tight"),
+# so a
 #: legend or label outside the axes counts too: figure functions keep those inside this width.
 MAX_WIDTH = 8.8

@@ -2,10 +2,10 @@
 
 A chapter's Self-check asks a question; the next code cell computes the answer inside
 `with reveal():`. Whatever the block prints is not shown as plain output but as one collapsed
-`<details>` box, whose summary reads "Reveal the answer". JupyterLab, GitHub's notebook view and
-a static HTML export all render that box closed, so the answer is one click away and never on
-screen before the reader has predicted. The plain-text form of the same output is the printed
-text itself, so strict nbval still compares every number.
+`<details>` box, whose summary reads "Reveal the answer". JupyterLab, GitHub's notebook view
+and a static HTML export all render that box closed, so the answer is one click away and never
+on screen before the reader has predicted. The plain-text form of the same output is the
+printed text itself, so strict nbval still compares every number.
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
-"""Step through the scheduler loop by name: frames recorded from real `schedule` / `postprocess` calls.
+"""Step through the scheduler loop by name: frames recorded from real `schedule` /
+`postprocess` calls.
 
-Each engine step becomes two frames: one right after `Scheduler.schedule()` (what the step picked,
-the blocks it allocated) and one after the model ran and `Scheduler.postprocess()` recorded the
-result (tokens now cached, finished requests freed). A frame is a `SchedulerState`: an immutable
-snapshot of the queues, every named request's block table and token counts, and the free blocks,
-so `refimpl.viz.Stepper` can play the frames and a test can compare them with freshly stepped
-objects. Requests are shown by name ("A", "B", ...), never by their global `seq_id`.
+Each engine step becomes two frames: one right after `Scheduler.schedule()` (what the step
+picked, the blocks it allocated) and one after the model ran and `Scheduler.postprocess()`
+recorded the result (tokens now cached, finished requests freed). A frame is a
+`SchedulerState`: an immutable snapshot of the queues, every named request's block table and
+token counts, and the free blocks, so `refimpl.viz.Stepper` can play the frames and a test can
+compare them with freshly stepped objects. Requests are shown by name ("A", "B", ...), never by
+their global `seq_id`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -30,7 +32,8 @@ class RequestState:
     name: str
     status: str  # WAITING, RUNNING, FINISHED, or "-" before the request was added
     num_tokens: int  # prompt + sampled tokens so far
-    num_cached_tokens: int  # tokens whose K/V is in the cache (computed or served by the prefix cache)
+    # tokens whose K/V is in the cache (computed or served by the prefix cache)
+    num_cached_tokens: int
     num_scheduled_tokens: int  # tokens the current step computes (0 outside a step)
     block_table: tuple[int, ...]
     completion: tuple[int, ...]
@@ -38,7 +41,8 @@ class RequestState:
 
 @dataclass(frozen=True)
 class SchedulerState:
-    """The scheduler seen by name after one call; `batch` is what the latest `schedule()` picked."""
+    """The scheduler seen by name after one call; `batch` is what the latest `schedule()`
+    picked."""
 
     phase: str  # "start", "schedule" or "postprocess"
     is_prefill: bool | None  # kind of the latest step (None before the first)
@@ -58,7 +62,9 @@ class SchedulerRecorder:
     The requests must already be queued with `Scheduler.add` (or be added later through `add`).
     """
 
-    def __init__(self, scheduler: Scheduler, runner: FakeModelRunner, requests: dict[str, Sequence]) -> None:
+    def __init__(
+        self, scheduler: Scheduler, runner: FakeModelRunner, requests: dict[str, Sequence]
+    ) -> None:
         if not requests:
             raise ValueError("SchedulerRecorder needs at least one named request")
         names = list(requests)
@@ -86,22 +92,37 @@ class SchedulerRecorder:
         """The current state, as an immutable value."""
         bm = self.scheduler.block_manager
         by_id = {seq.seq_id: name for name, seq in self.requests.items()}
-        queued = {id(seq) for seq in self.scheduler.waiting} | {id(seq) for seq in self.scheduler.running}
+        queued = {id(seq) for seq in self.scheduler.waiting} | {
+            id(seq) for seq in self.scheduler.running
+        }
 
         def status(seq: Sequence) -> str:
-            return "-" if seq.status.name == "WAITING" and id(seq) not in queued else seq.status.name
+            return (
+                "-"
+                if seq.status.name == "WAITING" and id(seq) not in queued
+                else seq.status.name
+            )
 
         return SchedulerState(
             phase=self._phase,
             is_prefill=self._is_prefill,
             batch=self._scheduled,
-            preempted=tuple(by_id[i] for i in self.scheduler.preempted_last_step) if self._phase == "schedule" else (),
+            preempted=tuple(by_id[i] for i in self.scheduler.preempted_last_step)
+            if self._phase == "schedule"
+            else (),
             finished=self._finished,
             waiting=self._names(self.scheduler.waiting),
             running=self._names(self.scheduler.running),
             requests=tuple(
-                RequestState(name, status(seq), seq.num_tokens, seq.num_cached_tokens, seq.num_scheduled_tokens,
-                             tuple(seq.block_table), tuple(seq.completion_token_ids))
+                RequestState(
+                    name,
+                    status(seq),
+                    seq.num_tokens,
+                    seq.num_cached_tokens,
+                    seq.num_scheduled_tokens,
+                    tuple(seq.block_table),
+                    tuple(seq.completion_token_ids),
+                )
                 for name, seq in sorted(self.requests.items())
             ),
             num_free_blocks=len(bm.free_block_ids),
@@ -115,12 +136,15 @@ class SchedulerRecorder:
     def schedule(self) -> None:
         """`Scheduler.schedule()`: the first half of an engine step."""
         self._batch, self._is_prefill = self.scheduler.schedule()
-        self._scheduled = tuple((self.name(seq), seq.num_scheduled_tokens) for seq in self._batch)
+        self._scheduled = tuple(
+            (self.name(seq), seq.num_scheduled_tokens) for seq in self._batch
+        )
         self._finished = ()
         self._phase = "schedule"
 
     def postprocess(self) -> None:
-        """The model runs on the batch, then `Scheduler.postprocess` records the sampled tokens."""
+        """The model runs on the batch, then `Scheduler.postprocess` records the sampled
+        tokens."""
         if self._phase != "schedule":
             raise ValueError("postprocess() needs a schedule() first")
         token_ids = self.runner.run(self._batch, self._is_prefill)
@@ -128,11 +152,13 @@ class SchedulerRecorder:
         self._finished = tuple(self.name(seq) for seq, d in zip(self._batch, done) if d)
         self._phase = "postprocess"
 
-    def actions(self, arrivals: dict[int, list[str]] | None = None,
-                max_steps: int = 100) -> Iterator[tuple[str, Callable[[], None]]]:
+    def actions(
+        self, arrivals: dict[int, list[str]] | None = None, max_steps: int = 100
+    ) -> Iterator[tuple[str, Callable[[], None]]]:
         """Labelled actions until both queues are empty: schedule, postprocess, schedule, ...
 
-        `arrivals={k: ["C"]}` adds C just before step k's schedule() (the arrival is part of that frame).
+        `arrivals={k: ["C"]}` adds C just before step k's schedule() (the arrival is part of
+        that frame).
         """
         arrivals = dict(arrivals or {})
         step = 0
@@ -146,21 +172,31 @@ class SchedulerRecorder:
                     self.add(name)
                 self.schedule()
 
-            joined = f" ({', '.join(late)} {'arrives' if len(late) == 1 else 'arrive'})" if late else ""
+            joined = (
+                f" ({', '.join(late)} {'arrives' if len(late) == 1 else 'arrive'})"
+                if late
+                else ""
+            )
             yield f"step {step}: schedule(){joined}", schedule
             yield f"step {step}: run + postprocess()", self.postprocess
             step += 1
 
 
-def scheduler_frames(scheduler: Scheduler, runner: FakeModelRunner, requests: dict[str, Sequence],
-                     arrivals: dict[int, list[str]] | None = None) -> list[Frame[SchedulerState]]:
-    """Run the scheduler to the end with a fake model; one frame after every schedule() and postprocess()."""
+def scheduler_frames(
+    scheduler: Scheduler,
+    runner: FakeModelRunner,
+    requests: dict[str, Sequence],
+    arrivals: dict[int, list[str]] | None = None,
+) -> list[Frame[SchedulerState]]:
+    """Run the scheduler to the end with a fake model; one frame after every schedule() and
+    postprocess()."""
     recorder = SchedulerRecorder(scheduler, runner, requests)
     return record_frames(recorder.snapshot, recorder.actions(arrivals))
 
 
 def scheduler_state_text(state: SchedulerState) -> str:
-    """The frame as text: the step's batch, the queues, the free blocks and one line per request."""
+    """The frame as text: the step's batch, the queues, the free blocks and one line per
+    request."""
     if state.phase == "start":
         did = "nothing scheduled yet"
     else:
@@ -178,13 +214,17 @@ def scheduler_state_text(state: SchedulerState) -> str:
     ]
     for r in state.requests:
         step = f" +{r.num_scheduled_tokens} this step" if r.num_scheduled_tokens else ""
-        lines.append(f"  {r.name}  {r.status:<8} tokens {r.num_tokens:>2}  cached {r.num_cached_tokens:>2}{step:<14} "
-                     f"table {list(r.block_table)}")
+        lines.append(
+            f"  {r.name}  {r.status:<8} tokens {r.num_tokens:>2}  cached "
+            f"{r.num_cached_tokens:>2}{step:<14} "
+            f"table {list(r.block_table)}"
+        )
     return "\n".join(line.rstrip() for line in lines)
 
 
 def draw_scheduler_state(state: SchedulerState) -> Figure:
-    """The pool as a row of numbered blocks coloured by the requests that hold them, and the queues.
+    """The pool as a row of numbered blocks coloured by the requests that hold them, and the
+    queues.
 
     A block held by several requests (a prefix-cache hit) is split into one band per holder.
     """
@@ -201,25 +241,59 @@ def draw_scheduler_state(state: SchedulerState) -> Figure:
     for block_id in range(n):
         owners = holders.get(block_id, [])
         if not owners:
-            ax.add_patch(Rectangle((block_id, 0), 1, 1, facecolor=EMPTY, edgecolor="black", linewidth=0.8))
+            ax.add_patch(
+                Rectangle(
+                    (block_id, 0), 1, 1, facecolor=EMPTY, edgecolor="black", linewidth=0.8
+                )
+            )
         for k, owner in enumerate(owners):
             band = 1 / len(owners)
-            ax.add_patch(Rectangle((block_id, 1 - (k + 1) * band), 1, band, facecolor=color[owner],
-                                   edgecolor="none"))
-        ax.add_patch(Rectangle((block_id, 0), 1, 1, facecolor="none", edgecolor="black", linewidth=0.8))
+            ax.add_patch(
+                Rectangle(
+                    (block_id, 1 - (k + 1) * band),
+                    1,
+                    band,
+                    facecolor=color[owner],
+                    edgecolor="none",
+                )
+            )
+        ax.add_patch(
+            Rectangle((block_id, 0), 1, 1, facecolor="none", edgecolor="black", linewidth=0.8)
+        )
         ax.text(block_id + 0.5, 1.12, str(block_id), ha="center", va="bottom", fontsize=8)
-        ax.text(block_id + 0.5, 0.5, "+".join(owners) if owners else "free", ha="center", va="center",
-                fontsize=8, color="white" if owners else "#555555")
+        ax.text(
+            block_id + 0.5,
+            0.5,
+            "+".join(owners) if owners else "free",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if owners else "#555555",
+        )
     ax.set_xlim(-0.1, n + 0.1)
     ax.set_ylim(-0.05, 1.45)
     ax.axis("off")
-    ax.set_title(f"block pool: {n - state.num_free_blocks} in use, {state.num_free_blocks} free "
-                 "(numbers above: block ids)", fontsize=9, loc="left")
+    ax.set_title(
+        f"block pool: {n - state.num_free_blocks} in use, {state.num_free_blocks} free "
+        "(numbers above: block ids)",
+        fontsize=9,
+        loc="left",
+    )
     handles = [Patch(facecolor=color[name], label=f"held by {name}") for name in names]
     handles.append(Patch(facecolor=EMPTY, edgecolor="black", label="free"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False
+    )
     text_ax = fig.add_subplot(grid[1])
     text_ax.axis("off")
-    text_ax.text(0.0, 1.0, scheduler_state_text(state), family="monospace", fontsize=8, va="top", ha="left",
-                 transform=text_ax.transAxes)
+    text_ax.text(
+        0.0,
+        1.0,
+        scheduler_state_text(state),
+        family="monospace",
+        fontsize=8,
+        va="top",
+        ha="left",
+        transform=text_ax.transAxes,
+    )
     return fig

@@ -1,10 +1,11 @@
-"""Show the live source of the code a chapter teaches, so a notebook can never drift from the package.
+"""Show the live source of the code a chapter teaches, so a notebook can never drift from the
+package.
 
-`show_source(BlockManager.allocate)` returns a `SourceView`: in JupyterLab (and on GitHub) it renders
-as syntax-highlighted HTML with the file's own line numbers; its plain-text form, which nbval
-compares, is the same lines with numbers. Lines to look at are picked by a piece of their text,
-not by number, and a piece that no longer occurs raises, so an edit to the package that moves the
-taught lines breaks the notebook's run instead of silently showing the wrong ones.
+`show_source(BlockManager.allocate)` returns a `SourceView`: in JupyterLab (and on GitHub) it
+renders as syntax-highlighted HTML with the file's own line numbers; its plain-text form, which
+nbval compares, is the same lines with numbers. Lines to look at are picked by a piece of their
+text, not by number, and a piece that no longer occurs raises, so an edit to the package that
+moves the taught lines breaks the notebook's run instead of silently showing the wrong ones.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ _PACKAGE_ROOT = Path(refimpl.__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class SourceView:
-    """Some lines of one source file, ready to display: `text` for nbval, HTML for JupyterLab."""
+    """Some lines of one source file, ready to display: `text` for nbval, HTML for
+    JupyterLab."""
 
     path: str  # relative to the repository root, e.g. "refimpl/paged/block_manager.py"
     numbers: tuple[int, ...]  # the file's line number of each line
@@ -46,34 +48,48 @@ class SourceView:
         return self.text()
 
     def _repr_html_(self) -> str:
-        caption = f'<div style="font-family:monospace;font-size:90%;color:#555">{html.escape(self.title)}</div>'
+        style = "font-family:monospace;font-size:90%;color:#555"
+        caption = f'<div style="{style}">{html.escape(self.title)}</div>'
         try:
             from pygments import highlight
             from pygments.formatters import HtmlFormatter
             from pygments.lexers import PythonLexer
         except ImportError:  # without Pygments: the same lines, unhighlighted
             return caption + f"<pre>{html.escape(chr(10).join(self.lines))}</pre>"
-        # One formatted line per source line (Pygments closes its spans at each newline), so the
-        # file's own numbers can be put in front, gaps (a left-out docstring) included.
-        body = highlight("\n".join(self.lines), PythonLexer(), HtmlFormatter(noclasses=True, nowrap=True))
+        # One formatted line per source line (Pygments closes its spans at each newline), so
+        # the file's own numbers can be put in front, gaps (a left-out docstring) included.
+        body = highlight(
+            "\n".join(self.lines), PythonLexer(), HtmlFormatter(noclasses=True, nowrap=True)
+        )
         width = len(str(self.numbers[-1]))
         rows = []
         for index, line in enumerate(body.rstrip("\n").split("\n")):
             number = f'<span style="color:#999">{self.numbers[index]:>{width}}  </span>'
             style = ' style="background:#fff3a8"' if index in self.marked else ""
             rows.append(f"<span{style}>{number}{line}</span>")
-        return caption + '<pre style="line-height:125%;background:#f8f8f8">' + "\n".join(rows) + "</pre>"
+        return (
+            caption
+            + '<pre style="line-height:125%;background:#f8f8f8">'
+            + "\n".join(rows)
+            + "</pre>"
+        )
 
 
-def show_source(obj: object, *, start: str | None = None, stop: str | None = None,
-                mark: tuple[str, ...] | list[str] = (), docstring: bool = True) -> SourceView:
+def show_source(
+    obj: object,
+    *,
+    start: str | None = None,
+    stop: str | None = None,
+    mark: tuple[str, ...] | list[str] = (),
+    docstring: bool = True,
+) -> SourceView:
     """The live source of a function, method or class, or an excerpt of it.
 
     `start` / `stop`: pieces of text; the excerpt runs from the first line containing `start`
-    through the first later line containing `stop` (both included). `mark`: pieces of text whose
-    lines are highlighted (each must occur in the excerpt). `docstring=False` leaves out the
-    docstring of a function or method, to show only the lines that run. A piece that is not found
-    raises ValueError naming it.
+    through the first later line containing `stop` (both included). `mark`: pieces of text
+    whose lines are highlighted (each must occur in the excerpt). `docstring=False` leaves out
+    the docstring of a function or method, to show only the lines that run. A piece that is not
+    found raises ValueError naming it.
     """
     target = inspect.unwrap(obj.fget if isinstance(obj, property) else obj)
     try:
@@ -109,8 +125,12 @@ def _docstring_lines(lines: list[str]) -> range:
         return range(0)
     node = tree.body[0] if tree.body else None
     body = getattr(node, "body", None)
-    if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         return range(body[0].lineno - 1, body[0].end_lineno)
     return range(0)
 

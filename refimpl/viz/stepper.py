@@ -1,16 +1,19 @@
-"""Step through a mechanism: frames recorded from the real objects, played with a slider or shown as a strip.
+"""Step through a mechanism: frames recorded from the real objects, played with a slider or
+shown as a strip.
 
 A chapter records frames by running real calls (`record_frames`), each frame a snapshot of the
 objects' state after one call. In JupyterLab `Stepper.widget()` plays them with Play/Prev/Next
-buttons and a slider while the picture redraws; `Stepper.strip()` shows the very same frames as a
-static strip of pictures (and `strip_text()` as text, or `strip_text_box()` folded into a closed
-box when it is long), for GitHub, nbval and print, where widgets do not run. Tests check that each frame equals the state of freshly stepped real objects.
+buttons and a slider while the picture redraws; `Stepper.strip()` shows the very same frames as
+a static strip of pictures (and `strip_text()` as text, or `strip_text_box()` folded into a
+closed box when it is long), for GitHub, nbval and print, where widgets do not run. Tests check
+that each frame equals the state of freshly stepped real objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from refimpl.viz.reveal import Answer
 
@@ -25,9 +28,11 @@ class Frame(Generic[State]):
     state: State
 
 
-def record_frames(snapshot: Callable[[], State],
-                  actions: Iterable[tuple[str, Callable[[], Any]]],
-                  initial_label: str = "start") -> list[Frame[State]]:
+def record_frames(
+    snapshot: Callable[[], State],
+    actions: Iterable[tuple[str, Callable[[], Any]]],
+    initial_label: str = "start",
+) -> list[Frame[State]]:
     """Frame 0 is the state before any action; frame i is the state after the i-th action.
 
     `snapshot()` must return an immutable copy of the state (the objects keep changing).
@@ -40,10 +45,15 @@ def record_frames(snapshot: Callable[[], State],
 
 
 class Stepper(Generic[State]):
-    """Frames plus how to draw one (`draw(state) -> Figure`) and describe it (`describe(state) -> str`)."""
+    """Frames plus how to draw one (`draw(state) -> Figure`) and describe it (`describe(state)
+    -> str`)."""
 
-    def __init__(self, frames: list[Frame[State]], draw: Callable[[State], Any],
-                 describe: Callable[[State], str]) -> None:
+    def __init__(
+        self,
+        frames: list[Frame[State]],
+        draw: Callable[[State], Any],
+        describe: Callable[[State], str],
+    ) -> None:
         if not frames:
             raise ValueError("Stepper needs at least one frame")
         self.frames = list(frames)
@@ -57,9 +67,16 @@ class Stepper(Generic[State]):
         """The picture of frame `index`, titled with its step number and label."""
         frame = self.frames[index]
         figure = self.draw(frame.state)
-        # Above the picture's top edge (the notebook trims to what is drawn), never over its own title.
-        figure.suptitle(self.caption(index), fontsize=10, x=0.01, ha="left", va="bottom",
-                        y=1.0 + 0.05 / figure.get_figheight())
+        # Above the picture's top edge (the notebook trims to what is drawn), never over its
+        # own title.
+        figure.suptitle(
+            self.caption(index),
+            fontsize=10,
+            x=0.01,
+            ha="left",
+            va="bottom",
+            y=1.0 + 0.05 / figure.get_figheight(),
+        )
         return figure
 
     def caption(self, index: int) -> str:
@@ -73,9 +90,12 @@ class Stepper(Generic[State]):
         return "\n".join(blocks)
 
     def strip_text_box(self, summary: str | None = None) -> Answer:
-        """The text strip in one closed `<details>` box: a strip of many frames stays one click away
-        instead of burying the page, while its plain text, which nbval compares, is `strip_text()`."""
-        return Answer(self.strip_text(), summary or f"Every frame as text ({len(self.frames)} frames)")
+        """The text strip in one closed `<details>` box: a strip of many frames stays one click
+        away instead of burying the page, while its plain text, which nbval compares, is
+        `strip_text()`."""
+        return Answer(
+            self.strip_text(), summary or f"Every frame as text ({len(self.frames)} frames)"
+        )
 
     def strip(self, every: int = 1) -> None:
         """Show every `every`-th frame's picture, one under another (the last frame always)."""
@@ -88,12 +108,15 @@ class Stepper(Generic[State]):
             display(self.figure(index))
 
     def widget(self):
-        """An ipywidgets player: Play, a slider and the picture and text of the current frame."""
+        """An ipywidgets player: Play, a slider and the picture and text of the current
+        frame."""
         import ipywidgets as widgets
         from IPython.display import display
 
         last = len(self.frames) - 1
-        slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=False)
+        slider = widgets.IntSlider(
+            value=0, min=0, max=last, description="step", continuous_update=False
+        )
         play = widgets.Play(value=0, min=0, max=last, interval=1200, description="play")
         widgets.jslink((play, "value"), (slider, "value"))
         previous = widgets.Button(description="◀ prev", layout=widgets.Layout(width="80px"))

@@ -10,7 +10,8 @@ reads "A" instead of a global counter value that depends on how many sequences r
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence as Seq
+from collections.abc import Mapping
+from collections.abc import Sequence as Seq
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -33,7 +34,10 @@ def _check_steps(steps: Seq[StepRecord]) -> list[StepRecord]:
         raise ValueError("no steps to show: run the scheduler first (the step list is empty)")
     for record in steps:
         if not isinstance(record, StepRecord):
-            raise ValueError(f"steps must be StepRecord objects from refimpl.course.runners, got {type(record).__name__}")
+            raise ValueError(
+                "steps must be StepRecord objects from refimpl.course.runners, got "
+                f"{type(record).__name__}"
+            )
     return steps
 
 
@@ -44,7 +48,11 @@ def _namer(names: Mapping[int, str] | None):
 
 
 def _cell_text(record: StepRecord, index: int, name=str) -> str:
-    seq_id, n, hit = record.seq_ids[index], record.num_scheduled_tokens[index], record.prefix_hit_tokens[index]
+    seq_id, n, hit = (
+        record.seq_ids[index],
+        record.num_scheduled_tokens[index],
+        record.prefix_hit_tokens[index],
+    )
     text = f"{name(seq_id)}:{n}"
     if seq_id in record.chunked_seq_ids:
         text += "*"
@@ -53,9 +61,13 @@ def _cell_text(record: StepRecord, index: int, name=str) -> str:
     return text
 
 
-def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None,
-                  names: Mapping[int, str] | None = None) -> str:
-    """One line per step: kind, batch as `seq:tokens`, preempted and finished sequences, blocks in use.
+def timeline_text(
+    steps: Seq[StepRecord],
+    num_blocks: int | None = None,
+    names: Mapping[int, str] | None = None,
+) -> str:
+    """One line per step: kind, batch as `seq:tokens`, preempted and finished sequences, blocks
+    in use.
 
     `*` marks a prefill chunk that leaves part of the prompt for later; `(+n cached)` is the
     number of the sequence's tokens served by the prefix cache when its blocks were allocated.
@@ -88,8 +100,13 @@ def timeline_text(steps: Seq[StepRecord], num_blocks: int | None = None,
     return "\n".join(lines)
 
 
-def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, title: str | None = None,
-                  names: Mapping[int, str] | None = None) -> Figure:
+def draw_timeline(
+    steps: Seq[StepRecord],
+    num_blocks: int | None = None,
+    *,
+    title: str | None = None,
+    names: Mapping[int, str] | None = None,
+) -> Figure:
     """The step timeline as a figure: sequences by steps on top, blocks in use below.
 
     A prefill chunk is a light cell with a dashed border (no hatching, so its label stays
@@ -101,7 +118,8 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
     row = {seq_id: i for i, seq_id in enumerate(seq_ids)}
     first = steps[0].step
     width = min(MAX_WIDTH, max(7.0, 0.45 * len(steps) + 3))
-    labelled = len(steps) <= MAX_LABELLED_STEPS and (width - 3) * 72 / len(steps) >= 18  # a label fits a cell
+    # a label fits a cell
+    labelled = len(steps) <= MAX_LABELLED_STEPS and (width - 3) * 72 / len(steps) >= 18
     height = 2.2 + 0.4 * len(seq_ids)
     fig = Figure(figsize=(width, height), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[max(1.0, 0.4 * len(seq_ids)), 1.2])
@@ -114,20 +132,38 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
         for i, seq_id in enumerate(r.seq_ids):
             y = row[seq_id] - 0.4
             chunk = seq_id in r.chunked_seq_ids
-            color = DECODE_COLOR if not r.is_prefill else CHUNK_COLOR if chunk else PREFILL_COLOR
-            cell = Rectangle((x + 0.05, y), 0.9, 0.8, facecolor=color, edgecolor="black",
-                             linewidth=1.0 if chunk else 0.5, linestyle="--" if chunk else "-")
+            color = (
+                DECODE_COLOR if not r.is_prefill else CHUNK_COLOR if chunk else PREFILL_COLOR
+            )
+            cell = Rectangle(
+                (x + 0.05, y),
+                0.9,
+                0.8,
+                facecolor=color,
+                edgecolor="black",
+                linewidth=1.0 if chunk else 0.5,
+                linestyle="--" if chunk else "-",
+            )
             cell.set_gid("chunk" if chunk else "decode" if not r.is_prefill else "prefill")
             ax.add_patch(cell)
             shown.add(cell.get_gid())
             hit = r.prefix_hit_tokens[i]
             if hit:
-                ax.add_patch(Rectangle((x + 0.05, y), 0.9, 0.14, facecolor=HIT_COLOR, edgecolor="none"))
+                ax.add_patch(
+                    Rectangle((x + 0.05, y), 0.9, 0.14, facecolor=HIT_COLOR, edgecolor="none")
+                )
                 shown.add("hit")
             if labelled and r.is_prefill:
                 label = str(r.num_scheduled_tokens[i]) + (f"\n+{hit}" if hit else "")
-                ax.text(r.step, row[seq_id], label, ha="center", va="center", fontsize=8,
-                        color="black" if chunk else "white")
+                ax.text(
+                    r.step,
+                    row[seq_id],
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if chunk else "white",
+                )
             if seq_id in r.finished_seq_ids:
                 ax.plot(r.step + 0.45, row[seq_id], marker="o", color="black", markersize=4)
                 shown.add("finished")
@@ -142,21 +178,46 @@ def draw_timeline(steps: Seq[StepRecord], num_blocks: int | None = None, *, titl
     ax.set_title(title or "Scheduler timeline: one column per step")
     ax.tick_params(labelbottom=False)
     legend = {
-        "prefill": Patch(facecolor=PREFILL_COLOR, edgecolor="black", label="prefill (prompt done)"),
-        "chunk": Patch(facecolor=CHUNK_COLOR, edgecolor="black", linestyle="--", label="prefill chunk (prompt not done)"),
+        "prefill": Patch(
+            facecolor=PREFILL_COLOR, edgecolor="black", label="prefill (prompt done)"
+        ),
+        "chunk": Patch(
+            facecolor=CHUNK_COLOR,
+            edgecolor="black",
+            linestyle="--",
+            label="prefill chunk (prompt not done)",
+        ),
         "decode": Patch(facecolor=DECODE_COLOR, edgecolor="black", label="decode (1 token)"),
         "hit": Patch(facecolor=HIT_COLOR, label="prefix-cache hit (+n cached)"),
-        "preempted": Line2D([], [], marker="X", color=PREEMPT_COLOR, linestyle="none", label="preempted"),
-        "finished": Line2D([], [], marker="o", color="black", linestyle="none", markersize=4, label="finished"),
+        "preempted": Line2D(
+            [], [], marker="X", color=PREEMPT_COLOR, linestyle="none", label="preempted"
+        ),
+        "finished": Line2D(
+            [], [], marker="o", color="black", linestyle="none", markersize=4, label="finished"
+        ),
     }
     handles = [handle for key, handle in legend.items() if key in shown]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
 
     xs = [r.step for r in steps]
     ax_blocks.bar(xs, [r.num_blocks_in_use for r in steps], width=0.8, color="#8172b3")
     if num_blocks is not None:
-        ax_blocks.axhline(num_blocks, color="black", linestyle="--", linewidth=1, label=f"pool = {num_blocks} blocks")
-        ax_blocks.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        ax_blocks.axhline(
+            num_blocks,
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"pool = {num_blocks} blocks",
+        )
+        ax_blocks.legend(
+            loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False
+        )
         ax_blocks.set_ylim(0, num_blocks * 1.15)
     ax_blocks.set_ylabel("blocks in use")
     ax_blocks.set_xlabel("step")

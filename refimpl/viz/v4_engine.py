@@ -26,12 +26,19 @@ KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
 
 def _label(name: str, ratio: int) -> str:
     layer, kind = deepseek_v4.parse_layer_name(name)
-    words = {"swa": "window kv", "attn": f"c{ratio} entries", "idx": "indexer entries",
-             "attn_state": "compressor state", "idx_state": "indexer state"}[kind]
+    words = {
+        "swa": "window kv",
+        "attn": f"c{ratio} entries",
+        "idx": "indexer entries",
+        "attn_state": "compressor state",
+        "idx_state": "indexer state",
+    }[kind]
     return f"L{layer} {words}"
 
 
-def slot_table_text(layer_caches, tables: Sequence[Sequence[int]], positions: Sequence[int]) -> str:
+def slot_table_text(
+    layer_caches, tables: Sequence[Sequence[int]], positions: Sequence[int]
+) -> str:
     """For each position: the slot its row takes in every per-token cache of the layer, and the
     compressed-entry slot it writes when it closes a window (`-` when it closes none)."""
     rows = []
@@ -68,8 +75,16 @@ def hit_reads_text(summary: dict, layers: Sequence[int]) -> str:
         reused, read = info["reused"], info["read"]
         span = f"{reused[0]}..{reused[-1]}" if reused else "none"
         read_span = f"{read[0]}..{read[-1]}" if read else "none"
-        rows.append({"cache": _label(name, info["ratio"]), "unit": unit, "reused": len(reused),
-                     "reused span": span, "read": len(read), "read span": read_span})
+        rows.append(
+            {
+                "cache": _label(name, info["ratio"]),
+                "unit": unit,
+                "reused": len(reused),
+                "reused span": span,
+                "read": len(read),
+                "read span": read_span,
+            }
+        )
     return f"prefix hit: {summary['hit']} tokens\n" + format_table(rows)
 
 
@@ -80,18 +95,28 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     hit = summary["hit"]
     fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.3))
     ax = fig.add_subplot()
-    for y, (name, info) in enumerate(reversed(selected)):
+    for y, (_name, info) in enumerate(reversed(selected)):
         ratio = info["ratio"]
         read = set(info["read"])
-        ax.add_patch(Rectangle((start, y + 0.1), hit - start, 0.8, facecolor=EMPTY, edgecolor="none"))
+        ax.add_patch(
+            Rectangle((start, y + 0.1), hit - start, 0.8, facecolor=EMPTY, edgecolor="none")
+        )
         for index in info["reused"]:
             lo = index * ratio if ratio > 1 else index
             width = ratio if ratio > 1 else 1
             if lo + width <= start:
                 continue
             color = READ_COLOR if index in read else KEPT_COLOR
-            ax.add_patch(Rectangle((max(lo, start), y + 0.1), lo + width - max(lo, start), 0.8,
-                                   facecolor=color, edgecolor="white", linewidth=0.3))
+            ax.add_patch(
+                Rectangle(
+                    (max(lo, start), y + 0.1),
+                    lo + width - max(lo, start),
+                    0.8,
+                    facecolor=color,
+                    edgecolor="white",
+                    linewidth=0.3,
+                )
+            )
         block = info["block_size"]
         for b in range(start - start % block, hit + 1, block):
             if b >= start:
@@ -102,12 +127,28 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     ax.set_ylim(0, len(selected))
     ax.set_xticks(list(range(start, hit + 1, 8)))
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_xlabel("token position (compressed entries drawn over the tokens they summarise; black lines: block boundaries)", fontsize=9)
-    ax.set_title(f"A {hit}-token prefix hit: which reused rows the new request reads (positions {start}..{hit - 1})", fontsize=10)
-    ax.legend(handles=[Patch(color=READ_COLOR, label="reused, read again"),
-                       Patch(color=KEPT_COLOR, label="reused, never read"),
-                       Patch(color=EMPTY, label="not kept (left the window)")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=9, frameon=False)
+    ax.set_xlabel(
+        "token position (compressed entries drawn over the tokens they summarise; black "
+        "lines: block boundaries)",
+        fontsize=9,
+    )
+    ax.set_title(
+        f"A {hit}-token prefix hit: which reused rows the new request reads (positions "
+        f"{start}..{hit - 1})",
+        fontsize=10,
+    )
+    ax.legend(
+        handles=[
+            Patch(color=READ_COLOR, label="reused, read again"),
+            Patch(color=KEPT_COLOR, label="reused, never read"),
+            Patch(color=EMPTY, label="not kept (left the window)"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.22),
+        ncol=3,
+        fontsize=9,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
@@ -121,7 +162,16 @@ def engine_snapshot(llm, requests: Sequence, names: Sequence[str]) -> tuple:
         r = req.request
         held = manager.get_blocks(r.request_id).blocks if r.status.value == "running" else ()
         live = tuple(sum(1 for b in table if not b.is_null) for table in held)
-        rows.append((name, r.status.value, r.num_prompt_tokens, r.num_computed_tokens, len(r.output_token_ids), live))
+        rows.append(
+            (
+                name,
+                r.status.value,
+                r.num_prompt_tokens,
+                r.num_computed_tokens,
+                len(r.output_token_ids),
+                live,
+            )
+        )
     return (tuple(rows), manager.block_pool.get_num_free_blocks())
 
 
@@ -130,22 +180,34 @@ def engine_state_text(state: tuple) -> str:
     lines = []
     for name, status, prompt, computed, generated, live in rows:
         blocks = "/".join(map(str, live)) if live else "-"
-        lines.append(f"{name}: {status:<8} prompt {prompt:>3}, kv computed or cached for {computed:>3} tokens, "
-                     f"generated {generated}, live blocks per group {blocks}")
+        lines.append(
+            f"{name}: {status:<8} prompt {prompt:>3}, kv computed or cached for {computed:>3} "
+            "tokens, "
+            f"generated {generated}, live blocks per group {blocks}"
+        )
     lines.append(f"free blocks: {free}")
     return "\n".join(lines)
 
 
 def draw_engine_state(state: tuple) -> Figure:
-    """One bar per request: prompt tokens computed (dark), still to compute (light), generated (orange)."""
+    """One bar per request: prompt tokens computed (dark), still to compute (light), generated
+    (orange)."""
     rows, free = state
     fig = Figure(figsize=(8, 0.5 * len(rows) + 1.0))
     ax = fig.add_subplot()
     longest = max(prompt + generated for _, _, prompt, _, generated, _ in rows) + 1
-    for y, (name, status, prompt, computed, generated, live) in enumerate(reversed(rows)):
+    for y, (_name, status, prompt, computed, generated, _live) in enumerate(reversed(rows)):
         done = min(computed, prompt)
         ax.barh(y, done, color=READ_COLOR, height=0.6)
-        ax.barh(y, prompt - done, left=done, color=EMPTY, height=0.6, edgecolor="#999999", linewidth=0.5)
+        ax.barh(
+            y,
+            prompt - done,
+            left=done,
+            color=EMPTY,
+            height=0.6,
+            edgecolor="#999999",
+            linewidth=0.5,
+        )
         ax.barh(y, generated, left=prompt, color="#dd8452", height=0.6)
         ax.text(longest, y, f" {status}", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)))
@@ -153,9 +215,17 @@ def draw_engine_state(state: tuple) -> Figure:
     ax.set_xlim(0, longest * 1.15)
     ax.set_xlabel(f"tokens (free blocks in the pool: {free})", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
-    ax.legend(handles=[Patch(color=READ_COLOR, label="prompt computed or cached"),
-                       Patch(facecolor=EMPTY, edgecolor="#999999", label="prompt still to compute"),
-                       Patch(color="#dd8452", label="generated")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize=8, frameon=False)
+    ax.legend(
+        handles=[
+            Patch(color=READ_COLOR, label="prompt computed or cached"),
+            Patch(facecolor=EMPTY, edgecolor="#999999", label="prompt still to compute"),
+            Patch(color="#dd8452", label="generated"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig

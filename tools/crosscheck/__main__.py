@@ -1,9 +1,9 @@
 """`python -m tools.crosscheck [--streams N] [--configs M] [--retention none,0,2x]` inside
-`.venv-vllm` (`make crosscheck`): run the allocator crosscheck at each retention setting and the
-planner crosscheck against the installed vLLM, and print the figures by cause.
+`.venv-vllm` (`make crosscheck`): run the allocator crosscheck at each retention setting and
+the planner crosscheck against the installed vLLM, and print the figures by cause.
 
-`python -m tools.crosscheck record` (`make crosscheck-record`): write vLLM's answers for a fixed
-set of streams and configurations to tests/data/vllm_oracle.json, which
+`python -m tools.crosscheck record` (`make crosscheck-record`): write vLLM's answers for a
+fixed set of streams and configurations to tests/data/vllm_oracle.json, which
 tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM.
 """
 
@@ -18,29 +18,60 @@ from pathlib import Path
 from tools.crosscheck.streams import GROUP_SETS, RETENTION_SETTINGS
 
 ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle.json"
-RECORDED_STREAMS = range(len(GROUP_SETS))  # one stream per group set, at each retention setting
+# one stream per group set, at each retention setting
+RECORDED_STREAMS = range(len(GROUP_SETS))
 RECORDED_CONFIGS = range(24)
-# The issue's two small cases, recorded as they are: one eagle group (vLLM's unitary coordinator
-# hits 4 tokens, the hybrid loop would hit 8) and a flagged 8-token full group over 4-token
-# hashes (vLLM registers the prompt's partial tail block).
+# The issue's two small cases, recorded as they are: one eagle group (vLLM's unitary
+# coordinator hits 4 tokens, the hybrid loop would hit 8) and a flagged 8-token full group over
+# 4-token hashes (vLLM registers the prompt's partial tail block).
 RECORDED_CASES = [
-    ("full-eagle", [("new", "r0", list(range(12))), ("schedule", "r0", 12, 0, False, False, 0, False),
-                    ("finish", "r0"), ("new", "r1", list(range(12))), ("schedule", "r1", 12, 0, False, False, 0, False)]),
-    ("full8-flagged+swa4", [("new", "r0", list(range(12))), ("schedule", "r0", 12, 0, False, False, 0, False),
-                            ("finish", "r0"), ("new", "r1", list(range(16))), ("schedule", "r1", 16, 0, False, False, 0, False)]),
+    (
+        "full-eagle",
+        [
+            ("new", "r0", list(range(12))),
+            ("schedule", "r0", 12, 0, False, False, 0, False),
+            ("finish", "r0"),
+            ("new", "r1", list(range(12))),
+            ("schedule", "r1", 12, 0, False, False, 0, False),
+        ],
+    ),
+    (
+        "full8-flagged+swa4",
+        [
+            ("new", "r0", list(range(12))),
+            ("schedule", "r0", 12, 0, False, False, 0, False),
+            ("finish", "r0"),
+            ("new", "r1", list(range(16))),
+            ("schedule", "r1", 16, 0, False, False, 0, False),
+        ],
+    ),
 ]
-RECORDED_REAL_SIZE_OPS = 30  # DeepSeek V4's real block sizes: long tables; a prefix of the stream
+# DeepSeek V4's real block sizes: long tables; a prefix of the stream
+RECORDED_REAL_SIZE_OPS = 30
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.crosscheck", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.crosscheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("command", nargs="?", choices=["run", "record"], default="run")
-    parser.add_argument("--streams", type=int, default=500, help="allocator streams to compare per retention setting")
-    parser.add_argument("--configs", type=int, default=300, help="planner configurations to compare")
-    parser.add_argument("--retention", default=",".join(RETENTION_SETTINGS),
-                        help="prefix_cache_retention_interval settings: none (dense), 0 (vLLM's default), "
-                             "Nx (N times the scheduler block size); comma-separated")
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=500,
+        help="allocator streams to compare per retention setting",
+    )
+    parser.add_argument(
+        "--configs", type=int, default=300, help="planner configurations to compare"
+    )
+    parser.add_argument(
+        "--retention",
+        default=",".join(RETENTION_SETTINGS),
+        help="prefix_cache_retention_interval settings: none (dense), 0 (vLLM's default), "
+        "Nx (N times the scheduler block size); comma-separated",
+    )
     args = parser.parse_args(argv)
 
     import vllm
@@ -56,29 +87,62 @@ def main(argv: list[str] | None = None) -> int:
         for retention in RETENTION_SETTINGS:
             for seed in RECORDED_STREAMS:
                 gs, ops = stream_for(seed)
-                ops = ops[:RECORDED_REAL_SIZE_OPS] if gs.unit > 1 else ops  # keep the file small
+                # keep the file small
+                ops = ops[:RECORDED_REAL_SIZE_OPS] if gs.unit > 1 else ops
                 record, at, _ = run_stream(gs, ops, VllmAllocator, retention)
-                streams.append({"seed": seed, "group_set": gs.name, "retention": retention, "ops": ops,
-                                "observations": record})
+                streams.append(
+                    {
+                        "seed": seed,
+                        "group_set": gs.name,
+                        "retention": retention,
+                        "ops": ops,
+                        "observations": record,
+                    }
+                )
         for name, ops in RECORDED_CASES:
             record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
-            streams.append({"seed": -1, "group_set": name, "retention": "0", "ops": ops, "observations": record})
-        planner = [{"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))} for s in RECORDED_CONFIGS]
+            streams.append(
+                {
+                    "seed": -1,
+                    "group_set": name,
+                    "retention": "0",
+                    "ops": ops,
+                    "observations": record,
+                }
+            )
+        planner = [
+            {"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))}
+            for s in RECORDED_CONFIGS
+        ]
         ORACLE.parent.mkdir(parents=True, exist_ok=True)
-        ORACLE.write_text(json.dumps({"vllm_version": vllm.__version__, "streams": streams, "planner": planner},
-                                     separators=(",", ":")) + "\n")
-        print(f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams, {len(planner)} "
-              f"planner configurations, answered by vLLM {vllm.__version__}")
+        ORACLE.write_text(
+            json.dumps(
+                {"vllm_version": vllm.__version__, "streams": streams, "planner": planner},
+                separators=(",", ":"),
+            )
+            + "\n"
+        )
+        print(
+            f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams, "
+            f"{len(planner)} "
+            f"planner configurations, answered by vLLM {vllm.__version__}"
+        )
         return 0
 
     print(f"crosscheck against vLLM {vllm.__version__}", flush=True)
     failed = False
     ops = sum(len(stream_for(seed)[1]) for seed in range(args.streams))
     for retention in settings:
-        agreed, failures, by_cause = crosscheck_allocator(args.streams, VllmAllocator, retention)
+        agreed, failures, by_cause = crosscheck_allocator(
+            args.streams, VllmAllocator, retention
+        )
         failed |= bool(failures)
-        print(f"allocator, retention {retention}: {agreed} of {args.streams} streams agree ({ops:,} operations; "
-              f"every output and the pool state compared after each)", flush=True)
+        print(
+            f"allocator, retention {retention}: {agreed} of {args.streams} streams agree "
+            f"({ops:,} operations; "
+            f"every output and the pool state compared after each)",
+            flush=True,
+        )
         for cause, n in sorted(by_cause.items()):
             print(f"    {n:5d} agreeing streams exercised: {cause}")
     plan_failures, plan_by_cause = [], Counter()
@@ -87,15 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         theirs, ours = plan_vllm(case), plan_refimpl(case)
         if theirs != ours:
             keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            plan_failures.append(f"configuration {seed} {case}: differs in {keys}\n"
-                                 f"    vLLM:    { {k: theirs.get(k) for k in keys} }\n"
-                                 f"    refimpl: { {k: ours.get(k) for k in keys} }")
+            plan_failures.append(
+                f"configuration {seed} {case}: differs in {keys}\n"
+                f"    vLLM:    { {k: theirs.get(k) for k in keys} }\n"
+                f"    refimpl: { {k: ours.get(k) for k in keys} }"
+            )
             print(plan_failures[-1])
         else:
             plan_by_cause.update(plan_causes(case, theirs))
-    print(f"planner C: {args.configs - len(plan_failures)} of {args.configs} configurations agree "
-          f"(vLLM's side built from vLLM's own DeepSeek V4 layers and backends; groups, order, eagle flag, "
-          f"block count, stride, every tensor's layers, offset and layer stride)")
+    print(
+        f"planner C: {args.configs - len(plan_failures)} of {args.configs} configurations "
+        "agree "
+        "(vLLM's side built from vLLM's own DeepSeek V4 layers and backends; groups, order, "
+        "eagle flag, "
+        f"block count, stride, every tensor's layers, offset and layer stride)"
+    )
     for cause, n in sorted(plan_by_cause.items()):
         print(f"    {n:5d} agreeing configurations: {cause}")
     return 1 if failed or plan_failures else 0

@@ -1,8 +1,10 @@
-"""What both wrapped allocators share: the harness's calls made on a `KVCacheManager` (`self.m`).
+"""What both wrapped allocators share: the harness's calls made on a `KVCacheManager`
+(`self.m`).
 
-vLLM's and refimpl's managers take the same calls with the same argument names; they differ only in
-how requests are built, what `get_computed_blocks` returns and how the free queue is listed, so the
-sides implement just those (`RequestStatus`, `_computed_blocks`, `_free_block_ids`).
+vLLM's and refimpl's managers take the same calls with the same argument names; they differ
+only in how requests are built, what `get_computed_blocks` returns and how the free queue is
+listed, so the sides implement just those (`RequestStatus`, `_computed_blocks`,
+`_free_block_ids`).
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from typing import Any
 
 
 class ManagerAdapter:
-    """The `Allocator` interface of `streams.Harness`, on top of a KVCacheManager in `self.m`."""
+    """The `Allocator` interface of `streams.Harness`, on top of a KVCacheManager in
+    `self.m`."""
 
     RequestStatus: Any  # the side's request-status enum
     m: Any
 
     def _computed_blocks(self, req) -> tuple[Any, int, int]:
-        """(KVCacheBlocks of the prefix hit, number of hit tokens, the shared-prefix junction the
-        lookup pinned on the request)."""
+        """(KVCacheBlocks of the prefix hit, number of hit tokens, the shared-prefix junction
+        the lookup pinned on the request)."""
         raise NotImplementedError
 
     def _free_block_ids(self) -> list[int]:
@@ -32,17 +35,37 @@ class ManagerAdapter:
     def set_state(self, req, num_computed, running, preempted):
         status = self.RequestStatus
         req.num_computed_tokens = num_computed
-        req.status = status.RUNNING if running else (status.PREEMPTED if preempted else status.WAITING)
+        req.status = (
+            status.RUNNING if running else (status.PREEMPTED if preempted else status.WAITING)
+        )
 
     def get_computed_blocks(self, req):
         blocks, n, junction = self._computed_blocks(req)
         return blocks, [list(g) for g in blocks.get_block_ids()], n, junction
 
-    def allocate_slots(self, req, n, n_computed, hits, lookahead, must_fit, has_scheduled, reserved=0, delay=False):
-        out = self.m.allocate_slots(req, n, num_new_computed_tokens=n_computed, new_computed_blocks=hits,
-                                    num_lookahead_tokens=lookahead, full_sequence_must_fit=must_fit,
-                                    has_scheduled_reqs=has_scheduled, reserved_blocks=reserved,
-                                    delay_cache_blocks=delay)
+    def allocate_slots(
+        self,
+        req,
+        n,
+        n_computed,
+        hits,
+        lookahead,
+        must_fit,
+        has_scheduled,
+        reserved=0,
+        delay=False,
+    ):
+        out = self.m.allocate_slots(
+            req,
+            n,
+            num_new_computed_tokens=n_computed,
+            new_computed_blocks=hits,
+            num_lookahead_tokens=lookahead,
+            full_sequence_must_fit=must_fit,
+            has_scheduled_reqs=has_scheduled,
+            reserved_blocks=reserved,
+            delay_cache_blocks=delay,
+        )
         return None if out is None else [list(g) for g in out.get_block_ids()]
 
     def reset_prefix_cache(self):
@@ -66,7 +89,8 @@ class ManagerAdapter:
 
 
 def id_runs(ids: list[int]) -> list[list[int]]:
-    """[3, 4, 5, 9, 8] -> [[3, 5], [9, 9], [8, 8]]: runs of consecutive increasing ids, order kept."""
+    """[3, 4, 5, 9, 8] -> [[3, 5], [9, 9], [8, 8]]: runs of consecutive increasing ids, order
+    kept."""
     runs: list[list[int]] = []
     for i in ids:
         if runs and i == runs[-1][1] + 1:

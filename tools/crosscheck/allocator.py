@@ -1,9 +1,10 @@
-"""Play the same random streams through vLLM's and refimpl's allocators and compare every output
-and the pool state after every operation; shrink the first divergence of a failing stream.
+"""Play the same random streams through vLLM's and refimpl's allocators and compare every
+output and the pool state after every operation; shrink the first divergence of a failing
+stream.
 
 Each stream runs at one retention setting (`streams.RETENTION_SETTINGS`); `causes` names what a
-stream exercised (the unitary coordinator, a pinned junction, a refused allocation, ...), so the
-report can say how many agreeing streams reached each feature.
+stream exercised (the unitary coordinator, a pinned junction, a refused allocation, ...), so
+the report can say how many agreeing streams reached each feature.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def _construct(make, gs: GroupSet, retention: str):
         return None, type(exc).__name__
 
 
-def run_stream(gs: GroupSet, ops: list[tuple], make_other, retention: str = "0") -> tuple[list, int | None, tuple | None]:
+def run_stream(
+    gs: GroupSet, ops: list[tuple], make_other, retention: str = "0"
+) -> tuple[list, int | None, tuple | None]:
     """(vLLM-side observations, index of the first divergence or None, (theirs, ours) there).
 
     Both sides refusing the configuration with the same exception type is an agreement (one
@@ -33,7 +36,11 @@ def run_stream(gs: GroupSet, ops: list[tuple], make_other, retention: str = "0")
     if their_error or our_error:
         if their_error == our_error:
             return [["refused", their_error]], None, None
-        return [], 0, (f"constructed: {their_error or 'ok'}", f"constructed: {our_error or 'ok'}")
+        return (
+            [],
+            0,
+            (f"constructed: {their_error or 'ok'}", f"constructed: {our_error or 'ok'}"),
+        )
     record = []
     for i, op in enumerate(ops):
         a = (theirs.play(op), theirs.observe())
@@ -82,7 +89,8 @@ def stream_for(seed: int) -> tuple[GroupSet, list[tuple]]:
 
 
 def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
-    """What one stream exercised, read from its group set, its operations and vLLM's answers."""
+    """What one stream exercised, read from its group set, its operations and vLLM's
+    answers."""
     found = set()
     if record and record[0][0] == "refused":
         return {"configuration refused by both"}
@@ -90,7 +98,10 @@ def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
         found.add("one group (unitary coordinator)")
     if gs.use_eagle or gs.eagle_groups:
         found.add("eagle / MTP drop")
-    if any(g[0] == "full" and g[1] > min(d[1] for d in gs.groups) for g in gs.groups) or gs.unit > 1:
+    if (
+        any(g[0] == "full" and g[1] > min(d[1] for d in gs.groups) for g in gs.groups)
+        or gs.unit > 1
+    ):
         found.add("full block above the hash unit (partial tail)")
     if gs.unit > 1:
         found.add("DeepSeek V4 real block sizes")
@@ -120,8 +131,11 @@ def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
     return found
 
 
-def crosscheck_allocator(num_streams: int, make_other, retention: str = "0", log=print) -> tuple[int, list[str], Counter]:
-    """Returns (streams that agree, one report line per failing stream, agreeing streams per cause)."""
+def crosscheck_allocator(
+    num_streams: int, make_other, retention: str = "0", log=print
+) -> tuple[int, list[str], Counter]:
+    """Returns (streams that agree, one report line per failing stream, agreeing streams per
+    cause)."""
     agreed, failures, by_cause = 0, [], Counter()
     for seed in range(num_streams):
         gs, ops = stream_for(seed)
@@ -134,8 +148,10 @@ def crosscheck_allocator(num_streams: int, make_other, retention: str = "0", log
         _, at2, diff2 = run_stream(gs, small, make_other, retention)
         if diff2 is None:  # the divergence is in construction only
             small, diff2 = [], diff
-        failures.append(f"stream {seed} ({gs.name}, retention {retention}): diverges at operation {at} of "
-                        f"{len(ops)}; shrunk to {len(small)} operations {small}\n    vLLM:    {diff2[0]}\n"
-                        f"    refimpl: {diff2[1]}")
+        failures.append(
+            f"stream {seed} ({gs.name}, retention {retention}): diverges at operation {at} of "
+            f"{len(ops)}; shrunk to {len(small)} operations {small}\n    vLLM:    {diff2[0]}\n"
+            f"    refimpl: {diff2[1]}"
+        )
         log(failures[-1])
     return agreed, failures, by_cause

@@ -1,6 +1,7 @@
-"""Planner C against the installed vLLM: random DeepSeek-V4-shaped layer mixes (ratios, windows,
-indexer format, cache dtype, MTP, block size, memory budget); compare groups (members, order,
-eagle flag), block count, block stride and every KVCacheTensor (layers, offset, layer stride).
+"""Planner C against the installed vLLM: random DeepSeek-V4-shaped layer mixes (ratios,
+windows, indexer format, cache dtype, MTP, block size, memory budget); compare groups (members,
+order, eagle flag), block count, block stride and every KVCacheTensor (layers, offset, layer
+stride).
 
 The refimpl side needs no vLLM: `plan_refimpl` is also what the recorded-oracle test replays.
 """
@@ -22,7 +23,9 @@ def random_config(seed: int) -> dict:
         ratios = [rng.choice([0, 4, 4, 128, 128]) for _ in range(num_layers)]
     else:
         first = [128, 128] if pattern == "pro-like" else [0, 0]
-        ratios = (first + [4 if i % 2 == 0 else 128 for i in range(num_layers)])[: num_layers + 2]
+        ratios = (first + [4 if i % 2 == 0 else 128 for i in range(num_layers)])[
+            : num_layers + 2
+        ]
     if all(r in (0, 1) for r in ratios):
         ratios[-1] = 4
     return {
@@ -37,9 +40,16 @@ def random_config(seed: int) -> dict:
 
 
 def refimpl_specs(case: dict) -> dict:
-    config = deepseek_v4.DeepseekV4Config("random", tuple(case["ratios"]), sliding_window=case["sliding_window"])
-    return deepseek_v4.kv_cache_specs(config, cache_dtype=case["cache_dtype"], indexer=case["indexer"],
-                                      mtp=case["mtp"], block_size=case["block_size"])
+    config = deepseek_v4.DeepseekV4Config(
+        "random", tuple(case["ratios"]), sliding_window=case["sliding_window"]
+    )
+    return deepseek_v4.kv_cache_specs(
+        config,
+        cache_dtype=case["cache_dtype"],
+        indexer=case["indexer"],
+        mtp=case["mtp"],
+        block_size=case["block_size"],
+    )
 
 
 def plan_refimpl(case: dict) -> dict:
@@ -53,8 +63,10 @@ def plan_refimpl(case: dict) -> dict:
         "groups": _groups(groups),
         "num_blocks": config.num_blocks,
         "block_stride": config.block_stride,
-        "tensors": [[list(t.shared_by), t.offset, t.layer_stride, t.block_stride, t.size]
-                    for t in config.kv_cache_tensors],
+        "tensors": [
+            [list(t.shared_by), t.offset, t.layer_stride, t.block_stride, t.size]
+            for t in config.kv_cache_tensors
+        ],
     }
 
 
@@ -64,7 +76,11 @@ def _groups(groups) -> list:
 
 def plan_causes(case: dict, plan: dict) -> set[str]:
     """What one planner case exercised, for the report."""
-    found = {f"block size {case['block_size']}", f"{case['indexer']} indexer", f"{case['cache_dtype']} cache"}
+    found = {
+        f"block size {case['block_size']}",
+        f"{case['indexer']} indexer",
+        f"{case['cache_dtype']} cache",
+    }
     if case["block_size"] > 256 and 4 in case["ratios"]:
         found.add("indexer and main attention split into 256-token kernel blocks")
     if case["mtp"]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from refimpl.hybrid.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.hybrid.request import RequestStatus
-from refimpl.hybrid.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
-
 from tools.crosscheck.adapter import ManagerAdapter
 from tools.crosscheck.streams import GroupSet, retention_interval
 
@@ -25,10 +28,16 @@ class RefimplAllocator(ManagerAdapter):
             KVCacheGroupSpec((f"layer{i}",), make_spec(d), is_eagle_group=i in gs.eagle_groups)
             for i, d in enumerate(gs.groups)
         ]
-        self.m = KVCacheManager(groups, gs.num_blocks, gs.max_model_len, watermark=gs.watermark,
-                                enable_caching=gs.enable_caching, use_eagle=gs.use_eagle,
-                                max_num_batched_tokens=gs.max_in_flight_tokens,
-                                prefix_cache_retention_interval=retention_interval(retention, gs))
+        self.m = KVCacheManager(
+            groups,
+            gs.num_blocks,
+            gs.max_model_len,
+            watermark=gs.watermark,
+            enable_caching=gs.enable_caching,
+            use_eagle=gs.use_eagle,
+            max_num_batched_tokens=gs.max_in_flight_tokens,
+            prefix_cache_retention_interval=retention_interval(retention, gs),
+        )
 
     def new_request(self, rid, tokens):
         return self.m.make_request(rid, tokens)

@@ -33,8 +33,8 @@ class GroupSet:
     """Cache groups for the allocator: ("full", block_size) or ("swa", block_size, window),
     with an optional eagle flag per group.
 
-    `unit` scales prompt lengths and chunk sizes (DeepSeek V4's real block sizes need prompts of
-    hundreds of tokens before a hit can end on a 256-token boundary). `max_in_flight_tokens`
+    `unit` scales prompt lengths and chunk sizes (DeepSeek V4's real block sizes need prompts
+    of hundreds of tokens before a hit can end on a 256-token boundary). `max_in_flight_tokens`
     caps the blocks the full-sequence admission check asks of a sliding-window group."""
 
     name: str
@@ -57,8 +57,8 @@ class GroupSet:
         return any(g[0] == "swa" for g in self.groups)
 
 
-# DeepSeek V4 Pro's five groups at their real block sizes: MLA (256), two SWA groups (64, W 128),
-# the ratio-128 compressor state (8, W 128) and the ratio-4 compressor state (4, W 8).
+# DeepSeek V4 Pro's five groups at their real block sizes: MLA (256), two SWA groups (64, W
+# 128), the ratio-128 compressor state (8, W 128) and the ratio-4 compressor state (4, W 8).
 DSV4 = (("full", 256), ("swa", 64, 128), ("swa", 64, 128), ("swa", 8, 128), ("swa", 4, 8))
 
 GROUP_SETS: dict[str, GroupSet] = {
@@ -66,32 +66,68 @@ GROUP_SETS: dict[str, GroupSet] = {
     for gs in [
         GroupSet("full", (("full", 4),), 24),
         GroupSet("full+swa8", (("full", 4), ("swa", 4, 8)), 30),
-        GroupSet("full+swa7", (("full", 4), ("swa", 4, 7)), 30),  # window not a multiple of the block
+        # window not a multiple of the block
+        GroupSet("full+swa7", (("full", 4), ("swa", 4, 7)), 30),
         GroupSet("swa-only", (("swa", 4, 6), ("swa", 2, 5)), 24),
         GroupSet("mixed-sizes", (("full", 8), ("swa", 4, 5), ("swa", 2, 3)), 40),
         # DeepSeek V4 shape, scaled down: MLA (full, 16), two equal SWA groups (4, W 8),
         # a ratio-128-like state (2, W 8) and a ratio-4-like state (1, W 2)
-        GroupSet("dsv4-like", (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8), ("swa", 1, 2)), 60),
+        GroupSet(
+            "dsv4-like",
+            (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8), ("swa", 1, 2)),
+            60,
+        ),
         GroupSet("window-1", (("full", 4), ("swa", 4, 1)), 30),
         GroupSet("watermark", (("full", 4), ("swa", 4, 8)), 30, watermark=0.2),
         GroupSet("no-prefix-cache", (("full", 4), ("swa", 4, 7)), 30, enable_caching=False),
-        GroupSet("eagle-swa", (("full", 4), ("swa", 4, 8), ("swa", 4, 8)), 40, eagle_groups=(2,), use_eagle=True),
+        GroupSet(
+            "eagle-swa",
+            (("full", 4), ("swa", 4, 8), ("swa", 4, 8)),
+            40,
+            eagle_groups=(2,),
+            use_eagle=True,
+        ),
         GroupSet("eagle-all", (("full", 4), ("swa", 4, 6)), 30, use_eagle=True),
-        GroupSet("eagle-dsv4-like", (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8)), 60,
-                 eagle_groups=(2,), use_eagle=True),
+        GroupSet(
+            "eagle-dsv4-like",
+            (("full", 16), ("swa", 4, 8), ("swa", 4, 8), ("swa", 2, 8)),
+            60,
+            eagle_groups=(2,),
+            use_eagle=True,
+        ),
         # one group: vLLM's unitary coordinator (one lookup, no look-one-block-further margin)
         GroupSet("full-eagle", (("full", 4),), 24, use_eagle=True),
         GroupSet("swa-single", (("swa", 4, 6),), 24),
         GroupSet("swa-single-eagle", (("swa", 4, 9),), 24, use_eagle=True),
         # a flagged full group whose block is larger than the hash unit: the partial tail block
-        GroupSet("full8-flagged+swa4", (("full", 8), ("swa", 4, 21)), 40, eagle_groups=(0,), use_eagle=True),
+        GroupSet(
+            "full8-flagged+swa4",
+            (("full", 8), ("swa", 4, 21)),
+            40,
+            eagle_groups=(0,),
+            use_eagle=True,
+        ),
         GroupSet("full8+swa4", (("full", 8), ("swa", 4, 5)), 40),
         # the in-flight token cap of the full-sequence admission check
-        GroupSet("in-flight-cap", (("full", 4), ("swa", 4, 8), ("swa", 2, 4)), 36, max_in_flight_tokens=8),
+        GroupSet(
+            "in-flight-cap",
+            (("full", 4), ("swa", 4, 8), ("swa", 2, 4)),
+            36,
+            max_in_flight_tokens=8,
+        ),
         # DeepSeek V4's real block sizes (256/64/8/4)
-        GroupSet("dsv4-real", DSV4, 900, max_model_len=2048, unit=32, max_in_flight_tokens=512),
-        GroupSet("dsv4-real-mtp", DSV4 + (("swa", 64, 128),), 1000, max_model_len=2048, unit=32,
-                 eagle_groups=(5,), use_eagle=True),
+        GroupSet(
+            "dsv4-real", DSV4, 900, max_model_len=2048, unit=32, max_in_flight_tokens=512
+        ),
+        GroupSet(
+            "dsv4-real-mtp",
+            DSV4 + (("swa", 64, 128),),
+            1000,
+            max_model_len=2048,
+            unit=32,
+            eagle_groups=(5,),
+            use_eagle=True,
+        ),
     ]
 }
 
@@ -117,13 +153,17 @@ def random_stream(rng: random.Random, group_set: GroupSet, length: int = 40) -> 
     next_id = 0
     live: list[str] = []
     for _ in range(length):
-        kind = rng.choices(["new", "schedule", "decode", "preempt", "finish", "reset"], [3, 5, 5, 1, 2, 0.3])[0]
+        kind = rng.choices(
+            ["new", "schedule", "decode", "preempt", "finish", "reset"], [3, 5, 5, 1, 2, 0.3]
+        )[0]
         if kind == "reset":
             ops.append(("reset",))
             continue
         if kind == "new" or not live:
             base = rng.choice(bases)
-            tokens = base[: rng.randrange(1, len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(0, 12) * u)]
+            tokens = base[: rng.randrange(1, len(base) + 1)] + [
+                rng.randrange(3) for _ in range(rng.randrange(0, 12) * u)
+            ]
             tokens = tokens[: group_set.max_model_len - 20 * u] or [0]
             rid = f"r{next_id}"
             next_id += 1
@@ -132,9 +172,18 @@ def random_stream(rng: random.Random, group_set: GroupSet, length: int = 40) -> 
             continue
         rid = rng.choice(live)
         if kind == "schedule":
-            ops.append(("schedule", rid, rng.choice([1, 3, 4, 8, 16, 64]) * u, rng.choice([0, 0, 0, 2]),
-                        rng.random() < 0.2, rng.random() < 0.7, rng.choice([0, 0, 0, 0, 1, 3]),
-                        rng.random() < 0.1))
+            ops.append(
+                (
+                    "schedule",
+                    rid,
+                    rng.choice([1, 3, 4, 8, 16, 64]) * u,
+                    rng.choice([0, 0, 0, 2]),
+                    rng.random() < 0.2,
+                    rng.random() < 0.7,
+                    rng.choice([0, 0, 0, 0, 1, 3]),
+                    rng.random() < 0.1,
+                )
+            )
         elif kind == "decode":
             ops.append(("decode", rid, rng.choice([1, 1, 2, 3]), rng.choice([0, 0, 1, 3])))
         elif kind == "preempt":
@@ -151,11 +200,22 @@ class Allocator(Protocol):
 
     def new_request(self, rid: str, tokens: list[int]) -> Any: ...
     def append_tokens(self, req: Any, tokens: list[int]) -> None: ...
-    def set_state(self, req: Any, num_computed: int, running: bool, preempted: bool) -> None: ...
+    def set_state(
+        self, req: Any, num_computed: int, running: bool, preempted: bool
+    ) -> None: ...
     def get_computed_blocks(self, req: Any) -> tuple[Any, list[list[int]], int, int]: ...
-    def allocate_slots(self, req: Any, n: int, n_computed: int, hits: Any, lookahead: int,
-                       must_fit: bool, has_scheduled: bool, reserved: int = 0,
-                       delay: bool = False) -> list[list[int]] | None: ...
+    def allocate_slots(
+        self,
+        req: Any,
+        n: int,
+        n_computed: int,
+        hits: Any,
+        lookahead: int,
+        must_fit: bool,
+        has_scheduled: bool,
+        reserved: int = 0,
+        delay: bool = False,
+    ) -> list[list[int]] | None: ...
     def free(self, req: Any) -> None: ...
     def reset_prefix_cache(self) -> bool: ...
     def tables(self, rid: str) -> list[list[int]]: ...
@@ -210,22 +270,36 @@ class Harness:
                 n = min(chunk, left)
                 if req.num_computed + n + lookahead > self.max_model_len:
                     return "skip"
-                out = self.alloc.allocate_slots(req.handle, n, 0, None, lookahead, False, has_scheduled,
-                                                reserved, delay)
+                out = self.alloc.allocate_slots(
+                    req.handle, n, 0, None, lookahead, False, has_scheduled, reserved, delay
+                )
                 if out is not None:
                     req.num_computed += n
-                    self.alloc.set_state(req.handle, req.num_computed, running=True, preempted=False)
+                    self.alloc.set_state(
+                        req.handle, req.num_computed, running=True, preempted=False
+                    )
                 return ("alloc", out)
             hits, hit_ids, hit_len, junction = self.alloc.get_computed_blocks(req.handle)
             n = min(chunk, len(req.tokens) - hit_len)
             if hit_len + n + lookahead > self.max_model_len:
                 return "skip"
-            out = self.alloc.allocate_slots(req.handle, n, hit_len, hits, lookahead, must_fit, has_scheduled,
-                                            reserved, delay)
+            out = self.alloc.allocate_slots(
+                req.handle,
+                n,
+                hit_len,
+                hits,
+                lookahead,
+                must_fit,
+                has_scheduled,
+                reserved,
+                delay,
+            )
             if out is not None:
                 req.num_computed = hit_len + n
                 req.status, req.started = "running", True
-                self.alloc.set_state(req.handle, req.num_computed, running=True, preempted=False)
+                self.alloc.set_state(
+                    req.handle, req.num_computed, running=True, preempted=False
+                )
             return ("hit", hit_ids, hit_len, "junction", junction, "alloc", out)
         if kind == "decode":
             _, _, k, lookahead = op
@@ -238,15 +312,22 @@ class Harness:
             req.tokens += new
             self.alloc.append_tokens(req.handle, new)
             out = self.alloc.allocate_slots(req.handle, k, 0, None, lookahead, False, True)
-            if out is not None:  # on None the new tokens stay uncomputed; a later "schedule" retries
+            # on None the new tokens stay uncomputed; a later "schedule" retries
+            if out is not None:
                 req.num_computed += k
-                self.alloc.set_state(req.handle, req.num_computed, running=True, preempted=False)
+                self.alloc.set_state(
+                    req.handle, req.num_computed, running=True, preempted=False
+                )
             return ("alloc", out)
         raise ValueError(f"unknown operation {op!r}")
 
     def observe(self) -> dict:
         """Tables of every started request and the pool state, after an operation."""
         return {
-            "tables": {rid: self.alloc.tables(rid) for rid, r in sorted(self.reqs.items()) if r.started},
+            "tables": {
+                rid: self.alloc.tables(rid)
+                for rid, r in sorted(self.reqs.items())
+                if r.started
+            },
             **self.alloc.pool_state(),
         }

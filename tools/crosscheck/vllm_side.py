@@ -1,4 +1,5 @@
-"""vLLM's allocator (the installed package) behind the crosscheck harness's `Allocator` interface.
+"""vLLM's allocator (the installed package) behind the crosscheck harness's `Allocator`
+interface.
 
 Only imported inside `.venv-vllm` (see `make crosscheck`).
 """
@@ -13,14 +14,20 @@ from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.request import Request, RequestStatus
 
 from tools.crosscheck.adapter import ManagerAdapter
 from tools.crosscheck.streams import GroupSet, retention_interval
 
 init_none_hash(sha256)
-logging.getLogger("vllm").setLevel(logging.ERROR)  # refused resets are answers here, not warnings
+# refused resets are answers here, not warnings
+logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
 def make_spec(desc: tuple):
@@ -41,20 +48,33 @@ class VllmAllocator(ManagerAdapter):
             groups.append(g)
         sizes = [d[1] for d in gs.groups]
         self.hash_block_size = math.gcd(*sizes)
-        config = KVCacheConfig(num_blocks=gs.num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
-                               prefix_cache_retention_interval=retention_interval(retention, gs))
-        self.m = KVCacheManager(config, gs.max_model_len, scheduler_block_size=math.lcm(*sizes),
-                                hash_block_size=self.hash_block_size, enable_caching=gs.enable_caching,
-                                use_eagle=gs.use_eagle, watermark=gs.watermark,
-                                max_in_flight_tokens=gs.max_in_flight_tokens)
+        config = KVCacheConfig(
+            num_blocks=gs.num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=groups,
+            prefix_cache_retention_interval=retention_interval(retention, gs),
+        )
+        self.m = KVCacheManager(
+            config,
+            gs.max_model_len,
+            scheduler_block_size=math.lcm(*sizes),
+            hash_block_size=self.hash_block_size,
+            enable_caching=gs.enable_caching,
+            use_eagle=gs.use_eagle,
+            watermark=gs.watermark,
+            max_in_flight_tokens=gs.max_in_flight_tokens,
+        )
         self.hasher = get_request_block_hasher(self.hash_block_size, sha256)
 
     def new_request(self, rid, tokens):
-        return Request(rid, list(tokens), SamplingParams(max_tokens=1000), None, block_hasher=self.hasher)
+        return Request(
+            rid, list(tokens), SamplingParams(max_tokens=1000), None, block_hasher=self.hasher
+        )
 
     def _computed_blocks(self, req):
         blocks, n, junction = self.m.get_computed_blocks(req)
-        req.shared_prefix_boundary = junction  # what vLLM's scheduler does with the third value
+        # what vLLM's scheduler does with the third value
+        req.shared_prefix_boundary = junction
         return blocks, n, junction
 
     def _free_block_ids(self):
