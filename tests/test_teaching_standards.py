@@ -85,6 +85,10 @@ def test_shows_the_code_it_teaches(path):
     assert shown, "a chapter shows the package code it teaches with show_source(...)"
 
 
+# A question label: **Q1.** or, with its kind, **Q1 (apply).** / (why) / (recall).
+QUESTION = r"^\*\*Q\d+(?: \((?:apply|recall|why)\))?\.\*\*"
+
+
 @pytest.mark.parametrize("path", TEACHING_CHAPTERS, ids=ids(TEACHING_CHAPTERS))
 def test_self_check_asks_first_and_reveals_after(path):
     grouped = sections(path)
@@ -94,7 +98,7 @@ def test_self_check_asks_first_and_reveals_after(path):
     for cell in grouped["Self-check"]:
         source = text(cell)
         if cell["cell_type"] == "markdown":
-            asked = len(re.findall(r"^\*\*Q\d+\.\*\*", source, flags=re.M))
+            asked = len(re.findall(QUESTION, source, flags=re.M))
             questions += asked
             waiting = waiting or asked > 0
         else:
