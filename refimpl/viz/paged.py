@@ -704,10 +704,9 @@ def prefix_lookup_text(
     lines = []
     for b in match.blocks:
         flow = " -> ".join(_lookup_steps(bm, b))
-        lines.append(
-            f"L{b.index} {_tokens_text(b.token_ids):<19} {flow} => "
-            f"{_lookup_result(b).replace(chr(10), ' ')}"
-        )
+        # the result on a line of its own, so each line fits a 95-column listing
+        lines.append(f"L{b.index} {_tokens_text(b.token_ids):<19} {flow}")
+        lines.append(f"   => {_lookup_result(b).replace(chr(10), ' ')}")
     lines.append(block_pool_text(bm, seqs))
     return "\n".join(lines)
 
