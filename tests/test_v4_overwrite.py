@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from refimpl.course.v4_overwrite import hit_block_tables, poison_rows
 from refimpl.paged.sequence import SamplingParams
-from refimpl.v4.overwrite import hit_block_tables, poison_rows
 from tests.v4_models import hf_model, model_dir, one_thread, prompts  # noqa: F401  (autouse fixture)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)

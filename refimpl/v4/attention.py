@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from refimpl.kernels.backend import V4IndexOps
-from refimpl.v4.cache import CacheRef, LayerCaches, ReadLog, read_rows, write_rows
+from refimpl.v4.cache import CacheRef, LayerCaches, read_rows, write_rows
 from refimpl.v4.topk import stable_topk
 
 
@@ -60,7 +60,6 @@ class AttentionMetadata:
     #   (group, ratio) -> (T, K) slots of every complete entry a token may read, -1 padded
     # "main"/"compress": (T, rope/2)
     rope: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    read_log: ReadLog | None = None  # set by a caller that records which rows are read
     # layer -> (T, k) entries the indexer picked
     topk_indices: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -80,7 +79,9 @@ class AttentionMetadata:
         return self.entry_slots[(ref.group, ref.ratio)]
 
     def read(self, ref: CacheRef, slots: torch.Tensor) -> torch.Tensor:
-        return read_rows(ref, slots, self.read_log)
+        """The rows of `ref` at `slots` (-1: zeros): every cache read of a layer goes through
+        here."""
+        return read_rows(ref, slots)
 
 
 def rope_tables(

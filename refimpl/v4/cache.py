@@ -13,7 +13,7 @@ kernels compute. `write_rows` / `read_rows` are the only two ways the model touc
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -67,24 +67,6 @@ class LayerCaches:
         ]
 
 
-@dataclass
-class ReadLog:
-    """Every (cache name, slots) read while it is attached to a model runner: which rows were
-    used.
-
-    A caller that wants to see the reads passes one in (`ModelRunner.recording_reads`); without
-    one nothing is recorded.
-    """
-
-    reads: list[tuple[str, torch.Tensor]] = field(default_factory=list)
-
-    def add(self, name: str, slots: torch.Tensor) -> None:
-        self.reads.append((name, slots[slots >= 0].flatten().clone()))
-
-    def slots_read(self, name: str) -> set[int]:
-        return {s for n, slots in self.reads if n == name for s in slots.tolist()}
-
-
 def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) -> None:
     """Store `rows[i]` at `slot_mapping[i]`, skipping -1 (the view aliases the slab, so the
     slab changes)."""
@@ -94,10 +76,8 @@ def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) ->
     ref.view[slots // per_block, slots % per_block] = rows.to(ref.view.dtype)
 
 
-def read_rows(ref: CacheRef, slots: torch.Tensor, log: ReadLog | None = None) -> torch.Tensor:
+def read_rows(ref: CacheRef, slots: torch.Tensor) -> torch.Tensor:
     """The rows stored at `slots` (any shape; a copy), zeros where a slot is -1."""
-    if log is not None:
-        log.add(ref.name, slots)
     per_block = ref.entries_per_block
     safe = slots.long().clamp(min=0)
     rows = ref.view[safe // per_block, safe % per_block]

@@ -20,8 +20,7 @@ CPU). The layers use these addresses as they are (`refimpl.v4.attention`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 
@@ -34,7 +33,7 @@ from refimpl.hybrid.addressing import (
 )
 from refimpl.kernels.backend import V4IndexOps, v4_index_ops
 from refimpl.v4.attention import AttentionMetadata
-from refimpl.v4.cache import CacheRef, ReadLog, V4KVCache, build_kv_cache
+from refimpl.v4.cache import CacheRef, V4KVCache, build_kv_cache
 from refimpl.v4.model import forward_step
 from refimpl.v4.scheduler import ScheduledChunk
 
@@ -122,7 +121,6 @@ class ModelRunner:
             hf_model.config, num_kvcache_blocks, kvcache_block_size
         )
         self.sampler = Sampler(seed)
-        self.read_log: ReadLog | None = None
         # the latest step's addresses, for inspection
         self.last_metadata: AttentionMetadata | None = None
 
@@ -142,7 +140,6 @@ class ModelRunner:
             [c.num_tokens for c in chunks],
             self.index_ops,
         )
-        meta.read_log = self.read_log
         return torch.tensor(ids, dtype=torch.long), meta
 
     @torch.no_grad()
@@ -161,16 +158,6 @@ class ModelRunner:
             [chunks[i].req.sampling_params.temperature for i in sampling], dtype=torch.float32
         )
         return self.sampler(logits, temperatures).tolist(), logits
-
-    @contextmanager
-    def recording_reads(self) -> Iterator[ReadLog]:
-        """Record every cache row the model reads while the block runs (see `ReadLog`)."""
-        log, previous = ReadLog(), self.read_log
-        self.read_log = log
-        try:
-            yield log
-        finally:
-            self.read_log = previous
 
     def close(self) -> None:
         """Drop the cache slab (its memory goes back once nothing else holds a view)."""
