@@ -61,7 +61,7 @@ def test_pool_too_small_for_one_request():
         dict(max_num_seqs=0),
         dict(max_model_len=10**6),
         dict(kvcache_block_size=100),
-        dict(attention_backend="fast"),
+        dict(index_kernel_backend="fast"),
     ],
 )
 def test_bad_engine_arguments(kwargs):

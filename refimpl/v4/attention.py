@@ -119,7 +119,7 @@ def right_aligned(slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     the newest state row last, so a missing previous window sits at the front.
     """
     width = slots.shape[1]
-    col = torch.arange(width)[None, :] - (width - lens.long())[:, None]
+    col = torch.arange(width, device=slots.device)[None, :] - (width - lens.long())[:, None]
     return torch.where(col >= 0, slots.gather(1, col.clamp(min=0)), torch.full_like(slots, -1))
 
 
@@ -197,7 +197,7 @@ def indexer_topk(
     key_slots = meta.complete_entries(caches.idx)
     t_all, num_entries = key_slots.shape
     if num_entries == 0:
-        return torch.full((t_all, 0), -1, dtype=torch.long)
+        return torch.full((t_all, 0), -1, dtype=torch.long, device=x.device)
     cos, sin = meta.rope["compress"]
     q = apply_rope(indexer.q_b_proj(q_residual).view(t_all, -1, indexer.head_dim), cos, sin)
     # (T, heads)
