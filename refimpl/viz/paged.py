@@ -32,8 +32,7 @@ from refimpl.course.paged_scenarios import reusable_prefix_tokens
 from refimpl.course.prefix_match import MatchOutcome, PrefixMatch
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence
-from refimpl.viz.allocator import fits
-from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS
+from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS, fits
 
 FREE_CACHED = "#b7e4c7"
 #: Background requests in a picture about one subject: drawn quietly.
