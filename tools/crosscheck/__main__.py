@@ -46,6 +46,31 @@ RECORDED_CASES = [
         ],
     ),
 ]
+# Issue 30's two retention-0 cases, found by an outside fuzzer that drives vLLM's
+# KVCacheManager directly and ignores the junction get_computed_blocks reports (the last field
+# of each lookup, False: nobody pins it). vLLM hashes [6, 14, 15, 19, 20] and
+# [1, 5, 6, 7, 13, 14, 21, 22, 23]; a manager that pins the junction itself keeps more.
+RETENTION_CASES = [
+    (
+        "swa9+full16",
+        [
+            ("new", "r1", list(range(60))),
+            ("schedule", "r1", 19, 0, True, True, 1, False, False),
+            ("new", "r5", list(range(31)) + list(range(500, 511))),
+            ("schedule", "r5", 42, 0, False, False, 0, False, False),
+        ],
+    ),
+    (
+        "full16+2swa12",
+        [
+            ("new", "r0", list(range(40))),
+            ("schedule", "r0", 1, 0, False, False, 0, False, False),
+            ("schedule", "r0", 23, 0, False, False, 0, False, False),
+            ("preempt", "r0"),
+            ("schedule", "r0", 40, 1, False, True, 0, False, False),
+        ],
+    ),
+]
 # DeepSeek V4's real block sizes: long tables; a prefix of the stream
 RECORDED_REAL_SIZE_OPS = 30
 
@@ -99,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
                         "observations": record,
                     }
                 )
-        for name, ops in RECORDED_CASES:
+        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases
+        cases = [(-1, *c) for c in RECORDED_CASES] + [(-2, *c) for c in RETENTION_CASES]
+        for seed, name, ops in cases:
             record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
             streams.append(
                 {
-                    "seed": -1,
+                    "seed": seed,
                     "group_set": name,
                     "retention": "0",
                     "ops": ops,
