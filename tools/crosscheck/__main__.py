@@ -4,7 +4,8 @@ the planner crosscheck against the installed vLLM, and print the figures by caus
 
 `python -m tools.crosscheck record` (`make crosscheck-record`): write vLLM's answers for a
 fixed set of streams and configurations to tests/data/vllm_oracle.json, which
-tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM.
+tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM (and the V4 engine's
+retention case, `engine_case.py`, which tests/test_v4_retention.py replays).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     from tools.crosscheck.allocator import crosscheck_allocator, run_stream, stream_for
+    from tools.crosscheck.engine_case import ENGINE_GROUPS, RETENTIONS, trace_engine_case
     from tools.crosscheck.planner import plan_causes, plan_refimpl, random_config
     from tools.crosscheck.vllm_planner import plan_vllm
     from tools.crosscheck.vllm_side import VllmAllocator
@@ -137,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                     "observations": record,
                 }
             )
+        engine = []
+        for setting, retention in RETENTIONS.items():
+            ops = trace_engine_case(retention)
+            record, at, _ = run_stream(ENGINE_GROUPS, ops, VllmAllocator, setting)
+            if at is not None:
+                raise SystemExit(f"engine case, retention {setting}: refimpl diverges at {at}")
+            engine.append({"retention": setting, "ops": ops, "observations": record})
         planner = [
             {"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))}
             for s in RECORDED_CONFIGS
@@ -144,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         ORACLE.parent.mkdir(parents=True, exist_ok=True)
         ORACLE.write_text(
             json.dumps(
-                {"vllm_version": vllm.__version__, "streams": streams, "planner": planner},
+                {
+                    "vllm_version": vllm.__version__,
+                    "streams": streams,
+                    "engine": engine,
+                    "planner": planner,
+                },
                 separators=(",", ":"),
             )
             + "\n"
