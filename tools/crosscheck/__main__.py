@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--streams",
         type=int,
-        default=500,
+        default=1000,
         help="allocator streams to compare per retention setting",
     )
     parser.add_argument(
