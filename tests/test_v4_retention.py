@@ -79,6 +79,7 @@ def test_v4llm_refuses_a_retention_vllm_refuses():
         V4LLM(model_dir("A"), hf_model=hf_model("A"), prefix_cache_retention_interval=100)
 
 
+@pytest.mark.slow  # the tiny V4 engine end to end (812-, 512- and 524-token prompts)
 @pytest.mark.parametrize("setting", sorted(RETENTIONS))
 def test_v4llm_hits_the_prefix_cache_as_vllm_does(setting):
     from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
