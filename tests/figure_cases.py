@@ -565,7 +565,7 @@ def _toy_life():
     b = toy.make_request(
         "B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
     )
-    hits, hit_tokens = toy.get_computed_blocks(b)
+    hits, hit_tokens, b.shared_prefix_boundary = toy.get_computed_blocks(b)
     simulate.schedule_step(
         toy,
         b,
@@ -629,7 +629,7 @@ def allocator_frames():
         request.num_computed_tokens += n
 
     def start_b():
-        hit, hit_len = live.get_computed_blocks(b)
+        hit, hit_len, b.shared_prefix_boundary = live.get_computed_blocks(b)
         live.allocate_slots(
             b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit
         )

@@ -53,11 +53,11 @@ def test_get_computed_blocks_never_returns_the_last_token():
     step(m, a, 8)
     m.free(a)
     same = m.make_request("b", range(8))
-    hits, n = m.get_computed_blocks(same)
+    hits, n, same.shared_prefix_boundary = m.get_computed_blocks(same)
     assert n == 4  # 8 tokens cached, but token 7 must run again for its logits
     assert hits.get_block_ids() == ([1], [3])
     longer = m.make_request("c", range(9))
-    hits, n = m.get_computed_blocks(longer)
+    hits, n, longer.shared_prefix_boundary = m.get_computed_blocks(longer)
     assert n == 8 and hits.get_block_ids() == ([1, 2], [3, 4])
 
 
@@ -71,7 +71,7 @@ def test_second_request_reuses_the_prefix_and_allocates_the_rest():
     # free queue: unhashed first, then hashed in reverse table order
     assert free_ids(m)[:1] == [9]
     b = m.make_request("b", [*range(12), 50, 51, 52, 53, 54])
-    hits, n = m.get_computed_blocks(b)
+    hits, n, b.shared_prefix_boundary = m.get_computed_blocks(b)
     assert n == 12
     assert hits.get_block_ids() == ([1, 2, 3], [0, 6, 7])
     new = step(m, b, b.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits)
@@ -88,7 +88,7 @@ def test_none_when_it_does_not_fit_and_nothing_changes():
     step(m, a, 12)  # 3 + 3 blocks of the 7 usable ones
     m.free(a)
     b = m.make_request("b", range(13))
-    hits, n = m.get_computed_blocks(b)
+    hits, n, b.shared_prefix_boundary = m.get_computed_blocks(b)
     assert n == 12
     before = (free_ids(m), [blk.ref_cnt for blk in m.block_pool.blocks])
     c = m.make_request("c", range(100, 130))
@@ -170,7 +170,7 @@ def test_random_workload_keeps_pool_and_tables_consistent(actions, num_blocks, c
     for i, act in enumerate(actions):
         if act[0] == "add":
             r = m.make_request(f"r{i}", act[1])
-            hits, n = m.get_computed_blocks(r)
+            hits, n, r.shared_prefix_boundary = m.get_computed_blocks(r)
             assert n % m.scheduler_block_size == 0 and n < r.num_tokens
             free_before = m.block_pool.get_num_free_blocks()
             if (
@@ -236,7 +236,7 @@ def test_partial_hit_copy_on_write_with_fine_alignment():
     assert [m.block_pool.blocks[i].block_hash_num_tokens for i in (1, 2)] == [8, 12]
     assert m.block_pool.cached_block_hashes_by_block == {}
     b = m.make_request("B", [*range(13), 90, 91, 92, 93, 94, 95, 96])
-    hits, n = m.get_computed_blocks(b)
+    hits, n, b.shared_prefix_boundary = m.get_computed_blocks(b)
     assert n == 12 and hits.get_block_ids() == ([1, 2],)
     # 1 new + 1 copy
     assert m.coordinator.get_num_blocks_to_allocate("B", 20, hits.blocks, 12) == 2

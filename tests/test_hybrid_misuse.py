@@ -96,7 +96,7 @@ def test_foreign_blocks_and_requests_are_refused():
     step(other, a, 12)
     other.free(a)
     b = other.make_request("b", range(13))
-    hits, n = other.get_computed_blocks(b)
+    hits, n, b.shared_prefix_boundary = other.get_computed_blocks(b)
     assert n == 8
     mine = m.make_request("b", range(13))
     before = state(m, [mine])
@@ -223,7 +223,7 @@ def test_random_misuse_leaves_the_allocator_unchanged(ops, retention):
     for i, o in enumerate(ops):
         if o[0] == "add":
             r = m.make_request(f"r{i}", o[1])
-            hits, n = m.get_computed_blocks(r)
+            hits, n, r.shared_prefix_boundary = m.get_computed_blocks(r)
             if (
                 step(
                     m, r, r.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits

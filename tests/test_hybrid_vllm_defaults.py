@@ -31,7 +31,7 @@ def run_and_finish(m, rid, tokens):
     """Look up, compute the whole prompt in one step, return the request (still holding
     blocks)."""
     r = m.make_request(rid, tokens)
-    hits, n = m.get_computed_blocks(r)
+    hits, n, r.shared_prefix_boundary = m.get_computed_blocks(r)
     assert (
         step(m, r, r.num_tokens - n, num_new_computed_tokens=n, new_computed_blocks=hits)
         is not None

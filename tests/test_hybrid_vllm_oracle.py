@@ -149,3 +149,48 @@ def test_the_issue_cases_as_vllm_answered_them():
     # prompt)
     assert tail["observations"][1][1]["tables"] == {"r0": [[1, 2], [3, 4, 5]]}
     assert tail["observations"][1][1]["hashed"] == [[1, 2]]
+
+
+def _hashed_ids(observation) -> list[int]:
+    return [i for lo, hi in observation[1]["hashed"] for i in range(lo, hi + 1)]
+
+
+def test_issue_30_retention_0_cases_as_vllm_answered_them():
+    """Issue 30's two minimal cases (retention 0, a caller that ignores the junction the lookup
+    reports): vLLM's hashed blocks after the last operation, then the whole replay."""
+    groups, preempted = [s for s in ORACLE["streams"] if s["seed"] == -2]
+    assert groups["group_set"] == "swa9+full16"
+    assert _hashed_ids(groups["observations"][-1]) == [6, 14, 15, 19, 20]
+    assert preempted["group_set"] == "full16+2swa12"
+    assert _hashed_ids(preempted["observations"][-1]) == [1, 5, 6, 7, 13, 14, 21, 22, 23]
+    # both lookups reported a junction at 16 tokens, which nobody pinned
+    assert [o[0][4] for o in (groups["observations"][-1], preempted["observations"][-1])] == [
+        16,
+        16,
+    ]
+    replay(groups)
+    replay(preempted)
+
+
+def test_the_replay_catches_a_manager_that_pins_the_junction_itself(monkeypatch):
+    """Before the fix, refimpl's get_computed_blocks stored the junction on the request
+    itself; both issue cases then keep window blocks vLLM drops (10, 11 and 3, 9, 10, 17, 18,
+    19), and so do recorded random streams whose caller does not pin."""
+    from refimpl.hybrid.kv_cache_manager import KVCacheManager
+
+    lookup = KVCacheManager.get_computed_blocks
+
+    def pinning_lookup(self, request):
+        blocks, hit, junction = lookup(self, request)
+        request.shared_prefix_boundary = junction
+        return blocks, hit, junction
+
+    monkeypatch.setattr(KVCacheManager, "get_computed_blocks", pinning_lookup)
+    caught = []
+    for stream in [s for s in ORACLE["streams"] if s["retention"] == "0"]:
+        try:
+            replay(stream)
+        except AssertionError:
+            caught.append(stream["seed"])
+    # both issue cases, and random streams as well
+    assert caught.count(-2) == 2 and any(seed >= 0 for seed in caught)

@@ -25,7 +25,7 @@ def test_eagle_drops_the_last_hit_block_of_full_attention():
     eagle = computed_once([full(4)], use_eagle=True)
     # 25 tokens: 6 full blocks cached; a hit may cover 24 tokens, eagle gives one block back
     assert plain.get_computed_blocks(plain.make_request("b", range(25)))[1] == 24
-    hits, n = eagle.get_computed_blocks(eagle.make_request("b", range(25)))
+    hits, n, _ = eagle.get_computed_blocks(eagle.make_request("b", range(25)))
     assert (n, hits.get_block_ids()) == (20, ([1, 2, 3, 4, 5],))
 
 
@@ -36,7 +36,7 @@ def test_eagle_sliding_window_group_needs_one_more_block_then_drops_it():
     ]
     m = computed_once(groups, use_eagle=True)
     assert [mgr.use_eagle for mgr in m.coordinator.single_type_managers] == [False, True]
-    hits, n = m.get_computed_blocks(m.make_request("b", range(25)))
+    hits, n, _ = m.get_computed_blocks(m.make_request("b", range(25)))
     # the window needs cdiv(8 - 1, 4) = 2 blocks before the hit, plus the one eagle drops
     assert (n, hits.get_block_ids()) == (20, ([1, 2, 3, 4, 5], [0, 0, 0, 11, 12]))
 
@@ -64,7 +64,7 @@ def test_watermark_holds_back_new_requests_by_default():
 def test_adopting_a_hit_with_no_new_tokens():
     m = computed_once([full(4)], n=9)
     b = m.make_request("b", range(9))
-    hits, n = m.get_computed_blocks(b)
+    hits, n, b.shared_prefix_boundary = m.get_computed_blocks(b)
     assert n == 8
     out = m.allocate_slots(b, 0, num_new_computed_tokens=8, new_computed_blocks=hits)
     assert out is not None and out.get_block_ids() == ([],)

@@ -105,7 +105,7 @@ def life_with_a_prefix_hit(manager: KVCacheManager):
     )
 
     def start_b():
-        hit, hit_len = manager.get_computed_blocks(b)
+        hit, hit_len, b.shared_prefix_boundary = manager.get_computed_blocks(b)
         assert hit_len == 32
         assert manager.allocate_slots(
             b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit

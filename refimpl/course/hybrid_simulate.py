@@ -200,7 +200,9 @@ def run_request(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     labels = group_labels([m.kv_cache_spec for m in manager.coordinator.single_type_managers])
     run = RequestRun(request, labels)
-    hits, num_hit = manager.get_computed_blocks(request) if use_prefix_cache else (None, 0)
+    hits, num_hit = None, 0
+    if use_prefix_cache:  # as vLLM's scheduler: pin the junction the lookup reports
+        hits, num_hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
     run.hit_tokens = num_hit
     done = request.num_computed_tokens + num_hit  # the hit never covers the last prompt token
     step = 0
@@ -326,7 +328,7 @@ def prefix_hit_lengths(
         b = manager.make_request(
             "B", prompt_tokens(prompt_len, seed=2, shared_prefix=a.prompt_token_ids[:shared])
         )
-        _, hit = manager.get_computed_blocks(b)
+        _, hit, _ = manager.get_computed_blocks(b)
         out[shared] = hit
     return out
 
@@ -400,7 +402,7 @@ def retention_run(
         ("C", prompt_tokens(prompt_len, seed=seed + 2, shared_prefix=base[:shared])),
     ):
         request = manager.make_request(rid, prompt)
-        blocks, hit = manager.get_computed_blocks(request)
+        blocks, hit, request.shared_prefix_boundary = manager.get_computed_blocks(request)
         hits[rid], junctions[rid] = hit, request.shared_prefix_boundary
         if rid == "C":
             break

@@ -74,7 +74,7 @@ def hit_block_tables(llm, prompt_ids: Sequence[int]) -> tuple[tuple[list[int], .
     cache, and the hit length in tokens (nothing is allocated)."""
     manager = llm.scheduler.kv_cache_manager
     probe = manager.make_request("overwrite-probe", list(prompt_ids))
-    blocks, hit = manager.get_computed_blocks(probe)
+    blocks, hit, _ = manager.get_computed_blocks(probe)
     return blocks.get_block_ids(), hit
 
 

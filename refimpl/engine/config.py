@@ -174,6 +174,9 @@ class Config:
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
+    # vLLM's engine argument (default 0). Part I's model has no sliding-window layer, so, as in
+    # vLLM, 0 and None change nothing and a positive interval is refused.
+    prefix_cache_retention_interval: int | None = 0
     attention_backend: str | None = None
     dtype: str | torch.dtype = "auto"
     device: str | None = None
@@ -198,6 +201,18 @@ class Config:
                 f"attention_backend must be one of {ATTENTION_BACKENDS} or None/'auto' (best "
                 "available), "
                 f"got {self.attention_backend!r}"
+            )
+        retention = self.prefix_cache_retention_interval
+        if retention is not None and (not is_integer(retention) or retention < 0):
+            raise ValueError(
+                "prefix_cache_retention_interval must be None or a non-negative int, got "
+                f"{retention!r}"
+            )
+        if retention:
+            raise ValueError(
+                f"prefix_cache_retention_interval={retention}: this model has no "
+                "sliding-window layer, so retention has no effect; use 0 (vLLM refuses it "
+                "the same way)"
             )
         if not is_integer(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")

@@ -402,7 +402,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         at most once per candidate length, so it lands back on the candidate. When some group
         (full attention, say) could serve more than the agreed length, the difference is a
         prefix other requests share that a sliding window has not kept: `get_computed_blocks`
-        reports where it ends so that this request keeps it (the pinned junction).
+        reports where it ends, and a scheduler that pins it makes this request keep it.
         """
         num_groups = len(self.specs)
         hit_length = max_cache_hit_length

@@ -2,7 +2,8 @@
 
 The scheduler asks two things per request and step:
 - `get_computed_blocks(request)`: how much of the prompt is already cached (prefix hit), never
-  the last token, because its logits must be computed anyway;
+  the last token, because its logits must be computed anyway, and where a shared prefix that
+  a sliding window has not kept ends (the scheduler pins it on the request);
 - `allocate_slots(request, num_new_tokens, ...)`: make room for this step's tokens in every
   group, or return None (the scheduler then waits or preempts) without changing anything.
 
@@ -154,27 +155,26 @@ class KVCacheManager:
         return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
 
     # --- prefix cache
-    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """Prefix-cache hit for a waiting request: blocks per group and the hit length in
-        tokens.
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
+        """Prefix-cache hit for a waiting request: blocks per group, the hit length in tokens,
+        and `shared_prefix_boundary` (0 when there is none).
 
         At most `num_tokens - 1` tokens are looked up: the last token must run through the
         model to produce the next token's logits. When a group could have served more than the
-        agreed hit (a shared prefix a sliding window has not kept), the junction where that
-        prefix ends is recorded on `request.shared_prefix_boundary`, so this request's window
-        keeps its blocks there under sparse retention. (vLLM returns it as a third value and
-        its scheduler stores it on the request; refimpl stores it here and keeps the two-value
-        answer.)
+        agreed hit (a shared prefix a sliding window has not kept), the third value is the
+        junction where that prefix ends. The lookup only reports it: the caller pins it, as
+        vLLM's scheduler does (`request.shared_prefix_boundary = ...`), and from then on this
+        request's window keeps its blocks there under sparse retention. A caller that ignores
+        the value pins nothing, in vLLM as here.
         """
         self._check_request(request)
         if not self.enable_caching:
-            request.shared_prefix_boundary = 0
-            return self.empty_blocks(), 0
+            return self.empty_blocks(), 0, 0
         hits, hit_length, uncached = self.coordinator.find_longest_cache_hit(
             request.block_hashes, request.num_tokens - 1
         )
-        request.shared_prefix_boundary = hit_length + uncached if uncached else 0
-        return KVCacheBlocks(hits), hit_length
+        shared_prefix_boundary = hit_length + uncached if uncached else 0
+        return KVCacheBlocks(hits), hit_length, shared_prefix_boundary
 
     # --- allocation
     def allocate_slots(

@@ -37,8 +37,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     block_hashes: list[BlockHash] = field(default_factory=list)
     # Where a prefix this request shares with others ends, when a sliding window has not kept
-    # it yet (set by `KVCacheManager.get_computed_blocks`; vLLM's scheduler sets it from the
-    # lookup's third value). Retention keeps the window's blocks there.
+    # it yet. The scheduler sets it from `KVCacheManager.get_computed_blocks`' third value (as
+    # vLLM's does); retention then keeps the window's blocks there.
     shared_prefix_boundary: int = 0
 
     def __post_init__(self) -> None:

@@ -256,7 +256,8 @@ class SingleTypeKVCacheManager:
 
         `retention_interval` and `replay_boundaries` (see `KVCacheCoordinator.cache_blocks`)
         only matter to sliding windows, which keep a block only where a later hit could use it;
-        the request's `shared_prefix_boundary` (a junction its lookup found) is kept as well.
+        the request's `shared_prefix_boundary` (a junction its lookup reported, once the
+        scheduler pinned it there) is kept as well.
         """
         request_id = request.request_id
         num_cached = self.num_cached_block.get(request_id, 0)

@@ -72,7 +72,9 @@ class V4LLM(ClosableEngine):
     None / "auto" (the best on the model's device). The attention itself always runs in torch;
     Part I's `attention_backend` has no counterpart here. `hf_model` reuses an already loaded
     transformers model of the same directory (tests and notebooks build several engines); the
-    cache is allocated on that model's device.
+    cache is allocated on that model's device. `prefix_cache_retention_interval` is vLLM's
+    engine argument with vLLM's default 0 (window blocks are kept only where a later request
+    can resume; None keeps them at every 256-token boundary), handed to the `KVCacheManager`.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class V4LLM(ClosableEngine):
         max_model_len: int | None = None,
         index_kernel_backend: str | None = None,
         hf_model=None,
+        prefix_cache_retention_interval: int | None = 0,
     ) -> None:
         check_positive_int("max_num_seqs", max_num_seqs)
         check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
@@ -113,6 +116,7 @@ class V4LLM(ClosableEngine):
             self.max_model_len,
             enable_caching=enable_prefix_caching,
             max_num_batched_tokens=max_num_batched_tokens,
+            prefix_cache_retention_interval=prefix_cache_retention_interval,
         )
         eos = config.eos_token_id if isinstance(config.eos_token_id, int) else -1
         self.scheduler = Scheduler(manager, max_num_seqs, max_num_batched_tokens, eos)

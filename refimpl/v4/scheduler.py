@@ -161,7 +161,7 @@ class Scheduler:
         ):
             req = self.waiting[0]
             r = req.request
-            hits, num_hit = manager.get_computed_blocks(r)
+            hits, num_hit, r.shared_prefix_boundary = manager.get_computed_blocks(r)
             n = min(r.num_tokens - num_hit, budget)
             if (
                 manager.allocate_slots(

@@ -4,7 +4,8 @@ the planner crosscheck against the installed vLLM, and print the figures by caus
 
 `python -m tools.crosscheck record` (`make crosscheck-record`): write vLLM's answers for a
 fixed set of streams and configurations to tests/data/vllm_oracle.json, which
-tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM.
+tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM (and the V4 engine's
+retention case, `engine_case.py`, which tests/test_v4_retention.py replays).
 """
 
 from __future__ import annotations
@@ -46,6 +47,31 @@ RECORDED_CASES = [
         ],
     ),
 ]
+# Issue 30's two retention-0 cases, found by an outside fuzzer that drives vLLM's
+# KVCacheManager directly and ignores the junction get_computed_blocks reports (the last field
+# of each lookup, False: nobody pins it). vLLM hashes [6, 14, 15, 19, 20] and
+# [1, 5, 6, 7, 13, 14, 21, 22, 23]; a manager that pins the junction itself keeps more.
+RETENTION_CASES = [
+    (
+        "swa9+full16",
+        [
+            ("new", "r1", list(range(60))),
+            ("schedule", "r1", 19, 0, True, True, 1, False, False),
+            ("new", "r5", list(range(31)) + list(range(500, 511))),
+            ("schedule", "r5", 42, 0, False, False, 0, False, False),
+        ],
+    ),
+    (
+        "full16+2swa12",
+        [
+            ("new", "r0", list(range(40))),
+            ("schedule", "r0", 1, 0, False, False, 0, False, False),
+            ("schedule", "r0", 23, 0, False, False, 0, False, False),
+            ("preempt", "r0"),
+            ("schedule", "r0", 40, 1, False, True, 0, False, False),
+        ],
+    ),
+]
 # DeepSeek V4's real block sizes: long tables; a prefix of the stream
 RECORDED_REAL_SIZE_OPS = 30
 
@@ -60,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--streams",
         type=int,
-        default=500,
+        default=1000,
         help="allocator streams to compare per retention setting",
     )
     parser.add_argument(
@@ -77,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     from tools.crosscheck.allocator import crosscheck_allocator, run_stream, stream_for
+    from tools.crosscheck.engine_case import ENGINE_GROUPS, RETENTIONS, trace_engine_case
     from tools.crosscheck.planner import plan_causes, plan_refimpl, random_config
     from tools.crosscheck.vllm_planner import plan_vllm
     from tools.crosscheck.vllm_side import VllmAllocator
@@ -99,17 +126,26 @@ def main(argv: list[str] | None = None) -> int:
                         "observations": record,
                     }
                 )
-        for name, ops in RECORDED_CASES:
+        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases
+        cases = [(-1, *c) for c in RECORDED_CASES] + [(-2, *c) for c in RETENTION_CASES]
+        for seed, name, ops in cases:
             record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
             streams.append(
                 {
-                    "seed": -1,
+                    "seed": seed,
                     "group_set": name,
                     "retention": "0",
                     "ops": ops,
                     "observations": record,
                 }
             )
+        engine = []
+        for setting, retention in RETENTIONS.items():
+            ops = trace_engine_case(retention)
+            record, at, _ = run_stream(ENGINE_GROUPS, ops, VllmAllocator, setting)
+            if at is not None:
+                raise SystemExit(f"engine case, retention {setting}: refimpl diverges at {at}")
+            engine.append({"retention": setting, "ops": ops, "observations": record})
         planner = [
             {"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))}
             for s in RECORDED_CONFIGS
@@ -117,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         ORACLE.parent.mkdir(parents=True, exist_ok=True)
         ORACLE.write_text(
             json.dumps(
-                {"vllm_version": vllm.__version__, "streams": streams, "planner": planner},
+                {
+                    "vllm_version": vllm.__version__,
+                    "streams": streams,
+                    "engine": engine,
+                    "planner": planner,
+                },
                 separators=(",", ":"),
             )
             + "\n"

@@ -39,6 +39,10 @@ class ManagerAdapter:
             status.RUNNING if running else (status.PREEMPTED if preempted else status.WAITING)
         )
 
+    def pin_junction(self, req, junction):
+        """What vLLM's scheduler does with the lookup's third value."""
+        req.shared_prefix_boundary = junction
+
     def get_computed_blocks(self, req):
         blocks, n, junction = self._computed_blocks(req)
         return blocks, [list(g) for g in blocks.get_block_ids()], n, junction

@@ -107,28 +107,75 @@ def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
         found.add("DeepSeek V4 real block sizes")
     if gs.max_in_flight_tokens is not None:
         found.add("in-flight token cap")
+    tokens: dict[str, list[int]] = {}  # prompt of each request
+    prefilling: dict[str, int] = {}  # started requests with uncomputed prompt tokens
+    preempted: set[str] = set()
     for op, (out, _state) in zip(ops, record):
+        if op[0] == "new" and out == "ok":
+            tokens[op[1]] = list(op[2])
+        elif op[0] in ("preempt", "finish") and out == "ok":
+            prefilling.pop(op[1], None)
+            if op[0] == "preempt":
+                preempted.add(op[1])
         if not isinstance(out, list):
             continue
         if out[0] == "hit":
             _, _, hit_len, _, junction, _, new = out
+            rid, pinned = op[1], (op[8] if len(op) > 8 else True)
             if hit_len:
                 found.add("prefix hit")
             if junction:
-                found.add("shared-prefix junction pinned")
+                found.add(
+                    "shared-prefix junction pinned"
+                    if pinned
+                    else "junction reported, not pinned by the caller"
+                )
+            if _shares_block_with(tokens, rid, prefilling, gs.scheduler_block_size):
+                found.add("prefix shared with a partially prefilled request")
             if new is None:
                 found.add("allocation refused")
                 if op[6]:
                     found.add("refused with reserved_blocks")
                 if op[4]:
                     found.add("full-sequence check")
-            elif op[7]:
+                continue
+            if op[7]:
                 found.add("delayed caching")
+            if op[6]:
+                found.add("admitted with reserved_blocks")
+            if op[4]:
+                found.add("admitted past the full-sequence check")
+            if op[5] and gs.watermark:
+                found.add("admitted under the watermark (has_scheduled_reqs)")
+            if rid in preempted:
+                found.add("re-admitted after preemption")
+                if op[3]:
+                    found.add("re-admitted with lookahead tokens")
+            left = len(tokens[rid]) - hit_len - min(op[2], len(tokens[rid]) - hit_len)
+            if left > 0:
+                prefilling[op[1]] = left
         elif out[0] == "alloc" and out[1] is None:
             found.add("allocation refused")
+        elif out[0] == "alloc" and op[0] == "schedule" and op[1] in prefilling:
+            prefilling[op[1]] -= min(op[2], prefilling[op[1]])
+            if not prefilling[op[1]]:
+                del prefilling[op[1]]
         elif out[0] == "reset":
             found.add("reset_prefix_cache " + ("accepted" if out[1] else "refused"))
     return found
+
+
+def _shares_block_with(
+    tokens: dict[str, list[int]], rid: str, prefilling: dict[str, int], block: int
+) -> bool:
+    """Does request `rid` share at least one scheduler block of prompt with a request that is
+    still prefilling?"""
+    mine = tokens[rid]
+    for other in prefilling:
+        theirs = tokens[other]
+        if other != rid and len(mine) >= block and mine[:block] == theirs[:block]:
+            return True
+    return False
 
 
 def crosscheck_allocator(

@@ -43,8 +43,7 @@ class RefimplAllocator(ManagerAdapter):
         return self.m.make_request(rid, tokens)
 
     def _computed_blocks(self, req):
-        blocks, n = self.m.get_computed_blocks(req)
-        return blocks, n, req.shared_prefix_boundary
+        return self.m.get_computed_blocks(req)
 
     def _free_block_ids(self):
         return [b.block_id for b in self.m.block_pool.free_block_queue]

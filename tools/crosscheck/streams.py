@@ -9,11 +9,14 @@ request that was freed), identically for both allocators; that keeps every sub-s
 
 Operations:
 - ("new", rid, tokens)                     a request arrives (waiting)
-- ("schedule", rid, chunk, lookahead, must_fit, has_scheduled, reserved, delay)
+- ("schedule", rid, chunk, lookahead, must_fit, has_scheduled, reserved, delay[, pin])
       a waiting/preempted request: look up its prefix hit (and the shared-prefix junction it
       reports), then allocate `chunk` new tokens (capped at what is left), keeping `reserved`
       blocks free and, with `delay`, without caching this step's blocks (P/D-style delayed
-      caching); a running request with uncomputed tokens: the next chunk
+      caching); a running request with uncomputed tokens: the next chunk. `pin` (True when
+      left out) stores the reported junction on the request, as vLLM's scheduler does with
+      `get_computed_blocks`' third value; False is a caller that drives the `KVCacheManager`
+      directly and ignores it, so the manager itself must not pin anything
 - ("decode", rid, k, lookahead)           a running request, fully computed: k new tokens
 - ("preempt", rid)                         free its blocks, it waits again from token 0
 - ("finish", rid)                          free its blocks, it leaves
@@ -115,6 +118,11 @@ GROUP_SETS: dict[str, GroupSet] = {
             36,
             max_in_flight_tokens=8,
         ),
+        # scheduler block 16 over 4-token hashes, windows that end mid-block (the shapes of
+        # the retention-0 cases of issue 30: a junction reported to a caller that ignores it)
+        GroupSet("swa9+full16", (("swa", 4, 9), ("full", 16)), 90, watermark=0.05),
+        GroupSet("full16+2swa12", (("full", 16), ("swa", 4, 12), ("swa", 4, 12)), 80),
+        GroupSet("eagle-full16+swa9", (("full", 16), ("swa", 4, 9)), 80, use_eagle=True),
         # DeepSeek V4's real block sizes (256/64/8/4)
         GroupSet(
             "dsv4-real", DSV4, 900, max_model_len=2048, unit=32, max_in_flight_tokens=512
@@ -176,12 +184,13 @@ def random_stream(rng: random.Random, group_set: GroupSet, length: int = 40) -> 
                 (
                     "schedule",
                     rid,
-                    rng.choice([1, 3, 4, 8, 16, 64]) * u,
-                    rng.choice([0, 0, 0, 2]),
+                    rng.choice([1, 3, 4, 8, 16, 19, 23, 64]) * u,
+                    rng.choice([0, 0, 0, 1, 2]),
                     rng.random() < 0.2,
                     rng.random() < 0.7,
                     rng.choice([0, 0, 0, 0, 1, 3]),
                     rng.random() < 0.1,
+                    rng.random() < 0.5,
                 )
             )
         elif kind == "decode":
@@ -204,6 +213,7 @@ class Allocator(Protocol):
         self, req: Any, num_computed: int, running: bool, preempted: bool
     ) -> None: ...
     def get_computed_blocks(self, req: Any) -> tuple[Any, list[list[int]], int, int]: ...
+    def pin_junction(self, req: Any, junction: int) -> None: ...
     def allocate_slots(
         self,
         req: Any,
@@ -262,7 +272,8 @@ class Harness:
                 self.alloc.set_state(req.handle, 0, running=False, preempted=True)
             return "ok"
         if kind == "schedule":
-            _, _, chunk, lookahead, must_fit, has_scheduled, reserved, delay = op
+            _, _, chunk, lookahead, must_fit, has_scheduled, reserved, delay = op[:8]
+            pin = op[8] if len(op) > 8 else True
             if req.status == "running":
                 left = len(req.tokens) - req.num_computed
                 if left <= 0:
@@ -280,6 +291,8 @@ class Harness:
                     )
                 return ("alloc", out)
             hits, hit_ids, hit_len, junction = self.alloc.get_computed_blocks(req.handle)
+            if pin:
+                self.alloc.pin_junction(req.handle, junction)
             n = min(chunk, len(req.tokens) - hit_len)
             if hit_len + n + lookahead > self.max_model_len:
                 return "skip"

@@ -72,10 +72,7 @@ class VllmAllocator(ManagerAdapter):
         )
 
     def _computed_blocks(self, req):
-        blocks, n, junction = self.m.get_computed_blocks(req)
-        # what vLLM's scheduler does with the third value
-        req.shared_prefix_boundary = junction
-        return blocks, n, junction
+        return self.m.get_computed_blocks(req)
 
     def _free_block_ids(self):
         return [b.block_id for b in self.m.block_pool.free_block_queue.get_all_free_blocks()]
