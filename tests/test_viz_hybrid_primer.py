@@ -103,3 +103,24 @@ def test_toy_has_the_same_five_groups_as_pro():
     for bad in (0, 62, 2.0, True):
         with pytest.raises(ValueError):
             toy_v4_specs(bad)
+
+
+def test_tiny_toy_is_the_toy_and_plans_into_the_same_five_groups():
+    from refimpl.course.hybrid_toy import TOY_COMPRESS_RATIOS
+    from refimpl.v4.tiny import tiny_v4_config_dict
+
+    assert TOY_COMPRESS_RATIOS == (128, 128, 4, 128, 4)
+    toy = toy_v4_specs()
+    assert [toy[f"layers.{i}.attn"].compress_ratio for i in range(TOY_LAYERS)] == list(
+        TOY_COMPRESS_RATIOS
+    )
+    tiny = v4.DeepseekV4Config.from_hf_config(
+        tiny_v4_config_dict(compress_ratios=TOY_COMPRESS_RATIOS)
+    )
+    tiny_specs = v4.kv_cache_specs(tiny, cache_dtype="float32")
+    short = lambda specs, groups: [  # noqa: E731
+        [v4.short_name(n, specs[n]) for n in g.layer_names] for g in groups
+    ]
+    assert short(tiny_specs, get_kv_cache_groups(tiny_specs)) == short(
+        toy, get_kv_cache_groups(toy)
+    )
