@@ -3,17 +3,16 @@ chapters 08a-13.
 
 Chapters 08a and 13 run them as a tiny random model (`make_tiny_toy`: transformers'
 `DeepseekV4ForCausalLM` with the same five compress ratios, 128, 128, 4, 128, 4, at tiny
-sizes);
-chapters 09-12 plan their caches at V4-Pro's sizes (`toy_v4_specs`). Both give the same five
-groups in the same order.
+sizes); chapters 09-12 plan their caches at V4-Pro's sizes (`toy_v4_specs`). Both give the
+same five groups in the same order.
 
 Five layers are the fewest of Pro's first layers that meet every cache kind and every group of
 the full model: layers 0, 1 and 3 compress with ratio 128, layers 2 and 4 with ratio 4 (and so
 have an indexer). Planned like Pro by the planner vLLM runs
-(`kv_cache_planning.get_kv_cache_groups`, planner C), the toy's 19 caches form the same five
+(`kv_cache_planning.get_kv_cache_groups`), the toy's 19 caches form the same five
 groups in the same order as Pro's (SWA-a, SWA-b, MLA, C128 state, C4 state), small enough to
 print every layer name. With four layers the ratio-4 state bucket would hold a single layer,
-the approximate gcd would fall to 1 and planner C would make nine groups (chapter 09's
+the approximate gcd would fall to 1 and vLLM's planner would make nine groups (chapter 09's
 self-check).
 """
 
