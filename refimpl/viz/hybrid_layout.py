@@ -589,7 +589,8 @@ def v4_layer_text(ratios: Sequence[int] = (4, 128)) -> str:
     for ratio in ratios:
         lines.append(f"{_LAYER_NAMES[ratio]}: {len(V4_LAYER_CACHES[ratio])} caches")
         for i, (kind, writer, reader) in enumerate(V4_LAYER_CACHES[ratio], start=1):
-            lines.append(f"  {i}. {kind:<10} written by {writer:<28} read by {reader}")
+            lines.append(f"  {i}. {kind:<10} written by {writer}")
+            lines.append(f"{'':<16}read by {reader}")  # a second line: listings fit 95 columns
     return "\n".join(lines)
 
 
@@ -675,14 +676,21 @@ STRIP_ROWS = ("swa", "c4_state", "idx_state", "c4", "idx", "c128_state", "c128")
 
 
 def position_strip_text(num_positions: int = 16) -> str:
-    """For each token position 0..n-1: the caches it writes (ratio-4 and ratio-128 layers)."""
+    """For each token position 0..n-1: the caches it writes (ratio-4 and ratio-128 layers):
+    its window row and a row of every compressor state, then the entries it closes."""
     if num_positions < 1:
         raise ValueError(f"num_positions must be >= 1, got {num_positions}")
     lines = []
     for p in range(num_positions):
-        lines.append(
-            f"pos {p:>3}: " + ", ".join(f"{kind} {what}" for kind, what in _writes_at(p))
-        )
+        writes = _writes_at(p)
+        states = [kind.removesuffix("_state") for kind, what in writes if what == "state row"]
+        line = f"pos {p:>3}: swa {writes[0][1]}, state rows of {', '.join(states)}"
+        entries = [
+            f"{kind} {what}" if kind != "idx" else f"{kind} {what.split(' (')[0]}"
+            for kind, what in writes[1:]
+            if what != "state row"
+        ]
+        lines.append(line + (" | " + ", ".join(entries) if entries else ""))
     return "\n".join(lines)
 
 
