@@ -168,15 +168,17 @@ def grouping_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGrou
         by_kind: dict[str, list[int]] = {}
         for name in g.layer_names:
             by_kind.setdefault(_kind(name, specs[name]), []).append(_layer_index(name))
-        kinds = "; ".join(
+        kinds = [
             f"{k} x{len(v)} at layers {_ranges([x for x in v if x is not None])}"
             for k, v in by_kind.items()
-        )
+        ]
         eagle = " [eagle]" if g.is_eagle_group else ""
-        lines.append(
-            f"G{i} {group_kind(g)} (block {g.block_size}, {len(g.layer_names)} "
-            f"caches){eagle}: {kinds}"
+        head = (
+            f"G{i} {group_kind(g)} (block {g.block_size}, {len(g.layer_names)} caches){eagle}:"
         )
+        one_line = f"{head} {'; '.join(kinds)}"
+        # a group with several kinds lists one per line when one line would not fit 95 columns
+        lines += [one_line] if len(one_line) <= 95 else [head] + [f"    {k}" for k in kinds]
     return "\n".join(lines)
 
 
