@@ -310,8 +310,7 @@ def topk_text(
         if x < 0:
             continue
         rows.append(
-            f"  entry {x:>3} (tokens "
-            f"{x * compress_ratio}..{x * compress_ratio + compress_ratio - 1}) -> "
+            f"  entry {x:>3} (written by token {x * compress_ratio + compress_ratio - 1}) -> "
             f"block_table[{x // storage}] = {mla_block_ids[x // storage]}, offset "
             f"{x % storage} -> slot {slot_for_position(mla_block_ids, x, storage)}"
         )
