@@ -157,8 +157,8 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
             if owner == "null"
             else None
         )
-        ax.text(
-            col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8, bbox=plate
+        ax.text(  # block ids at 9 pt: the numbers the reader follows from frame to frame
+            col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=9, bbox=plate
         )
         below = owner.split(":")[1] if ":" in owner else ("null" if owner == "null" else "")
         if b == head:
