@@ -367,6 +367,21 @@ def _group_pages(
     return out
 
 
+def _wrap_items(items: Sequence[str], indent: str, width: int = 95) -> list[str]:
+    """`items` joined by ", " in lines of at most `width` columns, broken between items."""
+    lines: list[str] = []
+    line = indent
+    for item in items:
+        piece = item if line == indent else f", {item}"
+        if line != indent and len(line) + len(piece) > width:
+            lines.append(line + ",")
+            line, piece = indent, item
+        line += piece
+    if line != indent:
+        lines.append(line)
+    return lines
+
+
 def slab_text(
     specs: Mapping[str, KVCacheSpec],
     groups: Sequence[KVCacheGroupSpec],
@@ -383,26 +398,28 @@ def slab_text(
         f"block stride {stride:,} B (widest group); every group starts at byte 0 of the block"
     ]
     if upto is not None:
-        lines[0] += f"; pages starting below byte {upto:,}:"
+        lines.append(f"pages starting below byte {upto:,}:")
     for i, g in enumerate(groups):
         pages = _group_pages(specs, g)
         if upto is None:
             shown = pages[:first]
-            head = ", ".join(
+            items = [
                 f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown
-            )
+            ]
         else:
             shown = [p for p in pages if p[2] < upto]
-            head = ", ".join(
+            items = [
                 f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,} ({r:,} + {p - r} pad)"
                 for n, _, o, r, p in shown
-            )
+            ]
+        if len(pages) > len(shown):
+            items.append("...")
         padding = sum(p - r for *_, r, p in pages)
         lines.append(
             f"G{i} {group_kind(g):<17} width {g.width_bytes:>9,}  padding {padding:>6,}  "
-            f"unused tail {stride - g.width_bytes:>7,}  | "
-            f"{head}{', ...' if len(pages) > len(shown) else ''}"
+            f"unused tail {stride - g.width_bytes:>7,}"
         )
+        lines += _wrap_items(items, indent="    ")
     return "\n".join(lines)
 
 
@@ -776,8 +793,7 @@ def layer_view_text(name: str, offset: int, page: int, stride: int, num_blocks: 
     if num_blocks < 1:
         raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
     lines = [
-        f"{name}: one page of {page:,} B per block, at offset {offset:,}; blocks are "
-        f"{stride:,} B apart"
+        f"{name}: a {page:,} B page per block at offset {offset:,}; blocks {stride:,} B apart"
     ]
     for b in range(num_blocks):
         start = b * stride + offset
