@@ -44,13 +44,31 @@ def fits(text: str, width_pt: float, fontsize: float = 8) -> bool:
 # --- block tables
 
 
+def wrap_cells(prefix: str, cells: Sequence[str], width: int = 95) -> list[str]:
+    """`prefix` then the cells separated by spaces, continued under the first cell on as many
+    lines as it takes to stay within `width` columns."""
+    lines, line = [], prefix
+    for k, cell in enumerate(cells):
+        piece = cell if k == 0 else f" {cell}"
+        if k > 0 and len(line) + len(piece) > width:
+            lines.append(line)
+            line, piece = " " * len(prefix), cell
+        line += piece
+    return lines + [line]
+
+
+def table_cells(ids: Sequence[int]) -> list[str]:
+    """A block table's entries as text: the block id, '.' for the null block."""
+    return ["." if b == 0 else str(b) for b in ids] or ["(empty)"]
+
+
 def tables_text(manager, request_id: str, labels: Sequence[str]) -> str:
-    """One line per group: the request's block ids, '.' for the null block."""
+    """One line per group (continued when long): the request's block ids, '.' for the null
+    block."""
     width = max(len(label) for label in labels)
     lines = []
     for label, ids in zip(labels, manager.get_block_ids(request_id)):
-        cells = " ".join("." if b == 0 else str(b) for b in ids) or "(empty)"
-        lines.append(f"{label.ljust(width)} | {cells}")
+        lines += wrap_cells(f"{label.ljust(width)} | ", table_cells(ids))
     return "\n".join(lines)
 
 
@@ -129,9 +147,12 @@ def pool_text(manager, labels: Sequence[str], request_ids: Sequence[str]) -> str
     owner = _owners(manager, labels, request_ids)
     parts = [f"{label}={owner.count(label)}" for label in labels]
     parts += [f"free(cached)={owner.count('cached')}", f"free={owner.count('free')}", "null=1"]
+    groups, rest = parts[: len(labels)], parts[len(labels) :]
     return (
         f"{len(owner)} blocks: "
-        + ", ".join(parts)
+        + ", ".join(groups)
+        + ",\n  "
+        + ", ".join(rest)
         + f"; usage {manager.block_pool.get_usage():.3f}"
     )
 

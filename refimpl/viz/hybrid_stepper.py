@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.viz.allocator import NULL_COLOR, _color, fits
+from refimpl.viz.allocator import NULL_COLOR, _color, fits, table_cells, wrap_cells
 from refimpl.viz.palette import MAX_WIDTH
 from refimpl.viz.stepper import Frame, Stepper, record_frames
 
@@ -98,7 +98,7 @@ def allocator_state_text(state: AllocatorState) -> str:
     lines = [
         "pool: "
         + ", ".join(f"{k}={v}" for k, v in counts.items())
-        + f", free(hashed)={state.owners.count('cached')}"
+        + f",\n  free(hashed)={state.owners.count('cached')}"
         + f", free={state.owners.count('free')}, null=1"
         + f"; usage {state.usage:.3f}"
     ]
@@ -106,10 +106,7 @@ def allocator_state_text(state: AllocatorState) -> str:
     for rid, groups in state.tables:
         lines.append(f"request {rid}:")
         for label, ids in zip(state.labels, groups):
-            lines.append(
-                f"  {label.ljust(width)} | "
-                + (" ".join("." if b == 0 else str(b) for b in ids) or "(empty)")
-            )
+            lines += wrap_cells(f"  {label.ljust(width)} | ", table_cells(ids))
     lines.append(
         f"free queue ({len(state.free_queue)}), head -> tail: {_queue_text(state.free_queue)}"
     )
