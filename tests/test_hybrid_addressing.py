@@ -149,5 +149,8 @@ def test_window_and_topk_pictures_and_text_twins():
         text.splitlines()[0] == "token at position 27, ratio 4: 7 usable entries, 4 per block"
     )
     assert text.splitlines()[-1].endswith("block_table[1] = 3, offset 1 -> slot 13")
+    # an entry is named by the token that completes it, not by a 4-token span: a ratio-4 entry
+    # summarises 8 tokens (chapter 08a)
+    assert text.splitlines()[2].startswith("  entry   2 (written by token 11) ->")
     assert isinstance(V.draw_swa_window([5, 9, 3], 4, 10, 6), Figure)
     assert isinstance(V.draw_topk([7, 3], 16, 4, 27, [0, 2, 5, -1]), Figure)

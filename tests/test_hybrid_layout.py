@@ -270,6 +270,8 @@ def test_viz_figures_and_text_twins():
     assert isinstance(viz.draw_blocks_per_budget(budget, 10 * GIB), Figure)
     assert "4,701" in viz.blocks_per_budget_text(budget, 10 * GIB)
     assert viz.slab_text(PRO, groups) == viz.slab_text(PRO, groups)  # deterministic
+    for text in (slab, zoom, viz.grouping_text(PRO, groups)):  # listings fit 95 columns
+        assert max(len(line) for line in text.splitlines()) <= 95
     assert viz.format_table([]) == "(empty)"
 
 

@@ -129,6 +129,17 @@ def test_mini_v4_life_pictures_and_text_twins():
     assert V.pool_text(m, labels, ["a"]).startswith(
         "120 blocks: SWA-a=3, SWA-b=3, MLA=3, C128 state=4, C4 state=2,"
     )
+    assert all(len(line) <= 95 for line in V.pool_text(m, labels, ["a"]).splitlines())
+    assert V.wrap_cells("G | ", [str(i) for i in range(40)], width=20) == [
+        "G | 0 1 2 3 4 5 6 7",
+        "    8 9 10 11 12 13",
+        "    14 15 16 17 18",
+        "    19 20 21 22 23",
+        "    24 25 26 27 28",
+        "    29 30 31 32 33",
+        "    34 35 36 37 38",
+        "    39",
+    ]
     assert V.blocks_over_time_text(run).splitlines()[1].split() == [
         "0",
         "prefill",

@@ -94,7 +94,12 @@ def test_self_check_asks_first_and_reveals_after(path):
     for cell in grouped["Self-check"]:
         source = text(cell)
         if cell["cell_type"] == "markdown":
-            asked = len(re.findall(r"^\*\*Q\d+(?: \(\w+\))?\.\*\*", source, flags=re.M))
+            # **Q1.** or, with its kind, **Q1 (apply).** / **Q1 (why).** / **Q1 (recall).**
+            asked = len(
+                re.findall(
+                    r"^\*\*Q\d+(?: \((?:apply|why|recall)\))?\.\*\*", source, flags=re.M
+                )
+            )
             questions += asked
             waiting = waiting or asked > 0
         else:
@@ -128,11 +133,10 @@ def test_summary_after_the_self_check(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
 def test_next_link_points_at_the_next_chapter(path):
-    # the last markdown cell, or the last one before a final `## Appendix: ...` section
-    main = list(sections(path).items())
-    if main[-1][0].startswith("Appendix"):
-        main = main[:-1]
-    markdown = [cell for _, group in main for cell in group if cell["cell_type"] == "markdown"]
+    markdown = [cell for cell in cells(path) if cell["cell_type"] == "markdown"]
+    appendix = [i for i, cell in enumerate(markdown) if text(cell).startswith("## Appendix")]
+    if appendix and "**Next:**" in text(markdown[appendix[-1] - 1]):
+        markdown = markdown[: appendix[-1]]  # the Next link closes the main line, before it
     links = re.findall(r"\*\*Next:\*\* \[[^\]]+\]\(([^)]+)\)", text(markdown[-1]))
     position = CHAPTERS.index(path)
     if position == len(CHAPTERS) - 1:

@@ -37,7 +37,8 @@ def test_layer_caches_follow_the_registration_order_of_the_model():
 def test_v4_layer_text_lists_every_cache_once():
     text = v4_layer_text((4,))
     assert text.splitlines()[0] == "ratio-4 layer (CSA): 5 caches"
-    assert [line.split()[1] for line in text.splitlines()[1:]] == [
+    assert all(len(line) <= 95 for line in v4_layer_text((4, 128)).splitlines())
+    assert [line.split()[1] for line in text.splitlines()[1::2]] == [
         "idx",
         "idx_state",
         "swa",
@@ -51,15 +52,13 @@ def test_v4_layer_text_lists_every_cache_once():
 
 def test_position_strip_marks_ratio_4_entries_and_their_overlapping_windows():
     lines = position_strip_text(8).splitlines()
-    assert (
-        lines[2]
-        == "pos   2: swa row 2, c4_state state row, idx_state state row, c128_state state row"
-    )
-    assert "c4 entry 0 (tokens 0..3)" in lines[3]
+    assert lines[2] == "pos   2: swa row 2, state rows of c4, idx, c128"
+    assert lines[3].endswith("| c4 entry 0 (tokens 0..3), idx key 0")
     assert "c4 entry 1 (tokens 0..7)" in lines[7]  # windows of 8 tokens overlap by 4
-    assert "c128" not in lines[7].replace("c128_state", "")
+    assert "c128 entry" not in lines[7]
     last = position_strip_text(128).splitlines()[127]
     assert "c4 entry 31 (tokens 120..127)" in last and "c128 entry 0 (tokens 0..127)" in last
+    assert max(len(line) for line in position_strip_text(100).splitlines()) <= 95
     with pytest.raises(ValueError):
         position_strip_text(0)
     assert isinstance(draw_position_strip(16), Figure)
@@ -104,3 +103,24 @@ def test_toy_has_the_same_five_groups_as_pro():
     for bad in (0, 62, 2.0, True):
         with pytest.raises(ValueError):
             toy_v4_specs(bad)
+
+
+def test_tiny_toy_is_the_toy_and_plans_into_the_same_five_groups():
+    from refimpl.course.hybrid_toy import TOY_COMPRESS_RATIOS
+    from refimpl.v4.tiny import tiny_v4_config_dict
+
+    assert TOY_COMPRESS_RATIOS == (128, 128, 4, 128, 4)
+    toy = toy_v4_specs()
+    assert [toy[f"layers.{i}.attn"].compress_ratio for i in range(TOY_LAYERS)] == list(
+        TOY_COMPRESS_RATIOS
+    )
+    tiny = v4.DeepseekV4Config.from_hf_config(
+        tiny_v4_config_dict(compress_ratios=TOY_COMPRESS_RATIOS)
+    )
+    tiny_specs = v4.kv_cache_specs(tiny, cache_dtype="float32")
+    short = lambda specs, groups: [  # noqa: E731
+        [v4.short_name(n, specs[n]) for n in g.layer_names] for g in groups
+    ]
+    assert short(tiny_specs, get_kv_cache_groups(tiny_specs)) == short(
+        toy, get_kv_cache_groups(toy)
+    )

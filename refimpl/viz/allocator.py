@@ -18,7 +18,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid.addressing import slot_for_position
-from refimpl.viz.hybrid_stepper import allocator_state, draw_allocator_state
+from refimpl.viz.hybrid_stepper import (
+    allocator_state,
+    draw_allocator_state,
+    table_cells,
+    wrap_cells,
+)
 from refimpl.viz.palette import (
     EMPTY,
     FALLBACK_COLORS,
@@ -32,12 +37,12 @@ from refimpl.viz.palette import (
 
 
 def tables_text(manager, request_id: str, labels: Sequence[str]) -> str:
-    """One line per group: the request's block ids, '.' for the null block."""
+    """One line per group (continued when long): the request's block ids, '.' for the null
+    block."""
     width = max(len(label) for label in labels)
     lines = []
     for label, ids in zip(labels, manager.get_block_ids(request_id)):
-        cells = " ".join("." if b == 0 else str(b) for b in ids) or "(empty)"
-        lines.append(f"{label.ljust(width)} | {cells}")
+        lines += wrap_cells(f"{label.ljust(width)} | ", table_cells(ids))
     return "\n".join(lines)
 
 
@@ -116,9 +121,12 @@ def pool_text(manager, labels: Sequence[str], request_ids: Sequence[str]) -> str
     owner = _owners(manager, labels, request_ids)
     parts = [f"{label}={owner.count(label)}" for label in labels]
     parts += [f"free(cached)={owner.count('cached')}", f"free={owner.count('free')}", "null=1"]
+    groups, rest = parts[: len(labels)], parts[len(labels) :]
     return (
         f"{len(owner)} blocks: "
-        + ", ".join(parts)
+        + ", ".join(groups)
+        + ",\n  "
+        + ", ".join(rest)
         + f"; usage {manager.block_pool.get_usage():.3f}"
     )
 
@@ -297,8 +305,7 @@ def topk_text(
         if x < 0:
             continue
         rows.append(
-            f"  entry {x:>3} (tokens "
-            f"{x * compress_ratio}..{x * compress_ratio + compress_ratio - 1}) -> "
+            f"  entry {x:>3} (written by token {x * compress_ratio + compress_ratio - 1}) -> "
             f"block_table[{x // storage}] = {mla_block_ids[x // storage]}, offset "
             f"{x % storage} -> slot {slot_for_position(mla_block_ids, x, storage)}"
         )

@@ -169,15 +169,17 @@ def grouping_text(specs: Mapping[str, KVCacheSpec], groups: Sequence[KVCacheGrou
         by_kind: dict[str, list[int]] = {}
         for name in g.layer_names:
             by_kind.setdefault(_kind(name, specs[name]), []).append(_layer_index(name))
-        kinds = "; ".join(
+        kinds = [
             f"{k} x{len(v)} at layers {_ranges([x for x in v if x is not None])}"
             for k, v in by_kind.items()
-        )
+        ]
         eagle = " [eagle]" if g.is_eagle_group else ""
-        lines.append(
-            f"G{i} {group_kind(g)} (block {g.block_size}, {len(g.layer_names)} "
-            f"caches){eagle}: {kinds}"
+        head = (
+            f"G{i} {group_kind(g)} (block {g.block_size}, {len(g.layer_names)} caches){eagle}:"
         )
+        one_line = f"{head} {'; '.join(kinds)}"
+        # a group with several kinds lists one per line when one line would not fit 95 columns
+        lines += [one_line] if len(one_line) <= 95 else [head] + [f"    {k}" for k in kinds]
     return "\n".join(lines)
 
 
@@ -366,6 +368,21 @@ def _group_pages(
     return out
 
 
+def _wrap_items(items: Sequence[str], indent: str, width: int = 95) -> list[str]:
+    """`items` joined by ", " in lines of at most `width` columns, broken between items."""
+    lines: list[str] = []
+    line = indent
+    for item in items:
+        piece = item if line == indent else f", {item}"
+        if line != indent and len(line) + len(piece) > width:
+            lines.append(line + ",")
+            line, piece = indent, item
+        line += piece
+    if line != indent:
+        lines.append(line)
+    return lines
+
+
 def slab_text(
     specs: Mapping[str, KVCacheSpec],
     groups: Sequence[KVCacheGroupSpec],
@@ -382,24 +399,28 @@ def slab_text(
         f"block stride {stride:,} B (widest group); every group starts at byte 0 of the block"
     ]
     if upto is not None:
-        lines[0] += f"; pages starting below byte {upto:,}:"
+        lines.append(f"pages starting below byte {upto:,}:")
     for i, g in enumerate(groups):
         pages = _group_pages(specs, g)
         if upto is None:
             shown = pages[:first]
-            head = ", ".join(f"{short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown)
+            items = [
+                f"{short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown
+            ]
         else:
             shown = [p for p in pages if p[2] < upto]
-            head = ", ".join(
+            items = [
                 f"{short_name(n, specs.get(n))}@{o:,} ({r:,} + {p - r} pad)"
                 for n, _, o, r, p in shown
-            )
+            ]
+        if len(pages) > len(shown):
+            items.append("...")
         padding = sum(p - r for *_, r, p in pages)
         lines.append(
             f"G{i} {group_kind(g):<17} width {g.width_bytes:>9,}  padding {padding:>6,}  "
-            f"unused tail {stride - g.width_bytes:>7,}  | "
-            f"{head}{', ...' if len(pages) > len(shown) else ''}"
+            f"unused tail {stride - g.width_bytes:>7,}"
         )
+        lines += _wrap_items(items, indent="    ")
     return "\n".join(lines)
 
 
@@ -588,7 +609,8 @@ def v4_layer_text(ratios: Sequence[int] = (4, 128)) -> str:
     for ratio in ratios:
         lines.append(f"{_LAYER_NAMES[ratio]}: {len(V4_LAYER_CACHES[ratio])} caches")
         for i, (kind, writer, reader) in enumerate(V4_LAYER_CACHES[ratio], start=1):
-            lines.append(f"  {i}. {kind:<10} written by {writer:<28} read by {reader}")
+            lines.append(f"  {i}. {kind:<10} written by {writer}")
+            lines.append(f"{'':<16}read by {reader}")  # a second line: listings fit 95 columns
     return "\n".join(lines)
 
 
@@ -674,14 +696,21 @@ STRIP_ROWS = ("swa", "c4_state", "idx_state", "c4", "idx", "c128_state", "c128")
 
 
 def position_strip_text(num_positions: int = 16) -> str:
-    """For each token position 0..n-1: the caches it writes (ratio-4 and ratio-128 layers)."""
+    """For each token position 0..n-1: the caches it writes (ratio-4 and ratio-128 layers):
+    its window row and a row of every compressor state, then the entries it closes."""
     if num_positions < 1:
         raise ValueError(f"num_positions must be >= 1, got {num_positions}")
     lines = []
     for p in range(num_positions):
-        lines.append(
-            f"pos {p:>3}: " + ", ".join(f"{kind} {what}" for kind, what in _writes_at(p))
-        )
+        writes = _writes_at(p)
+        states = [kind.removesuffix("_state") for kind, what in writes if what == "state row"]
+        line = f"pos {p:>3}: swa {writes[0][1]}, state rows of {', '.join(states)}"
+        entries = [
+            f"{kind} {what}" if kind != "idx" else f"{kind} {what.split(' (')[0]}"
+            for kind, what in writes[1:]
+            if what != "state row"
+        ]
+        lines.append(line + (" | " + ", ".join(entries) if entries else ""))
     return "\n".join(lines)
 
 
@@ -765,8 +794,7 @@ def layer_view_text(name: str, offset: int, page: int, stride: int, num_blocks: 
     if num_blocks < 1:
         raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
     lines = [
-        f"{name}: one page of {page:,} B per block, at offset {offset:,}; blocks are "
-        f"{stride:,} B apart"
+        f"{name}: a {page:,} B page per block at offset {offset:,}; blocks {stride:,} B apart"
     ]
     for b in range(num_blocks):
         start = b * stride + offset

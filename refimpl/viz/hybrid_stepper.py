@@ -22,6 +22,24 @@ CACHED_COLOR = "#fdd0a2"
 FREE_COLOR = "white"
 
 
+def wrap_cells(prefix: str, cells: Sequence[str], width: int = 95) -> list[str]:
+    """`prefix` then the cells separated by spaces, continued under the first cell on as many
+    lines as it takes to stay within `width` columns."""
+    lines, line = [], prefix
+    for k, cell in enumerate(cells):
+        piece = cell if k == 0 else f" {cell}"
+        if k > 0 and len(line) + len(piece) > width:
+            lines.append(line)
+            line, piece = " " * len(prefix), cell
+        line += piece
+    return lines + [line]
+
+
+def table_cells(ids: Sequence[int]) -> list[str]:
+    """A block table's entries as text: the block id, '.' for the null block."""
+    return ["." if b == 0 else str(b) for b in ids] or ["(empty)"]
+
+
 @dataclass(frozen=True)
 class AllocatorState:
     """The allocator after one step; every field is immutable and compares by value."""
@@ -97,7 +115,7 @@ def allocator_state_text(state: AllocatorState) -> str:
     lines = [
         "pool: "
         + ", ".join(f"{k}={v}" for k, v in counts.items())
-        + f", free(hashed)={state.owners.count('cached')}"
+        + f",\n  free(hashed)={state.owners.count('cached')}"
         + f", free={state.owners.count('free')}, null=1"
         + f"; usage {state.usage:.3f}"
     ]
@@ -105,10 +123,7 @@ def allocator_state_text(state: AllocatorState) -> str:
     for rid, groups in state.tables:
         lines.append(f"request {rid}:")
         for label, ids in zip(state.labels, groups):
-            lines.append(
-                f"  {label.ljust(width)} | "
-                + (" ".join("." if b == 0 else str(b) for b in ids) or "(empty)")
-            )
+            lines += wrap_cells(f"  {label.ljust(width)} | ", table_cells(ids))
     lines.append(
         f"free queue ({len(state.free_queue)}), head -> tail: {_queue_text(state.free_queue)}"
     )
@@ -156,8 +171,8 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
             if owner == "null"
             else None
         )
-        ax.text(
-            col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=8, bbox=plate
+        ax.text(  # block ids at 9 pt: the numbers the reader follows from frame to frame
+            col + 0.47, -row - 0.3, str(b), ha="center", va="center", fontsize=9, bbox=plate
         )
         below = owner.split(":")[1] if ":" in owner else ("null" if owner == "null" else "")
         if b == head:
