@@ -242,6 +242,20 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
     # "Never": no pop-up asking
     assert {"const": "false", "title": "Never"} in schema["fetchNews"]["oneOf"]
     assert schema["checkForUpdates"]["type"] == "boolean" and jupyterlab.NeverCheckForUpdate
+    # closing a notebook's tab shuts its kernel down (JupyterLab 4's default leaves it running:
+    # a reader who went through five chapters had seven kernels holding memory)
+    tracker = json.loads(
+        (schema_path.parents[1] / "notebook-extension" / "tracker.json").read_text(
+            encoding="utf-8"
+        )
+    )["properties"]
+    assert overrides["@jupyterlab/notebook-extension:tracker"] == {"kernelShutdown": True}
+    assert tracker["kernelShutdown"]["type"] == "boolean"
+    assert tracker["kernelShutdown"]["default"] is False
+    assert set(overrides) == {
+        "@jupyterlab/apputils-extension:notification",
+        "@jupyterlab/notebook-extension:tracker",
+    }
 
 
 @pytest.mark.slow
@@ -381,6 +395,8 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
         assert notification["schema"]["properties"]["fetchNews"]["default"] == "false"
         assert notification["schema"]["properties"]["checkForUpdates"]["default"] is False
         assert json.loads(call("/lab/api/update")) == {"notification": None}
+        tracker = json.loads(call("/lab/api/settings/@jupyterlab/notebook-extension:tracker"))
+        assert tracker["schema"]["properties"]["kernelShutdown"]["default"] is True
         assert '"news": {"disabled": true}' in call("/lab").replace("&#34;", '"')
         content = widget_run(
             nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")])
