@@ -136,6 +136,24 @@ PENDING: dict[str, set[str]] = {
         "12_hybrid_allocator",
         "13_v4_engine",
     },
+    "hidpi_figures": {
+        "00_start_here",
+        "01_why_paging",
+        "02_blocks_and_sequences",
+        "03_block_manager",
+        "04_prefix_cache",
+        "05_scheduler",
+        "05b_scheduler_corner_cases",
+        "06_engine",
+        "07_kernels",
+        "08a_v4_layer",
+        "08b_v4_specs",
+        "09_v4_grouping",
+        "10_v4_memory_slab",
+        "11_v4_addressing",
+        "12_hybrid_allocator",
+        "13_v4_engine",
+    },
 }
 
 # --- what a reader sees on a 1366x768 laptop screen, JupyterLab 4 with the file browser open
@@ -457,6 +475,29 @@ def check_exercises(cells: list[dict]) -> None:
         )
 
 
+def check_hidpi_figures(cells: list[dict]) -> None:
+    """Every figure is stored at twice its displayed size (refimpl.viz.hidpi): its output
+    metadata gives the displayed width and height, and the PNG has twice the pixels."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    for index, cell in enumerate(cells):
+        for output in cell.get("outputs", []):
+            png = output.get("data", {}).get("image/png")
+            if png is None:
+                continue
+            shown = output.get("metadata", {}).get("image/png", {})
+            assert "width" in shown and "height" in shown, (
+                f"cell {index}: a figure without its displayed size (a 1x picture)"
+            )
+            pixels = Image.open(io.BytesIO(base64.b64decode("".join(png)))).size
+            assert pixels[0] // 2 == shown["width"] and pixels[1] // 2 == shown["height"], (
+                f"cell {index}: {pixels} pixels shown at {shown}: not twice the displayed size"
+            )
+
+
 RULES: dict[str, Callable[[list[dict]], None]] = {
     "reveal": check_reveal,
     "questions": check_questions,
@@ -466,6 +507,7 @@ RULES: dict[str, Callable[[list[dict]], None]] = {
     "nbval_markers": check_nbval_markers,
     "columns": check_columns,
     "exercises": check_exercises,
+    "hidpi_figures": check_hidpi_figures,
 }
 TEACHING_ONLY = {"build"}  # chapter 00 is the tour, not a teaching chapter
 
@@ -529,6 +571,11 @@ def test_exercises_have_hints_and_solutions(path):
     check_exercises(load(path))
 
 
+@pytest.mark.parametrize("path", chapters("hidpi_figures"))
+def test_figures_are_stored_for_hidpi_screens(path):
+    check_hidpi_figures(load(path))
+
+
 def test_every_rule_has_a_test_and_a_pending_list():
     tests = {name for name in globals() if name.startswith("test_")}
     assert set(RULES) == set(PENDING)
@@ -552,6 +599,24 @@ def code(text: str, outputs: list | None = None) -> dict:
     }
 
 
+def png_output(pixels: tuple[int, int], shown: tuple[int, int] | None) -> dict:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", pixels, "white").save(buffer, format="PNG")
+    output = {
+        "output_type": "display_data",
+        "data": {"image/png": base64.b64encode(buffer.getvalue()).decode(), "text/plain": "F"},
+        "metadata": {},
+    }
+    if shown:
+        output["metadata"] = {"image/png": {"width": shown[0], "height": shown[1]}}
+    return output
+
+
 def good_chapter() -> list[dict]:
     listing = {
         "output_type": "execute_result",
@@ -563,7 +628,10 @@ def good_chapter() -> list[dict]:
         md("# 03 · Blocks\n\nYou will learn:\n\n- one\n- two"),
         md("## Build it"),
         code("# Build:\ndef my_allocate(n):\n    return list(range(n))"),
-        code("# Compare:\nassert my_allocate(2) == manager.allocate(2)"),
+        code(
+            "# Compare:\nassert my_allocate(2) == manager.allocate(2)",
+            [png_output((40, 20), (20, 10))],
+        ),
         code("show_source(BlockManager.allocate)", [listing]),
         code(
             "# (the test runner skips this cell's output: widgets)\n# NBVAL_IGNORE_OUTPUT\nw"
@@ -597,6 +665,9 @@ def spoil(cells: list[dict], index: int, text: str) -> list[dict]:
 
 def bad_chapters(good: list[dict]) -> dict[str, list[list[dict]]]:
     """For each rule, chapters that break it in one place each."""
+    soft, unsized = copy.deepcopy(good), copy.deepcopy(good)
+    soft[3]["outputs"] = [png_output((20, 10), (20, 10))]
+    unsized[3]["outputs"] = [png_output((40, 20), None)]
     long_listing = copy.deepcopy(good)
     long_listing[4]["outputs"][0]["data"]["text/plain"] += "\n  3  " + "x" * 98
     return {
@@ -644,6 +715,7 @@ def bad_chapters(good: list[dict]) -> dict[str, list[list[dict]]]:
             spoil(good, 5, "# skip\n# NBVAL_SKIP\nw"),
         ],
         "columns": [spoil(good, 2, "# Build:\nx = 1  # " + "." * 87), long_listing],
+        "hidpi_figures": [soft, unsized],
         "exercises": [
             spoil(
                 good,
