@@ -1,5 +1,5 @@
-"""A figure measured as a reader sees it in a notebook: its PNG's width, and its smallest text
-in points.
+"""A figure measured as a reader sees it in a notebook: its displayed width, and its smallest
+text in points (the PNG holds twice as many pixels each way, for HiDPI screens).
 
 refimpl's figures are shown by matplotlib_inline's formatter, which renders a Figure at its own
 dpi with `bbox_inches="tight"` (so legends and labels outside the axes widen the picture). A
@@ -53,12 +53,16 @@ def _recording_text(record: list[tuple[float, str]]):
 
 
 def shown_png(fig) -> bytes:
-    """The PNG the notebook shows for `fig` (matplotlib_inline's own call, with its own
-    options)."""
-    from IPython.core.pylabtools import print_figure
-    from matplotlib_inline.config import InlineBackend
+    """The PNG the notebook stores for `fig` (refimpl.viz's HiDPI formatter, which renders
+    as matplotlib_inline does, at twice the dpi)."""
+    return shown_figure(fig)[0]
 
-    return print_figure(fig, "png", **InlineBackend().print_figure_kwargs)
+
+def shown_figure(fig) -> tuple[bytes, dict[str, int]]:
+    """(PNG, displayed {"width", "height"}) as the notebook stores them for `fig`."""
+    from refimpl.viz.hidpi import hidpi_png
+
+    return hidpi_png(fig)
 
 
 def measure(fig) -> ShownFigure:
@@ -68,8 +72,9 @@ def measure(fig) -> ShownFigure:
 
     drawn: list[tuple[float, str]] = []
     with _recording_text(drawn):
-        png = shown_png(fig)
-    width, height = Image.open(io.BytesIO(png)).size
+        png, shown = shown_figure(fig)
+    width, height = shown["width"], shown["height"]  # displayed size, not the PNG's pixels
+    assert Image.open(io.BytesIO(png)).size[0] // 2 == width
     scale = fig.dpi / REFERENCE_DPI * min(1.0, COLUMN_PX / width)
     return ShownFigure(
         width, height, tuple(sorted({(round(size * scale, 2), text) for size, text in drawn}))

@@ -23,6 +23,7 @@ from jupyter_client.manager import start_new_kernel
 from refimpl.course.notebook_format import (
     WIDGET_PLACEHOLDER,
     WIDGET_VIEW,
+    ignores_output,
     kernel_metadata,
     lab_form,
     lab_text,
@@ -241,18 +242,36 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
     # "Never": no pop-up asking
     assert {"const": "false", "title": "Never"} in schema["fetchNews"]["oneOf"]
     assert schema["checkForUpdates"]["type"] == "boolean" and jupyterlab.NeverCheckForUpdate
+    # closing a notebook's tab shuts its kernel down (JupyterLab 4's default leaves it running:
+    # a reader who went through five chapters had seven kernels holding memory)
+    tracker = json.loads(
+        (schema_path.parents[1] / "notebook-extension" / "tracker.json").read_text(
+            encoding="utf-8"
+        )
+    )["properties"]
+    assert overrides["@jupyterlab/notebook-extension:tracker"] == {"kernelShutdown": True}
+    assert tracker["kernelShutdown"]["type"] == "boolean"
+    assert tracker["kernelShutdown"]["default"] is False
+    assert set(overrides) == {
+        "@jupyterlab/apputils-extension:notification",
+        "@jupyterlab/notebook-extension:tracker",
+    }
 
 
 @pytest.mark.slow
-def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path, monkeypatch):
-    """Run All of a chapter with a stepper, then JupyterLab's save: the file is byte for byte
-    the committed one (outputs, execution counts, metadata), so `git status` stays clean."""
+@pytest.mark.parametrize("name", ["00_start_here", "07_kernels"])
+def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(
+    name, tmp_path, monkeypatch
+):
+    """Run All of a chapter with a stepper (and, in 07, a timing), then JupyterLab's save: the
+    file is byte for byte the committed one (outputs, execution counts, metadata), so
+    `git status` stays clean. The simulated run below covers every chapter; this one runs."""
     import subprocess
     import sys
 
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("REFIMPL_WRITE_FIGURES", raising=False)
-    chapter = ROOT / "notebooks" / "00_start_here.ipynb"
+    chapter = ROOT / "notebooks" / f"{name}.ipynb"
     nb = nbformat.read(chapter, as_version=4)
     assert any("stepper.widget()" in c.source for c in nb.cells), (
         "pick a chapter with a stepper"
@@ -284,6 +303,7 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path
     assert any(
         WIDGET_VIEW in o.get("data", {}) for c in run["cells"] for o in c.get("outputs", [])
     )
+    shutil.copy(chapter, tmp_path / chapter.name)  # the reader's checkout, saved over
     saved = save_as_jupyterlab(tmp_path, chapter.name, run)
     assert (
         json.loads(saved)["metadata"]
@@ -296,7 +316,7 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(tmp_path
     ]
     assert counts == list(range(1, len(counts) + 1))
     assert saved == chapter.read_bytes(), (
-        "re-execute the chapter: make notebooks NB=notebooks/00_start_here.ipynb"
+        f"re-execute the chapter: make notebooks NB=notebooks/{chapter.name}"
     )
 
 
@@ -375,6 +395,8 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
         assert notification["schema"]["properties"]["fetchNews"]["default"] == "false"
         assert notification["schema"]["properties"]["checkForUpdates"]["default"] is False
         assert json.loads(call("/lab/api/update")) == {"notification": None}
+        tracker = json.loads(call("/lab/api/settings/@jupyterlab/notebook-extension:tracker"))
+        assert tracker["schema"]["properties"]["kernelShutdown"]["default"] is True
         assert '"news": {"disabled": true}' in call("/lab").replace("&#34;", '"')
         content = widget_run(
             nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("stepper.widget()")])
@@ -390,3 +412,73 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def as_run_all_leaves_it(nb: dict) -> dict:
+    """The committed notebook as the browser holds it after Run All, before saving: every
+    difference a real run makes, and only those (strict nbval checks that the other outputs
+    come back the same). Steppers are live widgets again, with their state in the metadata;
+    stdout arrives in pieces; cells carry run timings; the output of a cell that tells the
+    test runner to ignore it (a timing) has other numbers."""
+    content = copy.deepcopy(nb)
+    state = {}
+    for index, cell in enumerate(content["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        cell["metadata"]["execution"] = {"iopub.execute_input": "2026-12-04T10:00:00Z"}
+        outputs = []
+        for output in cell["outputs"]:
+            data = output.get("data", {})
+            if "".join(data.get("text/plain", [])) == WIDGET_PLACEHOLDER:
+                model_id = f"{index:032x}"
+                state[model_id] = {"model_name": "VBoxModel", "state": {}}
+                output = {
+                    **output,
+                    "data": {
+                        WIDGET_VIEW: {"model_id": model_id, "version_major": 2},
+                        "text/plain": "VBox(children=(Play(value=0), IntSlider(value=0)))",
+                    },
+                }
+            if output["output_type"] == "stream":
+                lines = "".join(output["text"]).splitlines(keepends=True)
+                outputs += [{**output, "text": line} for line in lines]
+            else:
+                outputs.append(output)
+        if IGNORED in "".join(cell["source"]):
+            outputs = json.loads(re.sub(r"\d", "7", json.dumps(outputs)))
+        cell["outputs"] = outputs
+    content["metadata"]["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {"state": state, "version_major": 2}
+    }
+    return content
+
+
+IGNORED = "# NBVAL_IGNORE_OUTPUT"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_run_all_then_save_leaves_every_notebook_unchanged(path, tmp_path, monkeypatch):
+    """Every chapter and exercise: what a Run All changes, saved by JupyterLab through `make
+    lab`'s pre-save hook over the reader's checkout, gives back the committed bytes."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    committed = json.loads(path.read_text(encoding="utf-8"))
+    run = as_run_all_leaves_it(committed)
+    shutil.copy(path, tmp_path / path.name)
+    assert save_as_jupyterlab(tmp_path, path.name, run) == path.read_bytes()
+    if run != committed:  # the check can fail: without the hook the run shows as a change
+        assert save_as_jupyterlab(tmp_path, "plain.ipynb", run, hook=None) != path.read_bytes()
+
+
+def test_the_hook_keeps_a_timing_only_while_its_cell_is_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(f"{IGNORED}\nprint(time())", id="t")]
+    )
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.0 ms\n")]
+    first = save_as_jupyterlab(tmp_path, "t.ipynb", nb)
+    nb.cells[0].outputs[0].text = "2.0 ms\n"
+    assert save_as_jupyterlab(tmp_path, "t.ipynb", nb) == first  # a rerun: kept
+    nb.cells[0].source += "  # edited"
+    edited = json.loads(save_as_jupyterlab(tmp_path, "t.ipynb", nb))
+    assert edited["cells"][0]["outputs"][0]["text"] == ["2.0 ms\n"]  # an edit: the new one
+    assert not ignores_output("print(1)  # NBVAL_IGNORE_OUTPUT is explained below")

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from refimpl.course.notebook_format import WIDGET_PLACEHOLDER, WIDGET_VIEW, static_widgets
 from refimpl.paged.block_manager import BlockManager
 from refimpl.viz.source import show_source
-from refimpl.viz.stepper import Frame, Stepper, record_frames
+from refimpl.viz.stepper import TOOLTIPS, Frame, Stepper, record_frames
 
 matplotlib.use("Agg")
 
@@ -89,6 +89,16 @@ def test_frames_are_the_states_after_each_action():
     slider = widget.children[0].children[3]
     slider.value = 3
     assert slider.max == 3
+    play, previous, following = widget.children[0].children[:3]
+    assert [c.tooltip for c in (play, previous, following, slider)] == [
+        TOOLTIPS[k] for k in ("play", "prev", "next", "slider")
+    ]
+    assert all(len(TOOLTIPS[k].split()) >= 3 for k in TOOLTIPS)  # a word on what it does
+    previous.click()
+    assert slider.value == 2
+    following.click()
+    following.click()
+    assert slider.value == 3  # the last step stays the last
     with pytest.raises(ValueError):
         Stepper([], _draw, str)
 

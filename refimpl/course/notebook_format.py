@@ -14,7 +14,8 @@ written by nbformat, as the Jupyter server writes it on save.
 The same form is applied when JupyterLab saves: `make lab` installs `pre_save_hook` as the
 Jupyter server's pre-save hook, so a Run All (whose autosave would otherwise store widget views
 naming models that no longer exist when the notebook is reopened) leaves the committed file
-unchanged.
+unchanged. Cells whose output differs at every run (a timing, marked `# NBVAL_IGNORE_OUTPUT`
+for the test runner) keep the output already in the file, as long as their source is unchanged.
 """
 
 from __future__ import annotations
@@ -116,7 +117,44 @@ def pre_save_hook(model: dict, path: str = "", contents_manager=None, **kwargs) 
         return
     import nbformat
 
-    model["content"] = lab_form(nbformat.from_dict(model["content"]))
+    content = lab_form(nbformat.from_dict(model["content"]))
+    root = getattr(contents_manager, "root_dir", None)
+    stored = Path(root, path) if root is not None and path else None
+    if stored is not None and stored.is_file():
+        try:
+            keep_stored_outputs(content, nbformat.read(stored, as_version=4))
+        except (OSError, ValueError, KeyError):  # not a notebook we can read: save as is
+            pass
+    model["content"] = content
+
+
+IGNORED_OUTPUT = "NBVAL_IGNORE_OUTPUT"
+
+
+def ignores_output(source: str) -> bool:
+    """Whether a cell tells the test runner (nbval) not to compare its output: a timing, which
+    differs at every run."""
+    return any(
+        line.strip().lstrip("#").strip() == IGNORED_OUTPUT for line in source.splitlines()
+    )
+
+
+def keep_stored_outputs(notebook, stored) -> None:
+    """In place: every cell of `notebook` whose output varies from run to run (it carries
+    `# NBVAL_IGNORE_OUTPUT`) gets back the outputs of the stored cell with the same id and
+    source, so Run All then save leaves the file as it was; an edited cell keeps its new
+    output."""
+    before = {cell.get("id"): cell for cell in stored.cells if cell.cell_type == "code"}
+    for cell in notebook.cells:
+        old = before.get(cell.get("id"))
+        source = _text(cell.get("source", ""))  # a model may hold it as a list of lines
+        if (
+            cell.cell_type == "code"
+            and old is not None
+            and _text(old.source) == source
+            and ignores_output(source)
+        ):
+            cell.outputs = copy.deepcopy(old.outputs)
 
 
 def lab_text(path: Path) -> str:

@@ -25,7 +25,8 @@ def _show_figures_inline() -> None:
     """Make a Figure returned by a notebook cell render as a picture.
 
     IPython registers its PNG formatter for Figures only when pyplot activates the inline
-    backend; refimpl's drawing functions never touch pyplot, so register it here, once.
+    backend; refimpl's drawing functions never touch pyplot, so register it here, once, with
+    the HiDPI picture of `refimpl.viz.hidpi`.
     """
     try:
         from IPython import get_ipython
@@ -39,6 +40,9 @@ def _show_figures_inline() -> None:
     except ImportError:
         return
     configure_inline_support(shell, "inline")
+    from refimpl.viz.hidpi import register
+
+    register(shell)  # drawn at twice the displayed size: crisp on HiDPI screens
 
 
 _show_figures_inline()

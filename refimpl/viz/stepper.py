@@ -44,6 +44,15 @@ def record_frames(
     return frames
 
 
+# What each control of `Stepper.widget()` does, shown when the pointer rests on it.
+TOOLTIPS = {
+    "play": "Play the steps one after another (pause, stop, loop)",
+    "prev": "Go back one step",
+    "next": "Go forward one step",
+    "slider": "Drag to any step; the picture and the state text follow",
+}
+
+
 class Stepper(Generic[State]):
     """Frames plus how to draw one (`draw(state) -> Figure`) and describe it (`describe(state)
     -> str`)."""
@@ -115,12 +124,27 @@ class Stepper(Generic[State]):
 
         last = len(self.frames) - 1
         slider = widgets.IntSlider(
-            value=0, min=0, max=last, description="step", continuous_update=False
+            value=0,
+            min=0,
+            max=last,
+            description="step",
+            continuous_update=False,
+            tooltip=TOOLTIPS["slider"],
         )
-        play = widgets.Play(value=0, min=0, max=last, interval=1200, description="play")
+        play = widgets.Play(
+            value=0,
+            min=0,
+            max=last,
+            interval=1200,
+            description="play",
+            tooltip=TOOLTIPS["play"],
+        )
         widgets.jslink((play, "value"), (slider, "value"))
-        previous = widgets.Button(description="◀ prev", layout=widgets.Layout(width="80px"))
-        following = widgets.Button(description="next ▶", layout=widgets.Layout(width="80px"))
+        width = widgets.Layout(width="80px")
+        previous = widgets.Button(description="◀ prev", layout=width, tooltip=TOOLTIPS["prev"])
+        following = widgets.Button(
+            description="next ▶", layout=width, tooltip=TOOLTIPS["next"]
+        )
         output = widgets.Output()
 
         def render(index: int) -> None:

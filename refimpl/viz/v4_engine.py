@@ -90,7 +90,8 @@ def hit_reads_text(summary: dict, layers: Sequence[int]) -> str:
 
 def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Figure:
     """One row per cache, token positions start..hit on x: reused rows read again (blue),
-    reused but never read (grey); compressed entries drawn over the tokens they summarise."""
+    reused but never read (grey); compressed entry j of ratio r drawn over the r positions
+    r*j..r*j+r-1 of the window it closes."""
     selected = _selected(summary, layers)
     hit = summary["hit"]
     fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.3))
@@ -128,8 +129,8 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     ax.set_xticks(list(range(start, hit + 1, 8)))
     ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel(
-        "token position (compressed entries drawn over the tokens they summarise; black "
-        "lines: block boundaries)",
+        "token position (entry j of ratio r drawn over positions r*j..r*j+r-1, the window "
+        "it closes; black lines: block boundaries)",
         fontsize=9,
     )
     ax.set_title(
