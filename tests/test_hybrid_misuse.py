@@ -282,7 +282,7 @@ def test_hits_must_cover_the_computed_tokens_in_every_group():
     step(m, a, 300)
     m.free(a)  # a's blocks stay in the prefix cache
     b = m.make_request("b", range(300))
-    hits, n = m.get_computed_blocks(b)
+    hits, n, _ = m.get_computed_blocks(b)
     assert n == 296 and all(hits.blocks)
     fresh = m.make_request("fresh", list(range(1000, 1300)))
     misuse = [
@@ -311,7 +311,7 @@ def test_hits_are_only_for_the_first_allocation():
     step(m, a, 8)
     m.free(a)
     b = m.make_request("b", range(8))
-    hits, n = m.get_computed_blocks(b)
+    hits, n, _ = m.get_computed_blocks(b)
     c = m.make_request("c", range(20))
     step(m, c, 8)
     before = state(m, [b, c])
