@@ -14,7 +14,7 @@ from refimpl.cli import OneLineErrorParser
 # sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`
 SUBCOMMANDS = {
     "plan": "refimpl.plan_cli",
-    "grade": "refimpl.course.cli",
+    "grade": "grader.cli",
 }
 
 

@@ -16,8 +16,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from refimpl.__main__ import main as refimpl_main
-from refimpl.course.exercises import (
+from grader.exercises import (
     BEGIN,
     END,
     EXERCISES,
@@ -28,7 +27,8 @@ from refimpl.course.exercises import (
     stale_copies,
     strip_solutions,
 )
-from refimpl.course.grading import grade_notebook
+from grader.grading import grade_notebook
+from refimpl.__main__ import main as refimpl_main
 
 pytestmark = pytest.mark.slow  # runs exercise notebooks and the grade CLI in subprocesses
 
@@ -294,9 +294,7 @@ def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
 ):
     (tmp_path / "empty").mkdir()
     graded = []
-    monkeypatch.setattr(
-        "refimpl.course.grading.grade_notebook", lambda *a, **k: graded.append(a)
-    )
+    monkeypatch.setattr("grader.grading.grade_notebook", lambda *a, **k: graded.append(a))
     argv = [a.format(tmp=tmp_path) for a in argv]
     notebooks = [] if any(a.endswith("empty") for a in argv) else [str(STUDENTS[0])]
     assert refimpl_main(["grade", *notebooks, *argv]) == 2
@@ -360,7 +358,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
         tmp_path,
         "01_block_manager.ipynb",
         "class BlockManager:",
-        "import refimpl.course\nrefimpl.course.check_block_manager = lambda *a, **k: "
+        "import grader\ngrader.check_block_manager = lambda *a, **k: "
         "None\n\nclass BlockManager:",
     )
     broken_nb = nbformat.read(swap, as_version=4)

@@ -1,7 +1,7 @@
 """Attacks on the command-line grader: each submission tries to score without writing the code.
 
 One class folder holds an honest submission, submissions that attack the grader, and files
-that are not well-formed notebooks. The folder is graded once (`python -m refimpl grade
+that are not well-formed notebooks. The folder is graded once (`python -m grader
 --csv`); every attack must score 0 (or be refused), and the honest student must still get every
 check. The attacks start from the student copy of exercise 1, which scores 0/10 as handed out:
 an attack that worked would raise that score.
@@ -19,11 +19,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader import broken
+from grader.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
+from grader.grading import grade_notebook
+from grader.sandbox import landlock_abi
 from refimpl.__main__ import main as refimpl_main
-from refimpl.course import broken
-from refimpl.course.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
-from refimpl.course.grading import grade_notebook
-from refimpl.course.sandbox import landlock_abi
 
 pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
 
@@ -64,13 +64,13 @@ for _ in range(200):
         "",
         """
 import sys
-import refimpl.course
-import refimpl.course.report
+import grader
+import grader.report
 runner = sys.modules["__main__"]
 runner._answer = lambda run, state: {"ok": None, "state": {"l": []}}
 runner._run_graders = lambda *args, **kwargs: {"tables": [], "rows": [], "reason": None}
-refimpl.course.check_block_manager = lambda *args, **kwargs: None
-refimpl.course.report.CheckResult.passed = property(lambda self: True)
+grader.check_block_manager = lambda *args, **kwargs: None
+grader.report.CheckResult.passed = property(lambda self: True)
 """,
     ),
     "profile_off_and_delegate": (
@@ -266,9 +266,7 @@ def _grade_the_class(root: Path) -> dict:
     if hasattr(broken, "_ConfigurableScheduler"):
         nb = nbformat.read(ROOT / STUDENT_DIR / "03_scheduler.ipynb", as_version=4)
         cell = next(c for c in nb.cells if cell_role(c) == "solution")
-        cell.source += (
-            "\n\nfrom refimpl.course.broken import _ConfigurableScheduler as Scheduler\n"
-        )
+        cell.source += "\n\nfrom grader.broken import _ConfigurableScheduler as Scheduler\n"
         paths.append(
             _write(
                 submissions / "course_copy" / "03_scheduler.ipynb",
@@ -316,7 +314,7 @@ EXPECTED_REASONS = {  # words each row's reason must hold
     "empty_object": "cannot read it as a notebook",
     "binary": "cannot read it as a notebook",
     "cells_not_a_list": "cannot read it as a notebook",
-    "course_copy": "uses the reference (refimpl.course.broken._ConfigurableScheduler.schedule)",
+    "course_copy": "uses the reference (grader.broken._ConfigurableScheduler.schedule)",
 }
 if ABI:
     EXPECTED_REASONS.update(

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import refimpl.course as course
-from refimpl.course import broken, wire
-from refimpl.course.exercises import EXERCISES, exercise_for
-from refimpl.course.grading import check_names, read_notebook
-from refimpl.course.remote import clean_text, describe_exit
-from refimpl.course.report import CheckResult, Divergence, GradeReport
-from refimpl.course.sandbox import landlock_abi
+import grader as course
+from grader import broken, wire
+from grader.exercises import EXERCISES, exercise_for
+from grader.grading import check_names, read_notebook
+from grader.remote import clean_text, describe_exit
+from grader.report import CheckResult, Divergence, GradeReport
+from grader.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -254,8 +254,7 @@ def test_the_courses_own_copy_of_the_reference_counts_as_the_reference():
     report = course.check_scheduler(broken._ConfigurableScheduler, verbose=False)
     assert report.num_passed == 0
     assert (
-        "refimpl.course.broken._ConfigurableScheduler.schedule"
-        in report.results[0].divergence.found
+        "grader.broken._ConfigurableScheduler.schedule" in report.results[0].divergence.found
     )
 
 
@@ -276,8 +275,8 @@ def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
     done = _run_python(
         """
-        import refimpl.course
-        from refimpl.course.reference_code import ReferenceUsed, install_traps, reference_code
+        import grader
+        from grader.reference_code import ReferenceUsed, install_traps, reference_code
         from refimpl.paged import BlockManager
         import refimpl.hybrid.kv_cache_planning as planning
         held = {"gcd": planning.approximate_gcd}   # a plain dict that holds the original
@@ -309,7 +308,7 @@ def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
 def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
     done = _run_python(
         """
-        from refimpl.course.sandbox import Limits
+        from grader.sandbox import Limits
         Limits().apply()
         try:
             hog = bytearray(64 * 2**30)
@@ -333,7 +332,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
     done = _run_python(
         f"""
         import socket, refimpl.paged.block_manager as reference
-        from refimpl.course.sandbox import file_rules, restrict
+        from grader.sandbox import file_rules, restrict
         rules = file_rules({str(work)!r}, [{str(private)!r}], [reference.__file__])
         restrict(rules)
         def attempt(label, action):
@@ -365,7 +364,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
 
 @pytest.mark.slow
 def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
-    from refimpl.course.processes import descendants, end_new_descendants, subreaper
+    from grader.processes import descendants, end_new_descendants, subreaper
 
     with subreaper() as enabled:
         if not enabled:
@@ -394,8 +393,8 @@ def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
 def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
     """A run stopped after the first notebook keeps the header and that notebook's row on
     disk."""
+    from grader.grading import NotebookGrade, failed_grade
     from refimpl.__main__ import main as refimpl_main
-    from refimpl.course.grading import NotebookGrade, failed_grade
 
     first, second = (
         tmp_path / "a" / "01_block_manager.ipynb",
@@ -414,7 +413,7 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
         )
         return grade
 
-    monkeypatch.setattr("refimpl.course.grading.grade_notebook", fake_grade)
+    monkeypatch.setattr("grader.grading.grade_notebook", fake_grade)
     with pytest.raises(KeyboardInterrupt):
         refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(first), str(second)])
     lines = csv_path.read_text().splitlines()
@@ -430,7 +429,7 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
 def test_the_student_bundle_has_no_solutions(tmp_path):
     import zipfile
 
-    from refimpl.course.bundle import STUDENT_GUIDE, build, solution_leaks
+    from grader.bundle import STUDENT_GUIDE, build, solution_leaks
 
     archive = build(ROOT, tmp_path / "student-bundle")
     folder = tmp_path / "student-bundle"
@@ -478,7 +477,7 @@ def test_the_references_helpers_count_as_the_reference():
 
 @pytest.mark.slow
 def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
-    from refimpl.course.remote import ChildSettings, GradingChild, StartFailed
+    from grader.remote import ChildSettings, GradingChild, StartFailed
 
     with GradingChild(
         ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]),

@@ -1,7 +1,7 @@
 """Grade a student's notebook: its code runs in a child process, the graders run here.
 
 Only the cells the exercise needs are run (role "setup" and "solution", see
-`refimpl.course.exercises`), in notebook order, in a child process (`refimpl.course.remote`)
+`grader.exercises`), in notebook order, in a child process (`grader.remote`)
 that answers the graders' calls and decides nothing: every scenario is replayed here against
 the reference, and each answer is compared here. A scenario still running after `time_limit`
 seconds fails its row (the child is replaced for the next one), and the whole notebook gets
@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from refimpl.course.exercises import EXERCISES, Exercise, cell_role, exercise_for
-from refimpl.course.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
-from refimpl.course.report import GradeReport
-from refimpl.course.sandbox import Limits
-from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
+from grader.exercises import EXERCISES, Exercise, cell_role, exercise_for
+from grader.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
+from grader.report import GradeReport
+from grader.sandbox import Limits
+from grader.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # an exercise notebook with outputs is well under 1 MB
 
@@ -88,7 +88,7 @@ class GradingSettings:
 
 def check_names(check_name: str) -> list[str]:
     """The rows of a grader, without running it."""
-    from refimpl.course import hybrid_checks, paged_checks
+    from grader import hybrid_checks, paged_checks
 
     lists = {
         "check_block_manager": lambda: paged_checks.block_manager_checks(None),
@@ -211,7 +211,7 @@ def _grade_program(
     time_limit: float | None,
     settings: GradingSettings,
 ) -> NotebookGrade:
-    import refimpl.course as course
+    import grader as course
 
     child_settings = ChildSettings(
         cells=program,

@@ -1,7 +1,7 @@
 """Limits the grading child puts on itself before any student cell runs: resources and files.
 
 The command-line grader runs a student's code in a child process
-(`refimpl.course.grading_child`). Before the first student cell, the child
+(`grader.grading_child`). Before the first student cell, the child
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
   file it writes, the number of open files;
@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grader
 import refimpl
 
 
@@ -159,13 +160,13 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
     files inside the readable folders that stay unreadable (the source of the reference code an
     exercise asks for: already imported, it must not be loaded a second time past the traps).
     """
-    package = Path(refimpl.__file__).resolve().parent
+    packages = [str(Path(p.__file__).resolve().parent) for p in (refimpl, grader)]
     roots = {
         sys.prefix,
         sys.exec_prefix,
         sys.base_prefix,
         sys.base_exec_prefix,
-        str(package),
+        *packages,
         *_SYSTEM_READ,
     }
     roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])

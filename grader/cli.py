@@ -1,5 +1,5 @@
-"""`python -m refimpl grade NOTEBOOK|FOLDER...`: grade exercise notebooks and print the tables
-and a score.
+"""`python -m grader NOTEBOOK|FOLDER...` (or `python -m refimpl grade ...`): grade exercise
+notebooks and print the tables and a score.
 
 Exit status: 0 when every check of every notebook passed, 1 when some check failed or a
 notebook could not be graded, 2 for bad arguments (argparse's convention). Every argument is
@@ -48,22 +48,31 @@ def writable_csv_path(text: str) -> Path:
     return path
 
 
+DESCRIPTION = (
+    "Run the setup and solution cells of each exercise notebook in a separate, "
+    "restricted "
+    "Python process that only answers the grader's calls, replay the matching graders "
+    "here "
+    "against the reference implementation, and print the PASS/FAIL table and a score. "
+    "Exercises are recognised by their notebook metadata. Not a sandbox for hostile "
+    "code: "
+    "see notebooks/exercises/README.md."
+)
+
+
 def add_parser(subparsers) -> None:
+    """`python -m refimpl grade`: the same arguments as `python -m grader`."""
     parser = subparsers.add_parser(
         "grade",
         help="grade exercise notebooks (prints a PASS/FAIL table and a score per notebook)",
-        description=(
-            "Run the setup and solution cells of each exercise notebook in a separate, "
-            "restricted "
-            "Python process that only answers the grader's calls, replay the matching graders "
-            "here "
-            "against the reference implementation, and print the PASS/FAIL table and a score. "
-            "Exercises are recognised by their notebook metadata. Not a sandbox for hostile "
-            "code: "
-            "see notebooks/exercises/README.md."
-        ),
+        description=DESCRIPTION,
         formatter_class=DefaultsHelpFormatter,
     )
+    add_arguments(parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The grading command's arguments and options."""
     parser.add_argument(
         "notebooks",
         nargs="+",
@@ -156,7 +165,7 @@ def _signature(path: Path) -> tuple | None:
 def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
     """Every notebook's bytes, read before any student code runs (so none can change
     another's)."""
-    from refimpl.course.grading import MAX_NOTEBOOK_BYTES
+    from grader.grading import MAX_NOTEBOOK_BYTES
 
     contents: dict[Path, bytes | None] = {}
     for path in paths:
@@ -184,8 +193,8 @@ def _sandbox_note(settings) -> str:
     """What the graded code can reach on this machine, when it is more than its own folder."""
     import tempfile
 
-    from refimpl.course.grading import solution_folders
-    from refimpl.course.sandbox import file_rules, landlock_abi
+    from grader.grading import solution_folders
+    from grader.sandbox import file_rules, landlock_abi
 
     if not settings.sandbox:
         return "--no-sandbox: the graded code can read and write this user's files"
@@ -200,8 +209,8 @@ def _sandbox_note(settings) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from refimpl.course.exercises import EXERCISES
-    from refimpl.course.grading import (
+    from grader.exercises import EXERCISES
+    from grader.grading import (
         GradingSettings,
         NotebookGrade,
         grade_missing,

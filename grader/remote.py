@@ -6,9 +6,9 @@ The trust model: nothing the child sends is believed as a result. The child only
 their own reference and decide every PASS and FAIL. A child that crashes, exits, stops
 answering, answers nonsense or runs the reference fails the step it was asked about, and the
 next scenario starts a fresh child. The child runs in its own session and process group with
-resource limits and (on Linux) a Landlock sandbox (`refimpl.course.sandbox`), in a throwaway
+resource limits and (on Linux) a Landlock sandbox (`grader.sandbox`), in a throwaway
 working directory; at the end its whole group is killed, and any process it left behind is
-found and killed too (`refimpl.course.processes`), which voids the notebook's score.
+found and killed too (`grader.processes`), which voids the notebook's score.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grader
 import refimpl
-from refimpl.course import wire
-from refimpl.course.lockstep import (
+from grader import wire
+from grader.lockstep import (
     Call,
     StateFields,
     StudentFailure,
@@ -40,9 +41,9 @@ from refimpl.course.lockstep import (
     describe_exception,
     reference_complaint,
 )
-from refimpl.course.processes import descendants, end_new_descendants, subreaper
-from refimpl.course.reference_code import reference_sources
-from refimpl.course.sandbox import Limits, file_rules, landlock_abi
+from grader.processes import descendants, end_new_descendants, subreaper
+from grader.reference_code import reference_sources
+from grader.sandbox import Limits, file_rules, landlock_abi
 
 MAX_STARTS = 30  # children one notebook may use up (one per scenario at most, plus the first)
 
@@ -182,13 +183,17 @@ class GradingChild:
     def _spawn(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="refimpl-grade-")
         ours, theirs = socket.socketpair()
-        package_parent = str(Path(refimpl.__file__).resolve().parent.parent)
+        # where refimpl and the grader are installed (the same folder in a checkout)
+        package_parents = dict.fromkeys(
+            str(Path(package.__file__).resolve().parent.parent)
+            for package in (refimpl, grader)
+        )
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": self.workdir,
             "TMPDIR": self.workdir,
             "LANG": "C.UTF-8",
-            "PYTHONPATH": package_parent,
+            "PYTHONPATH": os.pathsep.join(package_parents),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
             "OPENBLAS_NUM_THREADS": "1",
@@ -197,7 +202,7 @@ class GradingChild:
         }
         with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "refimpl.course.grading_child", str(theirs.fileno())],
+                [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
                 cwd=self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -3,7 +3,7 @@ keeps it out.
 
 An exercise is passed by writing the code, not by running refimpl's. Each grader lists the
 reference functions its exercise asks for (`REFERENCE_CODE`); the course's deliberately broken
-variants (`refimpl.course.broken`) are full or partial copies of the reference, so they count
+variants (`grader.broken`) are full or partial copies of the reference, so they count
 too.
 
 - In a notebook (`check_*`, the feedback path) a `ReferenceGuard` watches, with
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from refimpl.course.lockstep import ReferenceGuard, StudentSide
+from grader.lockstep import ReferenceGuard, StudentSide
 
 # The reference methods each exercise asks students to write, with the reference's own helpers
 # that do that work for them (`_prefix_hits` is the whole matching walk, `_cached_block_ids`
@@ -80,9 +80,9 @@ def reference_code(check_name: str) -> list[tuple[Any, str]]:
 
 
 def course_copies() -> list[tuple[Any, str]]:
-    """(owner, attribute) of every function in `refimpl.course.broken`: copies of the
+    """(owner, attribute) of every function in `grader.broken`: copies of the
     reference, whole or in part."""
-    from refimpl.course import broken
+    from grader import broken
 
     pairs = []
     for name, value in vars(broken).items():
@@ -101,8 +101,8 @@ def reference_sources() -> list[str]:
     """The files holding the reference code of every exercise and the course's copies of it
     (and their compiled caches): the grading child may not read them, so it cannot load that
     code a second time (`importlib.reload`, `exec(open(...).read())`) past its traps."""
-    from refimpl.course import broken
-    from refimpl.course.exercises import EXERCISES
+    from grader import broken
+    from grader.exercises import EXERCISES
 
     modules = {
         owner if isinstance(owner, types.ModuleType) else sys.modules[owner.__module__]
