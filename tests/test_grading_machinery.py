@@ -437,7 +437,7 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
     assert not any(name.startswith("notebooks/exercises/solutions") for name in names)
     assert {f"notebooks/exercises/{n}.ipynb" for n in EXERCISES} <= set(names)
     assert (
-        "refimpl/course/grading.py" in names
+        "grader/grading.py" in names
         and "Makefile" in names
         and ".git" not in {n.split("/")[0] for n in names}
     )
