@@ -3,8 +3,9 @@ grader's calls.
 
 `python -m grader` starts this module in a fresh process (`grader.remote`) and
 talks to it over a socket (`grader.wire`). Before any student cell runs, the child
-lowers its resource limits and closes itself off (`grader.sandbox`), and replaces the
-reference's code for the exercise by traps (`grader.reference_code.install_traps`).
+installs the finder that serves a refimpl without the exercise's answers
+(`grader.answer_free`), lowers its resource limits and closes itself off
+(`grader.sandbox`).
 Then it runs the cells and serves requests: build a world around the student's class or
 function, apply a `Call` to it, report the world's state, enter or leave a patch. It never sees
 the reference's answers and never decides whether anything passed; everything it sends back is
@@ -77,7 +78,7 @@ def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
 def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
     """What the child sends back for one request: the result (and the world's state), or what
     stopped it."""
-    from grader.reference_code import ReferenceUsed
+    from grader.answer_free import ReferenceUsed
 
     try:
         answer = {"ok": wire.encode(run())}
@@ -138,24 +139,26 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
 
 
 def prepare(payload: dict) -> None:
-    """Everything that happens before the first student cell: limits, imports, sandbox,
-    traps."""
+    """Everything that happens before the first student cell: the answer-free refimpl, limits,
+    imports, sandbox."""
+    from grader import answer_free
     from grader.processes import die_with_parent
     from grader.sandbox import FileRules, Limits, restrict
 
+    # first: nothing below may load an answer module from its file
+    answer_free.install(payload.pop("sources"))
     die_with_parent()
     Limits(**payload["limits"]).apply()
-    import grader  # noqa: F401 - the set-up cells import it; the traps need it loaded
+    # what the set-up cells and `serve` import, loaded while files can still be read
+    import grader.paged_checks  # noqa: F401
     import grader.paged_worlds  # noqa: F401
-    from grader.reference_code import course_copies, install_traps, reference_code
+    import refimpl.hybrid  # noqa: F401
+    import refimpl.paged  # noqa: F401
 
-    # imports them all
-    traps = [
-        pair for check in payload["checks"] for pair in reference_code(check)
-    ] + course_copies()
+    for check in payload["checks"]:
+        getattr(grader, check)
     if payload["files"] is not None:
         restrict(FileRules(**payload["files"]))
-    install_traps(traps)
 
 
 def main(argv: list[str]) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 import grader
 import refimpl
 from grader import wire
+from grader.answer_free import answer_free_sources
 from grader.lockstep import (
     Call,
     StateFields,
@@ -136,7 +137,13 @@ class GradingChild:
             )
         self.starts += 1
         try:
-            self._spawn()
+            sources = answer_free_sources(self.settings.checks)
+        except ValueError as exc:
+            raise StartFailed(
+                f"the grader could not set up the process for its code (ValueError: {exc})"
+            ) from None
+        try:
+            self._spawn(sources)
             # sent before any student code runs
             prepared = wire.read_answer(self.sock, self.deadline)
             if "setup_failed" in prepared:
@@ -180,7 +187,7 @@ class GradingChild:
             t for t in self.settings.targets if isinstance(missing, list) and t in missing
         ]
 
-    def _spawn(self) -> None:
+    def _spawn(self, sources: dict[str, str]) -> None:
         self.workdir = tempfile.mkdtemp(prefix="refimpl-grade-")
         ours, theirs = socket.socketpair()
         # where refimpl and the grader are installed (the same folder in a checkout)
@@ -221,6 +228,7 @@ class GradingChild:
             rules.pop("note")
             files = rules
         payload = {
+            "sources": sources,
             "cells": self.settings.cells,
             "checks": self.settings.checks,
             "targets": self.settings.targets,

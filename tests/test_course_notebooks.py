@@ -435,3 +435,40 @@ def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(tmp
         "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an "
         "endless loop?)" in table
     )
+
+
+def _solution_namespace(name: str, old: str, new: str) -> dict:
+    """The setup and solution cells of a solution notebook run here, with one edit."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / name, as_version=4)
+    namespace: dict = {"__name__": "__main__"}
+    edited = False
+    for cell in nb.cells:
+        if cell_role(cell) not in ("setup", "solution"):
+            continue
+        source = cell.source
+        if old in source and not edited:
+            source, edited = source.replace(old, new, 1), True
+        exec(compile(source, f"<{name}>", "exec"), namespace)
+    assert edited
+    return namespace
+
+
+def test_a_correct_answer_that_uses_a_dataclass_repr_is_not_blamed_for_the_reference(capsys):
+    """Every dataclass shares its __repr__ wrapper with the broken variants' catalogue: using
+    it is no use of the reference (the notebook's check_* path)."""
+    import grader
+
+    scheduler = _solution_namespace(
+        "03_scheduler.ipynb",
+        "        self.max_num_seqs = config.max_num_seqs\n",
+        "        self.label = repr(config)\n        self.max_num_seqs = config.max_num_seqs\n",
+    )["Scheduler"]
+    report = grader.check_scheduler(scheduler)
+    assert (report.num_passed, report.num_checks) == (11, 11), report.table()
+    layout = _solution_namespace(
+        "04_packed_layout.ipynb",
+        "    for group in groups:\n        offset = 0\n",
+        "    for group in groups:\n        repr(group)\n        offset = 0\n",
+    )["get_packed_kv_cache_layout"]
+    report = grader.check_packed_layout(layout)
+    assert report.passed, report.table()

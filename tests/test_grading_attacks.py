@@ -445,3 +445,161 @@ def test_a_crash_inside_a_method_fails_only_the_rows_that_reach_it(tmp_path):
     assert grade.num_checks == 10
     assert grade.reason == "its code ended the process running it (exit code 7)"
     assert "found    it ended (exit code 7)" in grade.tables[0]
+
+
+# --- nothing to find: the child's refimpl holds no answer, no copy of one, no source of one
+def _source_search(marker: str) -> str:
+    """Cell code that looks for the reference's source inside the child (every linecache
+    entry, then inspect.getsource of the module) and runs it into `ns`."""
+    return f"""
+import inspect, linecache, sys
+found = None
+for entry in list(linecache.cache.values()):
+    if len(entry) == 4 and {marker!r} in "".join(entry[2]):
+        found = "".join(entry[2])
+if found is None:
+    module = sys.modules.get("refimpl.paged.block_manager") or __import__(
+        "refimpl.paged.block_manager", fromlist=["x"])
+    found = inspect.getsource(module)
+ns = {{"__name__": "refimpl.paged.block_manager"}}
+exec(found, ns)
+"""
+
+
+def _replace_solutions(exercise: str, code: str, base: Path = STUDENT_DIR):
+    nb = nbformat.read(ROOT / base / f"{exercise}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if cell_role(c) == "solution"]
+    cells[0].source = code
+    for cell in cells[1:]:
+        cell.source = "pass\n"
+    return nb
+
+
+EX1_FROM_NS = """
+class BlockManager(ns["BlockManager"]):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""
+# a correct Part II answer built from the course's broken variants, reached through the frozen
+# dataclasses that catalogue them, plus the type checks they lack
+VARIANTS_EX4 = """
+from grader import broken as _b
+_impl = {v.name: v.implementation for v in _b.BROKEN_VARIANTS}
+_gcd, _layout = _impl["gcd_accepts_non_ints"], _impl["layout_sorted_names"]
+
+def approximate_gcd(values, lower_bound=None):
+    values = list(values)
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in values) or (
+        lower_bound is not None
+        and (isinstance(lower_bound, bool) or not isinstance(lower_bound, int) or lower_bound < 1)
+    ):
+        raise ValueError("approximate_gcd needs positive ints")
+    return _gcd(values, lower_bound)
+
+def get_packed_kv_cache_layout(groups):
+    groups = list(groups)
+    if not groups:
+        raise ValueError("a packed layout needs at least one layer with a non-empty page")
+    return _layout(groups)
+"""
+# the reference's Part II functions, called where the child's refimpl should have none
+REFERENCE_EX4 = """
+from refimpl.hybrid.kv_cache_planning import approximate_gcd as _gcd
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as _layout
+
+def approximate_gcd(values, lower_bound=None):
+    return _gcd(values, lower_bound)
+
+def get_packed_kv_cache_layout(groups):
+    return _layout(groups)
+"""
+
+
+def _honest_scheduler_with_repr():
+    """The scheduler solution, plus a line that uses a dataclass's own repr (every dataclass
+    shares that code, the broken variants' catalogue included)."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "03_scheduler.ipynb", as_version=4)
+    cell = next(
+        c
+        for c in nb.cells
+        if cell_role(c) == "solution" and "def __init__(self, config" in c.source
+    )
+    line = "        self.max_num_seqs = config.max_num_seqs\n"
+    assert line in cell.source
+    cell.source = cell.source.replace(line, "        self.label = repr(config)\n" + line, 1)
+    return nb
+
+
+NOTHING_TO_FIND = {
+    # name -> (exercise, notebook, words of the reason)
+    "linecache_ex1": (
+        "01_block_manager",
+        lambda: _replace_solutions(
+            "01_block_manager", _source_search("def can_allocate") + EX1_FROM_NS
+        ),
+        "cell 4 raised",
+    ),
+    "linecache_ex2": (
+        "02_prefix_cache",
+        lambda: _replace_solutions(
+            "02_prefix_cache",
+            _source_search("def _prefix_hits")
+            + "PrefixCachingBlockManager = ns['BlockManager']",
+        ),
+        "cell 4 raised",
+    ),
+    "broken_variants_ex4": (
+        "04_packed_layout",
+        lambda: _replace_solutions("04_packed_layout", VARIANTS_EX4),
+        "grader.broken is not available while an exercise is graded",
+    ),
+    "reference_ex4": (
+        "04_packed_layout",
+        lambda: _replace_solutions("04_packed_layout", REFERENCE_EX4),
+        "uses the reference (refimpl.hybrid.kv_cache_planning.approximate_gcd)",
+    ),
+}
+
+
+def test_the_child_holds_no_answer_to_find(tmp_path):
+    """In-process linecache and getsource, the broken variants held by their catalogue, the
+    reference's Part II functions: each scores 0. A correct scheduler that uses a dataclass's
+    repr keeps every check."""
+    paths = []
+    for name, (exercise, make, _) in NOTHING_TO_FIND.items():
+        paths.append(
+            _write(tmp_path / name / f"{exercise}.ipynb", nbformat.writes(make()).encode())
+        )
+    honest = _write(
+        tmp_path / "honest_repr" / "03_scheduler.ipynb",
+        nbformat.writes(_honest_scheduler_with_repr()).encode(),
+    )
+    csv_path = tmp_path / "grades.csv"
+    status = refimpl_main(
+        ["grade", "--quiet", "--csv", str(csv_path), *map(str, [*paths, honest])]
+    )
+    rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+    assert status == 1
+    assert (rows["honest_repr"]["passed"], rows["honest_repr"]["checks"]) == ("11", "11")
+    problems = [
+        f"{name} scored {rows[name]['passed']}/{rows[name]['checks']}: {rows[name]['reason']}"
+        for name in NOTHING_TO_FIND
+        if rows[name]["passed"] != "0" or NOTHING_TO_FIND[name][2] not in rows[name]["reason"]
+    ]
+    assert problems == []
+
+
+def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():
+    """What the child imports for exercise 2: the asked methods raise, the reference's matching
+    walk is gone, what the exercise builds on is the reference's."""
+    from grader.answer_free import ReferenceUsed, answer_free_sources
+
+    source = answer_free_sources(["check_prefix_cache"])["refimpl.paged.block_manager"]
+    namespace: dict = {"__reference_used__": ReferenceUsed}
+    exec(compile(source, "<test>", "exec"), namespace)
+    manager = namespace["BlockManager"]
+    for name in ("_prefix_hits", "_match_prefix", "_cached_block_ids", "_block_hashes"):
+        assert not hasattr(manager, name), name
+    with pytest.raises(ReferenceUsed, match="BlockManager.can_allocate"):
+        manager(4, 4).can_allocate(None)
+    assert "def deallocate(self, seq" in source and "self._check_holder(seq)" in source

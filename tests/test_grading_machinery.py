@@ -272,35 +272,57 @@ def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
+def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
+    """What a grading child of exercises 1 and 4 imports: stubs for the answers, no source of
+    them anywhere, no broken variants, and the rest of refimpl as it is."""
+    from grader.answer_free import answer_free_sources
+
+    sources = answer_free_sources(["check_block_manager", "check_approximate_gcd"])
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
     done = _run_python(
         """
+        import json, linecache, sys
+        from grader import answer_free
+        answer_free.install(json.load(open("sources.json")))
         import grader
-        from grader.reference_code import ReferenceUsed, install_traps, reference_code
-        from refimpl.paged import BlockManager
+        from grader.answer_free import ReferenceUsed
+        from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
         import refimpl.hybrid.kv_cache_planning as planning
-        held = {"gcd": planning.approximate_gcd}   # a plain dict that holds the original
-        captured = planning.approximate_gcd        # a module global
-        def make_closure():
-            inner = planning.approximate_gcd       # a closure cell
-            return lambda: inner([4, 6])
-        closure = make_closure()
-        install_traps(reference_code("check_block_manager") + reference_code("check_approximate_gcd"))
-        for call in (lambda: BlockManager(4, 4), lambda: held["gcd"]([4, 6]), lambda: captured([4, 6]), closure):
+        grader.check_block_manager  # the set-up cell's import works
+        calls = {
+            "BlockManager": lambda: BlockManager(4, 4),
+            "approximate_gcd": lambda: planning.approximate_gcd([4, 6]),
+            "get_kv_cache_groups": lambda: planning.get_packed_kv_cache_groups,
+        }
+        for name, call in calls.items():
             try:
                 call()
-                print("ran")
+                print(name, "ran")
             except ReferenceUsed as used:
-                print("trapped", used.qualified_name)
+                print(name, "stub", used.qualified_name)
+        for module in ("grader.broken", "refimpl.course.prefix_match", "refimpl.viz"):
+            try:
+                __import__(module)
+                print(module, "imported")
+            except ImportError:
+                print(module, "refused")
+        sources = ["".join(entry[2]) for entry in linecache.cache.values() if len(entry) == 4]
+        print("source in linecache", any("def can_allocate" in s for s in sources))
+        print("file", getattr(sys.modules["refimpl.paged.block_manager"], "__file__", None))
+        print("scheduler", Scheduler.__module__, SchedulerConfig(num_kvcache_blocks=4).eos)
     """,
         tmp_path,
     )
-    gcd = "trapped refimpl.hybrid.kv_cache_planning.approximate_gcd"
     assert done.stdout.splitlines() == [
-        "trapped refimpl.paged.block_manager.BlockManager.__init__",
-        gcd,
-        gcd,
-        gcd,
+        "BlockManager stub refimpl.paged.block_manager.BlockManager.__init__",
+        "approximate_gcd stub refimpl.hybrid.kv_cache_planning.approximate_gcd",
+        "get_kv_cache_groups ran",
+        "grader.broken refused",
+        "refimpl.course.prefix_match refused",
+        "refimpl.viz refused",
+        "source in linecache False",
+        "file None",
+        "scheduler refimpl.paged.scheduler -1",
     ], done.stderr
 
 
@@ -451,7 +473,8 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
 
 
 def test_the_references_helpers_count_as_the_reference():
-    """`_prefix_hits` is the whole matching walk."""
+    """`_prefix_hits` is the whole matching walk: only the asked-for methods use it, so it is
+    counted as the reference too (and the grading child's refimpl lacks it)."""
     from refimpl.paged import BlockManager
 
     # every listed method written, the work done by the helpers
