@@ -20,16 +20,22 @@ from refimpl.cli import DefaultsHelpFormatter
 CSV_HEADER = ["notebook", "exercise", "passed", "checks", "failed_checks", "reason"]
 
 
+MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 24 * 3600.0  # seconds per notebook
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type for `--timeout`: a finite number of seconds above zero."""
+    """argparse type for `--timeout`: seconds per notebook, from 1 s (a child needs about a
+    second to start) to a day."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds, got {text!r}"
         ) from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not math.isfinite(value) or not MIN_TIMEOUT <= value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from {MIN_TIMEOUT:g} to {MAX_TIMEOUT:g}, got {text}"
+        )
     return value
 
 
@@ -37,6 +43,13 @@ def writable_csv_path(text: str) -> Path:
     """argparse type for `--csv`: a file path whose folder exists (the file itself is
     replaced)."""
     path = Path(text)
+    if path.suffix.lower() == ".ipynb":
+        raise argparse.ArgumentTypeError(
+            f"{text} is a notebook's name; give the grade file a name such as grades.csv "
+            "(did a pattern such as subs/*/01_block_manager.ipynb follow --csv?)"
+        )
+    if path.is_symlink():
+        raise argparse.ArgumentTypeError(f"{text} is a symbolic link; give a plain file name")
     if path.is_dir():
         raise argparse.ArgumentTypeError(
             f"{text} is a folder; give a file name such as {path / 'grades.csv'}"
@@ -129,11 +142,9 @@ class GradeSheet:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path.resolve()
+        self.path = path.absolute()
         self.rows: list[list[str]] = [CSV_HEADER]
-        with self.path.open("w", newline="") as handle:
-            csv.writer(handle).writerows(self.rows)
-        self._seen = _signature(self.path)
+        self._write(self.rows, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
     def write(self, row: list[str]) -> None:
         self.rows.append(row)
@@ -153,6 +164,20 @@ class GradeSheet:
         self._seen = _signature(self.path)
 
 
+def _same_file(path: Path, paths: list[Path]) -> bool:
+    """Whether `path` names one of `paths` (the same name, or the same file)."""
+    target = path.resolve()
+    for other in paths:
+        if other.resolve() == target:
+            return True
+        try:
+            if os.path.samefile(other, path):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _signature(path: Path) -> tuple | None:
     """What changes when a file is written, replaced or removed (size, time, inode)."""
     try:
@@ -165,14 +190,13 @@ def _signature(path: Path) -> tuple | None:
 def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
     """Every notebook's bytes, read before any student code runs (so none can change
     another's)."""
-    from grader.grading import MAX_NOTEBOOK_BYTES
+    from grader.grading import read_submission
 
     contents: dict[Path, bytes | None] = {}
     for path in paths:
         try:
-            with path.open("rb") as handle:
-                contents[path] = handle.read(MAX_NOTEBOOK_BYTES + 1)
-        except OSError:
+            contents[path] = read_submission(path)
+        except ValueError:
             contents[path] = None  # graded later, where the reason is worded
     return contents
 
@@ -223,6 +247,8 @@ def main(args: argparse.Namespace) -> int:
             "everywhere"
         )
     paths = expand_folders(args.notebooks, args.parser_error)
+    if args.csv is not None and _same_file(args.csv, paths):
+        args.parser_error(f"--csv {args.csv} is one of the notebooks to grade")
     contents = _read_all(paths)
     watched = [p for p in paths if p.is_file()]
     protected = {str(p.resolve().parent) for p in paths if p.parent.is_dir()}
@@ -242,7 +268,7 @@ def main(args: argparse.Namespace) -> int:
                 path, timeout=args.timeout, content=contents[path], settings=settings
             )
         # not handed in: its checks still count in the total
-        elif path.stem in EXERCISES and not path.exists():
+        elif path.stem in EXERCISES and not os.path.lexists(path):
             grade = grade_missing(path, EXERCISES[path.stem])
         else:
             # says why it cannot be read

@@ -272,20 +272,38 @@ def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
         ),
         (
             ["--timeout", "0"],
-            "argument --timeout: must be a positive number of seconds, got 0",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 0",
         ),
         (
             ["--timeout", "-5"],
-            "argument --timeout: must be a positive number of seconds, got -5",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got -5",
         ),
         (
             ["--timeout", "nan"],
-            "argument --timeout: must be a positive number of seconds, got nan",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got nan",
         ),
         (
             ["--timeout", "soon"],
             "argument --timeout: expected a number of seconds, got 'soon'",
         ),
+        (
+            ["--timeout", "1e-9"],
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 1e-9",
+        ),
+        (
+            ["--timeout", "1e9"],
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 1e9",
+        ),
+        # `--csv subs/*/01_block_manager.ipynb`: the shell put the first notebook after --csv
+        (
+            ["--csv", "{tmp}/a/01_block_manager.ipynb", "{tmp}/b/01_block_manager.ipynb"],
+            "argument --csv: {tmp}/a/01_block_manager.ipynb is a notebook's name",
+        ),
+        (
+            ["{tmp}/grades.csv", "--csv", "{tmp}/grades.csv"],
+            "--csv {tmp}/grades.csv is one of the notebooks to grade",
+        ),
+        (["--csv", "{tmp}/link.csv"], "argument --csv: {tmp}/link.csv is a symbolic link"),
         (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
     ],
 )
@@ -293,6 +311,12 @@ def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
     tmp_path, capsys, monkeypatch, argv, words
 ):
     (tmp_path / "empty").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(STUDENTS[0], tmp_path / name / "01_block_manager.ipynb")
+    (tmp_path / "grades.csv").write_text("kept\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "grades.csv")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     graded = []
     monkeypatch.setattr("grader.grading.grade_notebook", lambda *a, **k: graded.append(a))
     argv = [a.format(tmp=tmp_path) for a in argv]
@@ -303,6 +327,7 @@ def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
     assert captured.err.count("\n") == 1 and words.format(tmp=tmp_path) in captured.err, (
         captured.err
     )
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):

@@ -603,3 +603,55 @@ def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():
     with pytest.raises(ReferenceUsed, match="BlockManager.can_allocate"):
         manager(4, 4).can_allocate(None)
     assert "def deallocate(self, seq" in source and "self._check_holder(seq)" in source
+
+
+def test_links_and_other_files_are_refused_and_never_quoted(tmp_path, capsys):
+    """A link to a classmate's notebook gets no marks, a link to any other file shows none of
+    its text, a device is refused, and a malformed notebook that claims an exercise still
+    counts every check of it."""
+    subs = tmp_path / "subs"
+    honest = _write(
+        subs / "a" / "01_block_manager.ipynb",
+        (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes(),
+    )
+    copycat = subs / "b" / "01_block_manager.ipynb"
+    copycat.parent.mkdir()
+    copycat.symlink_to(honest)
+    secret = _write(tmp_path / "secret.txt", b"SECRET-FIRST-LINE of a file\n")
+    snoop = subs / "c" / "01_block_manager.ipynb"
+    snoop.parent.mkdir()
+    snoop.symlink_to(secret)
+    malformed = _student_copy()
+    malformed.cells[1]["source"] = 42  # one malformed cell; the metadata names exercise 1
+    renamed = _write(subs / "d" / "alice.ipynb", nbformat.writes(malformed).encode())
+    csv_path = tmp_path / "grades.csv"
+    paths = [honest, copycat, snoop, renamed, Path("/dev/null")]
+    assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), *map(str, paths)]) == 1
+    out = capsys.readouterr().out
+    rows = {r["notebook"]: r for r in csv.DictReader(csv_path.open())}
+    got = {
+        name: (rows[str(p)]["exercise"], rows[str(p)]["passed"], rows[str(p)]["checks"])
+        for name, p in zip(("honest", "copycat", "snoop", "renamed", "device"), paths)
+    }
+    assert got == {
+        "honest": ("01_block_manager", "10", "10"),
+        "copycat": ("01_block_manager", "0", "10"),
+        "snoop": ("01_block_manager", "0", "10"),
+        "renamed": ("01_block_manager", "0", "10"),
+        "device": ("?", "0", "0"),
+    }
+    assert "symbolic link" in rows[str(copycat)]["reason"]
+    assert "cell 2 is not a cell with text" in rows[str(renamed)]["reason"]
+    assert "not a regular file" in rows["/dev/null"]["reason"]
+    assert "SECRET" not in csv_path.read_text() and "SECRET" not in out
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"SECRET-FIRST-LINE\n", "SECRET \u00e9".encode("latin-1"), b'{"cells": "SECRET"}'],
+)
+def test_an_unreadable_notebook_is_described_without_its_content(tmp_path, content):
+    path = _write(tmp_path / "01_block_manager.ipynb", content)
+    grade = grade_notebook(path, timeout=60)
+    assert (grade.num_passed, grade.num_checks) == (0, 10)
+    assert "cannot read it as a notebook" in grade.why and "SECRET" not in grade.why
