@@ -17,6 +17,7 @@ from pathlib import Path
 
 from refimpl.cli import DefaultsHelpFormatter
 
+ALLOW_ROOT = "GRADER_ALLOW_ROOT"  # =1: the same as --allow-root (for test suites run as root)
 CSV_HEADER = ["notebook", "exercise", "passed", "checks", "failed_checks", "reason"]
 
 
@@ -112,7 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not restrict the graded code's files and network with Landlock "
         "(resource limits stay)",
     )
+    parser.add_argument(
+        "--allow-root",
+        action="store_true",
+        help="grade even when running as root (resource limits do not bind root, and a "
+        "process cap needs a pids cgroup); also GRADER_ALLOW_ROOT=1",
+    )
     parser.set_defaults(func=main, parser_error=parser.error)
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def expand_folders(paths: list[Path], error) -> list[Path]:
@@ -245,6 +256,11 @@ def main(args: argparse.Namespace) -> int:
         args.parser_error(
             "grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works "
             "everywhere"
+        )
+    if running_as_root() and not (args.allow_root or os.environ.get(ALLOW_ROOT) == "1"):
+        args.parser_error(
+            "refusing to grade as root: the graded code could raise its own limits; run as an "
+            "unprivileged user (in a throwaway container), or pass --allow-root"
         )
     paths = expand_folders(args.notebooks, args.parser_error)
     if args.csv is not None and _same_file(args.csv, paths):

@@ -296,6 +296,8 @@ def _grade_program(
             )
             if child.expired:
                 grade.error = f"timed out after {timeout:g} s"
+    if child.overflow:
+        grade.void(child.overflow)
     if child.stray:
         grade.void(
             f"left {child.stray} process{'es' if child.stray > 1 else ''} running after "

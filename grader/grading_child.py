@@ -143,12 +143,12 @@ def prepare(payload: dict) -> None:
     imports, sandbox."""
     from grader import answer_free
     from grader.processes import die_with_parent
-    from grader.sandbox import FileRules, Limits, restrict
+    from grader.sandbox import FileRules, Limits, deny_sockets, restrict
 
     # first: nothing below may load an answer module from its file
     answer_free.install(payload.pop("sources"))
     die_with_parent()
-    Limits(**payload["limits"]).apply()
+    Limits(**payload["limits"]).apply(payload["processes_before"])
     # what the set-up cells and `serve` import, loaded while files can still be read
     import grader.paged_checks  # noqa: F401
     import grader.paged_worlds  # noqa: F401
@@ -159,6 +159,8 @@ def prepare(payload: dict) -> None:
         getattr(grader, check)
     if payload["files"] is not None:
         restrict(FileRules(**payload["files"]))
+    if payload["deny_sockets"]:
+        deny_sockets()
 
 
 def main(argv: list[str]) -> int:

@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -42,7 +43,14 @@ from grader.lockstep import (
     describe_exception,
     reference_complaint,
 )
-from grader.processes import descendants, end_new_descendants, subreaper
+from grader.processes import (
+    PidsCgroup,
+    descendants,
+    end_new_descendants,
+    not_dumpable,
+    processes_of_this_user,
+    subreaper,
+)
 from grader.reference_code import reference_sources
 from grader.sandbox import Limits, file_rules, landlock_abi
 
@@ -114,11 +122,18 @@ class GradingChild:
         self.expired = False
         # the last line the latest child wrote to its stderr (a crash of Python itself)
         self.last_error = ""
+        # why the child was stopped for what it wrote (it scores 0, and is not started again)
+        self.overflow: str | None = None
+        self._cgroup: PidsCgroup | None = None
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()
         self._stack = ExitStack()
         self._before: set = set()
 
     def __enter__(self) -> GradingChild:
         self._stack.enter_context(subreaper())
+        # the grader's /proc entries (environment, memory) closed to a child of the same user
+        self._stack.enter_context(not_dumpable())
         self._before = set(descendants())
         return self
 
@@ -131,6 +146,8 @@ class GradingChild:
         """Start a child and run the cells in it; StartFailed when it does not report ready."""
         if self.expired:
             raise StartFailed(f"timed out after {self.timeout:g} s")
+        if self.overflow is not None:
+            raise StartFailed(self.overflow)
         if self.starts >= MAX_STARTS:
             raise StartFailed(
                 f"the process running its code ended {MAX_STARTS} times; not started again"
@@ -207,6 +224,9 @@ class GradingChild:
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
         }
+        limits = self.settings.limits
+        processes_before = processes_of_this_user()
+        self._cgroup = PidsCgroup(limits.processes)
         with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
@@ -220,6 +240,13 @@ class GradingChild:
             )
         theirs.close()
         self.sock = ours
+        # before it reads its first request, so before any student code: all it starts is in
+        self._cgroup.add(self.process.pid)
+        self._watching.clear()
+        self._watcher = threading.Thread(
+            target=self._watch_writes, args=(self.workdir, self.process), daemon=True
+        )
+        self._watcher.start()
         files = None
         if self.settings.sandbox and landlock_abi() > 0:
             rules = asdict(
@@ -233,6 +260,8 @@ class GradingChild:
             "checks": self.settings.checks,
             "targets": self.settings.targets,
             "limits": asdict(self.settings.limits),
+            "processes_before": processes_before,
+            "deny_sockets": self.settings.sandbox,
             "files": files,
         }
         wire.send_request(ours, ("start", payload))
@@ -253,15 +282,41 @@ class GradingChild:
             pass
         final = self.process.wait()
         ending = describe_exit(returncode if returncode is not None else final)
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join()
         if self.sock is not None:
             self.sock.close()
         self.last_error = (
             _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
         )
         self.stray += end_new_descendants(self._before)
+        if self._cgroup is not None:
+            self._cgroup.close()
         _remove_tree(self.workdir)
         self.process = self.sock = self.workdir = None
         return ending
+
+    def _watch_writes(self, workdir: str, process: subprocess.Popen) -> None:
+        """Stop the child (its whole group) once its folder holds more than the limits allow.
+
+        RLIMIT_FSIZE caps one file; this caps them all (Landlock keeps writes in the folder).
+        """
+        limits = self.settings.limits
+        while not self._watching.wait(0.05):
+            used, files = _folder_use(workdir, limits.write_files)
+            if used > limits.write_bytes or files > limits.write_files:
+                what = (
+                    f"more than {limits.write_bytes / 2**20:g} MiB"
+                    if used > limits.write_bytes
+                    else f"more than {limits.write_files} files"
+                )
+                self.overflow = f"wrote {what} in its folder (stopped)"
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                return
 
     def close(self) -> None:
         """Say goodbye to a live child, give it a second to exit, then end everything it
@@ -313,6 +368,29 @@ class GradingChild:
         """End a child that can no longer be trusted to be in step (the next scenario starts a
         new one)."""
         self._end(0)
+
+
+def _folder_use(path: str, max_files: int) -> tuple[int, int]:
+    """(bytes on disk, files) under `path`, counting at most `max_files` + 1 files."""
+    used = files = 0
+    stack = [path]
+    while stack and files <= max_files:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            files += 1
+            used += (
+                max(info.st_blocks * 512, 0) if hasattr(info, "st_blocks") else info.st_size
+            )
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return used, files
 
 
 def _last_line(path: str, tail: int = 4096) -> str:

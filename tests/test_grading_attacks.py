@@ -28,6 +28,14 @@ from refimpl.__main__ import main as refimpl_main
 pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _grading_as_root_is_asked_for(monkeypatch):
+    """These tests may run as root (a container): they ask for it as an instructor would."""
+    monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
+
+
 ABI = landlock_abi()
 SLEEPER = "987.654"  # the orphan attack's long sleep, recognisable in /proc
 
@@ -655,3 +663,126 @@ def test_an_unreadable_notebook_is_described_without_its_content(tmp_path, conte
     grade = grade_notebook(path, timeout=60)
     assert (grade.num_passed, grade.num_checks) == (0, 10)
     assert "cannot read it as a notebook" in grade.why and "SECRET" not in grade.why
+
+
+# --- limits: what one notebook's code may do to the machine and to the grader
+PARENT_PROC = """
+import os
+seen = []
+for name in ("environ", "cmdline", "status"):
+    try:
+        with open(f"/proc/{os.getppid()}/{name}", "rb") as handle:
+            data = handle.read()
+        seen.append(f"{name}:read:{b'GRADER_SECRET_VALUE' in data}")
+    except OSError as exc:
+        seen.append(f"{name}:{type(exc).__name__}")
+raise RuntimeError("|".join(seen))
+"""
+FORK_COUNT = """
+import os, time
+children = 0
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    children += 1
+raise RuntimeError(f"forked {children} children")
+"""
+BYTES_WRITTEN = """
+import os
+block, written, files = b"x" * 2**20, 0, 0
+try:
+    while written < 512 * 2**20:
+        with open(f"junk{files}.bin", "wb") as handle:
+            for _ in range(32):
+                handle.write(block)
+                written += len(block)
+        files += 1
+except OSError as exc:
+    raise RuntimeError(f"wrote {written} bytes, then {type(exc).__name__}")
+raise RuntimeError(f"wrote {written} bytes")
+"""
+SOCKETS = """
+import socket
+seen = []
+for name, kind in (("udp", socket.SOCK_DGRAM), ("tcp", socket.SOCK_STREAM), ("raw", socket.SOCK_RAW)):
+    try:
+        socket.socket(socket.AF_INET, kind).close()
+        seen.append(f"{name}:open")
+    except OSError as exc:
+        seen.append(f"{name}:{type(exc).__name__}")
+raise RuntimeError("|".join(seen))
+"""
+
+
+def _grade_cell(tmp_path: Path, code: str, **settings) -> str:
+    """The reason a notebook whose first solution cell is `code` gets (exercise 1)."""
+    from grader.grading import GradingSettings
+
+    path = _write(
+        tmp_path / "01_block_manager.ipynb", nbformat.writes(_with_attack(code, "")).encode()
+    )
+    grade = grade_notebook(path, timeout=60, settings=GradingSettings(**settings))
+    assert grade.num_passed == 0
+    return grade.why
+
+
+@pytest.mark.skipif(ABI == 0, reason="needs Landlock to keep /proc/<parent> out of reach")
+def test_the_child_reads_neither_the_graders_environment_nor_its_command_line(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("GRADER_SECRET", "GRADER_SECRET_VALUE")
+    why = _grade_cell(tmp_path, PARENT_PROC)
+    assert re.search(r"environ:\w+Error\|cmdline:\w+Error\|status:\w+Error", why), why
+
+
+def test_a_fork_bomb_gets_a_few_processes(tmp_path):
+    from grader.processes import process_cap_available
+    from grader.sandbox import Limits
+
+    if not process_cap_available():
+        pytest.skip("no pids cgroup and RLIMIT_NPROC does not bind this user (root)")
+    why = _grade_cell(tmp_path, FORK_COUNT)
+    forked = int(re.search(r"forked (\d+) children", why).group(1))
+    assert 0 < forked < Limits().processes, why
+
+
+def test_bytes_written_are_capped(tmp_path):
+    from grader.sandbox import Limits
+
+    why = _grade_cell(tmp_path, BYTES_WRITTEN, limits=Limits(write_bytes=64 * 2**20))
+    assert "wrote more than 64 MiB" in why, why
+
+
+def test_udp_raw_and_tcp_sockets_are_refused(tmp_path):
+    from grader.sandbox import seccomp_available
+
+    if not seccomp_available():
+        pytest.skip("no seccomp on this system")
+    why = _grade_cell(tmp_path, SOCKETS)
+    assert re.search(r"udp:\w+Error\|tcp:\w+Error\|raw:\w+Error", why), why
+
+
+def test_grading_as_root_is_refused_unless_asked_for(monkeypatch, capsys):
+    from grader.grading import failed_grade
+
+    graded = []
+
+    def fake_grade(path, **kwargs):
+        graded.append(path)
+        return failed_grade(path, None, "not graded here")
+
+    monkeypatch.delenv("GRADER_ALLOW_ROOT")
+    monkeypatch.setattr("grader.grading.grade_notebook", fake_grade)
+    student = str(ROOT / STUDENT_DIR / "01_block_manager.ipynb")
+    monkeypatch.setattr("grader.cli.os.geteuid", lambda: 0)
+    assert refimpl_main(["grade", student]) == 2
+    assert "refusing to grade as root" in capsys.readouterr().err and graded == []
+    refimpl_main(["grade", "--quiet", "--allow-root", student])
+    monkeypatch.setattr("grader.cli.os.geteuid", lambda: 1000)
+    refimpl_main(["grade", "--quiet", student])
+    assert len(graded) == 2

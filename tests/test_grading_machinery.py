@@ -28,6 +28,13 @@ from grader.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+@pytest.fixture(autouse=True)
+def _grading_as_root_is_asked_for(monkeypatch):
+    """These tests may run as root (a container): they ask for it as an instructor would."""
+    monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
+
+
 plain = st.recursive(
     st.none()
     | st.booleans()
