@@ -82,7 +82,8 @@ def course_copies() -> list[tuple[Any, str]]:
 def reference_sources() -> list[str]:
     """The files holding the reference code of every exercise and the course's copies of it
     (and their compiled caches): the grading child may not read them, so it cannot load that
-    code a second time (`importlib.reload`, `exec(open(...).read())`) past its traps."""
+    code from its files (`exec(open(...).read())`, a fresh Python) past its answer-free
+    refimpl."""
     from grader import broken
     from grader.exercises import EXERCISES
 
@@ -121,7 +122,7 @@ def grading_side(
     student: Any, check_name: str, allow_reference: bool
 ) -> tuple[StudentSide | None, ReferenceGuard | None]:
     """(side, guard) for a grader's argument: a StudentSide is driven as is (the command-line
-    grader's child has traps instead of a guard); a class or function runs here, watched unless
+    grader's child has no reference to guard); a class or function runs here, watched unless
     `allow_reference`."""
     if isinstance(student, StudentSide):
         return student, None

@@ -67,7 +67,7 @@ class ChildSettings:
     """What every grading child of one notebook gets."""
 
     cells: list[tuple[int, str]]
-    checks: list[str]  # grader names: their reference code is trapped in the child
+    checks: list[str]  # grader names: the child's refimpl lacks their answers
     targets: list[str]  # the names the notebook should define
     limits: Limits = field(default_factory=Limits)
     # folders the child must not read (solutions, submissions, grade file)

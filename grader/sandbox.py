@@ -4,13 +4,18 @@ The command-line grader runs a student's code in a child process
 (`grader.grading_child`). Before the first student cell, the child
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
-  file it writes, the number of open files;
+  file it writes, the number of open files, the number of processes (RLIMIT_NPROC; the grader
+  also puts it in a pids cgroup where it can, and watches what its folder holds);
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
-  inside Python's installation, the refimpl package and the system folders (`file_rules`), so
-  the solution notebooks, the other submissions and the grade file are out of reach; TCP is
-  refused (Landlock ABI 4), and signals to processes outside the sandbox (the grader) are
-  refused (ABI 6). Processes it starts inherit all of it.
+  inside Python's installation, the refimpl and grader packages, the system folders and its own
+  `/proc` entries (`file_rules`), so the solution notebooks, the other submissions, the grade
+  file and the grader's environment are out of reach; TCP is refused (Landlock ABI 4), and
+  signals to processes outside the sandbox (the grader) are refused (ABI 6);
+- on Linux (x86-64, arm64), allows itself Unix sockets only (`deny_sockets`, seccomp): no UDP,
+  TCP, raw or packet socket, no io_uring.
+
+Processes it starts inherit all of it.
 
 This is what an unprivileged process can do to itself; it is not a container. A hostile
 submission should still be graded in a throwaway container or virtual machine (see the
@@ -183,7 +188,7 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
     file's folder). If one of them lies inside a folder Python needs, reads cannot be
     restricted without breaking Python; then only writes are, and `note` says why. `hidden` are
     files inside the readable folders that stay unreadable (the source of the reference code an
-    exercise asks for: already imported, it must not be loaded a second time past the traps).
+    exercise asks for: the child's refimpl lacks it, and must not load it from its file).
     """
     packages = [str(Path(p.__file__).resolve().parent) for p in (refimpl, grader)]
     roots = {
