@@ -11,7 +11,9 @@ import sys
 
 from refimpl.cli import OneLineErrorParser
 
-# sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`
+# sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`.
+# "grade" is the grader's command (`python -m grader`), loaded by name: the grader is a package
+# above refimpl, which never imports it.
 SUBCOMMANDS = {
     "plan": "refimpl.plan_cli",
     "grade": "grader.cli",
@@ -25,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
+            # not installed (the module or its package): no such sub-command
+            if not (exc.name and f"{module_name}.".startswith(f"{exc.name}.")):
                 raise
             continue
         module.add_parser(subparsers)
