@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from refimpl.cli import OneLineErrorParser
+from refimpl.cli import OneLineErrorParser, run
 
 # sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`.
 # "grade" is the grader's command (`python -m grader`), loaded by name: the grader is a package
@@ -32,12 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             continue
         module.add_parser(subparsers)
-    try:
-        args = parser.parse_args(argv)
-        return int(args.func(args) or 0)
-    # argparse's errors and --help: hand the status back to the caller
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
+    return run(parser, argv)
 
 
 if __name__ == "__main__":
