@@ -77,7 +77,7 @@ notebooks: $(STAMP)
 	  (cd $$(dirname $$nb) && $(NO_GPU) $(CURDIR)/$(BIN)/$(EXECUTE) $$(basename $$nb)) || exit 1; \
 	done
 	$(BIN)/python -m refimpl.course.notebook_format $(or $(NB),$(NOTEBOOKS))
-	$(BIN)/python -m refimpl.course.exercises generate
+	$(BIN)/python -m grader.exercises generate
 
 figures: export REFIMPL_WRITE_FIGURES := $(CURDIR)/figures
 figures: notebooks
@@ -91,15 +91,15 @@ clean:
 # Exercises: student copies are generated from the executed solution notebooks (never edited by hand).
 .PHONY: exercises check-exercises student-bundle
 exercises: $(STAMP)
-	$(BIN)/python -m refimpl.course.exercises generate
+	$(BIN)/python -m grader.exercises generate
 
 # What students get: every tracked file but the solutions and the instructor guide, as
 # dist/student-bundle/ and dist/student-bundle.zip (see notebooks/exercises/README.md).
 student-bundle: $(STAMP)
-	$(BIN)/python -m refimpl.course.bundle dist/student-bundle
+	$(BIN)/python -m grader.bundle dist/student-bundle
 
 check-exercises: $(STAMP)
-	$(BIN)/python -m refimpl.course.exercises check
+	$(BIN)/python -m grader.exercises check
 
 # The quick loop: every specification test, without the slow end-to-end, Triton-interpreter,
 # subprocess and notebook checks (`make test` still runs all of them).

@@ -16,8 +16,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from refimpl.__main__ import main as refimpl_main
-from refimpl.course.exercises import (
+from grader.exercises import (
     BEGIN,
     END,
     EXERCISES,
@@ -28,11 +27,20 @@ from refimpl.course.exercises import (
     stale_copies,
     strip_solutions,
 )
-from refimpl.course.grading import grade_notebook
+from grader.grading import grade_notebook
+from refimpl.__main__ import main as refimpl_main
 
 pytestmark = pytest.mark.slow  # runs exercise notebooks and the grade CLI in subprocesses
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _grading_as_root_is_asked_for(monkeypatch):
+    """These tests may run as root (a container): they ask for it as an instructor would."""
+    monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
+
+
 SOLUTIONS = sorted((ROOT / SOLUTIONS_DIR).glob("[0-9]*.ipynb"))
 STUDENTS = [ROOT / STUDENT_DIR / p.name for p in SOLUTIONS]
 
@@ -272,20 +280,38 @@ def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
         ),
         (
             ["--timeout", "0"],
-            "argument --timeout: must be a positive number of seconds, got 0",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 0",
         ),
         (
             ["--timeout", "-5"],
-            "argument --timeout: must be a positive number of seconds, got -5",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got -5",
         ),
         (
             ["--timeout", "nan"],
-            "argument --timeout: must be a positive number of seconds, got nan",
+            "argument --timeout: must be a number of seconds from 1 to 86400, got nan",
         ),
         (
             ["--timeout", "soon"],
             "argument --timeout: expected a number of seconds, got 'soon'",
         ),
+        (
+            ["--timeout", "1e-9"],
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 1e-9",
+        ),
+        (
+            ["--timeout", "1e9"],
+            "argument --timeout: must be a number of seconds from 1 to 86400, got 1e9",
+        ),
+        # `--csv subs/*/01_block_manager.ipynb`: the shell put the first notebook after --csv
+        (
+            ["--csv", "{tmp}/a/01_block_manager.ipynb", "{tmp}/b/01_block_manager.ipynb"],
+            "argument --csv: {tmp}/a/01_block_manager.ipynb is a notebook's name",
+        ),
+        (
+            ["{tmp}/grades.csv", "--csv", "{tmp}/grades.csv"],
+            "--csv {tmp}/grades.csv is one of the notebooks to grade",
+        ),
+        (["--csv", "{tmp}/link.csv"], "argument --csv: {tmp}/link.csv is a symbolic link"),
         (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
     ],
 )
@@ -293,10 +319,14 @@ def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
     tmp_path, capsys, monkeypatch, argv, words
 ):
     (tmp_path / "empty").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(STUDENTS[0], tmp_path / name / "01_block_manager.ipynb")
+    (tmp_path / "grades.csv").write_text("kept\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "grades.csv")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     graded = []
-    monkeypatch.setattr(
-        "refimpl.course.grading.grade_notebook", lambda *a, **k: graded.append(a)
-    )
+    monkeypatch.setattr("grader.grading.grade_notebook", lambda *a, **k: graded.append(a))
     argv = [a.format(tmp=tmp_path) for a in argv]
     notebooks = [] if any(a.endswith("empty") for a in argv) else [str(STUDENTS[0])]
     assert refimpl_main(["grade", *notebooks, *argv]) == 2
@@ -305,6 +335,7 @@ def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
     assert captured.err.count("\n") == 1 and words.format(tmp=tmp_path) in captured.err, (
         captured.err
     )
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
 def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
@@ -360,7 +391,7 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
         tmp_path,
         "01_block_manager.ipynb",
         "class BlockManager:",
-        "import refimpl.course\nrefimpl.course.check_block_manager = lambda *a, **k: "
+        "import grader\ngrader.check_block_manager = lambda *a, **k: "
         "None\n\nclass BlockManager:",
     )
     broken_nb = nbformat.read(swap, as_version=4)
@@ -437,3 +468,40 @@ def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(tmp
         "scenario preempt_self_when_alone did not finish within 0.5 s and was stopped (an "
         "endless loop?)" in table
     )
+
+
+def _solution_namespace(name: str, old: str, new: str) -> dict:
+    """The setup and solution cells of a solution notebook run here, with one edit."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / name, as_version=4)
+    namespace: dict = {"__name__": "__main__"}
+    edited = False
+    for cell in nb.cells:
+        if cell_role(cell) not in ("setup", "solution"):
+            continue
+        source = cell.source
+        if old in source and not edited:
+            source, edited = source.replace(old, new, 1), True
+        exec(compile(source, f"<{name}>", "exec"), namespace)
+    assert edited
+    return namespace
+
+
+def test_a_correct_answer_that_uses_a_dataclass_repr_is_not_blamed_for_the_reference(capsys):
+    """Every dataclass shares its __repr__ wrapper with the broken variants' catalogue: using
+    it is no use of the reference (the notebook's check_* path)."""
+    import grader
+
+    scheduler = _solution_namespace(
+        "03_scheduler.ipynb",
+        "        self.max_num_seqs = config.max_num_seqs\n",
+        "        self.label = repr(config)\n        self.max_num_seqs = config.max_num_seqs\n",
+    )["Scheduler"]
+    report = grader.check_scheduler(scheduler)
+    assert (report.num_passed, report.num_checks) == (11, 11), report.table()
+    layout = _solution_namespace(
+        "04_packed_layout.ipynb",
+        "    for group in groups:\n        offset = 0\n",
+        "    for group in groups:\n        repr(group)\n        offset = 0\n",
+    )["get_packed_kv_cache_layout"]
+    report = grader.check_packed_layout(layout)
+    assert report.passed, report.table()

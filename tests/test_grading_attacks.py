@@ -1,7 +1,7 @@
 """Attacks on the command-line grader: each submission tries to score without writing the code.
 
 One class folder holds an honest submission, submissions that attack the grader, and files
-that are not well-formed notebooks. The folder is graded once (`python -m refimpl grade
+that are not well-formed notebooks. The folder is graded once (`python -m grader
 --csv`); every attack must score 0 (or be refused), and the honest student must still get every
 check. The attacks start from the student copy of exercise 1, which scores 0/10 as handed out:
 an attack that worked would raise that score.
@@ -19,15 +19,23 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader import broken
+from grader.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
+from grader.grading import grade_notebook
+from grader.sandbox import landlock_abi
 from refimpl.__main__ import main as refimpl_main
-from refimpl.course import broken
-from refimpl.course.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
-from refimpl.course.grading import grade_notebook
-from refimpl.course.sandbox import landlock_abi
 
 pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _grading_as_root_is_asked_for(monkeypatch):
+    """These tests may run as root (a container): they ask for it as an instructor would."""
+    monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
+
+
 ABI = landlock_abi()
 SLEEPER = "987.654"  # the orphan attack's long sleep, recognisable in /proc
 
@@ -64,13 +72,13 @@ for _ in range(200):
         "",
         """
 import sys
-import refimpl.course
-import refimpl.course.report
+import grader
+import grader.report
 runner = sys.modules["__main__"]
 runner._answer = lambda run, state: {"ok": None, "state": {"l": []}}
 runner._run_graders = lambda *args, **kwargs: {"tables": [], "rows": [], "reason": None}
-refimpl.course.check_block_manager = lambda *args, **kwargs: None
-refimpl.course.report.CheckResult.passed = property(lambda self: True)
+grader.check_block_manager = lambda *args, **kwargs: None
+grader.report.CheckResult.passed = property(lambda self: True)
 """,
     ),
     "profile_off_and_delegate": (
@@ -266,9 +274,7 @@ def _grade_the_class(root: Path) -> dict:
     if hasattr(broken, "_ConfigurableScheduler"):
         nb = nbformat.read(ROOT / STUDENT_DIR / "03_scheduler.ipynb", as_version=4)
         cell = next(c for c in nb.cells if cell_role(c) == "solution")
-        cell.source += (
-            "\n\nfrom refimpl.course.broken import _ConfigurableScheduler as Scheduler\n"
-        )
+        cell.source += "\n\nfrom grader.broken import _ConfigurableScheduler as Scheduler\n"
         paths.append(
             _write(
                 submissions / "course_copy" / "03_scheduler.ipynb",
@@ -316,7 +322,7 @@ EXPECTED_REASONS = {  # words each row's reason must hold
     "empty_object": "cannot read it as a notebook",
     "binary": "cannot read it as a notebook",
     "cells_not_a_list": "cannot read it as a notebook",
-    "course_copy": "uses the reference (refimpl.course.broken._ConfigurableScheduler.schedule)",
+    "course_copy": "uses the reference (grader.broken._ConfigurableScheduler.schedule)",
 }
 if ABI:
     EXPECTED_REASONS.update(
@@ -447,3 +453,336 @@ def test_a_crash_inside_a_method_fails_only_the_rows_that_reach_it(tmp_path):
     assert grade.num_checks == 10
     assert grade.reason == "its code ended the process running it (exit code 7)"
     assert "found    it ended (exit code 7)" in grade.tables[0]
+
+
+# --- nothing to find: the child's refimpl holds no answer, no copy of one, no source of one
+def _source_search(marker: str) -> str:
+    """Cell code that looks for the reference's source inside the child (every linecache
+    entry, then inspect.getsource of the module) and runs it into `ns`."""
+    return f"""
+import inspect, linecache, sys
+found = None
+for entry in list(linecache.cache.values()):
+    if len(entry) == 4 and {marker!r} in "".join(entry[2]):
+        found = "".join(entry[2])
+if found is None:
+    module = sys.modules.get("refimpl.paged.block_manager") or __import__(
+        "refimpl.paged.block_manager", fromlist=["x"])
+    found = inspect.getsource(module)
+ns = {{"__name__": "refimpl.paged.block_manager"}}
+exec(found, ns)
+"""
+
+
+def _replace_solutions(exercise: str, code: str, base: Path = STUDENT_DIR):
+    nb = nbformat.read(ROOT / base / f"{exercise}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if cell_role(c) == "solution"]
+    cells[0].source = code
+    for cell in cells[1:]:
+        cell.source = "pass\n"
+    return nb
+
+
+EX1_FROM_NS = """
+class BlockManager(ns["BlockManager"]):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""
+# a correct Part II answer built from the course's broken variants, reached through the frozen
+# dataclasses that catalogue them, plus the type checks they lack
+VARIANTS_EX4 = """
+from grader import broken as _b
+_impl = {v.name: v.implementation for v in _b.BROKEN_VARIANTS}
+_gcd, _layout = _impl["gcd_accepts_non_ints"], _impl["layout_sorted_names"]
+
+def approximate_gcd(values, lower_bound=None):
+    values = list(values)
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in values) or (
+        lower_bound is not None
+        and (isinstance(lower_bound, bool) or not isinstance(lower_bound, int) or lower_bound < 1)
+    ):
+        raise ValueError("approximate_gcd needs positive ints")
+    return _gcd(values, lower_bound)
+
+def get_packed_kv_cache_layout(groups):
+    groups = list(groups)
+    if not groups:
+        raise ValueError("a packed layout needs at least one layer with a non-empty page")
+    return _layout(groups)
+"""
+# the reference's Part II functions, called where the child's refimpl should have none
+REFERENCE_EX4 = """
+from refimpl.hybrid.kv_cache_planning import approximate_gcd as _gcd
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as _layout
+
+def approximate_gcd(values, lower_bound=None):
+    return _gcd(values, lower_bound)
+
+def get_packed_kv_cache_layout(groups):
+    return _layout(groups)
+"""
+
+
+def _honest_scheduler_with_repr():
+    """The scheduler solution, plus a line that uses a dataclass's own repr (every dataclass
+    shares that code, the broken variants' catalogue included)."""
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / "03_scheduler.ipynb", as_version=4)
+    cell = next(
+        c
+        for c in nb.cells
+        if cell_role(c) == "solution" and "def __init__(self, config" in c.source
+    )
+    line = "        self.max_num_seqs = config.max_num_seqs\n"
+    assert line in cell.source
+    cell.source = cell.source.replace(line, "        self.label = repr(config)\n" + line, 1)
+    return nb
+
+
+NOTHING_TO_FIND = {
+    # name -> (exercise, notebook, words of the reason)
+    "linecache_ex1": (
+        "01_block_manager",
+        lambda: _replace_solutions(
+            "01_block_manager", _source_search("def can_allocate") + EX1_FROM_NS
+        ),
+        "cell 4 raised",
+    ),
+    "linecache_ex2": (
+        "02_prefix_cache",
+        lambda: _replace_solutions(
+            "02_prefix_cache",
+            _source_search("def _prefix_hits")
+            + "PrefixCachingBlockManager = ns['BlockManager']",
+        ),
+        "cell 4 raised",
+    ),
+    "broken_variants_ex4": (
+        "04_packed_layout",
+        lambda: _replace_solutions("04_packed_layout", VARIANTS_EX4),
+        "grader.broken is not available while an exercise is graded",
+    ),
+    "reference_ex4": (
+        "04_packed_layout",
+        lambda: _replace_solutions("04_packed_layout", REFERENCE_EX4),
+        "uses the reference (refimpl.hybrid.kv_cache_planning.approximate_gcd)",
+    ),
+}
+
+
+def test_the_child_holds_no_answer_to_find(tmp_path):
+    """In-process linecache and getsource, the broken variants held by their catalogue, the
+    reference's Part II functions: each scores 0. A correct scheduler that uses a dataclass's
+    repr keeps every check."""
+    paths = []
+    for name, (exercise, make, _) in NOTHING_TO_FIND.items():
+        paths.append(
+            _write(tmp_path / name / f"{exercise}.ipynb", nbformat.writes(make()).encode())
+        )
+    honest = _write(
+        tmp_path / "honest_repr" / "03_scheduler.ipynb",
+        nbformat.writes(_honest_scheduler_with_repr()).encode(),
+    )
+    csv_path = tmp_path / "grades.csv"
+    status = refimpl_main(
+        ["grade", "--quiet", "--csv", str(csv_path), *map(str, [*paths, honest])]
+    )
+    rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+    assert status == 1
+    assert (rows["honest_repr"]["passed"], rows["honest_repr"]["checks"]) == ("11", "11")
+    problems = [
+        f"{name} scored {rows[name]['passed']}/{rows[name]['checks']}: {rows[name]['reason']}"
+        for name in NOTHING_TO_FIND
+        if rows[name]["passed"] != "0" or NOTHING_TO_FIND[name][2] not in rows[name]["reason"]
+    ]
+    assert problems == []
+
+
+def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():
+    """What the child imports for exercise 2: the asked methods raise, the reference's matching
+    walk is gone, what the exercise builds on is the reference's."""
+    from grader.answer_free import ReferenceUsed, answer_free_sources
+
+    source = answer_free_sources(["check_prefix_cache"])["refimpl.paged.block_manager"]
+    namespace: dict = {"__reference_used__": ReferenceUsed}
+    exec(compile(source, "<test>", "exec"), namespace)
+    manager = namespace["BlockManager"]
+    for name in ("_prefix_hits", "_match_prefix", "_cached_block_ids", "_block_hashes"):
+        assert not hasattr(manager, name), name
+    with pytest.raises(ReferenceUsed, match="BlockManager.can_allocate"):
+        manager(4, 4).can_allocate(None)
+    assert "def deallocate(self, seq" in source and "self._check_holder(seq)" in source
+
+
+def test_links_and_other_files_are_refused_and_never_quoted(tmp_path, capsys):
+    """A link to a classmate's notebook gets no marks, a link to any other file shows none of
+    its text, a device is refused, and a malformed notebook that claims an exercise still
+    counts every check of it."""
+    subs = tmp_path / "subs"
+    honest = _write(
+        subs / "a" / "01_block_manager.ipynb",
+        (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes(),
+    )
+    copycat = subs / "b" / "01_block_manager.ipynb"
+    copycat.parent.mkdir()
+    copycat.symlink_to(honest)
+    secret = _write(tmp_path / "secret.txt", b"SECRET-FIRST-LINE of a file\n")
+    snoop = subs / "c" / "01_block_manager.ipynb"
+    snoop.parent.mkdir()
+    snoop.symlink_to(secret)
+    malformed = _student_copy()
+    malformed.cells[1]["source"] = 42  # one malformed cell; the metadata names exercise 1
+    renamed = _write(subs / "d" / "alice.ipynb", nbformat.writes(malformed).encode())
+    csv_path = tmp_path / "grades.csv"
+    paths = [honest, copycat, snoop, renamed, Path("/dev/null")]
+    assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), *map(str, paths)]) == 1
+    out = capsys.readouterr().out
+    rows = {r["notebook"]: r for r in csv.DictReader(csv_path.open())}
+    got = {
+        name: (rows[str(p)]["exercise"], rows[str(p)]["passed"], rows[str(p)]["checks"])
+        for name, p in zip(("honest", "copycat", "snoop", "renamed", "device"), paths)
+    }
+    assert got == {
+        "honest": ("01_block_manager", "10", "10"),
+        "copycat": ("01_block_manager", "0", "10"),
+        "snoop": ("01_block_manager", "0", "10"),
+        "renamed": ("01_block_manager", "0", "10"),
+        "device": ("?", "0", "0"),
+    }
+    assert "symbolic link" in rows[str(copycat)]["reason"]
+    assert "cell 2 is not a cell with text" in rows[str(renamed)]["reason"]
+    assert "not a regular file" in rows["/dev/null"]["reason"]
+    assert "SECRET" not in csv_path.read_text() and "SECRET" not in out
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"SECRET-FIRST-LINE\n", "SECRET \u00e9".encode("latin-1"), b'{"cells": "SECRET"}'],
+)
+def test_an_unreadable_notebook_is_described_without_its_content(tmp_path, content):
+    path = _write(tmp_path / "01_block_manager.ipynb", content)
+    grade = grade_notebook(path, timeout=60)
+    assert (grade.num_passed, grade.num_checks) == (0, 10)
+    assert "cannot read it as a notebook" in grade.why and "SECRET" not in grade.why
+
+
+# --- limits: what one notebook's code may do to the machine and to the grader
+PARENT_PROC = """
+import os
+seen = []
+for name in ("environ", "cmdline", "status"):
+    try:
+        with open(f"/proc/{os.getppid()}/{name}", "rb") as handle:
+            data = handle.read()
+        seen.append(f"{name}:read:{b'GRADER_SECRET_VALUE' in data}")
+    except OSError as exc:
+        seen.append(f"{name}:{type(exc).__name__}")
+raise RuntimeError("|".join(seen))
+"""
+FORK_COUNT = """
+import os, time
+children = 0
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    children += 1
+raise RuntimeError(f"forked {children} children")
+"""
+BYTES_WRITTEN = """
+import os
+block, written, files = b"x" * 2**20, 0, 0
+try:
+    while written < 512 * 2**20:
+        with open(f"junk{files}.bin", "wb") as handle:
+            for _ in range(32):
+                handle.write(block)
+                written += len(block)
+        files += 1
+except OSError as exc:
+    raise RuntimeError(f"wrote {written} bytes, then {type(exc).__name__}")
+raise RuntimeError(f"wrote {written} bytes")
+"""
+SOCKETS = """
+import socket
+seen = []
+for name, kind in (("udp", socket.SOCK_DGRAM), ("tcp", socket.SOCK_STREAM), ("raw", socket.SOCK_RAW)):
+    try:
+        socket.socket(socket.AF_INET, kind).close()
+        seen.append(f"{name}:open")
+    except OSError as exc:
+        seen.append(f"{name}:{type(exc).__name__}")
+raise RuntimeError("|".join(seen))
+"""
+
+
+def _grade_cell(tmp_path: Path, code: str, **settings) -> str:
+    """The reason a notebook whose first solution cell is `code` gets (exercise 1)."""
+    from grader.grading import GradingSettings
+
+    path = _write(
+        tmp_path / "01_block_manager.ipynb", nbformat.writes(_with_attack(code, "")).encode()
+    )
+    grade = grade_notebook(path, timeout=60, settings=GradingSettings(**settings))
+    assert grade.num_passed == 0
+    return grade.why
+
+
+@pytest.mark.skipif(ABI == 0, reason="needs Landlock to keep /proc/<parent> out of reach")
+def test_the_child_reads_neither_the_graders_environment_nor_its_command_line(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("GRADER_SECRET", "GRADER_SECRET_VALUE")
+    why = _grade_cell(tmp_path, PARENT_PROC)
+    assert re.search(r"environ:\w+Error\|cmdline:\w+Error\|status:\w+Error", why), why
+
+
+def test_a_fork_bomb_gets_a_few_processes(tmp_path):
+    from grader.processes import process_cap_available
+    from grader.sandbox import Limits
+
+    if not process_cap_available():
+        pytest.skip("no pids cgroup and RLIMIT_NPROC does not bind this user (root)")
+    why = _grade_cell(tmp_path, FORK_COUNT)
+    forked = int(re.search(r"forked (\d+) children", why).group(1))
+    assert 0 < forked < Limits().processes, why
+
+
+def test_bytes_written_are_capped(tmp_path):
+    from grader.sandbox import Limits
+
+    why = _grade_cell(tmp_path, BYTES_WRITTEN, limits=Limits(write_bytes=64 * 2**20))
+    assert "wrote more than 64 MiB" in why, why
+
+
+def test_udp_raw_and_tcp_sockets_are_refused(tmp_path):
+    from grader.sandbox import seccomp_available
+
+    if not seccomp_available():
+        pytest.skip("no seccomp on this system")
+    why = _grade_cell(tmp_path, SOCKETS)
+    assert re.search(r"udp:\w+Error\|tcp:\w+Error\|raw:\w+Error", why), why
+
+
+def test_grading_as_root_is_refused_unless_asked_for(monkeypatch, capsys):
+    from grader.grading import failed_grade
+
+    graded = []
+
+    def fake_grade(path, **kwargs):
+        graded.append(path)
+        return failed_grade(path, None, "not graded here")
+
+    monkeypatch.delenv("GRADER_ALLOW_ROOT")
+    monkeypatch.setattr("grader.grading.grade_notebook", fake_grade)
+    student = str(ROOT / STUDENT_DIR / "01_block_manager.ipynb")
+    monkeypatch.setattr("grader.cli.os.geteuid", lambda: 0)
+    assert refimpl_main(["grade", student]) == 2
+    assert "refusing to grade as root" in capsys.readouterr().err and graded == []
+    refimpl_main(["grade", "--quiet", "--allow-root", student])
+    monkeypatch.setattr("grader.cli.os.geteuid", lambda: 1000)
+    refimpl_main(["grade", "--quiet", student])
+    assert len(graded) == 2

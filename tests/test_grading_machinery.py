@@ -18,15 +18,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import refimpl.course as course
-from refimpl.course import broken, wire
-from refimpl.course.exercises import EXERCISES, exercise_for
-from refimpl.course.grading import check_names, read_notebook
-from refimpl.course.remote import clean_text, describe_exit
-from refimpl.course.report import CheckResult, Divergence, GradeReport
-from refimpl.course.sandbox import landlock_abi
+import grader as course
+from grader import broken, wire
+from grader.exercises import EXERCISES, exercise_for
+from grader.grading import check_names, read_notebook
+from grader.remote import clean_text, describe_exit
+from grader.report import CheckResult, Divergence, GradeReport
+from grader.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _grading_as_root_is_asked_for(monkeypatch):
+    """These tests may run as root (a container): they ask for it as an instructor would."""
+    monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
+
 
 plain = st.recursive(
     st.none()
@@ -254,8 +261,7 @@ def test_the_courses_own_copy_of_the_reference_counts_as_the_reference():
     report = course.check_scheduler(broken._ConfigurableScheduler, verbose=False)
     assert report.num_passed == 0
     assert (
-        "refimpl.course.broken._ConfigurableScheduler.schedule"
-        in report.results[0].divergence.found
+        "grader.broken._ConfigurableScheduler.schedule" in report.results[0].divergence.found
     )
 
 
@@ -273,35 +279,57 @@ def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
+def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
+    """What a grading child of exercises 1 and 4 imports: stubs for the answers, no source of
+    them anywhere, no broken variants, and the rest of refimpl as it is."""
+    from grader.answer_free import answer_free_sources
+
+    sources = answer_free_sources(["check_block_manager", "check_approximate_gcd"])
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
     done = _run_python(
         """
-        import refimpl.course
-        from refimpl.course.reference_code import ReferenceUsed, install_traps, reference_code
-        from refimpl.paged import BlockManager
+        import json, linecache, sys
+        from grader import answer_free
+        answer_free.install(json.load(open("sources.json")))
+        import grader
+        from grader.answer_free import ReferenceUsed
+        from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
         import refimpl.hybrid.kv_cache_planning as planning
-        held = {"gcd": planning.approximate_gcd}   # a plain dict that holds the original
-        captured = planning.approximate_gcd        # a module global
-        def make_closure():
-            inner = planning.approximate_gcd       # a closure cell
-            return lambda: inner([4, 6])
-        closure = make_closure()
-        install_traps(reference_code("check_block_manager") + reference_code("check_approximate_gcd"))
-        for call in (lambda: BlockManager(4, 4), lambda: held["gcd"]([4, 6]), lambda: captured([4, 6]), closure):
+        grader.check_block_manager  # the set-up cell's import works
+        calls = {
+            "BlockManager": lambda: BlockManager(4, 4),
+            "approximate_gcd": lambda: planning.approximate_gcd([4, 6]),
+            "get_kv_cache_groups": lambda: planning.get_packed_kv_cache_groups,
+        }
+        for name, call in calls.items():
             try:
                 call()
-                print("ran")
+                print(name, "ran")
             except ReferenceUsed as used:
-                print("trapped", used.qualified_name)
+                print(name, "stub", used.qualified_name)
+        for module in ("grader.broken", "refimpl.course.prefix_match", "refimpl.viz"):
+            try:
+                __import__(module)
+                print(module, "imported")
+            except ImportError:
+                print(module, "refused")
+        sources = ["".join(entry[2]) for entry in linecache.cache.values() if len(entry) == 4]
+        print("source in linecache", any("def can_allocate" in s for s in sources))
+        print("file", getattr(sys.modules["refimpl.paged.block_manager"], "__file__", None))
+        print("scheduler", Scheduler.__module__, SchedulerConfig(num_kvcache_blocks=4).eos)
     """,
         tmp_path,
     )
-    gcd = "trapped refimpl.hybrid.kv_cache_planning.approximate_gcd"
     assert done.stdout.splitlines() == [
-        "trapped refimpl.paged.block_manager.BlockManager.__init__",
-        gcd,
-        gcd,
-        gcd,
+        "BlockManager stub refimpl.paged.block_manager.BlockManager.__init__",
+        "approximate_gcd stub refimpl.hybrid.kv_cache_planning.approximate_gcd",
+        "get_kv_cache_groups ran",
+        "grader.broken refused",
+        "refimpl.course.prefix_match refused",
+        "refimpl.viz refused",
+        "source in linecache False",
+        "file None",
+        "scheduler refimpl.paged.scheduler -1",
     ], done.stderr
 
 
@@ -309,7 +337,7 @@ def test_traps_replace_the_reference_wherever_it_is_held(tmp_path):
 def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
     done = _run_python(
         """
-        from refimpl.course.sandbox import Limits
+        from grader.sandbox import Limits
         Limits().apply()
         try:
             hog = bytearray(64 * 2**30)
@@ -333,7 +361,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
     done = _run_python(
         f"""
         import socket, refimpl.paged.block_manager as reference
-        from refimpl.course.sandbox import file_rules, restrict
+        from grader.sandbox import file_rules, restrict
         rules = file_rules({str(work)!r}, [{str(private)!r}], [reference.__file__])
         restrict(rules)
         def attempt(label, action):
@@ -365,7 +393,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
 
 @pytest.mark.slow
 def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
-    from refimpl.course.processes import descendants, end_new_descendants, subreaper
+    from grader.processes import descendants, end_new_descendants, subreaper
 
     with subreaper() as enabled:
         if not enabled:
@@ -394,8 +422,8 @@ def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
 def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
     """A run stopped after the first notebook keeps the header and that notebook's row on
     disk."""
+    from grader.grading import NotebookGrade, failed_grade
     from refimpl.__main__ import main as refimpl_main
-    from refimpl.course.grading import NotebookGrade, failed_grade
 
     first, second = (
         tmp_path / "a" / "01_block_manager.ipynb",
@@ -414,7 +442,7 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
         )
         return grade
 
-    monkeypatch.setattr("refimpl.course.grading.grade_notebook", fake_grade)
+    monkeypatch.setattr("grader.grading.grade_notebook", fake_grade)
     with pytest.raises(KeyboardInterrupt):
         refimpl_main(["grade", "--quiet", "--csv", str(csv_path), str(first), str(second)])
     lines = csv_path.read_text().splitlines()
@@ -430,7 +458,7 @@ def test_the_grade_sheet_is_written_row_by_row(tmp_path, monkeypatch, capsys):
 def test_the_student_bundle_has_no_solutions(tmp_path):
     import zipfile
 
-    from refimpl.course.bundle import STUDENT_GUIDE, build, solution_leaks
+    from grader.bundle import STUDENT_GUIDE, build, solution_leaks
 
     archive = build(ROOT, tmp_path / "student-bundle")
     folder = tmp_path / "student-bundle"
@@ -438,7 +466,7 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
     assert not any(name.startswith("notebooks/exercises/solutions") for name in names)
     assert {f"notebooks/exercises/{n}.ipynb" for n in EXERCISES} <= set(names)
     assert (
-        "refimpl/course/grading.py" in names
+        "grader/grading.py" in names
         and "Makefile" in names
         and ".git" not in {n.split("/")[0] for n in names}
     )
@@ -452,7 +480,8 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
 
 
 def test_the_references_helpers_count_as_the_reference():
-    """`_prefix_hits` is the whole matching walk."""
+    """`_prefix_hits` is the whole matching walk: only the asked-for methods use it, so it is
+    counted as the reference too (and the grading child's refimpl lacks it)."""
     from refimpl.paged import BlockManager
 
     # every listed method written, the work done by the helpers
@@ -478,7 +507,7 @@ def test_the_references_helpers_count_as_the_reference():
 
 @pytest.mark.slow
 def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
-    from refimpl.course.remote import ChildSettings, GradingChild, StartFailed
+    from grader.remote import ChildSettings, GradingChild, StartFailed
 
     with GradingChild(
         ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]),
@@ -490,3 +519,13 @@ def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs(
         ):
             child.start()
         assert child.process is None and child.stray == 0
+
+
+def test_python_m_grader_takes_the_same_arguments_as_refimpl_grade(capsys):
+    from grader.__main__ import main as grader_main
+
+    assert grader_main(["--timeout", "0", "x.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m grader: error: argument --timeout: must be a number")
+    assert grader_main(["--help"]) == 0
+    assert "--allow-root" in capsys.readouterr().out

@@ -1,38 +1,8 @@
-"""Course exercises: graders that replay scenarios in lockstep against the reference.
+"""The course layer's teaching props: what the chapters use next to the core.
 
-Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the student's
-class. Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function.
-Each prints a PASS/FAIL table naming the first step where the student's state differs from the
-reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`). A
-student's code that runs the reference's own version of what it should write fails (subclass,
-`super()`, a wrapped reference object); `allow_reference=True` switches that off for grading
-the reference itself and the deliberately broken variants in `refimpl.course.broken`. Every
-scenario runs under `time_limit` seconds (default 10, `refimpl.course.time_limit`): an endless
-loop fails its row with a message naming the scenario instead of hanging the notebook.
-`refimpl.course.rules` lists the rules each grader checks, with the covering scenario and
-variant.
-
-The check_* functions are the feedback path: they run next to the student's code. Grades come
-from `python -m refimpl grade` (`refimpl.course.grading`), which runs the student's code in a
-restricted child process that only answers calls, and compares every answer with its own
-reference (`refimpl.course.remote`, `refimpl.course.sandbox`).
+Running examples and named requests (`running_example`), scenarios and steppers' data
+(`paged_scenarios`, `paged_steps`, `prefix_match`, `runners`, `hybrid_simulate`,
+`hybrid_toy`), comparisons with the articles (`article_comparison`, `fragmentation`,
+`layout_summary`, `fp8_ds_mla`) and the notebook format (`notebook_format`). The exercises'
+graders are not here: they are the top-level `grader` package.
 """
-
-from refimpl.course.hybrid_checks import check_approximate_gcd, check_packed_layout
-from refimpl.course.paged_checks import (
-    check_block_manager,
-    check_prefix_cache,
-    check_scheduler,
-)
-from refimpl.course.report import CheckResult, Divergence, GradeReport
-
-__all__ = [
-    "CheckResult",
-    "Divergence",
-    "GradeReport",
-    "check_approximate_gcd",
-    "check_block_manager",
-    "check_packed_layout",
-    "check_prefix_cache",
-    "check_scheduler",
-]

@@ -155,9 +155,10 @@ class BlockManager:
         """Refuse a sequence whose block table this manager did not hand out.
 
         A deep copy of a sequence has its own list, so it is told apart from the sequence
-        `allocate` served; a sequence freed before has no record at all. A
-        subclass whose own `allocate` keeps no record (an exercise's) gets `deallocate`'s
-        table checks only.
+        `allocate` served; a sequence freed before has no record at all. A manager that holds
+        no record at all holds no block either (every block in use came from a recorded
+        `allocate`), so there the table checks of `deallocate` are the whole check; that is
+        also what a subclass whose own `allocate` keeps no record gets.
         """
         table = seq.block_table
         if not table:
@@ -168,18 +169,12 @@ class BlockManager:
         recorded = self.block_tables.get(seq.seq_id)
         if recorded is table:
             return
-        if recorded is not None or self._keeps_records:
+        if recorded is not None or self.block_tables:
             raise ValueError(
                 f"seq: sequence {seq.seq_id} holds blocks {table} that this BlockManager did "
                 "not give it "
                 "(a copy of a sequence, or one that was already freed?)"
             )
-
-    @property
-    def _keeps_records(self) -> bool:
-        """True when this manager's `allocate` is BlockManager's, which records every table it
-        fills."""
-        return type(self).allocate is BlockManager.allocate
 
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
         """The ids of the first `num_cached_blocks` blocks, checked to be hits.

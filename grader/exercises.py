@@ -9,10 +9,10 @@ check-exercises` fails when a copy is stale.
 
 Cells carry `metadata.refimpl_course.role`: "setup" (given code the grader needs), "solution"
 (the student's code), "demo" (uses the student's code), "check" (calls a grader). The grader
-(`python -m refimpl grade`) runs only the setup and solution cells.
+(`python -m grader`) runs only the setup and solution cells.
 
-    python -m refimpl.course.exercises generate   # write the student copies
-    python -m refimpl.course.exercises check      # exit 1 if any copy is stale
+    python -m grader.exercises generate   # write the student copies
+    python -m grader.exercises check      # exit 1 if any copy is stale
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Exercise:
 
     name: str  # notebook stem, e.g. "01_block_manager"
     title: str
-    # (grader function in refimpl.course, name the student defines)
+    # (grader function in grader, name the student defines)
     checks: tuple[tuple[str, str], ...]
 
 
@@ -240,7 +240,7 @@ def stale_copies(root: Path = Path(".")) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m refimpl.course.exercises",
+        prog="python -m grader.exercises",
         description="Generate or check the student copies of the exercise notebooks.",
     )
     parser.add_argument("action", choices=["generate", "check"])

@@ -6,9 +6,9 @@ The trust model: nothing the child sends is believed as a result. The child only
 their own reference and decide every PASS and FAIL. A child that crashes, exits, stops
 answering, answers nonsense or runs the reference fails the step it was asked about, and the
 next scenario starts a fresh child. The child runs in its own session and process group with
-resource limits and (on Linux) a Landlock sandbox (`refimpl.course.sandbox`), in a throwaway
+resource limits and (on Linux) a Landlock sandbox (`grader.sandbox`), in a throwaway
 working directory; at the end its whole group is killed, and any process it left behind is
-found and killed too (`refimpl.course.processes`), which voids the notebook's score.
+found and killed too (`grader.processes`), which voids the notebook's score.
 """
 
 from __future__ import annotations
@@ -22,15 +22,18 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grader
 import refimpl
-from refimpl.course import wire
-from refimpl.course.lockstep import (
+from grader import wire
+from grader.answer_free import answer_free_sources
+from grader.lockstep import (
     Call,
     StateFields,
     StudentFailure,
@@ -40,9 +43,16 @@ from refimpl.course.lockstep import (
     describe_exception,
     reference_complaint,
 )
-from refimpl.course.processes import descendants, end_new_descendants, subreaper
-from refimpl.course.reference_code import reference_sources
-from refimpl.course.sandbox import Limits, file_rules, landlock_abi
+from grader.processes import (
+    PidsCgroup,
+    descendants,
+    end_new_descendants,
+    not_dumpable,
+    processes_of_this_user,
+    subreaper,
+)
+from grader.reference_code import reference_sources
+from grader.sandbox import Limits, file_rules, landlock_abi
 
 MAX_STARTS = 30  # children one notebook may use up (one per scenario at most, plus the first)
 
@@ -57,7 +67,7 @@ class ChildSettings:
     """What every grading child of one notebook gets."""
 
     cells: list[tuple[int, str]]
-    checks: list[str]  # grader names: their reference code is trapped in the child
+    checks: list[str]  # grader names: the child's refimpl lacks their answers
     targets: list[str]  # the names the notebook should define
     limits: Limits = field(default_factory=Limits)
     # folders the child must not read (solutions, submissions, grade file)
@@ -112,11 +122,24 @@ class GradingChild:
         self.expired = False
         # the last line the latest child wrote to its stderr (a crash of Python itself)
         self.last_error = ""
+        # why the child was stopped for what it wrote (it scores 0, and is not started again)
+        self.overflow: str | None = None
+        self._cgroup: PidsCgroup | None = None
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()
         self._stack = ExitStack()
         self._before: set = set()
+        # the answer-free modules the child imports, written now: a child is started inside a
+        # scenario, whose time limit must not interrupt the parsing
+        try:
+            self._sources: dict[str, str] | ValueError = answer_free_sources(settings.checks)
+        except ValueError as exc:
+            self._sources = exc
 
     def __enter__(self) -> GradingChild:
         self._stack.enter_context(subreaper())
+        # the grader's /proc entries (environment, memory) closed to a child of the same user
+        self._stack.enter_context(not_dumpable())
         self._before = set(descendants())
         return self
 
@@ -129,13 +152,20 @@ class GradingChild:
         """Start a child and run the cells in it; StartFailed when it does not report ready."""
         if self.expired:
             raise StartFailed(f"timed out after {self.timeout:g} s")
+        if self.overflow is not None:
+            raise StartFailed(self.overflow)
         if self.starts >= MAX_STARTS:
             raise StartFailed(
                 f"the process running its code ended {MAX_STARTS} times; not started again"
             )
         self.starts += 1
+        if isinstance(self._sources, ValueError):
+            raise StartFailed(
+                "the grader could not set up the process for its code "
+                f"(ValueError: {self._sources})"
+            )
         try:
-            self._spawn()
+            self._spawn(self._sources)
             # sent before any student code runs
             prepared = wire.read_answer(self.sock, self.deadline)
             if "setup_failed" in prepared:
@@ -179,25 +209,32 @@ class GradingChild:
             t for t in self.settings.targets if isinstance(missing, list) and t in missing
         ]
 
-    def _spawn(self) -> None:
+    def _spawn(self, sources: dict[str, str]) -> None:
         self.workdir = tempfile.mkdtemp(prefix="refimpl-grade-")
         ours, theirs = socket.socketpair()
-        package_parent = str(Path(refimpl.__file__).resolve().parent.parent)
+        # where refimpl and the grader are installed (the same folder in a checkout)
+        package_parents = dict.fromkeys(
+            str(Path(package.__file__).resolve().parent.parent)
+            for package in (refimpl, grader)
+        )
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": self.workdir,
             "TMPDIR": self.workdir,
             "LANG": "C.UTF-8",
-            "PYTHONPATH": package_parent,
+            "PYTHONPATH": os.pathsep.join(package_parents),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
         }
+        limits = self.settings.limits
+        processes_before = processes_of_this_user()
+        self._cgroup = PidsCgroup(limits.processes)
         with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "refimpl.course.grading_child", str(theirs.fileno())],
+                [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
                 cwd=self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -208,6 +245,13 @@ class GradingChild:
             )
         theirs.close()
         self.sock = ours
+        # before it reads its first request, so before any student code: all it starts is in
+        self._cgroup.add(self.process.pid)
+        self._watching.clear()
+        self._watcher = threading.Thread(
+            target=self._watch_writes, args=(self.workdir, self.process), daemon=True
+        )
+        self._watcher.start()
         files = None
         if self.settings.sandbox and landlock_abi() > 0:
             rules = asdict(
@@ -216,10 +260,13 @@ class GradingChild:
             rules.pop("note")
             files = rules
         payload = {
+            "sources": sources,
             "cells": self.settings.cells,
             "checks": self.settings.checks,
             "targets": self.settings.targets,
             "limits": asdict(self.settings.limits),
+            "processes_before": processes_before,
+            "deny_sockets": self.settings.sandbox,
             "files": files,
         }
         wire.send_request(ours, ("start", payload))
@@ -240,15 +287,41 @@ class GradingChild:
             pass
         final = self.process.wait()
         ending = describe_exit(returncode if returncode is not None else final)
+        self._watching.set()
+        if self._watcher is not None:
+            self._watcher.join()
         if self.sock is not None:
             self.sock.close()
         self.last_error = (
             _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
         )
         self.stray += end_new_descendants(self._before)
+        if self._cgroup is not None:
+            self._cgroup.close()
         _remove_tree(self.workdir)
         self.process = self.sock = self.workdir = None
         return ending
+
+    def _watch_writes(self, workdir: str, process: subprocess.Popen) -> None:
+        """Stop the child (its whole group) once its folder holds more than the limits allow.
+
+        RLIMIT_FSIZE caps one file; this caps them all (Landlock keeps writes in the folder).
+        """
+        limits = self.settings.limits
+        while not self._watching.wait(0.05):
+            used, files = _folder_use(workdir, limits.write_files)
+            if used > limits.write_bytes or files > limits.write_files:
+                what = (
+                    f"more than {limits.write_bytes / 2**20:g} MiB"
+                    if used > limits.write_bytes
+                    else f"more than {limits.write_files} files"
+                )
+                self.overflow = f"wrote {what} in its folder (stopped)"
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                return
 
     def close(self) -> None:
         """Say goodbye to a live child, give it a second to exit, then end everything it
@@ -300,6 +373,29 @@ class GradingChild:
         """End a child that can no longer be trusted to be in step (the next scenario starts a
         new one)."""
         self._end(0)
+
+
+def _folder_use(path: str, max_files: int) -> tuple[int, int]:
+    """(bytes on disk, files) under `path`, counting at most `max_files` + 1 files."""
+    used = files = 0
+    stack = [path]
+    while stack and files <= max_files:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            files += 1
+            used += (
+                max(info.st_blocks * 512, 0) if hasattr(info, "st_blocks") else info.st_size
+            )
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return used, files
 
 
 def _last_line(path: str, tail: int = 4096) -> str:

@@ -8,7 +8,7 @@ to write a bundle when a student copy is stale (`make exercises` first) or when 
 code cell still holds a solution region.
 
     # writes dist/student-bundle/ and dist/student-bundle.zip
-    python -m refimpl.course.bundle dist/student-bundle
+    python -m grader.bundle dist/student-bundle
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from refimpl.course.exercises import BEGIN, SOLUTIONS_DIR, STUDENT_DIR, stale_copies
+from grader.exercises import BEGIN, SOLUTIONS_DIR, STUDENT_DIR, stale_copies
 
 EXCLUDED = (
     f"{SOLUTIONS_DIR.as_posix()}/",
@@ -42,7 +42,7 @@ names the first step where your code's state differs from the reference's, and w
 expected and found. From a terminal you can grade a saved notebook exactly as your
 instructor will:
 
-    python -m refimpl grade notebooks/exercises/01_block_manager.ipynb
+    python -m grader notebooks/exercises/01_block_manager.ipynb
 
 Using refimpl's own version of what an exercise asks you to write (subclassing it, calling it,
 or loading it some other way) scores 0.
@@ -114,7 +114,7 @@ def build(root: Path, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m refimpl.course.bundle",
+        prog="python -m grader.bundle",
         description="Write the student bundle (no solutions).",
     )
     parser.add_argument(

@@ -9,7 +9,7 @@ carrying what was expected and what was found.
 
 The student's world lives behind a *student side*. In a notebook it is a `LocalStudent`: the
 student's class runs in the same process, watched by a `ReferenceGuard`. The command-line
-grader uses `refimpl.course.remote.RemoteStudent`: the student's code runs in another process
+grader uses `grader.remote.RemoteStudent`: the student's code runs in another process
 that only answers calls, and every comparison happens here, against this process's own
 reference. Both sides raise `StudentRaised` (the student's code raised) or `StudentFailure`
 (anything else that is not an answer: the reference ran, the process died), so a scenario reads
@@ -21,40 +21,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from refimpl.course.report import CheckResult, Divergence
-from refimpl.course.time_limit import ScenarioTimeout, scenario_time_limit
-
-StateFields = list[tuple[str, Any]]
-
-
-@dataclass(frozen=True)
-class Call:
-    """One action on a world: its method `name` with plain (picklable) arguments."""
-
-    name: str
-    args: tuple = ()
-
-    def __call__(self, world: Any) -> Any:
-        return getattr(world, self.name)(*self.args)
-
-
-@dataclass(frozen=True)
-class WorldSpec:
-    """How to build a world: its kind ("manager", "scheduler", "function") and plain
-    arguments."""
-
-    kind: str
-    args: tuple = ()
-
-    def build(self, implementation: Any | None) -> Any:
-        """The world around `implementation` (a student's class or function), or the
-        reference's (None)."""
-        from refimpl.course.paged_worlds import WORLD_KINDS
-
-        return WORLD_KINDS[self.kind](implementation, *self.args)
+from grader.calls import Call, StateFields, WorldSpec
+from grader.paged_worlds import CONTEXTS, build_world
+from grader.report import CheckResult, Divergence
+from grader.time_limit import ScenarioTimeout, scenario_time_limit
 
 
 class StudentRaised(Exception):
@@ -77,7 +49,7 @@ class StudentFailure(Exception):
 
 class StudentSide:
     """Where the student's world lives; see `LocalStudent` and
-    `refimpl.course.remote.RemoteStudent`.
+    `grader.remote.RemoteStudent`.
 
     A grader handed a StudentSide instead of a class or function drives it as is (the
     command-line grader hands in a `RemoteStudent`).
@@ -234,7 +206,7 @@ class LocalStudent(StudentSide):
         self.world: Any = None
 
     def start(self, spec: WorldSpec) -> None:
-        self.world = self._guarded(lambda: spec.build(self.implementation))
+        self.world = self._guarded(lambda: build_world(spec, self.implementation))
 
     def run(self, action: Call) -> Any:
         return self._guarded(lambda: action(self.world))
@@ -298,7 +270,7 @@ class Lockstep:
             self.side = LocalStudent(student, self.guard)
         self.steps += 1
         self.label = label
-        self.reference = spec.build(None)
+        self.reference = build_world(spec, None)
         self._run_student(label, lambda: self.side.start(spec), "a new object")
         self._compare_state(label)
 
@@ -327,8 +299,6 @@ class Lockstep:
     def context(self, name: str, *args: Any) -> Iterator[None]:
         """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both
         sides."""
-        from refimpl.course.paged_worlds import CONTEXTS
-
         with CONTEXTS[name](*args):
             side = self.side or StudentSide()
             self._run_student(self.label, lambda: side.enter(name, args), f"{name} to apply")
@@ -403,7 +373,7 @@ def run_check(
     """Replay one scenario in lockstep and turn the outcome into a table row.
 
     With `time_limit` (seconds), a scenario still running after that long is stopped and its
-    row fails, naming the step that was running (see `refimpl.course.time_limit`). `side` is
+    row fails, naming the step that was running (see `grader.time_limit`). `side` is
     where the student's world lives (default: this process, watched by `guard`).
     """
     lockstep = Lockstep(side, guard)

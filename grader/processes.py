@@ -121,3 +121,135 @@ def end_new_descendants(before: set[ProcessKey], *, patience: float = 2.0) -> in
                 pass
         time.sleep(0.01)
     return len(running)
+
+
+# --- how many processes a grading child may have at once
+_CGROUP_V1_PIDS = "/sys/fs/cgroup/pids"
+_CGROUP_V2 = "/sys/fs/cgroup"
+
+
+def _own_cgroup_v2() -> str | None:
+    """This process's cgroup v2 folder, when its pids controller can be used below it."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("0::"):
+            base = os.path.join(_CGROUP_V2, line[3:].lstrip("/"))
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control")) as handle:
+                    if "pids" in handle.read().split():
+                        return base
+            except OSError:
+                return None
+    return None
+
+
+class PidsCgroup:
+    """A pids cgroup of its own for one grading child (and everything it starts), holding at
+    most `limit` tasks, where this process may make one (cgroup v1's pids hierarchy, or a
+    cgroup v2 subtree with the pids controller delegated to it). `path` is None elsewhere."""
+
+    def __init__(self, limit: int) -> None:
+        self.path: str | None = None
+        name = f"refimpl-grader-{os.getpid()}-{time.monotonic_ns()}"
+        for base in (
+            _own_cgroup_v2(),
+            _CGROUP_V1_PIDS if os.path.isdir(_CGROUP_V1_PIDS) else None,
+        ):
+            if base is None:
+                continue
+            path = os.path.join(base, name)
+            try:
+                os.mkdir(path)
+            except OSError:
+                continue
+            try:
+                with open(os.path.join(path, "pids.max"), "w") as handle:
+                    handle.write(str(limit))
+            except OSError:
+                os.rmdir(path)
+                continue
+            self.path = path
+            return
+
+    def add(self, pid: int) -> bool:
+        """Move process `pid` (before it starts anything) into the cgroup."""
+        if self.path is None:
+            return False
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as handle:
+                handle.write(str(pid))
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Remove the cgroup (its processes were killed already; it empties in a moment)."""
+        if self.path is None:
+            return
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                os.rmdir(self.path)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+        self.path = None
+
+
+def process_cap_available() -> bool:
+    """Whether a grading child's process count is capped here: by a pids cgroup, or by
+    RLIMIT_NPROC, which binds every user but root."""
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        return True
+    cgroup = PidsCgroup(1)
+    try:
+        return cgroup.path is not None
+    finally:
+        cgroup.close()
+
+
+def processes_of_this_user() -> int:
+    """How many tasks (processes and their threads) this user runs now: RLIMIT_NPROC counts
+    them all, so a child's limit is this number plus its own allowance."""
+    uid = os.getuid()
+    count = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue
+    return count
+
+
+_PR_SET_DUMPABLE, _PR_GET_DUMPABLE = 4, 3
+
+
+@contextmanager
+def not_dumpable() -> Iterator[bool]:
+    """Make this process not dumpable for the block (Linux `PR_SET_DUMPABLE` 0): its
+    `/proc/<pid>/environ` and other private entries then belong to root, so a graded child of
+    the same (unprivileged) user cannot read them. Yields whether that worked."""
+    prctl = _prctl()
+    if prctl is None:
+        yield False
+        return
+    previous = prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    changed = prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    try:
+        yield changed
+    finally:
+        if changed and previous > 0:
+            prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)

@@ -5,7 +5,7 @@ In a notebook the graders run in the kernel's own process: a `while` loop that n
 easy mistake in self-preemption) would hang the kernel with no message. `scenario_time_limit`
 stops the scenario after `seconds` by raising `ScenarioTimeout` inside it; the grader turns
 that into a failing row that names the scenario and the step that did not finish. The
-command-line grader (`python -m refimpl grade`) runs the same graders, so it applies the same
+command-line grader (`python -m grader`) runs the same graders, so it applies the same
 limit per scenario, on top of its limit per notebook.
 
 How the scenario is stopped depends on where it runs:

@@ -1,5 +1,5 @@
-"""`python -m refimpl grade NOTEBOOK|FOLDER...`: grade exercise notebooks and print the tables
-and a score.
+"""`python -m grader NOTEBOOK|FOLDER...` (or `python -m refimpl grade ...`): grade exercise
+notebooks and print the tables and a score.
 
 Exit status: 0 when every check of every notebook passed, 1 when some check failed or a
 notebook could not be graded, 2 for bad arguments (argparse's convention). Every argument is
@@ -17,19 +17,26 @@ from pathlib import Path
 
 from refimpl.cli import DefaultsHelpFormatter
 
+ALLOW_ROOT = "GRADER_ALLOW_ROOT"  # =1: the same as --allow-root (for test suites run as root)
 CSV_HEADER = ["notebook", "exercise", "passed", "checks", "failed_checks", "reason"]
 
 
+MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 24 * 3600.0  # seconds per notebook
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type for `--timeout`: a finite number of seconds above zero."""
+    """argparse type for `--timeout`: seconds per notebook, from 1 s (a child needs about a
+    second to start) to a day."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds, got {text!r}"
         ) from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not math.isfinite(value) or not MIN_TIMEOUT <= value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds from {MIN_TIMEOUT:g} to {MAX_TIMEOUT:g}, got {text}"
+        )
     return value
 
 
@@ -37,6 +44,13 @@ def writable_csv_path(text: str) -> Path:
     """argparse type for `--csv`: a file path whose folder exists (the file itself is
     replaced)."""
     path = Path(text)
+    if path.suffix.lower() == ".ipynb":
+        raise argparse.ArgumentTypeError(
+            f"{text} is a notebook's name; give the grade file a name such as grades.csv "
+            "(did a pattern such as subs/*/01_block_manager.ipynb follow --csv?)"
+        )
+    if path.is_symlink():
+        raise argparse.ArgumentTypeError(f"{text} is a symbolic link; give a plain file name")
     if path.is_dir():
         raise argparse.ArgumentTypeError(
             f"{text} is a folder; give a file name such as {path / 'grades.csv'}"
@@ -48,22 +62,31 @@ def writable_csv_path(text: str) -> Path:
     return path
 
 
+DESCRIPTION = (
+    "Run the setup and solution cells of each exercise notebook in a separate, "
+    "restricted "
+    "Python process that only answers the grader's calls, replay the matching graders "
+    "here "
+    "against the reference implementation, and print the PASS/FAIL table and a score. "
+    "Exercises are recognised by their notebook metadata. Not a sandbox for hostile "
+    "code: "
+    "see notebooks/exercises/README.md."
+)
+
+
 def add_parser(subparsers) -> None:
+    """`python -m refimpl grade`: the same arguments as `python -m grader`."""
     parser = subparsers.add_parser(
         "grade",
         help="grade exercise notebooks (prints a PASS/FAIL table and a score per notebook)",
-        description=(
-            "Run the setup and solution cells of each exercise notebook in a separate, "
-            "restricted "
-            "Python process that only answers the grader's calls, replay the matching graders "
-            "here "
-            "against the reference implementation, and print the PASS/FAIL table and a score. "
-            "Exercises are recognised by their notebook metadata. Not a sandbox for hostile "
-            "code: "
-            "see notebooks/exercises/README.md."
-        ),
+        description=DESCRIPTION,
         formatter_class=DefaultsHelpFormatter,
     )
+    add_arguments(parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The grading command's arguments and options."""
     parser.add_argument(
         "notebooks",
         nargs="+",
@@ -90,7 +113,17 @@ def add_parser(subparsers) -> None:
         help="do not restrict the graded code's files and network with Landlock "
         "(resource limits stay)",
     )
+    parser.add_argument(
+        "--allow-root",
+        action="store_true",
+        help="grade even when running as root (resource limits do not bind root, and a "
+        "process cap needs a pids cgroup); also GRADER_ALLOW_ROOT=1",
+    )
     parser.set_defaults(func=main, parser_error=parser.error)
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 def expand_folders(paths: list[Path], error) -> list[Path]:
@@ -120,11 +153,9 @@ class GradeSheet:
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = path.resolve()
+        self.path = path.absolute()
         self.rows: list[list[str]] = [CSV_HEADER]
-        with self.path.open("w", newline="") as handle:
-            csv.writer(handle).writerows(self.rows)
-        self._seen = _signature(self.path)
+        self._write(self.rows, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
     def write(self, row: list[str]) -> None:
         self.rows.append(row)
@@ -144,6 +175,20 @@ class GradeSheet:
         self._seen = _signature(self.path)
 
 
+def _same_file(path: Path, paths: list[Path]) -> bool:
+    """Whether `path` names one of `paths` (the same name, or the same file)."""
+    target = path.resolve()
+    for other in paths:
+        if other.resolve() == target:
+            return True
+        try:
+            if os.path.samefile(other, path):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _signature(path: Path) -> tuple | None:
     """What changes when a file is written, replaced or removed (size, time, inode)."""
     try:
@@ -156,14 +201,13 @@ def _signature(path: Path) -> tuple | None:
 def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
     """Every notebook's bytes, read before any student code runs (so none can change
     another's)."""
-    from refimpl.course.grading import MAX_NOTEBOOK_BYTES
+    from grader.grading import read_submission
 
     contents: dict[Path, bytes | None] = {}
     for path in paths:
         try:
-            with path.open("rb") as handle:
-                contents[path] = handle.read(MAX_NOTEBOOK_BYTES + 1)
-        except OSError:
+            contents[path] = read_submission(path)
+        except ValueError:
             contents[path] = None  # graded later, where the reason is worded
     return contents
 
@@ -184,8 +228,8 @@ def _sandbox_note(settings) -> str:
     """What the graded code can reach on this machine, when it is more than its own folder."""
     import tempfile
 
-    from refimpl.course.grading import solution_folders
-    from refimpl.course.sandbox import file_rules, landlock_abi
+    from grader.grading import solution_folders
+    from grader.sandbox import file_rules, landlock_abi
 
     if not settings.sandbox:
         return "--no-sandbox: the graded code can read and write this user's files"
@@ -200,8 +244,8 @@ def _sandbox_note(settings) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from refimpl.course.exercises import EXERCISES
-    from refimpl.course.grading import (
+    from grader.exercises import EXERCISES
+    from grader.grading import (
         GradingSettings,
         NotebookGrade,
         grade_missing,
@@ -213,7 +257,14 @@ def main(args: argparse.Namespace) -> int:
             "grading needs Linux or macOS (on Windows, use WSL2); check_* in a notebook works "
             "everywhere"
         )
+    if running_as_root() and not (args.allow_root or os.environ.get(ALLOW_ROOT) == "1"):
+        args.parser_error(
+            "refusing to grade as root: the graded code could raise its own limits; run as an "
+            "unprivileged user (in a throwaway container), or pass --allow-root"
+        )
     paths = expand_folders(args.notebooks, args.parser_error)
+    if args.csv is not None and _same_file(args.csv, paths):
+        args.parser_error(f"--csv {args.csv} is one of the notebooks to grade")
     contents = _read_all(paths)
     watched = [p for p in paths if p.is_file()]
     protected = {str(p.resolve().parent) for p in paths if p.parent.is_dir()}
@@ -233,7 +284,7 @@ def main(args: argparse.Namespace) -> int:
                 path, timeout=args.timeout, content=contents[path], settings=settings
             )
         # not handed in: its checks still count in the total
-        elif path.stem in EXERCISES and not path.exists():
+        elif path.stem in EXERCISES and not os.path.lexists(path):
             grade = grade_missing(path, EXERCISES[path.stem])
         else:
             # says why it cannot be read

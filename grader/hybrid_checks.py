@@ -5,7 +5,7 @@ Both are pure functions, so a "step" is one call: the student's answer is compar
 `refimpl.hybrid` on worked examples, on every DeepSeek V4 configuration, and on seeded random
 inputs; the first call whose answer differs is reported.
 
-The rules checked (each with its check and a broken variant in `refimpl.course.rules`):
+The rules checked (each with its check and a broken variant in `grader.rules`):
 `approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
 max(values) inclusive, returns a lower bound above every value as is, counts every value's
 padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from refimpl.course.lockstep import (
+from grader.lockstep import (
     Call,
     LocalStudent,
     StudentFailure,
@@ -33,9 +33,9 @@ from refimpl.course.lockstep import (
     render,
     timeout_divergence,
 )
-from refimpl.course.reference_code import grading_side
-from refimpl.course.report import CheckResult, Divergence, GradeReport
-from refimpl.course.time_limit import (
+from grader.reference_code import grading_side
+from grader.report import CheckResult, Divergence, GradeReport
+from grader.time_limit import (
     DEFAULT_TIME_LIMIT,
     ScenarioTimeout,
     check_time_limit,

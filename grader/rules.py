@@ -3,7 +3,7 @@ variant that cover it.
 
 A grader is only as good as its scenarios: a rule no scenario exercises is a rule a wrong
 submission may break and still pass. So every rule below names the scenario (a row of the
-grader's table) that fails when the rule is broken, and a variant in `refimpl.course.broken`
+grader's table) that fails when the rule is broken, and a variant in `grader.broken`
 that breaks exactly that rule. The test suite checks both: the scenario exists, and the variant
 fails it while the reference and the exercise solutions pass. The instructor guide
 (`notebooks/exercises/README.md`) shows the same list as a table (`rules_table()` writes it).
@@ -21,7 +21,7 @@ class Rule:
 
     rule: str
     scenario: str  # a row name of the grader's table
-    variant: str  # a BrokenVariant name in refimpl.course.broken
+    variant: str  # a BrokenVariant name in grader.broken
 
 
 GRADER_RULES: dict[str, tuple[Rule, ...]] = {

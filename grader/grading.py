@@ -1,7 +1,7 @@
 """Grade a student's notebook: its code runs in a child process, the graders run here.
 
 Only the cells the exercise needs are run (role "setup" and "solution", see
-`refimpl.course.exercises`), in notebook order, in a child process (`refimpl.course.remote`)
+`grader.exercises`), in notebook order, in a child process (`grader.remote`)
 that answers the graders' calls and decides nothing: every scenario is replayed here against
 the reference, and each answer is compared here. A scenario still running after `time_limit`
 seconds fails its row (the child is replaced for the next one), and the whole notebook gets
@@ -15,16 +15,19 @@ of that exercise, failed, when it could not be graded.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from refimpl.course.exercises import EXERCISES, Exercise, cell_role, exercise_for
-from refimpl.course.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
-from refimpl.course.report import GradeReport
-from refimpl.course.sandbox import Limits
-from refimpl.course.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
+from grader.exercises import EXERCISES, Exercise, cell_role, exercise_for
+from grader.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
+from grader.report import GradeReport
+from grader.sandbox import Limits
+from grader.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # an exercise notebook with outputs is well under 1 MB
 
@@ -88,7 +91,7 @@ class GradingSettings:
 
 def check_names(check_name: str) -> list[str]:
     """The rows of a grader, without running it."""
-    from refimpl.course import hybrid_checks, paged_checks
+    from grader import hybrid_checks, paged_checks
 
     lists = {
         "check_block_manager": lambda: paged_checks.block_manager_checks(None),
@@ -133,28 +136,56 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
+def read_submission(path: Path) -> bytes:
+    """The bytes of the regular file at `path`, opened without following a link; ValueError
+    (naming what the path is, never what it holds) for a link, a folder, a device, a pipe."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise ValueError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise ValueError("it is a symbolic link; hand in the notebook file itself")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("it is not a regular file")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ValueError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as handle:
+        # the file may have been swapped between lstat and open: check what was opened
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("it is not a regular file")
+        return handle.read(MAX_NOTEBOOK_BYTES + 1)
+
+
 def read_notebook(path: Path, content: bytes | None = None):
     """The notebook at `path` (or in `content`, read earlier); ValueError saying what is wrong
-    with it."""
+    with it. No message quotes the file: a link to another file must not leak its text."""
     import nbformat
 
     if content is None:
-        try:
-            with path.open("rb") as handle:
-                content = handle.read(MAX_NOTEBOOK_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"cannot read it ({exc.strerror or exc})") from None
+        content = read_submission(path)
     if len(content) > MAX_NOTEBOOK_BYTES:
         raise ValueError(f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB")
     try:
-        # capture_validation_error: a schema problem is ours to report (below), not a log line
-        notebook = nbformat.reads(
-            content.decode("utf-8"), as_version=4, capture_validation_error={}
-        )
-    except Exception as exc:  # not UTF-8, not JSON, not a notebook: nbformat raises many kinds
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ValueError(
-            f"cannot read it as a notebook: {type(exc).__name__}: {str(exc)[:120]}"
+            f"cannot read it as a notebook: UnicodeDecodeError (byte {exc.start} is not UTF-8)"
         ) from None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"cannot read it as a notebook: it is not JSON (line {exc.lineno}, column "
+            f"{exc.colno}: {exc.msg})"
+        ) from None
+    try:
+        # capture_validation_error: a schema problem is ours to report (below), not a log line
+        notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+    except Exception as exc:  # not a notebook: nbformat raises many kinds, some quoting it
+        raise ValueError(f"cannot read it as a notebook: {type(exc).__name__}") from None
     cells = notebook.get("cells")
     if not isinstance(cells, list):
         raise ValueError("cannot read it as a notebook: it has no list of cells")
@@ -168,6 +199,20 @@ def read_notebook(path: Path, content: bytes | None = None):
                 f"cannot read it as a notebook: cell {index} is not a cell with text"
             )
     return notebook
+
+
+def exercise_hint(path: Path, content: bytes | None) -> Exercise | None:
+    """The exercise a notebook that cannot be read claims to be (its metadata, or its file
+    name), so that its checks still count; None when it names none it could be."""
+    claimed = None
+    try:
+        metadata = json.loads((content or b"").decode("utf-8")).get("metadata", {})
+        claimed = metadata.get("refimpl_course", {}).get("exercise")
+    except (ValueError, AttributeError):
+        pass
+    if path.stem in EXERCISES:
+        return EXERCISES[path.stem]  # handed in as this exercise
+    return EXERCISES.get(claimed) if isinstance(claimed, str) else None
 
 
 def grade_notebook(
@@ -187,11 +232,13 @@ def grade_notebook(
     path = Path(path)
     time_limit = check_time_limit(time_limit)
     try:
+        if content is None:
+            content = read_submission(path)
         notebook = read_notebook(path, content)
         exercise = exercise_for(notebook, path)
         program = notebook_program(notebook)
     except ValueError as exc:
-        return failed_grade(path, EXERCISES.get(path.stem), str(exc))
+        return failed_grade(path, exercise_hint(path, content), str(exc))
     try:
         return _grade_program(
             path, exercise, program, timeout, time_limit, settings or GradingSettings()
@@ -211,7 +258,7 @@ def _grade_program(
     time_limit: float | None,
     settings: GradingSettings,
 ) -> NotebookGrade:
-    import refimpl.course as course
+    import grader as course
 
     child_settings = ChildSettings(
         cells=program,
@@ -249,6 +296,8 @@ def _grade_program(
             )
             if child.expired:
                 grade.error = f"timed out after {timeout:g} s"
+    if child.overflow:
+        grade.void(child.overflow)
     if child.stray:
         grade.void(
             f"left {child.stray} process{'es' if child.stray > 1 else ''} running after "

@@ -1,10 +1,11 @@
 """The grading child: runs a notebook's setup and solution cells, then only answers the
 grader's calls.
 
-`python -m refimpl grade` starts this module in a fresh process (`refimpl.course.remote`) and
-talks to it over a socket (`refimpl.course.wire`). Before any student cell runs, the child
-lowers its resource limits and closes itself off (`refimpl.course.sandbox`), and replaces the
-reference's code for the exercise by traps (`refimpl.course.reference_code.install_traps`).
+`python -m grader` starts this module in a fresh process (`grader.remote`) and
+talks to it over a socket (`grader.wire`). Before any student cell runs, the child
+installs the finder that serves a refimpl without the exercise's answers
+(`grader.answer_free`), lowers its resource limits and closes itself off
+(`grader.sandbox`).
 Then it runs the cells and serves requests: build a world around the student's class or
 function, apply a `Call` to it, report the world's state, enter or leave a patch. It never sees
 the reference's answers and never decides whether anything passed; everything it sends back is
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from refimpl.course import wire
+from grader import wire
 
 NOT_DEFINED = "the notebook does not define it"
 
@@ -77,7 +78,7 @@ def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
 def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
     """What the child sends back for one request: the result (and the world's state), or what
     stopped it."""
-    from refimpl.course.reference_code import ReferenceUsed
+    from grader.answer_free import ReferenceUsed
 
     try:
         answer = {"ok": wire.encode(run())}
@@ -95,7 +96,7 @@ def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
 
 def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
     """Answer requests until the grader says goodbye (or closes the socket)."""
-    from refimpl.course.paged_worlds import CONTEXTS
+    from grader.paged_worlds import CONTEXTS, build_world
 
     worlds: dict[str, Any] = {}
     contexts: dict[str, ExitStack] = {}
@@ -114,7 +115,7 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
             def build(
                 target: str = target, spec: Any = spec, implementation: Any = implementation
             ) -> None:
-                worlds[target] = spec.build(implementation)
+                worlds[target] = build_world(spec, implementation)
 
             answer = _answer(
                 build, (lambda target=target: worlds[target].state()) if want_state else None
@@ -138,24 +139,28 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
 
 
 def prepare(payload: dict) -> None:
-    """Everything that happens before the first student cell: limits, imports, sandbox,
-    traps."""
-    from refimpl.course.processes import die_with_parent
-    from refimpl.course.sandbox import FileRules, Limits, restrict
+    """Everything that happens before the first student cell: the answer-free refimpl, limits,
+    imports, sandbox."""
+    from grader import answer_free
+    from grader.processes import die_with_parent
+    from grader.sandbox import FileRules, Limits, deny_sockets, restrict
 
+    # first: nothing below may load an answer module from its file
+    answer_free.install(payload.pop("sources"))
     die_with_parent()
-    Limits(**payload["limits"]).apply()
-    import refimpl.course  # noqa: F401 - the set-up cells import it; the traps need it loaded
-    import refimpl.course.paged_worlds  # noqa: F401
-    from refimpl.course.reference_code import course_copies, install_traps, reference_code
+    Limits(**payload["limits"]).apply(payload["processes_before"])
+    # what the set-up cells and `serve` import, loaded while files can still be read
+    import grader.paged_checks  # noqa: F401
+    import grader.paged_worlds  # noqa: F401
+    import refimpl.hybrid  # noqa: F401
+    import refimpl.paged  # noqa: F401
 
-    # imports them all
-    traps = [
-        pair for check in payload["checks"] for pair in reference_code(check)
-    ] + course_copies()
+    for check in payload["checks"]:
+        getattr(grader, check)
     if payload["files"] is not None:
         restrict(FileRules(**payload["files"]))
-    install_traps(traps)
+    if payload["deny_sockets"]:
+        deny_sockets()
 
 
 def main(argv: list[str]) -> int:

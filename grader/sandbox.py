@@ -1,16 +1,21 @@
 """Limits the grading child puts on itself before any student cell runs: resources and files.
 
 The command-line grader runs a student's code in a child process
-(`refimpl.course.grading_child`). Before the first student cell, the child
+(`grader.grading_child`). Before the first student cell, the child
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
-  file it writes, the number of open files;
+  file it writes, the number of open files, the number of processes (RLIMIT_NPROC; the grader
+  also puts it in a pids cgroup where it can, and watches what its folder holds);
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
-  inside Python's installation, the refimpl package and the system folders (`file_rules`), so
-  the solution notebooks, the other submissions and the grade file are out of reach; TCP is
-  refused (Landlock ABI 4), and signals to processes outside the sandbox (the grader) are
-  refused (ABI 6). Processes it starts inherit all of it.
+  inside Python's installation, the refimpl and grader packages, the system folders and its own
+  `/proc` entries (`file_rules`), so the solution notebooks, the other submissions, the grade
+  file and the grader's environment are out of reach; TCP is refused (Landlock ABI 4), and
+  signals to processes outside the sandbox (the grader) are refused (ABI 6);
+- on Linux (x86-64, arm64), allows itself Unix sockets only (`deny_sockets`, seccomp): no UDP,
+  TCP, raw or packet socket, no io_uring.
+
+Processes it starts inherit all of it.
 
 This is what an unprivileged process can do to itself; it is not a container. A hostile
 submission should still be graded in a throwaway container or virtual machine (see the
@@ -26,6 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grader
 import refimpl
 
 
@@ -45,10 +51,20 @@ class Limits:
     cpu_seconds: int = 300  # the grader sets it to the notebook's time-out plus 10 s
     file_bytes: int = 64 * 2**20
     open_files: int = 256
+    # processes (and threads) the child and everything it starts may have at once
+    processes: int = 64
+    # what its working folder may hold, all files together (the grader watches it)
+    write_bytes: int = 256 * 2**20
+    write_files: int = 10_000
 
-    def apply(self) -> None:
+    def apply(self, processes_before: int = 0) -> None:
         """Lower this process's limits (a limit that is already lower stays as it is; one the
-        system does not offer, such as the address space on macOS, is skipped)."""
+        system does not offer, such as the address space on macOS, is skipped).
+
+        RLIMIT_NPROC counts every process of the user, so it is set to `processes_before` (how
+        many the user had when the child started) plus `processes`; the kernel ignores it
+        for root, where only a pids cgroup (`grader.processes.PidsCgroup`) caps them.
+        """
         import resource
 
         for which, value in (
@@ -57,7 +73,10 @@ class Limits:
             (resource.RLIMIT_CPU, self.cpu_seconds),
             (resource.RLIMIT_FSIZE, self.file_bytes),
             (resource.RLIMIT_NOFILE, self.open_files),
+            (getattr(resource, "RLIMIT_NPROC", None), processes_before + self.processes),
         ):
+            if which is None:
+                continue
             try:
                 _, hard = resource.getrlimit(which)
                 new = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -144,8 +163,20 @@ _SYSTEM_READ = (
     "/sbin",
     "/etc",
     "/dev",
-    "/proc",
     "/sys",
+    # /proc: the system-wide files libraries read, and the child's own folder (`/proc/self`,
+    # resolved in the child), never another process's (the grader's environment and command
+    # line)
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/proc/loadavg",
+    "/proc/uptime",
+    "/proc/version",
+    "/proc/filesystems",
+    "/proc/sys",
+    "/proc/self",
+    "/proc/thread-self",
 )
 
 
@@ -157,22 +188,29 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
     file's folder). If one of them lies inside a folder Python needs, reads cannot be
     restricted without breaking Python; then only writes are, and `note` says why. `hidden` are
     files inside the readable folders that stay unreadable (the source of the reference code an
-    exercise asks for: already imported, it must not be loaded a second time past the traps).
+    exercise asks for: the child's refimpl lacks it, and must not load it from its file).
     """
-    package = Path(refimpl.__file__).resolve().parent
+    packages = [str(Path(p.__file__).resolve().parent) for p in (refimpl, grader)]
     roots = {
         sys.prefix,
         sys.exec_prefix,
         sys.base_prefix,
         sys.base_exec_prefix,
-        str(package),
+        *packages,
         *_SYSTEM_READ,
     }
     roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
     user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     if user_site and user_site in sys.path:
         roots.add(user_site)
-    resolved = sorted({str(Path(r).resolve()) for r in roots if Path(r).exists()})
+    # /proc/self stays a link here: the child resolves it to its own folder
+    resolved = sorted(
+        {
+            r if r.startswith("/proc/") else str(Path(r).resolve())
+            for r in roots
+            if Path(r).exists()
+        }
+    )
     for folder in protected:
         inside = [r for r in resolved if Path(folder).resolve().is_relative_to(r)]
         if inside:
@@ -274,3 +312,77 @@ def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int) -> None:
             raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
     finally:
         os.close(fd)
+
+
+# --- seccomp (Linux): no sockets but Unix ones
+# struct seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low 32 bits, little-endian)
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# socket, socketpair, io_uring_setup (io_uring can open sockets without the socket call)
+_SOCKET_CALLS = {"x86_64": (41, 53, 425), "aarch64": (198, 199, 425)}
+_X32_SYSCALL_BIT = 0x40000000
+_AF_UNIX = 1
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_ERRNO_EACCES = 0x7FFF0000, 0x00050000 | 13
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _machine() -> str:
+    return os.uname().machine if hasattr(os, "uname") else ""
+
+
+def seccomp_available() -> bool:
+    """Whether `deny_sockets` can filter system calls here (Linux on x86-64 or arm64)."""
+    return _libc() is not None and _machine() in _AUDIT_ARCH
+
+
+def socket_filter() -> list[tuple[int, int, int, int]]:
+    """The seccomp program (code, jt, jf, k): `socket` and `socketpair` only for AF_UNIX, no
+    `io_uring_setup`, no system call of another ABI (x32, 32-bit); everything else allowed.
+
+    A jump's jt and jf count the instructions to skip, as classic BPF does.
+    """
+    machine = _machine()
+    socket_nr, socketpair_nr, io_uring_nr = _SOCKET_CALLS[machine]
+    return [
+        (_LD_W_ABS, 0, 0, 4),  # 0: the ABI
+        (_JEQ_K, 0, 9, _AUDIT_ARCH[machine]),  # 1: another ABI -> 11 (deny)
+        (_LD_W_ABS, 0, 0, 0),  # 2: the system call
+        (_JGE_K, 7, 0, _X32_SYSCALL_BIT),  # 3: x32 -> 11 (deny)
+        (_JEQ_K, 3, 0, socket_nr),  # 4: -> 8
+        (_JEQ_K, 2, 0, socketpair_nr),  # 5: -> 8
+        (_JEQ_K, 4, 0, io_uring_nr),  # 6: -> 11 (deny)
+        (_RET_K, 0, 0, _RET_ALLOW),  # 7: anything else
+        (_LD_W_ABS, 0, 0, 16),  # 8: the address family
+        (_JEQ_K, 0, 1, _AF_UNIX),  # 9: Unix -> 10, else 11
+        (_RET_K, 0, 0, _RET_ALLOW),  # 10
+        (_RET_K, 0, 0, _RET_ERRNO_EACCES),  # 11: deny
+    ]
+
+
+def deny_sockets() -> bool:
+    """Refuse this process (and what it starts) every socket but Unix ones: no UDP, TCP, raw
+    or packet socket, whatever Landlock covers. False where seccomp is not available."""
+    if not seccomp_available():
+        return False
+    libc = _libc()
+    program = socket_filter()
+    filters = (_SockFilter * len(program))(*[_SockFilter(*row) for row in program])
+    fprog = _SockFprog(len(program), filters)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    return True

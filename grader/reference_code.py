@@ -1,0 +1,129 @@
+"""The reference's own code that each exercise asks students to write, and the two ways a grade
+keeps it out.
+
+An exercise is passed by writing the code, not by running refimpl's. Each grader lists the
+reference functions its exercise asks for (`reference_code`: the names the exercise's notebook
+asks students to write); the course's deliberately broken variants (`grader.broken`) are full
+or partial copies of the reference, so they count too.
+
+- In a notebook (`check_*`, the feedback path) a `ReferenceGuard` watches, with
+  `sys.setprofile`, for that code starting while the student's side of a step runs. Code in
+  the same process can switch a profiler off; that is fine for feedback.
+- In the command-line grader (the trusted path) the student's code runs in a child process
+  whose refimpl does not hold that code at all (`grader.answer_free`): what the exercise asks
+  for is a stub that raises `ReferenceUsed`, and the course's copies cannot be imported.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from grader.answer_free import ANSWERS, ReferenceUsed, removed_names
+from grader.lockstep import ReferenceGuard, StudentSide
+
+__all__ = [
+    "ReferenceUsed",
+    "course_copies",
+    "grading_side",
+    "reference_code",
+    "reference_guard",
+    "reference_sources",
+]
+
+
+def reference_code(check_name: str) -> list[tuple[Any, str]]:
+    """(owner, attribute) of every reference function the exercise graded by `check_name` asks
+    for, and of the reference's helpers that only those use (`grader.answer_free`: the
+    functions the grading child's refimpl lacks)."""
+    import importlib
+
+    if check_name not in ANSWERS:
+        raise ValueError(f"check_name must be one of {sorted(ANSWERS)}, got {check_name!r}")
+    pairs: list[tuple[Any, str]] = []
+    for module_name, owner_name, names in removed_names(check_name):
+        module = importlib.import_module(module_name)
+        owner = module if owner_name is None else getattr(module, owner_name)
+        pairs.extend((owner, name) for name in names if _function_of(vars(owner)[name]))
+    return pairs
+
+
+def course_copies() -> list[tuple[Any, str]]:
+    """(owner, attribute) of every function in `grader.broken` that copies the reference,
+    whole or in part.
+
+    Only code compiled from `broken.py` itself or from an edited reference method counts: the
+    functions every class shares (a dataclass's `__repr__` wrapper, `object`'s methods) are no
+    copy, and a student's code that runs them is never blamed for it.
+    """
+    from grader import broken
+
+    def own(member: Any) -> bool:
+        function = _function_of(member)
+        if function is None:
+            return False
+        filename = function.__code__.co_filename
+        return filename == broken.__file__ or filename.endswith(", edited>")
+
+    pairs = []
+    for name, value in vars(broken).items():
+        if getattr(value, "__module__", None) != broken.__name__:
+            continue
+        if inspect.isfunction(value) and own(value):
+            pairs.append((broken, name))
+        elif inspect.isclass(value) and value is not broken.BrokenVariant:
+            pairs.extend((value, attr) for attr, member in vars(value).items() if own(member))
+    return pairs
+
+
+def reference_sources() -> list[str]:
+    """The files holding the reference code of every exercise and the course's copies of it
+    (and their compiled caches): the grading child may not read them, so it cannot load that
+    code from its files (`exec(open(...).read())`, a fresh Python) past its answer-free
+    refimpl."""
+    from grader import broken
+    from grader.exercises import EXERCISES
+
+    modules = {
+        owner if isinstance(owner, types.ModuleType) else sys.modules[owner.__module__]
+        for exercise in EXERCISES.values()
+        for check, _ in exercise.checks
+        for owner, _ in reference_code(check)
+    }
+    modules.add(broken)
+    files = []
+    for module in modules:
+        source = Path(module.__file__)
+        files.append(str(source))
+        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
+    return sorted(files)
+
+
+def _function_of(member: Any) -> types.FunctionType | None:
+    """The plain function behind a method, staticmethod, classmethod or property (None if
+    none)."""
+    function = getattr(member, "fget", None) or getattr(member, "__func__", member)
+    return function if isinstance(function, types.FunctionType) else None
+
+
+def reference_guard(check_name: str) -> ReferenceGuard:
+    """The notebook-side watch for `check_name`: its reference code and the course's copies of
+    it."""
+    return ReferenceGuard(
+        _function_of(vars(owner)[name])
+        for owner, name in reference_code(check_name) + course_copies()
+    )
+
+
+def grading_side(
+    student: Any, check_name: str, allow_reference: bool
+) -> tuple[StudentSide | None, ReferenceGuard | None]:
+    """(side, guard) for a grader's argument: a StudentSide is driven as is (the command-line
+    grader's child has no reference to guard); a class or function runs here, watched unless
+    `allow_reference`."""
+    if isinstance(student, StudentSide):
+        return student, None
+    return None, (None if allow_reference else reference_guard(check_name))
