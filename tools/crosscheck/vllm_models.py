@@ -1,0 +1,312 @@
+"""vLLM's own per-layer KV cache specs for real Hugging Face configs (inside `.venv-vllm`).
+
+For each config directory in tests/data/configs, vLLM builds everything itself:
+`EngineArgs(...).create_engine_config()` reads the config.json (nothing is downloaded),
+vLLM's model class is instantiated on the meta device (no weights, no memory), the platform
+settles the block size
+(`update_block_size_for_backend`, which also aligns Mamba hybrids), and every attention or
+Mamba layer answers `get_kv_cache_spec` after `customize_attention_spec`, exactly as the
+model runner's `get_kv_cache_spec` walks them.
+
+That run is vLLM's CPU platform. For the CUDA backends (FlashAttention, FlashInfer, Triton,
+FlashMLA), which cannot be selected on this machine, the same layer objects are given that
+backend class and re-asked: the block size comes from the platform's own
+`_preferred_block_size_for_backends` (and `_align_hybrid_block_size` for hybrids), the sliding
+window block from the layer's own rule. Tensor parallelism comes from vLLM's
+`ModelConfig.get_num_kv_heads` and the model class's `get_mamba_state_shape_from_config`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
+
+# (config directory, kv cache dtypes, CUDA attention backends to re-ask)
+DENSE_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+MLA_BACKENDS = ("FLASHMLA", "TRITON_MLA")
+CASES = [
+    ("llama-3.1-8b", ("auto", "fp8"), DENSE_BACKENDS),
+    ("qwen2.5-7b-instruct", ("auto",), DENSE_BACKENDS),
+    ("qwen3-8b", ("auto", "fp8_e5m2"), DENSE_BACKENDS),
+    ("mistral-7b-instruct-v0.3", ("auto",), DENSE_BACKENDS),
+    ("gemma-2-9b-it", ("auto",), DENSE_BACKENDS),
+    ("gemma-3-27b-it", ("auto", "fp8"), DENSE_BACKENDS),
+    ("gpt-oss-20b", ("auto",), DENSE_BACKENDS),
+    ("granite-4.0-h-tiny", ("auto",), DENSE_BACKENDS),
+    ("qwen3-next-80b-a3b-instruct", ("auto",), DENSE_BACKENDS),
+    ("deepseek-v2-lite", ("auto",), MLA_BACKENDS),
+    ("deepseek-v3", ("auto",), MLA_BACKENDS),
+    ("tiny-llama", ("auto",), DENSE_BACKENDS),
+    ("tiny-gemma3", ("auto",), DENSE_BACKENDS),
+]
+TP_SIZES = (1, 2, 4, 8, 16)
+MAX_MODEL_LEN = 4096
+
+
+def spec_record(spec) -> dict:
+    """The fields of a vLLM spec that decide its bytes and its group, as plain data."""
+    import torch
+
+    def name(dtype) -> str:
+        return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+
+    out = {"type": type(spec).__name__, "block_size": spec.block_size}
+    for field in (
+        "num_kv_heads",
+        "head_size",
+        "head_size_v",
+        "sliding_window",
+        "attention_chunk_size",
+        "page_size_padded",
+        "cache_dtype_str",
+        "mamba_cache_mode",
+        "num_speculative_blocks",
+    ):
+        if hasattr(spec, field):
+            out[field] = getattr(spec, field)
+    if hasattr(spec, "dtype"):
+        out["dtype"] = name(spec.dtype)
+    if hasattr(spec, "shapes"):
+        out["shapes"] = [list(s) for s in spec.shapes]
+        out["dtypes"] = [name(d) for d in spec.dtypes]
+        out["mamba_type"] = str(getattr(spec.mamba_type, "name", spec.mamba_type))
+    alignment = spec.block_stride_alignment
+    out["kernel_block_size"] = getattr(alignment, "base", alignment)
+    out["page_size_bytes"] = spec.page_size_bytes
+    return out
+
+
+@contextlib.contextmanager
+def quiet():
+    """vLLM logs a page per model; keep the crosscheck's output readable."""
+    logger = logging.getLogger("vllm")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+_DIST = {"ready": False}
+
+
+def _init_distributed(vc) -> None:
+    from vllm.distributed.parallel_state import (
+        ensure_model_parallel_initialized,
+        init_distributed_environment,
+    )
+
+    if _DIST["ready"]:
+        return
+    store = tempfile.mktemp(prefix="refimpl-crosscheck-")
+    init_distributed_environment(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method=f"file://{store}",
+        backend="gloo",
+    )
+    ensure_model_parallel_initialized(1, 1)
+    _DIST["ready"] = True
+
+
+def engine_config(name: str, kv_cache_dtype: str, **overrides):
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(CONFIG_DIR / name),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        max_model_len=MAX_MODEL_LEN,
+        kv_cache_dtype=kv_cache_dtype,
+        enforce_eager=True,
+        **overrides,
+    )
+    return args.create_engine_config()
+
+
+def build_layers(vc) -> dict:
+    """vLLM's model on the meta device; {layer name: attention or Mamba layer}."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.platforms import current_platform
+
+    with set_current_vllm_config(vc):
+        _init_distributed(vc)
+        with torch.device("meta"):
+            initialize_model(vllm_config=vc)
+        current_platform.update_block_size_for_backend(vc)
+        return get_layers_from_vllm_config(vc, AttentionLayerBase)
+
+
+def layer_specs(vc, layers: dict) -> list:
+    """[(name, spec record)] as the model runner's get_kv_cache_spec builds them."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.kv_cache_interface import AttentionSpec
+    from vllm.v1.worker.utils import customize_attention_spec
+
+    out = []
+    with set_current_vllm_config(vc):
+        for name, layer in layers.items():
+            if getattr(layer, "kv_sharing_target_layer_name", None):
+                continue
+            spec = layer.get_kv_cache_spec(vc)
+            if spec is None:
+                continue
+            if isinstance(spec, AttentionSpec):
+                spec = customize_attention_spec(layer.get_attn_backend(), spec)
+            out.append([name, spec_record(spec)])
+    return out
+
+
+def backend_class(name: str):
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum[name].get_class()
+
+
+def cuda_backend_case(vc_cpu, layers: dict, backend_name: str) -> dict:
+    """The same layers asked again with a CUDA backend class, at that backend's block size."""
+    from vllm.config import set_current_vllm_config
+    from vllm.config.cache import CacheConfig
+    from vllm.platforms.interface import Platform
+
+    backend = backend_class(backend_name)
+    vc = copy.copy(vc_cpu)
+    vc.cache_config = copy.copy(vc_cpu.cache_config)
+    cc = vc.cache_config
+    cc.mamba_page_size_padded = None
+    cc.block_size = CacheConfig.DEFAULT_BLOCK_SIZE
+    attention = {n: lay for n, lay in layers.items() if not lay.get_attn_backend().is_ssm()}
+    saved = {n: lay.attn_backend for n, lay in attention.items()}
+    try:
+        for lay in attention.values():
+            lay.attn_backend = backend
+        with set_current_vllm_config(vc):
+            cc.block_size = Platform._preferred_block_size_for_backends(
+                [backend], CacheConfig.DEFAULT_BLOCK_SIZE, vc
+            )
+            if vc.model_config.is_hybrid:
+                if cc.mamba_cache_mode != "align":
+                    cc.mamba_block_size = vc.model_config.max_model_len
+                Platform._align_hybrid_block_size(vc, backend)
+        specs = layer_specs(vc, layers)
+    finally:
+        for n, lay in attention.items():
+            lay.attn_backend = saved[n]
+    return {
+        "block_size": cc.block_size,
+        "mamba_block_size": cc.mamba_block_size,
+        "layers": specs,
+    }
+
+
+def tp_figures(name: str, vc) -> dict:
+    """vLLM's KV heads per rank (and Mamba state shapes) at each tensor-parallel size."""
+    from vllm.config import ParallelConfig
+    from vllm.model_executor.models import ModelRegistry
+
+    out = {}
+    model_cls, _ = ModelRegistry.resolve_model_cls(
+        vc.model_config.architecture, model_config=vc.model_config
+    )
+    for tp in TP_SIZES:
+        pc = ParallelConfig(tensor_parallel_size=tp)
+        row = {"num_kv_heads": vc.model_config.get_num_kv_heads(pc)}
+        if hasattr(model_cls, "get_mamba_state_shape_from_config"):
+            tvc = copy.copy(vc)
+            tvc.parallel_config = pc
+            try:
+                shapes = model_cls.get_mamba_state_shape_from_config(tvc)
+                row["mamba_shapes"] = [list(s) for s in shapes]
+            except Exception as exc:  # a size that does not divide: vLLM refuses it
+                row["mamba_shapes"] = f"error: {type(exc).__name__}"
+        out[str(tp)] = row
+    return out
+
+
+def derived_max_model_len(vc) -> int:
+    """What vLLM's ModelConfig would use with no --max-model-len (no tokenizer config)."""
+    from vllm.config.model import _get_and_verify_max_len
+
+    mc = vc.model_config
+    return int(
+        _get_and_verify_max_len(
+            mc.hf_config, mc.model_arch_config, None, None, False, mc.get_sliding_window()
+        )
+    )
+
+
+def record_model(name: str, kv_cache_dtype: str, backends: tuple[str, ...]) -> dict:
+    with quiet():
+        vc = engine_config(name, kv_cache_dtype)
+        layers = build_layers(vc)
+        cpu = {
+            "block_size": vc.cache_config.block_size,
+            "mamba_block_size": vc.cache_config.mamba_block_size,
+            "layers": layer_specs(vc, layers),
+        }
+        result = {
+            "config": name,
+            "kv_cache_dtype": kv_cache_dtype,
+            "max_model_len": vc.model_config.max_model_len,
+            "derived_max_model_len": derived_max_model_len(vc),
+            "model_dtype": str(vc.model_config.dtype).removeprefix("torch."),
+            "enable_prefix_caching": vc.cache_config.enable_prefix_caching,
+            "mamba_cache_mode": vc.cache_config.mamba_cache_mode,
+            "backends": {"CPU_ATTN": cpu},
+        }
+        for backend in backends:
+            try:
+                result["backends"][backend] = cuda_backend_case(vc, layers, backend)
+            except ImportError as exc:  # its kernels package is not in the CPU build
+                result["backends"][backend] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+        if kv_cache_dtype == "auto":
+            result["tensor_parallel"] = tp_figures(name, vc)
+    return result
+
+
+def kernel_block_table() -> dict:
+    """Each backend's supported kernel block sizes and preferred block at vLLM's default."""
+    from vllm.config.cache import CacheConfig
+    from vllm.v1.attention.backend import MultipleOf
+
+    out = {}
+    for name in (*DENSE_BACKENDS, *MLA_BACKENDS, "CPU_ATTN"):
+        try:
+            cls = backend_class(name)
+        except ImportError as exc:
+            out[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+            continue
+        sizes = cls.get_supported_kernel_block_sizes()
+        out[name] = {
+            "kernel_block_sizes": [
+                {"multiple_of": s.base} if isinstance(s, MultipleOf) else s for s in sizes
+            ],
+            "preferred_block_size": cls.get_preferred_block_size(
+                CacheConfig.DEFAULT_BLOCK_SIZE
+            ),
+        }
+    return out
+
+
+def record_all(selected: list[str] | None = None) -> dict:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    cases = []
+    for name, dtypes, backends in CASES:
+        if selected and name not in selected:
+            continue
+        for kv_cache_dtype in dtypes:
+            print(f"  vLLM builds {name} (kv cache {kv_cache_dtype})", flush=True)
+            cases.append(record_model(name, kv_cache_dtype, backends))
+    return {"backends": kernel_block_table(), "cases": cases}
