@@ -395,3 +395,33 @@ def get_kv_cache_config(
             )
             offset += len(names) * page
     return KVCacheConfig(num_blocks, tensors, groups)
+
+
+# --- cross-layer KV sharing
+
+
+def add_kv_sharing_layers_to_kv_cache_groups(
+    shared_kv_cache_layers: Mapping[str, str], groups: Sequence[KVCacheGroupSpec]
+) -> list[tuple[str, ...]]:
+    """The layer names of each group once the layers that reuse another layer's cache are
+    added (vLLM's `vllm/v1/worker/utils.py` function of this name).
+
+    `shared_kv_cache_layers` maps a layer to the layer whose K/V it reads (the attention
+    layer's `kv_sharing_target_layer_name`, e.g. Gemma 3n's or Hunyuan's cross-layer sharing).
+    Such a layer has no spec: vLLM plans groups, blocks and tensors without it, so it costs no
+    memory, and only then appends it to its target's group so it gets attention metadata.
+    Groups are frozen here, so the lists are returned (in group order) instead of being
+    appended in place.
+    """
+    where = {name: i for i, g in enumerate(groups) for name in g.layer_names}
+    names = [list(g.layer_names) for g in groups]
+    for layer, target in shared_kv_cache_layers.items():
+        if layer in where:
+            raise ValueError(f"layer {layer!r} shares another layer's cache but has a spec")
+        if target not in where:
+            raise ValueError(
+                f"layer {layer!r} shares the cache of {target!r}, which is in no group "
+                "(a sharing target must have its own spec)"
+            )
+        names[where[target]].append(layer)
+    return [tuple(n) for n in names]
