@@ -184,6 +184,7 @@ def get_kv_cache_spec(
         tensor_parallel_size=tensor_parallel_size,
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
+        mamba_cache_mode="align" if enable_prefix_caching else "none",
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(

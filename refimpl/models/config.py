@@ -97,7 +97,7 @@ class HFConfig:
     def require(self, key: str) -> Any:
         value = self.get(key)
         if value is None:
-            raise ValueError(f"{self.source}: {self.model_type} config has no {key!r}")
+            raise ValueError(f"{self.source}: the {self.architecture} config has no {key!r}")
         return value
 
     @property

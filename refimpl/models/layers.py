@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
@@ -34,6 +35,7 @@ class CacheContext:
     tensor_parallel_size: int
     mamba_block_size: int | None = None
     mamba_page_size_padded: int | None = None
+    mamba_cache_mode: str = "none"
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,8 @@ class AttentionLayer:
             "dtype": ctx.kv_dtype,
             "kernel_block_size": ctx.backend.kernel_block_size,
         }
-        if self.head_size_v not in (None, self.head_size):
-            raise ValueError(
-                f"{self.name}: a V head size ({self.head_size_v}) different from the K head "
-                f"size ({self.head_size}) is not supported by refimpl's specs yet"
-            )
+        if self.head_size_v is not None:
+            common["head_size_v"] = self.head_size_v
         if self.sliding_window is not None:
             block = ctx.backend.sliding_window_block_size(ctx.block_size)
             return SlidingWindowSpec(
@@ -109,18 +108,13 @@ class MambaLayer:
         )
 
     def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
-        try:
-            from refimpl.hybrid.kv_cache_interface import MambaSpec
-        except ImportError:  # the planner's spec kinds are not on this branch yet
-            raise ValueError(
-                f"{self.name}: Mamba layers need refimpl.hybrid.kv_cache_interface.MambaSpec"
-            ) from None
         return MambaSpec(
             block_size=ctx.mamba_block_size,
             shapes=self.shapes,
             dtypes=self.dtypes,
             page_size_padded=ctx.mamba_page_size_padded,
             mamba_type=self.mamba_type,
+            mamba_cache_mode=ctx.mamba_cache_mode,
         )
 
 

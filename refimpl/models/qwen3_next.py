@@ -56,7 +56,7 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
                     f"model.layers.{i}.linear_attn",
                     shapes,
                     (model_dtype, model_dtype),
-                    mamba_type="gdn_attention",
+                    mamba_type="gdn_attn",
                 )
             )
         elif kind == "full_attention":

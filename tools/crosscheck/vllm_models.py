@@ -44,6 +44,8 @@ CASES = [
     ("deepseek-v3", ("auto",), MLA_BACKENDS),
     ("tiny-llama", ("auto",), DENSE_BACKENDS),
     ("tiny-gemma3", ("auto",), DENSE_BACKENDS),
+    ("tiny-qwen3-next", ("auto",), DENSE_BACKENDS),
+    ("tiny-granite-h", ("auto",), DENSE_BACKENDS),
 ]
 TP_SIZES = (1, 2, 4, 8, 16)
 MAX_MODEL_LEN = 4096
@@ -117,11 +119,36 @@ def _init_distributed(vc) -> None:
     _DIST["ready"] = True
 
 
+#: Multimodal wrappers this CPU build cannot instantiate (their processors import torchvision,
+#: which the CPU venv removes): vLLM builds their text model from `text_config` instead, with
+#: the text architecture, and the wrapper's prefix is added back to the layer names.
+TEXT_ONLY = {"gemma-3-27b-it": ("Gemma3ForCausalLM", "gemma3_text", "language_model.")}
+
+
+def model_dir(name: str) -> str:
+    """The config directory vLLM reads (a text-only copy for TEXT_ONLY wrappers)."""
+    if name not in TEXT_ONLY:
+        return str(CONFIG_DIR / name)
+    import json
+
+    raw = json.loads((CONFIG_DIR / name / "config.json").read_text())
+    arch, model_type, _ = TEXT_ONLY[name]
+    text = {
+        **raw["text_config"],
+        "architectures": [arch],
+        "model_type": model_type,
+        "torch_dtype": raw.get("torch_dtype"),
+    }
+    out = Path(tempfile.mkdtemp(prefix=f"refimpl-{name}-"))
+    (out / "config.json").write_text(json.dumps(text))
+    return str(out)
+
+
 def engine_config(name: str, kv_cache_dtype: str, **overrides):
     from vllm.engine.arg_utils import EngineArgs
 
     args = EngineArgs(
-        model=str(CONFIG_DIR / name),
+        model=model_dir(name),
         load_format="dummy",
         skip_tokenizer_init=True,
         max_model_len=MAX_MODEL_LEN,
@@ -149,13 +176,65 @@ def build_layers(vc) -> dict:
         return get_layers_from_vllm_config(vc, AttentionLayerBase)
 
 
+_PREFIX = {"name": ""}
+
+
 def layer_specs(vc, layers: dict) -> list:
     """[(name, spec record)] as the model runner's get_kv_cache_spec builds them."""
+    return [[name, spec_record(spec)] for name, spec in layer_spec_objects(vc, layers).items()]
+
+
+#: The KV budget the recorded plans are made for.
+MEMORY = 8 << 30
+
+
+def plan_record(vc, layers: dict, specs: dict) -> dict:
+    """vLLM's own plan for these specs: layout, groups, blocks, tokens and concurrency."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+    from vllm.v1.core import kv_cache_utils
+
+    backends = []
+    for layer in layers.values():
+        if layer.get_attn_backend() not in backends:
+            backends.append(layer.get_attn_backend())
+    names = [layout.name for layout in get_supported_kv_cache_layouts(backends)]
+    vc.cache_config.kv_cache_layout = None
+    with set_current_vllm_config(vc):
+        layout = resolve_kv_cache_layout(vc, [names], specs.values())
+        vc.cache_config.kv_cache_layout = layout.name
+        config = kv_cache_utils.get_kv_cache_configs(vc, [specs], [MEMORY])[0]
+        tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vc, config)
+    return {
+        "memory": MEMORY,
+        "layout": layout.name,
+        "max_num_batched_tokens": vc.scheduler_config.max_num_batched_tokens,
+        "max_in_flight_tokens": vc.max_in_flight_tokens,
+        "groups": [
+            {
+                "type": type(g.kv_cache_spec).__name__,
+                "block_size": g.kv_cache_spec.block_size,
+                "layers": list(g.layer_names),
+            }
+            for g in config.kv_cache_groups
+        ],
+        "num_blocks": config.num_blocks,
+        "block_stride": max((t.block_stride for t in config.kv_cache_tensors), default=0),
+        "kv_cache_size_tokens": tokens,
+        "max_concurrency": concurrency,
+    }
+
+
+def layer_spec_objects(vc, layers: dict) -> dict:
+    """{name: vLLM spec} as the model runner's get_kv_cache_spec builds them."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.kv_cache_interface import AttentionSpec
     from vllm.v1.worker.utils import customize_attention_spec
 
-    out = []
+    out = {}
     with set_current_vllm_config(vc):
         for name, layer in layers.items():
             if getattr(layer, "kv_sharing_target_layer_name", None):
@@ -165,7 +244,7 @@ def layer_specs(vc, layers: dict) -> list:
                 continue
             if isinstance(spec, AttentionSpec):
                 spec = customize_attention_spec(layer.get_attn_backend(), spec)
-            out.append([name, spec_record(spec)])
+            out[_PREFIX["name"] + name] = spec
     return out
 
 
@@ -200,14 +279,16 @@ def cuda_backend_case(vc_cpu, layers: dict, backend_name: str) -> dict:
                 if cc.mamba_cache_mode != "align":
                     cc.mamba_block_size = vc.model_config.max_model_len
                 Platform._align_hybrid_block_size(vc, backend)
-        specs = layer_specs(vc, layers)
+        specs = layer_spec_objects(vc, layers)
+        plan = plan_record(vc, layers, specs)
     finally:
         for n, lay in attention.items():
             lay.attn_backend = saved[n]
     return {
         "block_size": cc.block_size,
         "mamba_block_size": cc.mamba_block_size,
-        "layers": specs,
+        "layers": [[name, spec_record(spec)] for name, spec in specs.items()],
+        "plan": plan,
     }
 
 
@@ -248,16 +329,22 @@ def derived_max_model_len(vc) -> int:
 
 
 def record_model(name: str, kv_cache_dtype: str, backends: tuple[str, ...]) -> dict:
+    _PREFIX["name"] = TEXT_ONLY.get(name, ("", "", ""))[2]
     with quiet():
         vc = engine_config(name, kv_cache_dtype)
         layers = build_layers(vc)
+        specs = layer_spec_objects(vc, layers)
         cpu = {
             "block_size": vc.cache_config.block_size,
             "mamba_block_size": vc.cache_config.mamba_block_size,
-            "layers": layer_specs(vc, layers),
+            "layers": [[name, spec_record(spec)] for name, spec in specs.items()],
         }
+        vc_cpu = copy.copy(vc)
+        vc_cpu.cache_config = copy.copy(vc.cache_config)
+        cpu["plan"] = plan_record(vc_cpu, layers, specs)
         result = {
             "config": name,
+            "vllm_model": vc.model_config.architecture,
             "kv_cache_dtype": kv_cache_dtype,
             "max_model_len": vc.model_config.max_model_len,
             "derived_max_model_len": derived_max_model_len(vc),
