@@ -60,7 +60,12 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
     for i, kind in enumerate(types):
         if kind == "mamba":
             layers.append(
-                MambaLayer(f"model.layers.{i}.mixer", shapes, (model_dtype, model_dtype))
+                MambaLayer(
+                    f"model.layers.{i}.mixer",
+                    shapes,
+                    (model_dtype, model_dtype),
+                    num_prefill_checkpoint_blocks=1,  # vLLM's MambaMixer2
+                )
             )
         elif kind == "attention":
             layers.append(AttentionLayer(f"model.layers.{i}.self_attn.attn", per_rank, size))

@@ -97,6 +97,8 @@ class MambaLayer:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     mamba_type: str = "mamba2"
+    #: a checkpoint block kept while prefilling in "align" mode (vLLM's MambaMixer2 sets 1)
+    num_prefill_checkpoint_blocks: int = 0
 
     @property
     def state_bytes(self) -> int:
@@ -115,6 +117,7 @@ class MambaLayer:
             page_size_padded=ctx.mamba_page_size_padded,
             mamba_type=self.mamba_type,
             mamba_cache_mode=ctx.mamba_cache_mode,
+            num_prefill_checkpoint_blocks=self.num_prefill_checkpoint_blocks,
         )
 
 

@@ -69,6 +69,7 @@ def spec_record(spec) -> dict:
         "cache_dtype_str",
         "mamba_cache_mode",
         "num_speculative_blocks",
+        "num_prefill_checkpoint_blocks",
     ):
         if hasattr(spec, field):
             out[field] = getattr(spec, field)
@@ -397,3 +398,63 @@ def record_all(selected: list[str] | None = None) -> dict:
             print(f"  vLLM builds {name} (kv cache {kv_cache_dtype})", flush=True)
             cases.append(record_model(name, kv_cache_dtype, backends))
     return {"backends": kernel_block_table(), "cases": cases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`record`: write vLLM's answers to tests/data/vllm_models_oracle.json; `run` (default):
+    ask vLLM afresh and compare every layer's spec and every planned figure with refimpl."""
+    import argparse
+    import json
+
+    import vllm
+
+    from tools.crosscheck import models_compare
+
+    parser = argparse.ArgumentParser(prog="python -m tools.crosscheck.vllm_models")
+    parser.add_argument("command", nargs="?", choices=["run", "record"], default="run")
+    parser.add_argument("configs", nargs="*", help="config names (default: all)")
+    args = parser.parse_args(argv)
+    print(f"vLLM {vllm.__version__} builds the specs of each config itself", flush=True)
+    oracle = record_all(args.configs or None)
+    oracle["vllm_version"] = vllm.__version__
+    if args.command == "record":
+        models_compare.ORACLE.write_text(json.dumps(oracle, indent=1) + "\n")
+        print(f"wrote {models_compare.ORACLE}: {len(oracle['cases'])} cases")
+        return 0
+    failures = compare(oracle)
+    return 1 if failures else 0
+
+
+def compare(oracle: dict) -> list[str]:
+    """Compare refimpl with every recorded case; print one line per case and backend."""
+    from tools.crosscheck import models_compare
+
+    failures = []
+    for case in oracle["cases"]:
+        for backend, recorded in case["backends"].items():
+            if "unavailable" in recorded:
+                print(
+                    f"  {case['config']} {backend}: not importable here "
+                    f"({recorded['unavailable']})"
+                )
+                continue
+            ours = models_compare.refimpl_case(case, backend)
+            specs = models_compare.spec_differences(case, backend, ours)
+            plans = models_compare.plan_differences(case, backend, ours)
+            failures += specs + plans
+            print(
+                f"  {case['config']} ({case['kv_cache_dtype']}, {backend}): "
+                f"{len(recorded['layers'])} layer specs "
+                f"{'agree' if not specs else 'DIFFER'}, plan "
+                f"{'agrees' if not plans else 'DIFFERS'}",
+                flush=True,
+            )
+            for line in specs[:3] + plans:
+                print("      " + line)
+    return failures
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
