@@ -24,8 +24,6 @@ import sys
 from fractions import Fraction
 
 from refimpl.cli import DefaultsHelpFormatter
-from refimpl.course import article_comparison
-from refimpl.course.layout_summary import summarize_groups
 from refimpl.hybrid import deepseek_v4, older_planners
 from refimpl.hybrid.kv_cache_planning import (
     approximate_gcd,
@@ -220,6 +218,10 @@ def with_flag_names(message: str) -> str:
 
 def build_plan(args: argparse.Namespace) -> dict:
     """Everything the plan prints, as plain data."""
+    # the article's hypothetical layout and the group table (only this path needs them)
+    from refimpl.course import article_comparison
+    from refimpl.course.layout_summary import summarize_groups
+
     specs = deepseek_v4.kv_cache_specs(
         MODELS[args.model],
         cache_dtype=CACHE_DTYPE_ALIASES[args.cache_dtype],

@@ -101,13 +101,18 @@ _DIST = {"ready": False}
 
 
 def _init_distributed(vc) -> None:
+    """A one-process "cluster" for this model (its expert-parallel group exists only when the
+    model has experts, so each model gets a fresh one)."""
     from vllm.distributed.parallel_state import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
         ensure_model_parallel_initialized,
         init_distributed_environment,
     )
 
     if _DIST["ready"]:
-        return
+        destroy_model_parallel()
+        destroy_distributed_environment()
     store = tempfile.mktemp(prefix="refimpl-crosscheck-")
     init_distributed_environment(
         world_size=1,
