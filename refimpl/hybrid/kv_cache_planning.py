@@ -221,12 +221,23 @@ def get_packed_kv_cache_groups(
         if n == 1:
             groups.append(KVCacheGroupSpec(list(merged.kv_cache_specs), merged))
             continue
+        if not balanced:
+            raise UnsplittableBucketError(
+                f"cannot split the {len(merged.kv_cache_specs)} "
+                f"{type(merged.first_spec).__name__} layers into {n} groups: their page "
+                f"sizes have unequal layer counts {[len(v) for v in by_page.values()]} "
+                "(vLLM 0.32's packer fails here too, with StopIteration)"
+            )
         repeats_list = list(zip(*by_page.values()))
         for i in range(n):
             names = [name for repeat in repeats_list[i::n] for name in repeat]
             members = {name: merged.kv_cache_specs[name] for name in names}
             groups.append(KVCacheGroupSpec(names, UniformTypeKVCacheSpecs.from_specs(members)))
     return groups
+
+
+class UnsplittableBucketError(ValueError):
+    """A state bucket that must be split across groups but has no repeating pattern."""
 
 
 class PageSizeUnifyError(ValueError):

@@ -23,7 +23,7 @@ from refimpl.hybrid.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
-from refimpl.hybrid.kv_cache_planning import align_hybrid_block_size
+from refimpl.hybrid.kv_cache_planning import UnsplittableBucketError, align_hybrid_block_size
 from refimpl.hybrid.kv_cache_utils import NotEnoughKVCacheMemoryError, plan_kv_cache
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
@@ -103,9 +103,8 @@ def random_case(seed: int) -> dict:
         }
     # the budget: from a fraction of one request to a few hundred requests
     one = sum(_rough_layer_bytes(x, case) for x in layers) * max_model_len
-    case["memory"] = max(
-        1, int(one * rng.choice([0.3, 0.9, 1.2, 3, 17.5, 250, rng.random() * 60]))
-    )
+    scale = rng.choice([0.5, 1.2, 2, 3, 17.5, 250, rng.random() * 60, rng.random() * 200])
+    case["memory"] = max(1, int(one * scale))
     return case
 
 
@@ -196,6 +195,8 @@ def plan_refimpl(case: dict) -> dict:
             "error": "not enough memory",
             "estimated_max_len": int(found[1]) if found else 0,
         }
+    except UnsplittableBucketError:
+        return {"error": "refused: unsplittable bucket"}
     except ValueError as e:
         return {"error": f"refused: {type(e).__name__}"}
     config = plan.kv_cache_config
@@ -243,3 +244,55 @@ def case_causes(case: dict, plan: dict) -> set[str]:
     if case["disable_hybrid"]:
         found.add("hybrid manager disabled")
     return found
+
+
+def named_case(name: str) -> dict:
+    """The issue's examples, as cases (vLLM's answers are recorded in the planner oracle)."""
+    full = {"kind": "full", "heads": 8, "head_size": 128, "dtype": "bfloat16"}
+    sliding = {**full, "kind": "sliding", "window": 4096}
+    base = {
+        "block_size": 16,
+        "layout": "LBNHC",
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 8192,
+        "async_scheduling": True,
+        "disable_hybrid": False,
+        "kernel_block": None,
+        "memory": 10 << 30,
+    }
+    if name == "10 full + 14 sliding":  # the 1.5 rule: groups [10, 14]
+        return {**base, "layers": [full] * 10 + [sliding] * 14}
+    if name == "8 full + 4 sliding KV heads":  # the layout gate: blocks [16, 32]
+        return {**base, "layers": [full, {**sliding, "heads": 4}] * 12}
+    if name == "8 full + 4 sliding KV heads, BLHNC":  # packed instead: both 16
+        return {**base, "layout": "BLHNC", "layers": [full, {**sliding, "heads": 4}] * 12}
+    if name == "gemma-3 at 8k":  # 5 sliding : 1 full; the window reserves more than 8k
+        layers = [
+            full if i % 6 == 5 else {**sliding, "window": 1024, "heads": 16} for i in range(62)
+        ]
+        layers = [{**x, "heads": 16} for x in layers]
+        return {**base, "layers": layers, "max_num_batched_tokens": 8192}
+    if name == "mamba2 hybrid, 400-token blocks":
+        layers = [full if i % 10 == 9 else {"kind": "mamba"} for i in range(40)]
+        return {
+            **base,
+            "layers": layers,
+            "mamba": {
+                "type": "mamba2",
+                "conv": [6144, 3],
+                "ssm": [48, 64, 128],
+                "ssm_dtype": "float32",
+                "cache_mode": "none",
+                "min_kernel_block": 16,
+            },
+        }
+    raise ValueError(f"unknown named case {name!r}")
+
+
+NAMED_CASES = (
+    "10 full + 14 sliding",
+    "8 full + 4 sliding KV heads",
+    "8 full + 4 sliding KV heads, BLHNC",
+    "gemma-3 at 8k",
+    "mamba2 hybrid, 400-token blocks",
+)

@@ -194,6 +194,8 @@ def plan_vllm(case: dict) -> dict:
         return {"error": f"refused: {type(e).__name__}"}
     except (AssertionError, NotImplementedError) as e:
         return {"error": f"refused: {type(e).__name__}"}
+    except StopIteration:  # vLLM 0.32's packer on an unbalanced bucket it must split
+        return {"error": "refused: unsplittable bucket"}
     tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(cfg, config)
     return {
         "groups": [
@@ -214,3 +216,49 @@ def plan_vllm(case: dict) -> dict:
         "num_tokens": tokens,
         "max_concurrency": concurrency,
     }
+
+
+def crosscheck_general(num_cases: int) -> tuple[int, list[str], dict[str, int]]:
+    """(agreeing cases, failure reports, {cause: agreeing cases}) over cases 0..n-1 and the
+    issue's named cases."""
+    from collections import Counter
+
+    from tools.crosscheck.general_planner import (
+        NAMED_CASES,
+        case_causes,
+        named_case,
+        plan_refimpl,
+        random_case,
+    )
+
+    cases = [(str(s), random_case(s)) for s in range(num_cases)]
+    cases += [(name, named_case(name)) for name in NAMED_CASES]
+    agreed, failures, causes = 0, [], Counter()
+    for label, case in cases:
+        theirs, ours = plan_vllm(case), plan_refimpl(case)
+        if theirs == ours:
+            agreed += 1
+            causes.update(case_causes(case, theirs))
+            continue
+        keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        failures.append(
+            f"case {label}: differs in {keys}\n"
+            f"    vLLM:    { {k: str(theirs.get(k))[:200] for k in keys} }\n"
+            f"    refimpl: { {k: str(ours.get(k))[:200] for k in keys} }"
+        )
+    return agreed, failures, dict(causes)
+
+
+def record_general(num_cases: int) -> dict:
+    """vLLM's answers for the named cases and the first `num_cases` fuzzed ones."""
+    from tools.crosscheck.general_planner import NAMED_CASES, named_case, random_case
+
+    named = [
+        {"name": n, "case": named_case(n), "plan": plan_vllm(named_case(n))}
+        for n in NAMED_CASES
+    ]
+    fuzzed = [
+        {"seed": s, "case": random_case(s), "plan": plan_vllm(random_case(s))}
+        for s in range(num_cases)
+    ]
+    return {"named": named, "fuzzed": fuzzed}
