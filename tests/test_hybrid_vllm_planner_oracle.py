@@ -72,51 +72,8 @@ def _failures() -> int:
     return failed
 
 
-def _undo(monkeypatch, rule: str) -> None:
-    from refimpl.hybrid import kv_cache_interface as I
-    from refimpl.hybrid import kv_cache_planning as P
-    from refimpl.hybrid import older_planners
-
-    if rule == "1.5 group-size rule":
-        monkeypatch.setattr(P, "GROUP_SIZE_RATIO", 1.25)
-    elif rule == "merge step":
-        monkeypatch.setattr(
-            I.FullAttentionSpec, "merge", classmethod(I.KVCacheSpec.merge.__func__)
-        )
-    elif rule == "layout gate":
-        packed = P.get_packed_kv_cache_groups
-        monkeypatch.setattr(
-            P, "get_packed_kv_cache_groups", lambda specs, layout=None: packed(specs, "BLHNC")
-        )
-    elif rule == "page padding":
-        monkeypatch.setattr(
-            P, "unify_kv_cache_spec_page_size", older_planners.unify_kv_cache_spec_page_size_b
-        )
-    elif rule == "Mamba block alignment":
-        monkeypatch.setattr(
-            general_planner, "align_hybrid_block_size", lambda **kw: (kw["block_size"], None)
-        )
-    elif rule == "window reservation":
-        monkeypatch.setattr(
-            I.SlidingWindowSpec,
-            "max_admission_blocks_per_request",
-            lambda self, in_flight, max_len: I.cdiv(
-                min(self.sliding_window, max_len), self.block_size
-            ),
-        )
-
-
-RULES = [
-    "1.5 group-size rule",
-    "merge step",
-    "layout gate",
-    "page padding",
-    "Mamba block alignment",
-    "window reservation",
-]
-
-
-@pytest.mark.parametrize("rule", RULES)
-def test_undoing_each_rule_breaks_the_replay(monkeypatch, rule):
-    _undo(monkeypatch, rule)
-    assert _failures() > 0
+@pytest.mark.parametrize("rule", general_planner.RULES)
+def test_undoing_each_rule_breaks_the_replay(rule):
+    with general_planner.undo_rule(rule):
+        assert _failures() > 0
+    assert _failures() == 0

@@ -15,6 +15,10 @@ This is planner C, vLLM 0.32's general path and refimpl's default, in vLLM's cal
 - `align_hybrid_block_size` is the step vLLM's platform runs before any spec exists for
   attention + Mamba models: the attention block grows until its page holds a Mamba state, and
   the state is padded to that page.
+What refimpl knows of vLLM 0.33 (from the issue and this repo's earlier crosscheck against it,
+not from its source): the functions move to `vllm/v1/core/kv_cache_planning.py`, the group-size
+rule stays 1.5, and eagle groups are flagged later, in `get_kv_cache_configs`, from the draft
+layers' `is_draft` specs (the same layer ends up flagged for an MTP layer that registers last).
 The planners vLLM ran before (V0, A and the article's B) live in `older_planners.py`.
 The capacity figures (tokens, concurrency, the memory check) are in `kv_cache_utils.py`.
 """

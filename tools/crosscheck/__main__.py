@@ -201,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for cause, n in sorted(general_causes.items()):
         print(f"    {n:5d} agreeing cases: {cause}")
+    from tools.crosscheck.general_vllm import mutation_figures
+
+    print("general planner, each rule undone in refimpl (cases that then disagree):")
+    for rule, n in mutation_figures(args.general).items():
+        print(f"    {n:5d} disagree without the {rule}")
+        general_failures += [] if n else [f"undoing the {rule} changes nothing"]
     return 1 if failed or plan_failures or general_failures else 0
 
 

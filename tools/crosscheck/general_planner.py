@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
 
 from refimpl.hybrid.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -296,3 +299,54 @@ NAMED_CASES = (
     "gemma-3 at 8k",
     "mamba2 hybrid, 400-token blocks",
 )
+
+
+RULES = (
+    "1.5 group-size rule",
+    "merge step",
+    "layout gate",
+    "page padding",
+    "Mamba block alignment",
+    "window reservation",
+)
+
+
+@contextmanager
+def undo_rule(rule: str) -> Iterator[None]:
+    """Undo one rule of vLLM 0.32's planner in refimpl for the duration (the crosscheck and
+    the oracle replay must then disagree somewhere)."""
+    from refimpl.hybrid import kv_cache_interface as I
+    from refimpl.hybrid import kv_cache_planning as P
+    from refimpl.hybrid import older_planners
+
+    packed = P.get_packed_kv_cache_groups
+    patches = {
+        # back to 1.25
+        "1.5 group-size rule": mock.patch.object(P, "GROUP_SIZE_RATIO", 1.25),
+        # full-attention layers merge only when equal
+        "merge step": mock.patch.object(
+            I.FullAttentionSpec, "merge", classmethod(I.KVCacheSpec.merge.__func__)
+        ),
+        # pack different pages whatever the layout
+        "layout gate": mock.patch.object(
+            P, "get_packed_kv_cache_groups", lambda specs, layout=None: packed(specs, "BLHNC")
+        ),
+        # grow blocks only, never pad (planner B's rule)
+        "page padding": mock.patch.object(
+            P, "unify_kv_cache_spec_page_size", older_planners.unify_kv_cache_spec_page_size_b
+        ),
+        # keep the configured block, leave the state unpadded
+        "Mamba block alignment": mock.patch(
+            f"{__name__}.align_hybrid_block_size", lambda **kw: (kw["block_size"], None)
+        ),
+        # a window reserves its own length only (no tokens in flight, no extra block)
+        "window reservation": mock.patch.object(
+            I.SlidingWindowSpec,
+            "max_admission_blocks_per_request",
+            lambda self, in_flight, max_len: (
+                -(-min(self.sliding_window, max_len) // self.block_size)
+            ),
+        ),
+    }
+    with patches[rule]:
+        yield

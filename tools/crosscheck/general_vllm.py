@@ -262,3 +262,24 @@ def record_general(num_cases: int) -> dict:
         for s in range(num_cases)
     ]
     return {"named": named, "fuzzed": fuzzed}
+
+
+def mutation_figures(num_cases: int) -> dict[str, int]:
+    """{rule: cases (of the fuzzed and named ones) where refimpl with the rule undone no
+    longer equals vLLM}."""
+    from tools.crosscheck.general_planner import (
+        NAMED_CASES,
+        RULES,
+        named_case,
+        plan_refimpl,
+        random_case,
+        undo_rule,
+    )
+
+    cases = [random_case(s) for s in range(num_cases)] + [named_case(n) for n in NAMED_CASES]
+    theirs = [plan_vllm(c) for c in cases]
+    figures = {}
+    for rule in RULES:
+        with undo_rule(rule):
+            figures[rule] = sum(plan_refimpl(c) != t for c, t in zip(cases, theirs))
+    return figures
