@@ -278,7 +278,12 @@ class FullAttentionSpec(AttentionSpec):
         windows = {s.sliding_window for s in specs} - {None}
         chunks = {s.attention_chunk_size for s in specs} - {None}
         if len(windows) > 1 or len(chunks) > 1:
-            raise SpecMergeError("layers of one group must have one window size")
+            # a plain ValueError, as vLLM raises: its uniformity test lets it through, so
+            # vLLM refuses such a model with the hybrid manager disabled
+            raise ValueError(
+                "all attention layers of one KV cache group must have the same window size, "
+                f"got {sorted(windows or chunks)}"
+            )
         if any(s.attention_fields() != first.attention_fields() for s in specs):
             raise SpecMergeError("layers of one group must have the same attention spec")
         if windows and chunks:
