@@ -49,6 +49,8 @@ FLAG_FOR_PARAMETER = {
     "available_memory": "--memory",
     "num_blocks_override": "--num-blocks",
     "block_size": "--block-size",
+    "max_model_len": "--max-model-len",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
 }
 
 
@@ -492,21 +494,6 @@ def max_num_batched_tokens_default(gpu_memory: int | None) -> int:
     return next(n for limit, n in SERVE_MAX_NUM_BATCHED_TOKENS if gpu_memory >= limit)
 
 
-def group_blocks_per_request(group, max_model_len: int, in_flight: int) -> int:
-    """Blocks one request at max_model_len holds in this group (vLLM's reservation)."""
-    from refimpl.hybrid.kv_cache_interface import UniformTypeKVCacheSpecs, cdiv
-
-    spec = group.kv_cache_spec
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return spec.max_memory_usage_pages(
-            max_model_len=max_model_len, max_in_flight_tokens=in_flight
-        )
-    usage = spec.max_memory_usage_bytes(
-        max_model_len=max_model_len, max_in_flight_tokens=in_flight
-    )
-    return cdiv(usage, spec.page_size_bytes)
-
-
 def group_row(group, blocks_per_request: int) -> dict:
     from refimpl.hybrid.kv_cache_interface import unwrap_spec
 
@@ -562,7 +549,9 @@ def build_model_plan(args: argparse.Namespace) -> dict:
             )
     else:
         raise ValueError("give --kv-cache-memory-bytes, or --gpu-memory (and the utilisation)")
-    capacity = plan_capacity(model.specs, memory, max_len, in_flight)
+    capacity = plan_capacity(
+        model.specs, memory, max_len, in_flight, kv_cache_layout=model.backend.layouts_first
+    )
     return {
         "config": cfg.source,
         "architecture": model.architecture,
@@ -586,36 +575,68 @@ def build_model_plan(args: argparse.Namespace) -> dict:
     }
 
 
-def plan_capacity(specs: dict, memory: int, max_model_len: int, in_flight: int) -> dict:
-    """Groups, blocks, and vLLM's two startup figures for `specs` in `memory` bytes.
+def plan_capacity(
+    specs: dict,
+    memory: int,
+    max_model_len: int,
+    in_flight: int,
+    kv_cache_layout: str | None = None,
+) -> dict:
+    """Groups, blocks, and vLLM's two startup figures for `specs` in `memory` bytes
+    (`kv_cache_utils.plan_kv_cache`, vLLM 0.32's planner and capacity functions).
 
-    vLLM's `get_max_concurrency_for_kv_cache_config`: a request at max_model_len holds, in
-    every group, the blocks its spec reserves (all its tokens for full attention, the window
-    plus the tokens in flight for a sliding window, two states for an aligned Mamba layer);
-    the groups draw from one pool, so concurrency = blocks / the sum, and the KV cache size
-    in tokens = int(concurrency x max_model_len).
+    A request at max_model_len holds, in every group, the blocks its spec reserves (all its
+    tokens for full attention, the window plus the tokens in flight for a sliding window, two
+    or three states for an aligned Mamba layer); the groups draw from one pool, so concurrency
+    = blocks / the sum, and the KV cache size in tokens = int(concurrency x max_model_len).
+    `in_flight` is max_num_batched_tokens x the batches in flight.
     """
-    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
+    from refimpl.hybrid.kv_cache_utils import plan_kv_cache
 
-    groups = get_kv_cache_groups(specs)
-    config = get_kv_cache_config(groups, memory)
+    result = plan_kv_cache(
+        specs,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=in_flight,
+        async_scheduling=False,
+        kv_cache_memory_bytes=memory,
+        kv_cache_layout=kv_cache_layout,
+    )
     rows = [
-        group_row(g, group_blocks_per_request(g, max_model_len, in_flight)) for g in groups
+        group_row(g, per_request)
+        for g, per_request in zip(result.groups, result.blocks_per_request, strict=True)
     ]
-    per_request = sum(r["blocks_per_request"] for r in rows)
-    concurrency = config.num_blocks / per_request
     return {
+        "kv_cache_layout": result.kv_cache_layout,
         "groups": rows,
-        "bytes_per_block": config.block_stride,
-        "num_blocks": config.num_blocks,
-        "blocks_per_request": per_request,
-        "kv_cache_size_tokens": int(concurrency * max_model_len),
-        "max_concurrency": concurrency,
+        "bytes_per_block": result.bytes_per_block,
+        "num_blocks": result.num_blocks,
+        "blocks_per_request": sum(result.blocks_per_request),
+        "num_padding_layers": result.num_padding_layers,
+        "kv_cache_size_tokens": result.num_tokens,
+        "max_concurrency": result.max_concurrency,
+        "planner_notes": [note.text for note in result.notes],
     }
 
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
+
+
+def merge_group_notes(notes: list[str]) -> list[str]:
+    """The planner's notes with "group i: same text" lines merged into "groups 0, 1: text"."""
+    import re
+
+    merged: dict[str, list[str]] = {}
+    for note in notes:
+        found = re.match(r"group (\d+): (.*)", note)
+        key, group = (found.group(2), found.group(1)) if found else (note, None)
+        merged.setdefault(key, [])
+        if group is not None:
+            merged[key].append(group)
+    return [
+        (f"group{'s' if len(gs) > 1 else ''} {', '.join(gs)}: {text}" if gs else text)
+        for text, gs in merged.items()
+    ]
 
 
 def format_model_plan(plan: dict) -> str:
@@ -665,24 +686,8 @@ def format_model_plan(plan: dict) -> str:
         "",
         "why:",
     ]
-    why = list(plan["notes"])
-    sizes = {g["num_layers"] for g in plan["groups"]}
-    if len(plan["groups"]) > 1 and len(sizes) > 1:
-        why.append(
-            f"groups of unequal size ({sorted(sizes)} layers): the smaller ones are padded to "
-            "the widest, whose page sets the block's bytes"
-        )
-    for g in plan["groups"]:
-        if g["sliding_window"]:
-            tokens = min(
-                g["sliding_window"] - 1 + plan["max_in_flight_tokens"], plan["max_model_len"]
-            )
-            why.append(
-                f"a sliding window of {g['sliding_window']:,} reserves min(window - 1 + "
-                f"{plan['max_in_flight_tokens']:,} in flight, max len) = {tokens:,} tokens = "
-                f"{g['blocks_per_request']:,} blocks (one extra: a window need not start on "
-                "a block boundary)"
-            )
-            break
-    lines += [f"  - {w}" for w in why] or ["  - every layer keeps every token (no windows)"]
+    why = list(plan["notes"]) + merge_group_notes(plan["planner_notes"])
+    if all(g["kind"] in ("FullAttentionSpec", "MLAAttentionSpec") for g in plan["groups"]):
+        why.insert(0, "every layer keeps every token (no windows, no recurrent states)")
+    lines += [f"  - {w}" for w in why]
     return "\n".join(lines)

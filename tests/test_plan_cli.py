@@ -110,6 +110,8 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
         str(CONFIGS / "llama-3.1-8b"),
         "--kv-cache-memory-bytes",
         "8GiB",
+        "--max-model-len",
+        "8192",
         "--json",
     ]
     one = json.loads(plan(capsys, *base))
@@ -139,6 +141,11 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
                 "3",
             ],
             "8 KV heads cannot be split over 3",
+        ),
+        (
+            ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "8GiB"],
+            # vLLM refuses to start: 131,072 tokens need 16 GiB; it names the longest that fits
+            "The longest --max-model-len that fits is 65520",
         ),
         (
             [

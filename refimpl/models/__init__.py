@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from refimpl.hybrid.kv_cache_interface import KVCacheSpec, cdiv
+from refimpl.hybrid import kv_cache_planning
+from refimpl.hybrid.kv_cache_interface import KVCacheSpec
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -87,8 +88,10 @@ def align_hybrid_block_size(
     block_size: int,
     kv_dtype_size: int,
 ) -> tuple[int, int | None, list[str]]:
-    """vLLM's `_align_hybrid_block_size`: grow the attention block until one attention page
-    holds the largest Mamba state, then pad the Mamba page to exactly that attention page.
+    """vLLM's `_align_hybrid_block_size` for this model and backend: the attention block grows
+    until one attention page holds the largest Mamba state (in whole kernel blocks), then the
+    Mamba page is padded to exactly that attention page (the rule itself is the planner's
+    `kv_cache_planning.align_hybrid_block_size`; this reads its inputs off the model).
 
     Returns (block size, padded Mamba page or None, notes).
     """
@@ -97,12 +100,13 @@ def align_hybrid_block_size(
     else:
         per_token = 2 * model.num_kv_heads * model.head_size * kv_dtype_size
     mamba_page = max(m.state_bytes for m in model.layers if isinstance(m, MambaLayer))
-    kernel = max(backend.smallest_kernel_block, block_size)
-    if model.use_mla:
-        kernel = max(kernel, 128)
-    aligned = kernel * cdiv(mamba_page, kernel * per_token)
-    base = backend.smallest_kernel_block
-    aligned = base * cdiv(aligned, base)
+    aligned, padded = kv_cache_planning.align_hybrid_block_size(
+        block_size=block_size,
+        attn_page_size_1_token=per_token,
+        mamba_page_size=mamba_page,
+        kernel_block_alignment=backend.smallest_kernel_block,
+        use_mla=model.use_mla,
+    )
     notes = []
     if block_size < aligned:
         notes.append(
@@ -110,10 +114,8 @@ def align_hybrid_block_size(
             f"page ({per_token:,} B per token) holds a Mamba state ({mamba_page:,} B)"
         )
         block_size = aligned
-    attention_page = block_size * per_token
-    padded = None
-    if attention_page != mamba_page:
-        padded = attention_page
+    if padded is not None:
+        attention_page = padded
         notes.append(
             f"Mamba page padded from {mamba_page:,} B to {attention_page:,} B "
             f"(+{100 * (attention_page - mamba_page) / mamba_page:.2f}%) to equal an "

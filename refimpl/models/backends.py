@@ -63,6 +63,11 @@ class AttentionBackendInfo:
         return self.multiple_of or min(self.fixed_sizes)
 
     @property
+    def layouts_first(self) -> str | None:
+        """The layout the backend prefers, or None when it states none (vLLM's default)."""
+        return self.layouts[0] if self.layouts else None
+
+    @property
     def smallest_kernel_block(self) -> int:
         return self.multiple_of or min(self.fixed_sizes)
 
