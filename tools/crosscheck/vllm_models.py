@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     oracle = record_all(args.configs or None)
     oracle["vllm_version"] = vllm.__version__
     if args.command == "record":
-        models_compare.ORACLE.write_text(json.dumps(oracle, indent=1) + "\n")
+        models_compare.ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
         print(f"wrote {models_compare.ORACLE}: {len(oracle['cases'])} cases")
         return 0
     failures = compare(oracle)
