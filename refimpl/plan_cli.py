@@ -1,11 +1,17 @@
-"""`python -m refimpl plan`: print the KV-cache plan of a DeepSeek V4 model.
+"""`python -m refimpl plan`: print the KV-cache plan vLLM will make, before renting a GPU.
 
+    python -m refimpl plan --config path/to/config.json --gpu-memory 80GiB --max-model-len 8192
+    python -m refimpl plan --config config.json --kv-cache-memory-bytes 20GiB --json
     python -m refimpl plan --model deepseek-v4-pro --memory 10GiB
     python -m refimpl plan --model deepseek-v4-flash --indexer fp4 --json
     python -m refimpl plan --layout B        # the planner the vLLM KV-cache article describes
 
-Shows the groups (kind, block size, layers, width in bytes), the block stride, how many blocks
-fit in the memory budget, and the byte offsets of the packed slab.
+With `--config` (any Hugging Face config.json that `refimpl.models` can read; nothing is
+downloaded) it prints what vLLM logs at startup, "KV cache size: N tokens" and "Maximum
+concurrency for L tokens per request", with the groups, block size, page sizes and blocks
+behind them and why (padding layers, the sliding-window reservation, a hybrid's aligned
+block). The flags and defaults are `vllm serve`'s. With `--model` it shows DeepSeek V4's
+groups, block stride, blocks and the byte offsets of the packed slab.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from refimpl.hybrid.kv_cache_planning import (
 from refimpl.plan_summary import summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
+V4_BLOCK_SIZE = 256  # --model's default block size
 GROUPINGS = ("grouped", "mla+swa")
 LAYOUT_VERSIONS = ("B", "C")
 CACHE_DTYPE_ALIASES = {
@@ -43,6 +50,8 @@ FLAG_FOR_PARAMETER = {
     "available_memory": "--memory",
     "num_blocks_override": "--num-blocks",
     "block_size": "--block-size",
+    "max_model_len": "--max-model-len",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
 }
 
 
@@ -131,10 +140,12 @@ def int_at_least(minimum: int, why: str):
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plan",
-        help="plan a DeepSeek V4 KV cache (groups, stride, blocks, offsets)",
+        help="plan a model's KV cache as vLLM will (tokens, concurrency, groups, blocks)",
         description=(
-            "Print the KV-cache plan of a DeepSeek V4 model: its groups, block stride, "
-            "how many blocks fit in the memory budget, and the byte offsets in one block."
+            "Print the KV-cache plan vLLM 0.32 makes for a Hugging Face config.json "
+            "(--config): groups, block size, pages, blocks, the KV cache size in tokens and "
+            "the maximum concurrency, and why. With --model: a DeepSeek V4 model's groups, "
+            "block stride, blocks and byte offsets."
         ),
         formatter_class=DefaultsHelpFormatter,
     )
@@ -165,8 +176,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--block-size",
         type=int_at_least(1, "tokens per block"),
-        default=256,
-        help="logical block size in tokens (a multiple of 128)",
+        help="tokens per block (DeepSeek V4: a multiple of 128, 256 by default; --config: "
+        "vLLM's choice for the backend by default)",
     )
     parser.add_argument(
         "--num-blocks",
@@ -196,6 +207,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="offset rows to print (-1 for all)",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    add_model_arguments(parser)
     parser.set_defaults(func=run_plan, parser_error=parser.error)
     return parser
 
@@ -348,15 +360,331 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
 
 def run_plan(args: argparse.Namespace) -> int:
     try:
-        plan = build_plan(args)
+        if args.config is not None:
+            plan = build_model_plan(args)
+            text = None if args.json else format_model_plan(plan)
+        else:
+            if args.block_size is None:
+                args.block_size = V4_BLOCK_SIZE
+            plan = build_plan(args)
+            text = None if args.json else format_plan(plan, args.offsets)
     except ValueError as exc:
         args.parser_error(with_flag_names(str(exc)))
     try:
         print(
-            json.dumps(plan, indent=2) if args.json else format_plan(plan, args.offsets),
+            json.dumps(plan, indent=2) if text is None else text,
             flush=True,
         )
     except BrokenPipeError:  # the reader stopped early (`| head`): quietly drop the rest
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0
+
+
+# --- `--config`: any Hugging Face config.json, the engineer's command
+
+#: `vllm serve`'s defaults (vLLM 0.32 EngineArgs / CacheConfig / SchedulerConfig)
+GPU_MEMORY_UTILIZATION = 0.9
+#: --max-num-batched-tokens for the OpenAI server by GPU memory (get_batch_defaults):
+#: >= 160 GiB (B200): 16384; >= 70 GiB and not an A100 (H100, H200): 8192; otherwise 2048
+SERVE_MAX_NUM_BATCHED_TOKENS = ((160 << 30, 16384), (70 << 30, 8192), (0, 2048))
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # an H100/H200, when --gpu-memory is not given
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "any model (--config), with vllm serve's flag names and defaults"
+    )
+    group.add_argument("--config", help="a local Hugging Face config.json (or its directory)")
+    group.add_argument(
+        "--kv-cache-memory-bytes",
+        type=memory_size,
+        help="the KV cache budget per GPU, exact (e.g. 20GiB); else --gpu-memory is used",
+    )
+    group.add_argument(
+        "--gpu-memory",
+        type=memory_size,
+        help="memory of one GPU (e.g. 80GiB): the budget is then estimated as utilisation x "
+        "this, less the weights",
+    )
+    group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=GPU_MEMORY_UTILIZATION,
+        help="share of --gpu-memory vLLM may use",
+    )
+    group.add_argument(
+        "--weights-memory",
+        type=memory_size,
+        help="bytes of weights per GPU (default: estimated from the config's parameter count)",
+    )
+    group.add_argument(
+        "--max-model-len", type=int_at_least(1, "tokens"), help="default: the model's own"
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=int_at_least(1, "tokens per step"),
+        help="tokens scheduled per step (default: vllm serve's for the GPU: 8192 on an "
+        "H100/H200)",
+    )
+    group.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="two batches in flight: sliding windows reserve twice the batched tokens",
+    )
+    group.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="for Mamba hybrids: one state block per attention block ('align') or one per "
+        "request",
+    )
+    group.add_argument(
+        "--tensor-parallel-size", type=int_at_least(1, "GPUs"), default=1, help="GPUs"
+    )
+    group.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        help="auto (the model dtype), fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16",
+    )
+    group.add_argument(
+        "--backend",
+        help="attention backend: flash_attn (default), flashinfer, triton_attn, flashmla "
+        "(default for MLA), triton_mla, cpu_attn (vLLM's CPU platform)",
+    )
+
+
+def estimate_weight_bytes(cfg, model_dtype: str, tensor_parallel_size: int) -> int:
+    """A rough size of one GPU's weights from the config (an estimate: quantised checkpoints,
+    unusual layers and vision towers are not counted precisely)."""
+    from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
+
+    get = cfg.get
+    hidden = int(get("hidden_size") or 0)
+    layers = int(get("num_hidden_layers") or 0)
+    heads = int(get("num_attention_heads") or 1)
+    head_dim = int(get("head_dim") or hidden // heads)
+    kv_heads = int(get("num_key_value_heads") or heads)
+    vocab = int(get("vocab_size") or 0)
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    experts = int(
+        get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0
+    )
+    moe_inter = int(get("moe_intermediate_size") or get("intermediate_size") or 0)
+    inter = int(get("intermediate_size") or 0)
+    if experts:
+        shared = int(get("n_shared_experts") or 0) * moe_inter + int(
+            get("shared_expert_intermediate_size") or get("shared_intermediate_size") or 0
+        )
+        mlp = 3 * hidden * (experts * moe_inter + shared)
+    else:
+        mlp = 3 * hidden * inter
+    embeddings = vocab * hidden * (1 if get("tie_word_embeddings") else 2)
+    params = layers * (attention + mlp) + embeddings
+    return params * DTYPE_SIZES[model_dtype] // tensor_parallel_size
+
+
+def max_num_batched_tokens_default(gpu_memory: int | None) -> int:
+    if gpu_memory is None:
+        return DEFAULT_MAX_NUM_BATCHED_TOKENS
+    return next(n for limit, n in SERVE_MAX_NUM_BATCHED_TOKENS if gpu_memory >= limit)
+
+
+def group_row(group, blocks_per_request: int) -> dict:
+    from refimpl.hybrid.kv_cache_interface import unwrap_spec
+
+    spec = unwrap_spec(group)
+    real = sum(group.layer_spec(n).real_page_size_bytes for n in group.layer_names)
+    return {
+        "kind": type(spec).__name__,
+        "block_size": group.block_size,
+        "num_layers": len(group.layer_names),
+        "page_size_bytes": group.layer_spec(group.layer_names[0]).page_size_bytes,
+        "padding_bytes": group.width_bytes - real,
+        "sliding_window": getattr(spec, "sliding_window", None),
+        "blocks_per_request": blocks_per_request,
+        "layer_names": list(group.layer_names),
+    }
+
+
+def build_model_plan(args: argparse.Namespace) -> dict:
+    """Everything the --config plan prints, as plain data."""
+    from refimpl.models import HFConfig, get_kv_cache_spec
+
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}"
+        )
+    cfg = HFConfig.load(args.config)
+    model = get_kv_cache_spec(
+        cfg,
+        tensor_parallel_size=args.tensor_parallel_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        backend=args.backend,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
+    max_len = model.max_model_len
+    batched = args.max_num_batched_tokens or max_num_batched_tokens_default(args.gpu_memory)
+    in_flight = batched * (2 if args.async_scheduling else 1)
+    weights = None
+    if args.kv_cache_memory_bytes is not None:
+        memory, exact = args.kv_cache_memory_bytes, True
+    elif args.gpu_memory is not None:
+        weights = args.weights_memory
+        weights_estimated = weights is None
+        if weights is None:
+            weights = estimate_weight_bytes(cfg, model.model_dtype, args.tensor_parallel_size)
+        memory = int(args.gpu_memory * args.gpu_memory_utilization) - weights
+        exact = False
+        if memory <= 0:
+            raise ValueError(
+                f"--gpu-memory x --gpu-memory-utilization leaves nothing for the KV cache "
+                f"after {weights:,} B of weights"
+            )
+    else:
+        raise ValueError("give --kv-cache-memory-bytes, or --gpu-memory (and the utilisation)")
+    capacity = plan_capacity(
+        model.specs, memory, max_len, in_flight, kv_cache_layout=model.backend.layouts_first
+    )
+    return {
+        "config": cfg.source,
+        "architecture": model.architecture,
+        "num_cache_layers": len(model.specs),
+        "model_dtype": model.model_dtype,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "kv_dtype": model.kv_dtype,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "backend": model.backend.name,
+        "block_size": model.block_size,
+        "max_model_len": max_len,
+        "max_num_batched_tokens": batched,
+        "async_scheduling": args.async_scheduling,
+        "max_in_flight_tokens": in_flight,
+        "available_memory": memory,
+        "available_memory_is_estimate": not exact,
+        "weights_bytes": weights,
+        "weights_is_estimate": weights is not None and weights_estimated,
+        **capacity,
+        "notes": model.notes,
+    }
+
+
+def plan_capacity(
+    specs: dict,
+    memory: int,
+    max_model_len: int,
+    in_flight: int,
+    kv_cache_layout: str | None = None,
+) -> dict:
+    """Groups, blocks, and vLLM's two startup figures for `specs` in `memory` bytes
+    (`kv_cache_utils.plan_kv_cache`, vLLM 0.32's planner and capacity functions).
+
+    A request at max_model_len holds, in every group, the blocks its spec reserves (all its
+    tokens for full attention, the window plus the tokens in flight for a sliding window, two
+    or three states for an aligned Mamba layer); the groups draw from one pool, so concurrency
+    = blocks / the sum, and the KV cache size in tokens = int(concurrency x max_model_len).
+    `in_flight` is max_num_batched_tokens x the batches in flight.
+    """
+    from refimpl.hybrid.kv_cache_utils import plan_kv_cache
+
+    result = plan_kv_cache(
+        specs,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=in_flight,
+        async_scheduling=False,
+        kv_cache_memory_bytes=memory,
+        kv_cache_layout=kv_cache_layout,
+    )
+    rows = [
+        group_row(g, per_request)
+        for g, per_request in zip(result.groups, result.blocks_per_request, strict=True)
+    ]
+    return {
+        "kv_cache_layout": result.kv_cache_layout,
+        "groups": rows,
+        "bytes_per_block": result.bytes_per_block,
+        "num_blocks": result.num_blocks,
+        "blocks_per_request": sum(result.blocks_per_request),
+        "num_padding_layers": result.num_padding_layers,
+        "kv_cache_size_tokens": result.num_tokens,
+        "max_concurrency": result.max_concurrency,
+        "planner_notes": [note.text for note in result.notes],
+    }
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def merge_group_notes(notes: list[str]) -> list[str]:
+    """The planner's notes with "group i: same text" lines merged into "groups 0, 1: text"."""
+    import re
+
+    merged: dict[str, list[str]] = {}
+    for note in notes:
+        found = re.match(r"group (\d+): (.*)", note)
+        key, group = (found.group(2), found.group(1)) if found else (note, None)
+        merged.setdefault(key, [])
+        if group is not None:
+            merged[key].append(group)
+    return [
+        (f"group{'s' if len(gs) > 1 else ''} {', '.join(gs)}: {text}" if gs else text)
+        for text, gs in merged.items()
+    ]
+
+
+def format_model_plan(plan: dict) -> str:
+    approx = "~" if plan["available_memory_is_estimate"] else ""
+    lines = [
+        f"{plan['architecture']} ({plan['config']}): {plan['num_cache_layers']} cache layers, "
+        f"{plan['model_dtype']} weights, KV cache {plan['kv_cache_dtype']} "
+        f"({plan['kv_dtype']}), TP {plan['tensor_parallel_size']}, backend {plan['backend']}",
+        f"block size {plan['block_size']} tokens; max model len {plan['max_model_len']:,}; "
+        f"{plan['max_in_flight_tokens']:,} tokens in flight "
+        f"({plan['max_num_batched_tokens']:,} batched x "
+        f"{2 if plan['async_scheduling'] else 1} "
+        f"{'(async scheduling)' if plan['async_scheduling'] else 'batch'})",
+    ]
+    if plan["available_memory_is_estimate"]:
+        w = plan["weights_bytes"]
+        lines.append(
+            f"KV budget {approx}{plan['available_memory']:,} B "
+            f"({_gib(plan['available_memory'])}) = GPU x utilisation - weights {w:,} B "
+            f"({'estimated from the config' if plan['weights_is_estimate'] else 'given'}); "
+            "an ESTIMATE: vLLM also subtracts the activation peak it measures at startup"
+        )
+    else:
+        lines.append(
+            f"KV budget {plan['available_memory']:,} B "
+            f"({_gib(plan['available_memory'])}), exact"
+        )
+    lines += [
+        "",
+        f"{'group':>5}  {'kind':<22}{'block':>6}{'layers':>7}{'page B':>12}{'padding B':>11}"
+        f"{'blocks/request':>16}",
+    ]
+    for i, g in enumerate(plan["groups"]):
+        lines.append(
+            f"{i:>5}  {g['kind']:<22}{g['block_size']:>6}{g['num_layers']:>7}"
+            f"{g['page_size_bytes']:>12,}{g['padding_bytes']:>11,}{g['blocks_per_request']:>16,}"
+        )
+    lines += [
+        "",
+        f"one block id costs {plan['bytes_per_block']:,} B (the widest group); "
+        f"{approx}{plan['num_blocks']:,} blocks",
+        f"a request at {plan['max_model_len']:,} tokens holds {plan['blocks_per_request']:,} "
+        "blocks (summed over the groups)",
+        f"KV cache size: {approx}{plan['kv_cache_size_tokens']:,} tokens",
+        f"Maximum concurrency for {plan['max_model_len']:,} tokens per request: "
+        f"{approx}{plan['max_concurrency']:.2f}x",
+        "",
+        "why:",
+    ]
+    why = list(plan["notes"]) + merge_group_notes(plan["planner_notes"])
+    if all(g["kind"] in ("FullAttentionSpec", "MLAAttentionSpec") for g in plan["groups"]):
+        why.insert(0, "every layer keeps every token (no windows, no recurrent states)")
+    lines += [f"  - {w}" for w in why]
+    return "\n".join(lines)

@@ -204,12 +204,14 @@ def test_plan_errors_are_one_line_naming_the_flag(capsys, argv, words):
 
 def test_plan_help_shows_defaults_without_markup(capsys):
     assert main(["plan", "--help"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
     for text in (
         "(default: 10GiB)",
-        "(default: 256)",
+        "256 by default",  # --block-size: 256 for --model, vLLM's choice for --config
         "(default: deepseek-v4-pro)",
         "(default: 10)",
+        "(default: 0.9)",  # --gpu-memory-utilization, as vllm serve
+        "(default: auto)",  # --kv-cache-dtype
     ):
         assert text in out, text
     assert "`" not in out and "(default: None)" not in out and "(default: False)" not in out

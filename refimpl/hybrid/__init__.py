@@ -21,23 +21,31 @@ from refimpl.hybrid.kv_cache_coordinator import (
 )
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheSpec,
     KVCacheTensor,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.hybrid.kv_cache_layout import KVCacheLayout
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from refimpl.hybrid.kv_cache_planning import (
     approximate_gcd,
     get_kv_cache_config,
     get_kv_cache_groups,
 )
-from refimpl.hybrid.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from refimpl.hybrid.kv_cache_utils import (
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    KVCachePlan,
+    plan_kv_cache,
+)
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.single_type_kv_cache_manager import (
     FullAttentionManager,
@@ -57,6 +65,11 @@ def __getattr__(name: str):
 __all__ = [
     "AttentionSpec",
     "BlockPool",
+    "ChunkedLocalAttentionSpec",
+    "KVCacheLayout",
+    "KVCachePlan",
+    "MambaSpec",
+    "plan_kv_cache",
     "FreeKVCacheBlockQueue",
     "FullAttentionManager",
     "FullAttentionSpec",

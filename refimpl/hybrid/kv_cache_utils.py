@@ -8,18 +8,44 @@
   fake
   head and tail sentinels, so popleft / remove / append / prepend are all O(1).
 
-vLLM keeps the planner (grouping, layout) here too in 0.32 and moves it to
-`kv_cache_planning.py` in later versions; refimpl has it in `kv_cache_planning.py`.
+- Capacity, where vLLM 0.32 has it: what one request reserves per group
+  (`get_num_blocks_per_request`), the memory check (`check_enough_kv_cache_memory`), the
+  startup figures (`get_kv_cache_capacity`: tokens and maximum concurrency), and
+  `plan_kv_cache`, the one call that plans a model and says why.
+
+vLLM 0.32 keeps the planner (grouping, layout) here too; refimpl has it in
+`kv_cache_planning.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import xxhash
 
 from refimpl.errors import InvariantError
+from refimpl.hybrid.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+    cdiv,
+)
+from refimpl.hybrid.kv_cache_layout import KVCacheLayout
+from refimpl.hybrid.kv_cache_planning import (
+    add_kv_sharing_layers_to_kv_cache_groups,
+    get_kv_cache_bytes_per_block,
+    get_kv_cache_config,
+    get_kv_cache_groups,
+    get_num_padding_layers,
+    resolve_kv_cache_layout,
+)
+from refimpl.validation import check_int_at_least, check_positive_int
 
 BlockHash = bytes
 """A chained content hash of a prefix (see `hash_block_tokens`)."""
@@ -194,3 +220,489 @@ def hash_block_tokens(
     h.update(parent_block_hash if parent_block_hash is not None else NONE_HASH)
     h.update(np.asarray(token_ids, dtype="<i8").tobytes())
     return h.digest()
+
+
+# --- capacity: how many tokens and requests a plan holds (vLLM 0.32's kv_cache_utils)
+
+GIB = 1 << 30
+
+
+def get_max_in_flight_tokens(
+    max_num_batched_tokens: int, *, async_scheduling: bool, pipeline_parallel_size: int = 1
+) -> int:
+    """Tokens scheduled but not yet finished (vLLM's `VllmConfig.max_in_flight_tokens`).
+
+    Every batch in flight may hold `max_num_batched_tokens`; async scheduling keeps two
+    batches in flight (one stage), pipeline parallelism one per stage. A sliding-window or
+    chunked layer frees blocks only for finished tokens, so it reserves for these too.
+    """
+    check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    check_positive_int("pipeline_parallel_size", pipeline_parallel_size)
+    batches = pipeline_parallel_size
+    if async_scheduling:
+        batches = pipeline_parallel_size + 1 if pipeline_parallel_size > 1 else 2
+    return batches * max_num_batched_tokens
+
+
+def max_memory_usage_bytes(
+    specs: Iterable[KVCacheSpec], *, max_model_len: int, max_in_flight_tokens: int
+) -> int:
+    """Bytes one request at `max_model_len` needs, layer by layer (no grouping, no padding)."""
+    return sum(
+        s.max_memory_usage_bytes(
+            max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+        )
+        for s in specs
+    )
+
+
+def get_num_blocks_per_request(
+    group: KVCacheGroupSpec, *, max_model_len: int, max_in_flight_tokens: int
+) -> int:
+    """Block ids one request at `max_model_len` takes from the pool in this group.
+
+    Full attention: cdiv(max_model_len, block_size). Sliding window: the window - 1 plus the
+    tokens in flight, capped at max_model_len, plus one block. Chunked local: a chunk plus the
+    tokens in flight. Mamba: one state (two and the checkpoints with prefix caching). A
+    uniform-type group takes the most any member needs.
+    """
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return spec.max_memory_usage_pages(
+            max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+        )
+    need = spec.max_memory_usage_bytes(
+        max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+    )
+    return cdiv(need, spec.page_size_bytes)
+
+
+def max_memory_usage_bytes_from_groups(
+    groups: Sequence[KVCacheGroupSpec],
+    *,
+    max_model_len: int,
+    max_in_flight_tokens: int,
+    kv_cache_layout: str | KVCacheLayout | None = None,
+) -> int:
+    """Bytes one request at `max_model_len` takes from the pool (vLLM's
+    `_max_memory_usage_bytes_from_groups`): every group draws whole blocks of the pool's
+    block size, so padding layers and the widest group's block count too."""
+    per_block = get_kv_cache_bytes_per_block(groups, kv_cache_layout)
+    blocks = sum(
+        get_num_blocks_per_request(
+            g, max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+        )
+        for g in groups
+    )
+    return per_block * blocks
+
+
+def estimate_max_model_len_from_groups(
+    groups: Sequence[KVCacheGroupSpec],
+    available_memory: int,
+    *,
+    max_model_len: int,
+    max_in_flight_tokens: int,
+    kv_cache_layout: str | KVCacheLayout | None = None,
+) -> int:
+    """The longest request (<= max_model_len) whose blocks fit in `available_memory`, by
+    binary search; 0 when not even one token fits."""
+
+    def fits(length: int) -> bool:
+        need = max_memory_usage_bytes_from_groups(
+            groups,
+            max_model_len=length,
+            max_in_flight_tokens=max_in_flight_tokens,
+            kv_cache_layout=kv_cache_layout,
+        )
+        return need <= available_memory
+
+    if not fits(1):
+        return 0
+    lo, hi, best = 1, max_model_len, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+class NotEnoughKVCacheMemoryError(ValueError):
+    """The budget cannot hold one request at max_model_len (vLLM refuses to start)."""
+
+
+def format_gib(num_bytes: int) -> str:
+    """Bytes as GiB with two decimals, as vLLM's messages print them."""
+    return f"{round(num_bytes / GIB, 2)}"
+
+
+def check_enough_kv_cache_memory(
+    groups: Sequence[KVCacheGroupSpec],
+    available_memory: int,
+    *,
+    max_model_len: int,
+    max_in_flight_tokens: int,
+    kv_cache_layout: str | KVCacheLayout | None = None,
+) -> None:
+    """Raise `NotEnoughKVCacheMemoryError` unless one request at `max_model_len` fits (the
+    check vLLM 0.32's `get_kv_cache_configs` runs before it plans).
+
+    vLLM first holds back one block for the block pool's null block, then compares the
+    request's blocks (`max_memory_usage_bytes_from_groups`) with what is left; the message
+    gives both in GiB and the longest length that would fit.
+    """
+    check_memory = available_memory - get_kv_cache_bytes_per_block(groups, kv_cache_layout)
+    if check_memory <= 0:
+        raise NotEnoughKVCacheMemoryError(
+            f"no memory is left for KV cache blocks ({available_memory} B available, one "
+            "block is held back for the null block); raise gpu_memory_utilization or the KV "
+            "cache budget"
+        )
+    needed = max_memory_usage_bytes_from_groups(
+        groups,
+        max_model_len=max_model_len,
+        max_in_flight_tokens=max_in_flight_tokens,
+        kv_cache_layout=kv_cache_layout,
+    )
+    if needed > check_memory:
+        longest = estimate_max_model_len_from_groups(
+            groups,
+            check_memory,
+            max_model_len=max_model_len,
+            max_in_flight_tokens=max_in_flight_tokens,
+            kv_cache_layout=kv_cache_layout,
+        )
+        hint = f" The longest max_model_len that fits is {longest}." if longest else ""
+        raise NotEnoughKVCacheMemoryError(
+            f"one request at max_model_len {max_model_len} needs {format_gib(needed)} GiB of "
+            f"KV cache, more than the {format_gib(check_memory)} GiB available.{hint} Raise "
+            "gpu_memory_utilization or lower max_model_len."
+        )
+
+
+def get_max_concurrency_for_kv_cache_config(
+    config: KVCacheConfig, *, max_model_len: int, max_in_flight_tokens: int
+) -> float:
+    """Requests at `max_model_len` the pool holds at once: num_blocks / the blocks one such
+    request takes summed over groups (vLLM counts all `num_blocks`, null block included)."""
+    per_request = sum(
+        get_num_blocks_per_request(
+            g, max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+        )
+        for g in config.kv_cache_groups
+    )
+    return config.num_blocks / per_request
+
+
+def get_kv_cache_capacity(
+    config: KVCacheConfig, *, max_model_len: int, max_in_flight_tokens: int
+) -> tuple[int, float]:
+    """vLLM's startup line: ("KV cache size: N tokens", "Maximum concurrency for
+    max_model_len tokens per request: X"). N is int(X * max_model_len): tokens of requests at
+    max_model_len, not num_blocks x block_size."""
+    concurrency = get_max_concurrency_for_kv_cache_config(
+        config, max_model_len=max_model_len, max_in_flight_tokens=max_in_flight_tokens
+    )
+    return int(concurrency * max_model_len), concurrency
+
+
+def estimate_available_kv_cache_memory(
+    gpu_memory_bytes: int,
+    gpu_memory_utilization: float,
+    weights_bytes: int,
+    non_kv_cache_bytes: int = 0,
+) -> int:
+    """An *estimate* of vLLM's KV cache budget: gpu_memory x utilization, less the weights
+    and any other memory you know of (`non_kv_cache_bytes`). vLLM measures the rest at startup
+    (activation peak of a profiling run, CUDA graphs, the non-torch allocations), so the real
+    budget is smaller; give `kv_cache_memory_bytes` for an exact plan."""
+    check_positive_int("gpu_memory_bytes", gpu_memory_bytes)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}"
+        )
+    check_int_at_least("weights_bytes", weights_bytes, 0)
+    check_int_at_least("non_kv_cache_bytes", non_kv_cache_bytes, 0)
+    budget = (
+        int(gpu_memory_bytes * gpu_memory_utilization) - weights_bytes - non_kv_cache_bytes
+    )
+    if budget <= 0:
+        raise NotEnoughKVCacheMemoryError(
+            f"no memory left for the KV cache: {format_gib(gpu_memory_bytes)} GiB x "
+            f"{gpu_memory_utilization} minus {format_gib(weights_bytes)} GiB of weights"
+        )
+    return budget
+
+
+# --- the engineer's one call
+
+
+@dataclass(frozen=True)
+class PlanNote:
+    """One reason behind a plan's numbers: `kind` (a stable key) and `text` (for people)."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class KVCachePlan:
+    """What vLLM 0.32 would plan, and print at startup, for one model on one budget.
+
+    `num_tokens` and `max_concurrency` are vLLM's "KV cache size: N tokens" and "Maximum
+    concurrency for `max_model_len` tokens per request: X" (X printed with two decimals).
+    Per group (in `kv_cache_config.kv_cache_groups` order): `block_sizes`, `page_sizes` (bytes
+    one block id costs in the group), `blocks_per_request` (at max_model_len) and
+    `layer_names` (with layers that share another layer's cache added). `notes` say why.
+    """
+
+    kv_cache_config: KVCacheConfig
+    kv_cache_layout: str
+    available_memory: int
+    memory_is_estimate: bool
+    max_model_len: int
+    max_in_flight_tokens: int
+    bytes_per_block: int
+    block_sizes: tuple[int, ...]
+    page_sizes: tuple[int, ...]
+    blocks_per_request: tuple[int, ...]
+    layer_names: tuple[tuple[str, ...], ...]
+    num_tokens: int
+    max_concurrency: float
+    num_padding_layers: int
+    notes: tuple[PlanNote, ...]
+
+    @property
+    def groups(self) -> tuple[KVCacheGroupSpec, ...]:
+        return self.kv_cache_config.kv_cache_groups
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache_config.num_blocks
+
+    def log_line(self, device: str = "GPU") -> str:
+        """vLLM's startup line, as it formats it."""
+        return (
+            f"{device} KV cache size: {self.num_tokens:,} tokens, Maximum concurrency for "
+            f"{self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+        )
+
+
+def plan_kv_cache(
+    specs: Mapping[str, KVCacheSpec],
+    *,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    kv_cache_memory_bytes: int | None = None,
+    gpu_memory_bytes: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    weights_bytes: int | None = None,
+    non_kv_cache_bytes: int = 0,
+    async_scheduling: bool = True,
+    kv_cache_layout: str | KVCacheLayout | None = None,
+    use_eagle: bool = False,
+    disable_hybrid_kv_cache_manager: bool = False,
+    num_gpu_blocks_override: int | None = None,
+    shared_kv_cache_layers: Mapping[str, str] | None = None,
+) -> KVCachePlan:
+    """Plan a model's KV cache as vLLM 0.32's engine core does, and report its capacity.
+
+    `specs`: {layer name: KVCacheSpec} in registration order, one entry per layer that owns a
+    cache, already sized for one tensor-parallel rank (heads split, kernel block sizes and
+    Mamba padding applied: see `kv_cache_planning.align_hybrid_block_size`). Layers that reuse
+    another layer's cache go in `shared_kv_cache_layers` ({layer: target layer}) instead.
+    Budget: `kv_cache_memory_bytes` (exact: what vLLM's `--kv-cache-memory-bytes` or its
+    profiler gives the cache), or `gpu_memory_bytes` x `gpu_memory_utilization` -
+    `weights_bytes` - `non_kv_cache_bytes` (an estimate, flagged `memory_is_estimate`).
+    `max_num_batched_tokens` and `async_scheduling` give the tokens in flight that windows
+    reserve for. `kv_cache_layout` as in `kv_cache_planning.get_kv_cache_groups`.
+
+    Steps, in vLLM's order: groups (`get_kv_cache_groups`), the budget (an override of the
+    block count replaces it), the memory check (`check_enough_kv_cache_memory`, which raises
+    `NotEnoughKVCacheMemoryError`, a ValueError, as vLLM refuses to start), the tensors
+    (`get_kv_cache_config`), then tokens and concurrency (`get_kv_cache_capacity`).
+    """
+    check_positive_int("max_model_len", max_model_len)
+    if (kv_cache_memory_bytes is None) == (gpu_memory_bytes is None):
+        raise ValueError("give either kv_cache_memory_bytes or gpu_memory_bytes, not both")
+    notes: list[PlanNote] = []
+    if kv_cache_memory_bytes is not None:
+        available = check_int_at_least("kv_cache_memory_bytes", kv_cache_memory_bytes, 1)
+    else:
+        if weights_bytes is None:
+            raise ValueError("gpu_memory_bytes needs weights_bytes (the model's weights)")
+        available = estimate_available_kv_cache_memory(
+            gpu_memory_bytes, gpu_memory_utilization, weights_bytes, non_kv_cache_bytes
+        )
+        notes.append(
+            PlanNote(
+                "memory_estimate",
+                f"budget estimated as {format_gib(gpu_memory_bytes)} GiB x "
+                f"{gpu_memory_utilization} - {format_gib(weights_bytes)} GiB weights"
+                + (
+                    f" - {format_gib(non_kv_cache_bytes)} GiB other"
+                    if non_kv_cache_bytes
+                    else ""
+                )
+                + "; vLLM also subtracts the activation peak it profiles, so expect less",
+            )
+        )
+    in_flight = get_max_in_flight_tokens(
+        max_num_batched_tokens, async_scheduling=async_scheduling
+    )
+    layout = resolve_kv_cache_layout(specs, kv_cache_layout)
+    groups = get_kv_cache_groups(
+        specs,
+        use_eagle=use_eagle,
+        kv_cache_layout=layout,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+    )
+    per_block = get_kv_cache_bytes_per_block(groups, layout)
+    if num_gpu_blocks_override is not None:
+        check_positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
+        available = num_gpu_blocks_override * per_block
+        notes.append(PlanNote("override", f"block count fixed at {num_gpu_blocks_override}"))
+    check_enough_kv_cache_memory(
+        groups,
+        available,
+        max_model_len=max_model_len,
+        max_in_flight_tokens=in_flight,
+        kv_cache_layout=layout,
+    )
+    config = get_kv_cache_config(groups, available, kv_cache_layout=layout)
+    tokens, concurrency = get_kv_cache_capacity(
+        config, max_model_len=max_model_len, max_in_flight_tokens=in_flight
+    )
+    per_request = tuple(
+        get_num_blocks_per_request(
+            g, max_model_len=max_model_len, max_in_flight_tokens=in_flight
+        )
+        for g in groups
+    )
+    layer_names = tuple(
+        add_kv_sharing_layers_to_kv_cache_groups(shared_kv_cache_layers or {}, groups)
+    )
+    num_padding = get_num_padding_layers(groups)
+    notes.extend(
+        _plan_notes(specs, groups, layout, per_block, per_request, max_model_len, in_flight)
+    )
+    if shared_kv_cache_layers:
+        notes.append(
+            PlanNote(
+                "kv_sharing",
+                f"{len(shared_kv_cache_layers)} layers read another layer's cache and cost no "
+                "memory",
+            )
+        )
+    return KVCachePlan(
+        kv_cache_config=config,
+        kv_cache_layout=layout.name,
+        available_memory=available,
+        memory_is_estimate=kv_cache_memory_bytes is None,
+        max_model_len=max_model_len,
+        max_in_flight_tokens=in_flight,
+        bytes_per_block=per_block,
+        block_sizes=tuple(g.block_size for g in groups),
+        page_sizes=tuple(g.width_bytes for g in groups),
+        blocks_per_request=per_request,
+        layer_names=layer_names,
+        num_tokens=tokens,
+        max_concurrency=concurrency,
+        num_padding_layers=num_padding,
+        notes=tuple(notes),
+    )
+
+
+def _plan_notes(
+    specs: Mapping[str, KVCacheSpec],
+    groups: Sequence[KVCacheGroupSpec],
+    layout: KVCacheLayout,
+    per_block: int,
+    per_request: Sequence[int],
+    max_model_len: int,
+    in_flight: int,
+) -> list[PlanNote]:
+    """The reasons behind the numbers, as data (`PlanNote(kind, text)`)."""
+    notes = []
+    layer_specs = {n: g.layer_spec(n) for g in groups for n in g.layer_names}
+    grown = sorted(
+        {
+            (specs[n].block_size, s.block_size)
+            for n, s in layer_specs.items()
+            if n in specs and s.block_size != specs[n].block_size
+        }
+    )
+    for old, new in grown:
+        notes.append(
+            PlanNote(
+                "block_size_scaled",
+                f"{old}-token blocks grown to {new} so every layer's page is equal "
+                f"({layout.name} cannot mix page sizes)",
+            )
+        )
+    padded = [
+        n
+        for n, s in layer_specs.items()
+        if n in specs
+        and s.page_size_bytes != specs[n].page_size_bytes
+        and s.block_size == specs[n].block_size
+    ]
+    if padded:
+        notes.append(
+            PlanNote(
+                "page_padding",
+                f"{len(padded)} layers' pages padded to the largest page "
+                f"({max(s.page_size_bytes for s in layer_specs.values()):,} B)",
+            )
+        )
+    if layout.is_block_outermost and len({s.page_size_bytes for s in specs.values()}) > 1:
+        notes.append(
+            PlanNote("packed", f"pages of several sizes packed side by side ({layout.name})")
+        )
+    padding = get_num_padding_layers(groups)
+    if padding and len(groups) > 1:
+        notes.append(
+            PlanNote(
+                "padding_layers",
+                f"{padding} padding layer slots: every group's block is as wide as the "
+                f"widest group ({max(len(g.layer_names) for g in groups)} layers)",
+            )
+        )
+    for i, (group, blocks) in enumerate(zip(groups, per_request)):
+        spec = group.kv_cache_spec
+        first = spec.first_spec if isinstance(spec, UniformTypeKVCacheSpecs) else spec
+        full = cdiv(max_model_len, group.block_size)
+        if isinstance(first, SlidingWindowSpec):
+            notes.append(
+                PlanNote(
+                    "window_reservation",
+                    f"group {i}: window {first.sliding_window} reserves "
+                    f"min({first.sliding_window} - 1 + {in_flight} in flight, "
+                    f"{max_model_len}) tokens + 1 block = {blocks} blocks "
+                    f"(full attention: {full})",
+                )
+            )
+        elif isinstance(first, ChunkedLocalAttentionSpec):
+            notes.append(
+                PlanNote(
+                    "chunk_reservation",
+                    f"group {i}: chunk {first.attention_chunk_size} + {in_flight} in flight "
+                    f"= {blocks} blocks (full attention: {full})",
+                )
+            )
+        elif isinstance(first, MambaSpec):
+            notes.append(
+                PlanNote(
+                    "mamba_state",
+                    f"group {i}: {blocks} state block(s) per request, whatever its length",
+                )
+            )
+    notes.append(
+        PlanNote(
+            "null_block",
+            f"one block ({per_block:,} B) is held back as the null block before the check",
+        )
+    )
+    return notes

@@ -20,11 +20,13 @@ What vLLM runs today is planner C, in `kv_cache_planning.py`.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from refimpl.hybrid.deepseek_v4 import parse_layer_name
 from refimpl.hybrid.kv_cache_interface import (
+    AttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheSpec,
@@ -36,15 +38,70 @@ from refimpl.hybrid.kv_cache_interface import (
 )
 from refimpl.hybrid.kv_cache_planning import (
     _check_memory,
-    _get_kv_cache_groups_uniform_page_size,
     _num_blocks,
     annotate_eagle_groups,
     approximate_gcd,
     check_layers_unique,
     get_kv_cache_config,
     get_kv_cache_groups,
-    unify_kv_cache_spec_page_size,
 )
+
+# --- planner B: the general path as the article's planner had it (before vLLM 0.32's merge
+# step, 1.5 rule, layout gate and page padding)
+
+
+def unify_kv_cache_spec_page_size_b(
+    specs: Mapping[str, KVCacheSpec],
+) -> dict[str, KVCacheSpec]:
+    """Grow smaller pages to the largest one by giving those layers bigger blocks.
+
+    Only works when the largest page is a whole multiple of each smaller page (vLLM 0.32 pads
+    the other pages instead: `kv_cache_planning.unify_kv_cache_spec_page_size`).
+    """
+    pages = {s.page_size_bytes for s in specs.values()}
+    if len(pages) <= 1:
+        return dict(specs)
+    largest = max(pages)
+    unified = {}
+    for name, spec in specs.items():
+        page = spec.page_size_bytes
+        if page == largest:
+            unified[name] = spec
+            continue
+        if largest % page != 0:
+            raise ValueError(
+                f"cannot unify page sizes {sorted(pages)}: {name}'s page {page} B does not "
+                f"divide the largest page {largest} B"
+            )
+        if not isinstance(spec, AttentionSpec) or spec.page_size_padded is not None:
+            raise ValueError(
+                f"cannot unify page sizes {sorted(pages)}: {name} has a fixed (padded) page, "
+                f"so a bigger block would not give exactly {largest} B"
+            )
+        unified[name] = replace(spec, block_size=spec.block_size * (largest // page))
+    return unified
+
+
+def _get_kv_cache_groups_uniform_page_size_b(
+    specs: Mapping[str, KVCacheSpec],
+) -> list[KVCacheGroupSpec]:
+    """Same-spec layers, split into groups of equal size, interleaved: the group size is the
+    smallest count among spec types, or the largest when all counts are within 25% of each
+    other (vLLM 0.32 uses 50% and merges compatible specs first)."""
+    same_spec: dict[KVCacheSpec, list[str]] = defaultdict(list)
+    for name, spec in specs.items():
+        same_spec[spec].append(name)
+    counts = [len(names) for names in same_spec.values()]
+    group_size = min(counts)
+    if max(counts) < group_size * 1.25:
+        group_size = max(counts)
+    groups = []
+    for spec, names in same_spec.items():
+        n = cdiv(len(names), group_size)
+        for i in range(n):
+            groups.append(KVCacheGroupSpec(names[i::n], spec))
+    return groups
+
 
 # --- planner B: grouping
 
@@ -148,7 +205,7 @@ def get_kv_cache_groups_b(
     if grouped is not None:
         groups = _get_kv_cache_groups_uniform_groups(grouped)
         return annotate_eagle_groups(specs, groups) if use_eagle else groups
-    return _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+    return _get_kv_cache_groups_uniform_page_size_b(unify_kv_cache_spec_page_size_b(specs))
 
 
 # --- planner B: layout

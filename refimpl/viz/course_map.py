@@ -35,8 +35,8 @@ class Chapter:
 
     @property
     def part(self) -> str:
-        """ "Start", "Part I" (nano-vllm), "Part II" (vLLM's hybrid cache) or "Part III" (a V4
-        model)."""
+        """ "Start", "Part I" (nano-vllm), "Part II" (vLLM's hybrid cache), "Part III" (a V4
+        model) or "Part IV" (any model's cache, sized as vLLM will)."""
         major = int(self.number[:2])
         if major == 0:
             return "Start"
@@ -44,7 +44,9 @@ class Chapter:
             return "Part I"
         if major <= 12:
             return "Part II"
-        return "Part III"
+        if major == 13:
+            return "Part III"
+        return "Part IV"
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -122,6 +124,14 @@ CHAPTERS: tuple[Chapter, ...] = (
         45,
         ("12", "07"),
     ),
+    Chapter(
+        "14",
+        "14_size_your_own_model.ipynb",
+        "Size your own model",
+        "Size your own model",
+        30,
+        ("12",),
+    ),
 )
 
 PARTS: dict[str, str] = {
@@ -129,6 +139,7 @@ PARTS: dict[str, str] = {
     "Part I": "Part I: nano-vllm's paged cache",
     "Part II": "Part II: vLLM's hybrid cache for DeepSeek V4",
     "Part III": "Part III: a tiny DeepSeek V4 runs on it",
+    "Part IV": "Part IV: size any model's cache as vLLM will",
 }
 # Light fills so black 8 pt text stays readable; the edge colour is the same hue, darker.
 PART_FILL = {
@@ -136,12 +147,14 @@ PART_FILL = {
     "Part I": "#c9d7ef",
     "Part II": "#f6d5b8",
     "Part III": "#dcd3ee",
+    "Part IV": "#d3ead8",
 }
 PART_EDGE = {
     "Start": "#6f6f6f",
     "Part I": "#4c72b0",
     "Part II": "#c46a2b",
     "Part III": "#7160a8",
+    "Part IV": "#3f8f55",
 }
 
 # Grid position (column, row) of each chapter: Part I along the top, Part II below it, so every
@@ -163,6 +176,7 @@ _POSITION = {
     "11": (7, 1),
     "12": (8, 1),
     "13": (8, 2),
+    "14": (7, 2),
 }
 
 

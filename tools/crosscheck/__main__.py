@@ -19,6 +19,9 @@ from pathlib import Path
 from tools.crosscheck.streams import GROUP_SETS, RETENTION_SETTINGS
 
 ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_oracle.json"
+# vLLM 0.32's general planner and capacity figures (tests/test_hybrid_vllm_planner_oracle.py)
+PLANNER_ORACLE = ORACLE.with_name("vllm_planner_oracle.json")
+RECORDED_GENERAL_CASES = 150
 # one stream per group set, at each retention setting
 RECORDED_STREAMS = range(len(GROUP_SETS))
 RECORDED_CONFIGS = range(24)
@@ -93,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         "--configs", type=int, default=300, help="planner configurations to compare"
     )
     parser.add_argument(
+        "--general",
+        type=int,
+        default=400,
+        help="general-planner cases (every spec kind, layouts, budgets) to compare",
+    )
+    parser.add_argument(
         "--retention",
         default=",".join(RETENTION_SETTINGS),
         help="prefix_cache_retention_interval settings: none (dense), 0 (vLLM's default), "
@@ -150,6 +159,17 @@ def main(argv: list[str] | None = None) -> int:
             {"seed": s, "case": random_config(s), "plan": plan_vllm(random_config(s))}
             for s in RECORDED_CONFIGS
         ]
+        from tools.crosscheck.general_vllm import record_general
+
+        general = record_general(RECORDED_GENERAL_CASES)
+        PLANNER_ORACLE.write_text(
+            json.dumps({"vllm_version": vllm.__version__, **general}, separators=(",", ":"))
+            + "\n"
+        )
+        print(
+            f"wrote {PLANNER_ORACLE} ({PLANNER_ORACLE.stat().st_size:,} bytes): "
+            f"{len(general['named'])} named and {len(general['fuzzed'])} fuzzed cases"
+        )
         ORACLE.parent.mkdir(parents=True, exist_ok=True)
         ORACLE.write_text(
             json.dumps(
@@ -209,7 +229,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     for cause, n in sorted(plan_by_cause.items()):
         print(f"    {n:5d} agreeing configurations: {cause}")
-    return 1 if failed or plan_failures else 0
+    from tools.crosscheck.general_vllm import crosscheck_general
+
+    agreed, general_failures, general_causes = crosscheck_general(args.general)
+    for report in general_failures:
+        print(report)
+    print(
+        f"general planner: {agreed} of {args.general} fuzzed + named cases agree (vLLM's "
+        "own spec classes, platform block alignment, get_kv_cache_configs and "
+        "get_kv_cache_capacity; every group, page, block size, block count, tensor, token "
+        "and concurrency figure, or the same refusal)"
+    )
+    for cause, n in sorted(general_causes.items()):
+        print(f"    {n:5d} agreeing cases: {cause}")
+    from tools.crosscheck.general_vllm import mutation_figures
+
+    print("general planner, each rule undone in refimpl (cases that then disagree):")
+    for rule, n in mutation_figures(args.general).items():
+        print(f"    {n:5d} disagree without the {rule}")
+        general_failures += [] if n else [f"undoing the {rule} changes nothing"]
+    return 1 if failed or plan_failures or general_failures else 0
 
 
 if __name__ == "__main__":

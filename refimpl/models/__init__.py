@@ -1,0 +1,213 @@
+"""From a Hugging Face config.json to the per-layer KV cache specs vLLM 0.32 builds.
+
+    from refimpl.models import get_kv_cache_spec
+    model = get_kv_cache_spec("path/to/config.json", tensor_parallel_size=2)
+    model.specs          # {layer name: spec}, in vLLM's registration order
+    model.block_size     # what the platform settled on, and model.notes says why
+
+One small module per family lists the cache layers its vLLM model registers (llama.py: Llama,
+Mistral, Qwen2, Qwen3; gemma.py; gpt_oss.py; deepseek_v2.py: V2/V3 MLA; deepseek_v4.py;
+granitemoehybrid.py: Mamba2 hybrid; qwen3_next.py: gated delta net hybrid). `layers.py` turns a
+layer into a spec (vLLM's layer classes), `backends.py` holds the attention backends' kernel
+block sizes, and this module settles the block size as vLLM's platform does. Nothing here
+imports torch, so planning from a config is fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from refimpl.hybrid import kv_cache_planning
+from refimpl.hybrid.kv_cache_interface import KVCacheSpec
+from refimpl.models.backends import (
+    CPU_DEFAULT_BLOCK_SIZE,
+    CPU_MLA_BLOCK_SIZE,
+    DEEPSEEK_V4_BLOCK_SIZE,
+    DEFAULT_BLOCK_SIZE,
+    AttentionBackendInfo,
+    get_backend,
+)
+from refimpl.models.config import HFConfig, kv_cache_element_dtype
+from refimpl.models.layers import CacheContext, MambaLayer
+from refimpl.models.registry import ARCHITECTURES, ModelLayers, resolve_family
+
+#: vLLM's CPU MLA path forces this backend's block size; it is described like the others.
+_CPU_MLA = AttentionBackendInfo("CPU_MLA", None, (CPU_MLA_BLOCK_SIZE,), True, "cpu")
+
+
+@dataclass
+class ModelKVCacheSpecs:
+    """What vLLM's workers would report for this config: the specs, and the settings that
+    shaped them."""
+
+    architecture: str
+    specs: dict[str, KVCacheSpec]
+    block_size: int
+    backend: AttentionBackendInfo
+    model_dtype: str
+    kv_dtype: str
+    max_model_len: int
+    tensor_parallel_size: int
+    mamba_block_size: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_block_size(
+    model: ModelLayers,
+    backend: AttentionBackendInfo,
+    block_size: int | None,
+    kv_dtype_size: int,
+    *,
+    model_type: str,
+) -> tuple[int, list[str]]:
+    """The full-attention block size vLLM settles on, and why (platform, then backend)."""
+    notes = []
+    if backend.platform == "cpu":
+        if model.use_mla:
+            notes.append(f"vLLM's CPU MLA kernel takes {CPU_MLA_BLOCK_SIZE}-token blocks only")
+            return CPU_MLA_BLOCK_SIZE, notes
+        if model_type == "deepseek_v4":
+            return DEEPSEEK_V4_BLOCK_SIZE, notes
+        return block_size or CPU_DEFAULT_BLOCK_SIZE, notes
+    if block_size is None:
+        block_size = backend.preferred_block_size(DEFAULT_BLOCK_SIZE)
+        if block_size != DEFAULT_BLOCK_SIZE:
+            notes.append(f"{backend.name} runs no {DEFAULT_BLOCK_SIZE}-token kernel block")
+    elif not backend.supports_block_size(block_size):
+        raise ValueError(
+            f"block size {block_size} is not a multiple of any kernel block {backend.name} "
+            f"runs ({backend.multiple_of or list(backend.fixed_sizes)})"
+        )
+    return block_size, notes
+
+
+def align_hybrid_block_size(
+    model: ModelLayers,
+    backend: AttentionBackendInfo,
+    block_size: int,
+    kv_dtype_size: int,
+) -> tuple[int, int | None, list[str]]:
+    """vLLM's `_align_hybrid_block_size` for this model and backend: the attention block grows
+    until one attention page holds the largest Mamba state (in whole kernel blocks), then the
+    Mamba page is padded to exactly that attention page (the rule itself is the planner's
+    `kv_cache_planning.align_hybrid_block_size`; this reads its inputs off the model).
+
+    Returns (block size, padded Mamba page or None, notes).
+    """
+    if model.use_mla:
+        per_token = model.head_size * kv_dtype_size
+    else:
+        per_token = 2 * model.num_kv_heads * model.head_size * kv_dtype_size
+    mamba_page = max(m.state_bytes for m in model.layers if isinstance(m, MambaLayer))
+    aligned, padded = kv_cache_planning.align_hybrid_block_size(
+        block_size=block_size,
+        attn_page_size_1_token=per_token,
+        mamba_page_size=mamba_page,
+        kernel_block_alignment=backend.smallest_kernel_block,
+        use_mla=model.use_mla,
+    )
+    notes = []
+    if block_size < aligned:
+        notes.append(
+            f"block size raised from {block_size} to {aligned} tokens so that one attention "
+            f"page ({per_token:,} B per token) holds a Mamba state ({mamba_page:,} B)"
+        )
+        block_size = aligned
+    if padded is not None:
+        attention_page = padded
+        notes.append(
+            f"Mamba page padded from {mamba_page:,} B to {attention_page:,} B "
+            f"(+{100 * (attention_page - mamba_page) / mamba_page:.2f}%) to equal an "
+            "attention page"
+        )
+    return block_size, padded, notes
+
+
+def get_kv_cache_spec(
+    config: str | Path | dict | HFConfig,
+    *,
+    tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    backend: str | None = None,
+    block_size: int | None = None,
+    max_model_len: int | None = None,
+    dtype: str = "auto",
+    enable_prefix_caching: bool = True,
+) -> ModelKVCacheSpecs:
+    """The specs vLLM 0.32 builds for this config, in layer registration order.
+
+    `backend`: "flash_attn" (default for attention), "flashmla" (default for MLA),
+    "flashinfer", "triton_attn", "triton_mla" or "cpu_attn" (vLLM's CPU platform).
+    `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
+    the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
+    otherwise one state per request, a block of `max_model_len` tokens).
+    """
+    cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
+    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
+        raise ValueError(f"block_size must be a positive whole number, got {block_size!r}")
+    family = resolve_family(cfg.architecture)
+    if hasattr(family, "with_defaults"):  # keys transformers fills in when the file omits them
+        cfg = family.with_defaults(cfg)
+    model_dtype = cfg.model_dtype(dtype)
+    kv_dtype = kv_cache_element_dtype(kv_cache_dtype, model_dtype)
+    from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
+
+    if hasattr(family, "model_kv_cache_specs"):  # families with their own spec builder
+        return family.model_kv_cache_specs(
+            cfg,
+            tensor_parallel_size=tensor_parallel_size,
+            kv_cache_dtype=kv_cache_dtype,
+            backend=backend,
+            block_size=block_size,
+            max_model_len=max_model_len or cfg.derived_max_model_len(),
+            model_dtype=model_dtype,
+        )
+    model = family.cache_layers(cfg, tensor_parallel_size)
+    if backend is not None and backend.lower() in ("cpu", "cpu_attn") and model.use_mla:
+        info = _CPU_MLA
+    else:
+        info = get_backend(backend, mla=model.use_mla)
+    max_len = max_model_len or cfg.derived_max_model_len()
+    size, notes = resolve_block_size(
+        model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type
+    )
+    notes = model.notes + notes
+    mamba_block, padded = None, None
+    if model.is_hybrid:
+        size, padded, why = align_hybrid_block_size(model, info, size, DTYPE_SIZES[kv_dtype])
+        notes += why
+        mamba_block = size if enable_prefix_caching else max_len
+    ctx = CacheContext(
+        block_size=size,
+        kv_dtype=kv_dtype,
+        kv_cache_dtype=kv_cache_dtype,
+        backend=info,
+        tensor_parallel_size=tensor_parallel_size,
+        mamba_block_size=mamba_block,
+        mamba_page_size_padded=padded,
+        mamba_cache_mode="align" if enable_prefix_caching else "none",
+    )
+    specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
+    return ModelKVCacheSpecs(
+        architecture=cfg.architecture,
+        specs=specs,
+        block_size=size,
+        backend=info,
+        model_dtype=model_dtype,
+        kv_dtype=kv_dtype,
+        max_model_len=max_len,
+        tensor_parallel_size=tensor_parallel_size,
+        mamba_block_size=mamba_block,
+        notes=notes,
+    )
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "HFConfig",
+    "ModelKVCacheSpecs",
+    "align_hybrid_block_size",
+    "get_kv_cache_spec",
+    "resolve_block_size",
+]
