@@ -84,9 +84,8 @@ def random_case(seed: int) -> dict:
     if pattern == "near-equal":  # gpt-oss-like: two kinds with counts within 1.7x
         a = rng.randrange(2, 20)
         b = max(1, int(a * rng.uniform(0.6, 1.7)))
-        layers = [attention("full") for _ in range(a)] + [
-            attention("sliding") for _ in range(b)
-        ]
+        window = attention("sliding")  # one window, as such models have
+        layers = [attention("full") for _ in range(a)] + [dict(window) for _ in range(b)]
         rng.shuffle(layers)
     if pattern == "mixed":  # several windows in one model
         for layer in layers:
