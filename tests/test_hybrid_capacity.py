@@ -318,3 +318,11 @@ def test_groups_of_one_kind_need_no_layout():
     assert isinstance(
         get_kv_cache_groups({"a": full(), "b": full(heads=2)})[0], KVCacheGroupSpec
     )
+
+
+def test_the_allocator_refuses_kinds_it_only_plans():
+    from refimpl.hybrid.single_type_kv_cache_manager import make_manager
+
+    state = MambaSpec(block_size=16, shapes=((4, 4),), dtypes=("float32",))
+    with pytest.raises(ValueError, match="no manager for MambaSpec"):
+        make_manager(KVCacheGroupSpec(["m"], state), None, 0)

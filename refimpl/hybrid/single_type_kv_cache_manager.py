@@ -27,8 +27,10 @@ from collections.abc import Sequence
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
+    ChunkedLocalAttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
     cdiv,
     unwrap_spec,
@@ -626,7 +628,14 @@ def make_manager(
     **kwargs,
 ) -> SingleTypeKVCacheManager:
     """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full
-    attention."""
+    attention. Chunked local and Mamba groups are planned (kv_cache_planning) but refimpl has
+    no allocator for them (vLLM's ChunkedLocalAttentionManager, MambaManager)."""
+    spec = unwrap_spec(kv_cache_spec)
+    if isinstance(spec, (ChunkedLocalAttentionSpec, MambaSpec)):
+        raise ValueError(
+            f"refimpl's allocator has no manager for {type(spec).__name__} groups; they can "
+            "be planned (plan_kv_cache) but not allocated"
+        )
     cls = (
         SlidingWindowManager
         if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec)

@@ -229,13 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     for cause, n in sorted(plan_by_cause.items()):
         print(f"    {n:5d} agreeing configurations: {cause}")
+    from tools.crosscheck.general_planner import NAMED_CASES
     from tools.crosscheck.general_vllm import crosscheck_general
 
     agreed, general_failures, general_causes = crosscheck_general(args.general)
     for report in general_failures:
         print(report)
     print(
-        f"general planner: {agreed} of {args.general} fuzzed + named cases agree (vLLM's "
+        f"general planner: {agreed} of {args.general} fuzzed + {len(NAMED_CASES)} named "
+        "cases agree (vLLM's "
         "own spec classes, platform block alignment, get_kv_cache_configs and "
         "get_kv_cache_capacity; every group, page, block size, block count, tensor, token "
         "and concurrency figure, or the same refusal)"

@@ -31,7 +31,17 @@ from refimpl.hybrid.kv_cache_utils import NotEnoughKVCacheMemoryError, plan_kv_c
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 LAYOUTS = ["LBNHC", "LBHNC", "BLHNC", "BLNHC"]
-PATTERNS = ["dense", "sliding", "sliding", "chunked", "mla", "mamba", "mamba", "mixed"]
+PATTERNS = [
+    "dense",
+    "sliding",
+    "near-equal",
+    "chunked",
+    "mla",
+    "mamba",
+    "mamba",
+    "mixed",
+    "near-equal",
+]
 
 
 def random_case(seed: int) -> dict:
@@ -60,6 +70,7 @@ def random_case(seed: int) -> dict:
     kinds = {
         "dense": ["full"],
         "sliding": ["full", "sliding"],
+        "near-equal": ["full", "sliding"],
         "chunked": ["full", "chunked"],
         "mla": ["mla", "mla", "sliding"],
         "mamba": ["full", "mamba", "mamba", "sliding"],
@@ -70,6 +81,12 @@ def random_case(seed: int) -> dict:
     for i in range(n):
         kind = kinds[0] if (i % every == every - 1 or len(kinds) == 1) else rng.choice(kinds)
         layers.append({"kind": "mamba"} if kind == "mamba" else attention(kind))
+    if pattern == "near-equal":  # gpt-oss-like: two kinds with counts within 1.7x
+        a = rng.randrange(2, 20)
+        b = max(1, int(a * rng.uniform(0.6, 1.7)))
+        window = attention("sliding")  # one window, as such models have
+        layers = [attention("full") for _ in range(a)] + [dict(window) for _ in range(b)]
+        rng.shuffle(layers)
     if pattern == "mixed":  # several windows in one model
         for layer in layers:
             if layer["kind"] == "sliding" and rng.random() < 0.3:
