@@ -580,7 +580,8 @@ def packed_groups_contiguous(specs):
 
 
 def packed_groups_split_unbalanced(specs):
-    """Treats every bucket as balanced, so an unbalanced bucket is split too."""
+    """Treats every bucket as balanced, so an unbalanced bucket counts toward the gcd and its
+    lower bound."""
     return _packed_groups(specs, split_unbalanced=True)
 
 

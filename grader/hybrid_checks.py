@@ -396,15 +396,17 @@ def toy_specs(num_layers: int) -> dict:
 
 def unbalanced_specs() -> dict:
     """A balanced bucket of two page sizes (4 tuples), a one-size window bucket (9 tuples), and
-    a window bucket with 3 pages of one size and 1 of another (unbalanced: it stays whole)."""
+    a window bucket with 8 pages of one size and 2 of another (unbalanced: it stays whole and
+    sets no lower bound)."""
     specs = {}
     for i in range(4):
         specs[f"l{i}.a"], specs[f"l{i}.b"] = _spec(64), _spec(128)
     for i in range(9):
         specs[f"l{i}.sw"] = _spec(64, 64)
-    for i in range(3):
+    for i in range(8):
         specs[f"l{i}.sw2a"] = _spec(64, 256)
-    specs["l0.sw2b"] = _spec(128, 256)
+    for i in range(2):
+        specs[f"l{i}.sw2b"] = _spec(128, 256)
     return specs
 
 
@@ -471,7 +473,7 @@ def packed_groups_checks() -> CheckCases:
         ),
         (
             "unbalanced_bucket_stays_whole",
-            "a bucket whose page sizes have different counts is one group",
+            "an unbalanced bucket is one group and sets no lower bound",
             [_groups_case("unbalanced window bucket", unbalanced_specs())],
         ),
         (

@@ -254,7 +254,8 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "groups_contiguous",
         ),
         Rule(
-            "a bucket whose page sizes have different counts stays one group",
+            "a bucket whose page sizes have different counts stays one group and sets no "
+            "lower bound",
             "unbalanced_bucket_stays_whole",
             "groups_split_unbalanced",
         ),
