@@ -1,18 +1,25 @@
-"""Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4
-groups.
+"""Graders for the Part II exercise: vLLM's planner for DeepSeek V4 (`approximate_gcd`, the
+grouping `get_packed_kv_cache_groups` and the packed slab `get_kv_cache_config`).
 
-Both are pure functions, so a "step" is one call: the student's answer is compared with
-`refimpl.hybrid` on worked examples, on every DeepSeek V4 configuration, and on seeded random
-inputs; the first call whose answer differs is reported.
+All three are pure functions, so a "step" is one call: the student's answer is compared with
+`refimpl.hybrid.kv_cache_planning` on worked examples, on every DeepSeek V4 configuration, and
+on seeded random inputs; the first call whose answer differs is reported. Groups and configs
+are objects: both answers are turned into plain data (`grader.calls.plain`) and compared field
+by field, so a row names the first group, tensor or field that differs.
 
 The rules checked (each with its check and a broken variant in `grader.rules`):
 `approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
 max(values) inclusive, returns a lower bound above every value as is, counts every value's
 padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
 and anything not an int (bools, floats, strings) as values or lower bound with a ValueError;
-`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its
-order by padded page size, lists every layer starting at an offset, takes the widest group as
-the stride, and rejects no groups with a ValueError. Every check runs under a time limit.
+`get_packed_kv_cache_groups` buckets caches greedily in registration order, takes the largest
+balanced bucket that mixes page sizes as the lower bound, splits balanced buckets into
+cdiv(tuples, d) groups of every n-th tuple, keeps unbalanced buckets whole, splits window
+buckets to fit the widest block when there is no d, and returns None for one page size;
+`get_kv_cache_config` overlays groups from byte 0, lays each group out spec by spec by padded
+page size, takes the widest group rounded up to every kernel page as the stride, counts blocks
+in the budget unless overridden, and rejects no groups or less than one block with a
+ValueError. Every check runs under a time limit.
 """
 
 from __future__ import annotations
