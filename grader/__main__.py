@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from grader.cli import DESCRIPTION, add_arguments
-from refimpl.cli import DefaultsHelpFormatter, OneLineErrorParser
+from refimpl.cli import DefaultsHelpFormatter, OneLineErrorParser, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,12 +13,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m grader", description=DESCRIPTION, formatter_class=DefaultsHelpFormatter
     )
     add_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-        return int(args.func(args) or 0)
-    # argparse's errors and --help: hand the status back to the caller
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

@@ -215,7 +215,8 @@ def process_cap_available() -> bool:
 
 
 def processes_of_this_user() -> int:
-    """How many processes this user runs now (RLIMIT_NPROC counts them all)."""
+    """How many tasks (processes and their threads) this user runs now: RLIMIT_NPROC counts
+    them all, so a child's limit is this number plus its own allowance."""
     uid = os.getuid()
     count = 0
     try:
@@ -223,11 +224,13 @@ def processes_of_this_user() -> int:
     except OSError:
         return 0
     for entry in entries:
-        if entry.isdigit():
-            try:
-                count += os.stat(f"/proc/{entry}").st_uid == uid
-            except OSError:
-                continue
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue
     return count
 
 

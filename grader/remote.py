@@ -129,6 +129,12 @@ class GradingChild:
         self._watching = threading.Event()
         self._stack = ExitStack()
         self._before: set = set()
+        # the answer-free modules the child imports, written now: a child is started inside a
+        # scenario, whose time limit must not interrupt the parsing
+        try:
+            self._sources: dict[str, str] | ValueError = answer_free_sources(settings.checks)
+        except ValueError as exc:
+            self._sources = exc
 
     def __enter__(self) -> GradingChild:
         self._stack.enter_context(subreaper())
@@ -153,14 +159,13 @@ class GradingChild:
                 f"the process running its code ended {MAX_STARTS} times; not started again"
             )
         self.starts += 1
-        try:
-            sources = answer_free_sources(self.settings.checks)
-        except ValueError as exc:
+        if isinstance(self._sources, ValueError):
             raise StartFailed(
-                f"the grader could not set up the process for its code (ValueError: {exc})"
-            ) from None
+                "the grader could not set up the process for its code "
+                f"(ValueError: {self._sources})"
+            )
         try:
-            self._spawn(sources)
+            self._spawn(self._sources)
             # sent before any student code runs
             prepared = wire.read_answer(self.sock, self.deadline)
             if "setup_failed" in prepared:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib
 import sys
 
-from refimpl.cli import OneLineErrorParser
+from refimpl.cli import OneLineErrorParser, run
 
-# sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`
+# sub-command name -> module that defines `add_parser(subparsers)` and `main(args) -> int`.
+# "grade" is the grader's command (`python -m grader`), loaded by name: the grader is a package
+# above refimpl, which never imports it.
 SUBCOMMANDS = {
     "plan": "refimpl.plan_cli",
     "grade": "grader.cli",
@@ -25,16 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
+            # not installed (the module or its package): no such sub-command
+            if not (exc.name and f"{module_name}.".startswith(f"{exc.name}.")):
                 raise
             continue
         module.add_parser(subparsers)
-    try:
-        args = parser.parse_args(argv)
-        return int(args.func(args) or 0)
-    # argparse's errors and --help: hand the status back to the caller
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
+    return run(parser, argv)
 
 
 if __name__ == "__main__":

@@ -49,3 +49,13 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         if action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
             return help_text
         return f"{help_text} (default: %(default)s)"
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse `argv` and run the chosen command's `func(args)`; the exit status, also for
+    argparse's errors and --help (handed back to the caller instead of exiting)."""
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1

@@ -519,3 +519,13 @@ def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs(
         ):
             child.start()
         assert child.process is None and child.stray == 0
+
+
+def test_python_m_grader_takes_the_same_arguments_as_refimpl_grade(capsys):
+    from grader.__main__ import main as grader_main
+
+    assert grader_main(["--timeout", "0", "x.ipynb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m grader: error: argument --timeout: must be a number")
+    assert grader_main(["--help"]) == 0
+    assert "--allow-root" in capsys.readouterr().out
