@@ -2,7 +2,8 @@
 reference.
 
 Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the student's
-class. Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function.
+class. Part II: `check_approximate_gcd`, `check_packed_groups`, `check_packed_layout` take the
+student's function.
 Each prints a PASS/FAIL table naming the first step where the student's state differs from the
 reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`). A
 student's code that runs the reference's own version of what it should write fails (subclass,
@@ -31,6 +32,7 @@ _EXPORTS = {
     "GradeReport": "grader.report",
     "check_approximate_gcd": "grader.hybrid_checks",
     "check_block_manager": "grader.paged_checks",
+    "check_packed_groups": "grader.hybrid_checks",
     "check_packed_layout": "grader.hybrid_checks",
     "check_prefix_cache": "grader.paged_checks",
     "check_scheduler": "grader.paged_checks",
@@ -42,6 +44,7 @@ __all__ = [
     "GradeReport",
     "check_approximate_gcd",
     "check_block_manager",
+    "check_packed_groups",
     "check_packed_layout",
     "check_prefix_cache",
     "check_scheduler",

@@ -43,6 +43,8 @@ class Answer:
     module: str
     owner: str | None
     names: tuple[str, ...] | None
+    # private helpers only the answers use that other modules import (kept, or they break)
+    keep: tuple[str, ...] = ()
 
 
 # check name -> what its exercise asks students to write. The names are those the exercise's
@@ -60,8 +62,16 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {
     "check_approximate_gcd": (
         Answer("refimpl.hybrid.kv_cache_planning", None, ("approximate_gcd", "padding_curve")),
     ),
+    "check_packed_groups": (
+        Answer("refimpl.hybrid.kv_cache_planning", None, ("get_packed_kv_cache_groups",)),
+    ),
     "check_packed_layout": (
-        Answer("refimpl.hybrid.older_planners", None, ("get_packed_kv_cache_layout",)),
+        Answer(
+            "refimpl.hybrid.kv_cache_planning",
+            None,
+            ("get_kv_cache_config", "get_kv_cache_bytes_per_block"),
+            keep=("_check_memory", "_num_blocks"),  # older_planners imports them
+        ),
     ),
 }
 
@@ -134,7 +144,8 @@ def without_answers(
     functions = [a for a in answers if a.owner is None]
     if functions:
         names = {n for a in functions for n in a.names or ()}
-        tree.body = _strip(tree.body, names, module, removed.setdefault(None, set()))
+        keep = {n for a in functions for n in a.keep}
+        tree.body = _strip(tree.body, names, module, removed.setdefault(None, set()), keep)
     for answer in answers:
         if answer.owner is None:
             continue
@@ -158,10 +169,15 @@ def without_answers(
 
 
 def _strip(
-    body: list[ast.stmt], asked: set[str], prefix: str, removed: set[str]
+    body: list[ast.stmt],
+    asked: set[str],
+    prefix: str,
+    removed: set[str],
+    keep: set[str] = frozenset(),
 ) -> list[ast.stmt]:
     """`body` with the functions named in `asked` as stubs, and the functions that only
-    those (or other left-out functions) mention left out (their names added to `removed`)."""
+    those (or other left-out functions) mention left out (their names added to `removed`),
+    except those in `keep`."""
     defs = {
         node.name: node
         for node in body
@@ -177,7 +193,9 @@ def _strip(
         n for n in kept_nodes if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     ]
     frontier += [
-        defs[name] for name in defs if name not in asked and _is_public_or_dunder(name)
+        defs[name]
+        for name in defs
+        if name not in asked and (_is_public_or_dunder(name) or name in keep)
     ]
     seen: set[int] = set()
     while frontier:
@@ -195,7 +213,9 @@ def _strip(
         if name in asked:
             stripped.append(_stub(node, f"{prefix}.{name}"))
             removed.add(name)
-        elif name in defs and not (_is_public_or_dunder(name) or name in needed):
+        elif name in defs and not (
+            _is_public_or_dunder(name) or name in needed or name in keep
+        ):
             removed.add(name)  # a helper only the answers used
         else:
             stripped.append(node)

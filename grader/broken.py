@@ -464,65 +464,246 @@ def approximate_gcd_trusts_lower_bound(values, lower_bound=None):
     return best_d
 
 
-def packed_layout_stride_is_sum(groups):
+def _packed_groups(
+    specs,
+    *,
+    mla_first=False,
+    lower_bound=True,
+    floor_split=False,
+    contiguous=False,
+    split_unbalanced=False,
+    none_for_one_size=True,
+    state_split=True,
+):
+    """vLLM's DeepSeek V4 grouping with one switch per classic mistake (all off: the
+    reference)."""
+    from refimpl.hybrid.kv_cache_interface import (
+        KVCacheGroupSpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+        cdiv,
+    )
+    from refimpl.hybrid.kv_cache_planning import approximate_gcd
+
+    if none_for_one_size and len({s.page_size_bytes for s in specs.values()}) <= 1:
+        return None
+    buckets = []
+    for name, spec in specs.items():
+        for bucket in buckets:
+            if UniformTypeKVCacheSpecs.is_uniform_type({**bucket, name: spec}):
+                bucket[name] = spec
+                break
+        else:
+            buckets.append({name: spec})
+    if mla_first:  # full attention first, as the article's planner orders them
+        buckets.sort(key=lambda b: isinstance(next(iter(b.values())), SlidingWindowSpec))
+    bucketed = []
+    for bucket in buckets:
+        merged = UniformTypeKVCacheSpecs.from_specs(bucket)
+        by_page = {}
+        for name, spec in bucket.items():
+            by_page.setdefault(spec.page_size_bytes, []).append(name)
+        balanced = split_unbalanced or len({len(v) for v in by_page.values()}) == 1
+        bucketed.append((merged, by_page, balanced))
+    mixed = [
+        m.get_num_layer_tuples() for m, by_page, ok in bucketed if ok and len(by_page) > 1
+    ]
+    min_repeats = max(mixed, default=0)
+    repeats = None
+    if min_repeats:
+        values = [m.get_num_layer_tuples() for m, _, ok in bucketed if ok]
+        repeats = approximate_gcd(values, min_repeats if lower_bound else None)
+
+    def count(merged, ok):
+        if not ok or repeats is None:
+            return 1
+        tuples = merged.get_num_layer_tuples()
+        return max(tuples // repeats, 1) if floor_split else cdiv(tuples, repeats)
+
+    def is_state(merged):
+        return (
+            state_split
+            and repeats is None
+            and isinstance(merged.first_spec, SlidingWindowSpec)
+        )
+
+    def width(by_page, n):
+        return sum(cdiv(len(names), n) * page for page, names in by_page.items())
+
+    anchor = max(
+        width(by_page, len(m.kv_cache_specs) if is_state(m) else count(m, ok))
+        for m, by_page, ok in bucketed
+    )
+    groups = []
+    for merged, by_page, ok in bucketed:
+        n = count(merged, ok)
+        if anchor and is_state(merged):
+            per_block = max(anchor // merged.first_spec.page_size_bytes, 1)
+            n = max(n, cdiv(len(merged.kv_cache_specs), per_block))
+        if n == 1:
+            groups.append(KVCacheGroupSpec(list(merged.kv_cache_specs), merged))
+            continue
+        tuples = list(zip(*by_page.values()))
+        if contiguous:
+            size = cdiv(len(tuples), n)
+            parts = [tuples[i * size : (i + 1) * size] for i in range(n)]
+        else:
+            parts = [tuples[i::n] for i in range(n)]
+        for part in parts:
+            names = [name for repeat in part for name in repeat]
+            if not names:
+                continue
+            members = {name: merged.kv_cache_specs[name] for name in names}
+            groups.append(KVCacheGroupSpec(names, UniformTypeKVCacheSpecs.from_specs(members)))
+    return groups
+
+
+def packed_groups_mla_first(specs):
+    """Puts the full-attention (MLA) bucket first, as the article's planner does, instead of
+    keeping the buckets in the order their first layer registered."""
+    return _packed_groups(specs, mla_first=True)
+
+
+def packed_groups_no_lower_bound(specs):
+    """Calls approximate_gcd without the lower bound, so the mixed bucket is cut apart."""
+    return _packed_groups(specs, lower_bound=False)
+
+
+def packed_groups_floor_split(specs):
+    """Splits a bucket into tuples // d groups instead of cdiv(tuples, d)."""
+    return _packed_groups(specs, floor_split=True)
+
+
+def packed_groups_contiguous(specs):
+    """Gives each group a contiguous run of layer tuples instead of every n-th one."""
+    return _packed_groups(specs, contiguous=True)
+
+
+def packed_groups_split_unbalanced(specs):
+    """Treats every bucket as balanced, so an unbalanced bucket counts toward the gcd and its
+    lower bound."""
+    return _packed_groups(specs, split_unbalanced=True)
+
+
+def packed_groups_for_one_page_size(specs):
+    """Plans packed groups even when every page has one size, instead of returning None."""
+    return _packed_groups(specs, none_for_one_size=False)
+
+
+def packed_groups_no_state_split(specs):
+    """Never splits sliding-window buckets to fit the widest block when no mixed balanced
+    bucket sets the repeats."""
+    return _packed_groups(specs, state_split=False)
+
+
+def _kv_cache_config(
+    groups,
+    available_memory,
+    num_blocks_override=None,
+    *,
+    stride_is_sum=False,
+    no_overlay=False,
+    real_pages=False,
+    group_order=False,
+    ignore_alignment=False,
+    ignore_override=False,
+    zero_blocks=False,
+    empty_is_zero=False,
+):
+    """vLLM's packed layout with one switch per classic mistake (all off: the reference)."""
+    import math
+
+    from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheTensor, round_up
+
+    groups = list(groups)
+    if not groups:
+        if empty_is_zero:
+            return KVCacheConfig(0, [], [])
+        raise ValueError("no groups to lay out")
+
+    def page(group, name):
+        spec = group.layer_spec(name)
+        return spec.real_page_size_bytes if real_pages else spec.page_size_bytes
+
+    widths = [sum(page(g, n) for n in g.layer_names) for g in groups]
+    stride = sum(widths) if stride_is_sum else max(widths)
+    if not ignore_alignment:
+        alignments = [
+            g.layer_spec(n).block_stride_alignment() for g in groups for n in g.layer_names
+        ]
+        stride = round_up(stride, math.lcm(*alignments))
+    if num_blocks_override is not None and not ignore_override:
+        num_blocks = num_blocks_override
+    else:
+        num_blocks = available_memory // stride
+        if num_blocks < 1 and not zero_blocks:
+            raise ValueError("the budget is smaller than one block")
+    tensors, offset = [], 0
+    for group in groups:
+        runs = {}
+        for name in group.layer_names:
+            key = name if group_order else group.layer_spec(name)
+            runs.setdefault(key, []).append(name)
+        if not no_overlay:
+            offset = 0
+        for names in runs.values():
+            size = page(group, names[0])
+            tensors.append(
+                KVCacheTensor(
+                    size=stride * num_blocks,
+                    shared_by=tuple(names),
+                    offset=offset,
+                    block_stride=stride,
+                    layer_stride=size,
+                )
+            )
+            offset += len(names) * size
+    return KVCacheConfig(num_blocks, tensors, groups)
+
+
+def packed_layout_stride_is_sum(groups, available_memory, num_blocks_override=None):
     """Adds the group widths for the stride, as if groups did not overlay each other."""
-    from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
-
-    _, layers_by_offset = get_packed_kv_cache_layout(groups)
-    return sum(sum(g.page_size_of(n) for n in g.layer_names) for g in groups), layers_by_offset
+    return _kv_cache_config(groups, available_memory, num_blocks_override, stride_is_sum=True)
 
 
-def packed_layout_no_overlay(groups):
+def packed_layout_no_overlay(groups, available_memory, num_blocks_override=None):
     """Keeps counting offsets across groups instead of restarting each group at byte 0."""
-    layers_by_offset, offset = {}, 0
-    for group in groups:
-        for name in group.layer_names:
-            layers_by_offset.setdefault(offset, []).append(name)
-            offset += group.page_size_of(name)
-    return offset, layers_by_offset
+    return _kv_cache_config(groups, available_memory, num_blocks_override, no_overlay=True)
 
 
-def packed_layout_real_pages(groups):
+def packed_layout_real_pages(groups, available_memory, num_blocks_override=None):
     """Packs layers by their unpadded page size, so alignment padding is lost."""
-    layers_by_offset, stride = {}, 0
-    for group in groups:
-        offset = 0
-        for name in group.layer_names:
-            layers_by_offset.setdefault(offset, []).append(name)
-            offset += group.layer_spec(name).real_page_size_bytes
-        stride = max(stride, offset)
-    return stride, layers_by_offset
+    return _kv_cache_config(groups, available_memory, num_blocks_override, real_pages=True)
 
 
-def packed_layout_empty_is_zero(groups):
-    """Returns (0, {}) for no groups instead of raising: a slab with 0-byte blocks."""
-    from refimpl.hybrid.older_planners import get_packed_kv_cache_layout
-
-    return (0, {}) if not list(groups) else get_packed_kv_cache_layout(groups)
-
-
-def packed_layout_sorted_names(groups):
-    """Lays each group's layers out in sorted name order, not in the group's order."""
-    layers_by_offset, stride = {}, 0
-    for group in groups:
-        offset = 0
-        for name in sorted(group.layer_names):
-            layers_by_offset.setdefault(offset, []).append(name)
-            offset += group.page_size_of(name)
-        stride = max(stride, offset)
-    return stride, layers_by_offset
+def packed_layout_group_order(groups, available_memory, num_blocks_override=None):
+    """Lays a group's layers out one by one in group order (one tensor per layer) instead of
+    spec by spec."""
+    return _kv_cache_config(groups, available_memory, num_blocks_override, group_order=True)
 
 
-def packed_layout_last_layer_wins(groups):
-    """Stores one layer per offset, so the overlaid layers of earlier groups are lost."""
-    layers_by_offset, stride = {}, 0
-    for group in groups:
-        offset = 0
-        for name in group.layer_names:
-            layers_by_offset[offset] = [name]
-            offset += group.page_size_of(name)
-        stride = max(stride, offset)
-    return stride, layers_by_offset
+def packed_layout_ignores_alignment(groups, available_memory, num_blocks_override=None):
+    """Takes the widest group as the stride without rounding it up to the kernel pages."""
+    return _kv_cache_config(
+        groups, available_memory, num_blocks_override, ignore_alignment=True
+    )
+
+
+def packed_layout_ignores_override(groups, available_memory, num_blocks_override=None):
+    """Always counts the blocks in the budget, ignoring num_blocks_override."""
+    return _kv_cache_config(
+        groups, available_memory, num_blocks_override, ignore_override=True
+    )
+
+
+def packed_layout_zero_blocks(groups, available_memory, num_blocks_override=None):
+    """Plans 0 blocks when the budget is smaller than one block instead of raising."""
+    return _kv_cache_config(groups, available_memory, num_blocks_override, zero_blocks=True)
+
+
+def packed_layout_empty_is_zero(groups, available_memory, num_blocks_override=None):
+    """Returns an empty config for no groups instead of raising: a slab with 0-byte blocks."""
+    return _kv_cache_config(groups, available_memory, num_blocks_override, empty_is_zero=True)
 
 
 # --- the catalogue
@@ -605,17 +786,36 @@ HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [
         approximate_gcd_trusts_lower_bound,
         ("check_approximate_gcd",),
     ),
+    BrokenVariant("groups_mla_first", packed_groups_mla_first, ("check_packed_groups",)),
+    BrokenVariant(
+        "groups_no_lower_bound", packed_groups_no_lower_bound, ("check_packed_groups",)
+    ),
+    BrokenVariant("groups_floor_split", packed_groups_floor_split, ("check_packed_groups",)),
+    BrokenVariant("groups_contiguous", packed_groups_contiguous, ("check_packed_groups",)),
+    BrokenVariant(
+        "groups_split_unbalanced", packed_groups_split_unbalanced, ("check_packed_groups",)
+    ),
+    BrokenVariant(
+        "groups_for_one_page_size", packed_groups_for_one_page_size, ("check_packed_groups",)
+    ),
+    BrokenVariant(
+        "groups_no_state_split", packed_groups_no_state_split, ("check_packed_groups",)
+    ),
     BrokenVariant(
         "layout_stride_is_sum", packed_layout_stride_is_sum, ("check_packed_layout",)
     ),
     BrokenVariant("layout_no_overlay", packed_layout_no_overlay, ("check_packed_layout",)),
     BrokenVariant("layout_real_pages", packed_layout_real_pages, ("check_packed_layout",)),
+    BrokenVariant("layout_group_order", packed_layout_group_order, ("check_packed_layout",)),
+    BrokenVariant(
+        "layout_ignores_alignment", packed_layout_ignores_alignment, ("check_packed_layout",)
+    ),
+    BrokenVariant(
+        "layout_ignores_override", packed_layout_ignores_override, ("check_packed_layout",)
+    ),
+    BrokenVariant("layout_zero_blocks", packed_layout_zero_blocks, ("check_packed_layout",)),
     BrokenVariant(
         "layout_empty_is_zero", packed_layout_empty_is_zero, ("check_packed_layout",)
-    ),
-    BrokenVariant("layout_sorted_names", packed_layout_sorted_names, ("check_packed_layout",)),
-    BrokenVariant(
-        "layout_last_layer_wins", packed_layout_last_layer_wins, ("check_packed_layout",)
     ),
 ]
 

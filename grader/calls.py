@@ -8,6 +8,8 @@ turns a spec into a world.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,3 +34,20 @@ class WorldSpec:
 
     kind: str
     args: tuple = ()
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain data that compares by content and crosses the wire: a dataclass (a
+    `KVCacheGroupSpec`, a spec, a `KVCacheConfig`) becomes a dict with its class name and its
+    fields, a tuple a list. Part II graders whose answers are such objects compare these on
+    both sides (the grading child applies it to the student's answer before sending it)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {"class": type(value).__name__}
+        for field in dataclasses.fields(value):
+            fields[field.name] = plain(getattr(value, field.name))
+        return fields
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    return value

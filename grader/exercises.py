@@ -58,10 +58,11 @@ EXERCISES: dict[str, Exercise] = {
         ),
         Exercise(
             "04_packed_layout",
-            "Exercise 4: approximate gcd and the packed layout",
+            "Exercise 4: vLLM's planner for DeepSeek V4 (groups and the packed layout)",
             (
                 ("check_approximate_gcd", "approximate_gcd"),
-                ("check_packed_layout", "get_packed_kv_cache_layout"),
+                ("check_packed_groups", "get_packed_kv_cache_groups"),
+                ("check_packed_layout", "get_kv_cache_config"),
             ),
         ),
     )

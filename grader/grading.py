@@ -98,6 +98,7 @@ def check_names(check_name: str) -> list[str]:
         "check_prefix_cache": lambda: paged_checks.prefix_cache_checks(None),
         "check_scheduler": lambda: paged_checks.scheduler_checks(None),
         "check_approximate_gcd": hybrid_checks.approximate_gcd_checks,
+        "check_packed_groups": hybrid_checks.packed_groups_checks,
         "check_packed_layout": hybrid_checks.packed_layout_checks,
     }
     return [row[0] for row in lists[check_name]()]

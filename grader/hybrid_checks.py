@@ -1,18 +1,25 @@
-"""Graders for the Part II exercise: `approximate_gcd` and the packed layout of DeepSeek V4
-groups.
+"""Graders for the Part II exercise: vLLM's planner for DeepSeek V4 (`approximate_gcd`, the
+grouping `get_packed_kv_cache_groups` and the packed slab `get_kv_cache_config`).
 
-Both are pure functions, so a "step" is one call: the student's answer is compared with
-`refimpl.hybrid` on worked examples, on every DeepSeek V4 configuration, and on seeded random
-inputs; the first call whose answer differs is reported.
+All three are pure functions, so a "step" is one call: the student's answer is compared with
+`refimpl.hybrid.kv_cache_planning` on worked examples, on every DeepSeek V4 configuration, and
+on seeded random inputs; the first call whose answer differs is reported. Groups and configs
+are objects: both answers are turned into plain data (`grader.calls.plain`) and compared field
+by field, so a row names the first group, tensor or field that differs.
 
 The rules checked (each with its check and a broken variant in `grader.rules`):
 `approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
 max(values) inclusive, returns a lower bound above every value as is, counts every value's
 padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
 and anything not an int (bools, floats, strings) as values or lower bound with a ValueError;
-`get_packed_kv_cache_layout` overlays groups from byte 0, packs each group's layers in its
-order by padded page size, lists every layer starting at an offset, takes the widest group as
-the stride, and rejects no groups with a ValueError. Every check runs under a time limit.
+`get_packed_kv_cache_groups` buckets caches greedily in registration order, takes the largest
+balanced bucket that mixes page sizes as the lower bound, splits balanced buckets into
+cdiv(tuples, d) groups of every n-th tuple, keeps unbalanced buckets whole, splits window
+buckets to fit the widest block when there is no d, and returns None for one page size;
+`get_kv_cache_config` overlays groups from byte 0, lays each group out spec by spec by padded
+page size, takes the widest group rounded up to every kernel page as the stride, counts blocks
+in the budget unless overridden, and rejects no groups or less than one block with a
+ValueError. Every check runs under a time limit.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from grader.lockstep import (
     render,
     timeout_divergence,
 )
+from grader.paged_worlds import plain_function_world
 from grader.reference_code import grading_side
 from grader.report import CheckResult, Divergence, GradeReport
 from grader.time_limit import (
@@ -48,9 +56,12 @@ from refimpl.hybrid.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from refimpl.hybrid.kv_cache_planning import GIB
 from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
-from refimpl.hybrid.older_planners import get_kv_cache_groups_b
-from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as reference_packed_layout
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_config as reference_kv_cache_config
+from refimpl.hybrid.kv_cache_planning import (
+    get_packed_kv_cache_groups as reference_packed_groups,
+)
 
 Case = tuple[str, tuple]  # (label shown in the table, arguments)
 Compare = Callable[[Any, Any], "tuple[str, str, str] | None"]
@@ -64,13 +75,16 @@ def _run_cases(
     cases: list[Case],
     compare: Compare,
     time_limit: float | None = None,
+    world: str = "function",
 ) -> CheckResult:
     """Call both functions case by case; the whole check is stopped after `time_limit`
     seconds."""
     progress = {"step": 0, "label": "(before the first call)"}
     try:
         with scenario_time_limit(time_limit):
-            return _compare_cases(name, description, reference, side, cases, compare, progress)
+            return _compare_cases(
+                name, description, reference, side, cases, compare, progress, world
+            )
     except ScenarioTimeout:
         return CheckResult(
             name,
@@ -89,6 +103,7 @@ def _compare_cases(
     cases: list[Case],
     compare: Compare,
     progress: dict,
+    world: str = "function",
 ) -> CheckResult:
     def fail(step: int, label: str, where: str, expected: str, found: str) -> CheckResult:
         return CheckResult(
@@ -103,7 +118,7 @@ def _compare_cases(
             ok, expected = False, exc
         try:
             if step == 1:
-                side.start(WorldSpec("function"))
+                side.start(WorldSpec(world))
             student_ok, found = True, side.run(Call("__call__", args))
         except StudentRaised as raised:
             student_ok, found = False, raised.exception
@@ -143,14 +158,17 @@ def _grade(
     verbose: bool,
     allow_reference: bool,
     time_limit: float | None,
+    world: str = "function",
 ) -> GradeReport:
     """Run every row of a Part II grader on the student's function (here, or behind a
-    StudentSide)."""
+    StudentSide). In a "plain_function" world both answers are compared as plain data."""
     time_limit = _time_limit(time_limit, verbose)
     side, guard = grading_side(student, check_name, allow_reference)
     side = side or LocalStudent(student, guard)
+    if world == "plain_function":
+        reference = plain_function_world(reference)
     results = [
-        _run_cases(name, desc, reference, side, cases, compare, time_limit)
+        _run_cases(name, desc, reference, side, cases, compare, time_limit, world)
         for name, desc, cases in checks
     ]
     report = GradeReport(f"{check_name}({getattr(student, '__name__', 'fn')})", results)
@@ -169,23 +187,27 @@ def _gcd_cases(pairs: list[tuple[list[int], int | None]]) -> list[Case]:
 
 
 @cache
-def dsv4_tuple_counts() -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(configuration, layer tuples per bucket) for every DeepSeek V4 setting the package
-    knows."""
-    from refimpl.hybrid import deepseek_v4
-    from refimpl.hybrid.older_planners import group_and_unify_kv_cache_specs
+def dsv4_gcd_calls() -> tuple[tuple[str, tuple[int, ...], int | None], ...]:
+    """(configuration, values, lower bound) of the `approximate_gcd` call vLLM's planner makes
+    for every DeepSeek V4 setting the package knows, taken from the planner itself."""
+    from unittest import mock
+
+    from refimpl.hybrid import deepseek_v4, kv_cache_planning
 
     rows = []
     for variant in ("pro", "flash"):
         for mtp in (False, True):
+            calls = []
+
+            def record(values, lower_bound=None, calls=calls):
+                calls.append((tuple(values), lower_bound))
+                return reference_approximate_gcd(values, lower_bound)
+
             specs = deepseek_v4.kv_cache_specs(variant=variant, mtp=mtp)
-            buckets = group_and_unify_kv_cache_specs(specs)
-            rows.append(
-                (
-                    f"{variant}{' + mtp' if mtp else ''}",
-                    tuple(b.get_num_layer_tuples() for b in buckets),
-                )
-            )
+            with mock.patch.object(kv_cache_planning, "approximate_gcd", record):
+                kv_cache_planning.get_packed_kv_cache_groups(specs)
+            ((values, lower_bound),) = calls
+            rows.append((f"{variant}{' + mtp' if mtp else ''}", values, lower_bound))
     return tuple(rows)
 
 
@@ -214,14 +236,12 @@ def approximate_gcd_checks() -> CheckCases:
         (
             "worked_examples",
             "four worked examples, the last from DeepSeek V4 Pro",
-            _gcd_cases(
-                [([4, 6], 1), ([3], 5), ([21, 43, 21, 20], 21), ([31, 61, 31, 30], 31)]
-            ),
+            _gcd_cases([([4, 6], 1), ([3], 5), ([43, 21, 20], 21), ([61, 31, 30], 30)]),
         ),
         (
             "deepseek_v4_buckets",
-            "tuple counts of every DeepSeek V4 bucket list (lower bound = MLA count)",
-            _gcd_cases([(list(c), c[0]) for _, c in dsv4_tuple_counts()]),
+            "vLLM's planner on every DeepSeek V4 model (lower bound: the mixed bucket)",
+            _gcd_cases([(list(v), lb) for _, v, lb in dsv4_gcd_calls()]),
         ),
         (
             "ties_go_to_larger_d",
@@ -314,59 +334,212 @@ def check_approximate_gcd(
     )
 
 
-# --- packed layout
-def _compare_layout(expected: tuple[int, dict], found: Any) -> tuple[str, str, str] | None:
-    if not (isinstance(found, tuple) and len(found) == 2):
-        return "return value", "a tuple (block_stride, layers_by_offset)", render(found)
-    stride, offsets = expected
-    found_stride, found_offsets = found
-    if found_stride != stride:
-        return "block_stride", render(stride), render(found_stride)
-    if not isinstance(found_offsets, dict):
-        return "layers_by_offset", "a dict {offset: [layer names]}", render(found_offsets)
-    for offset in sorted(
-        set(offsets) | set(found_offsets),
-        key=lambda o: (not isinstance(o, int), o if isinstance(o, int) else 0),
-    ):
-        want = offsets.get(offset)
-        got = found_offsets.get(offset)
-        got = list(got) if isinstance(got, (list, tuple)) else got
-        if want != got:
-            return (
-                f"layers_by_offset[{offset}]",
-                render(want) if want is not None else "(no layer starts here)",
-                render(got) if got is not None else "(no layer starts here)",
-            )
-    # the dict's key order does not matter: tensors are emitted by ascending offset
-    return None
+# --- answers that are objects: compared as plain data, field by field
+def _first_difference(expected: Any, found: Any, path: str) -> tuple[str, str, str] | None:
+    """(where, expected, found) of the first place two plain values differ, or None."""
+    if isinstance(expected, dict) and isinstance(found, dict):
+        if expected.get("class") != found.get("class"):
+            return f"{path} (type)", str(expected.get("class")), render(found.get("class"))
+        for key, value in expected.items():
+            if key not in found:
+                return f"{path}[{key!r}]", render(value), "(missing)"
+            difference = _first_difference(value, found[key], f"{path}.{key}")
+            if difference is not None:
+                return difference
+        extra = [key for key in found if key not in expected]
+        if extra:
+            return f"{path}[{extra[0]!r}]", "(no such entry)", render(found[extra[0]])
+        return None
+    nested = isinstance(expected, list) and any(isinstance(v, dict) for v in expected)
+    if nested and isinstance(found, list):
+        if len(expected) != len(found):
+            return f"{path} (how many)", str(len(expected)), str(len(found))
+        for i, (want, got) in enumerate(zip(expected, found)):
+            difference = _first_difference(want, got, f"{path}[{i}]")
+            if difference is not None:
+                return difference
+        return None
+    if expected == found and type(found) is type(expected):
+        return None
+    return path, render(expected), render(found)
+
+
+def _compare_groups(expected: Any, found: Any) -> tuple[str, str, str] | None:
+    return _first_difference(expected, found, "groups")
+
+
+def _compare_config(expected: Any, found: Any) -> tuple[str, str, str] | None:
+    return _first_difference(expected, found, "config")
+
+
+# --- vLLM's grouping of DeepSeek V4 (get_packed_kv_cache_groups)
+def _spec(head_size: int, window: int | None = None, **kwargs: Any) -> Any:
+    """A one-head float16 spec of 16-token blocks: full attention, or a sliding window."""
+    common = dict(block_size=16, num_kv_heads=1, head_size=head_size, dtype="float16")
+    if window is None:
+        return FullAttentionSpec(**common, **kwargs)
+    return SlidingWindowSpec(**common, sliding_window=window, **kwargs)
 
 
 @cache
-def _dsv4_groups(
-    variant: str, cache_dtype: str, indexer: str, mtp: bool
-) -> tuple[KVCacheGroupSpec, ...]:
+def _dsv4_specs(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> dict:
     from refimpl.hybrid import deepseek_v4
 
-    specs = deepseek_v4.kv_cache_specs(
+    return deepseek_v4.kv_cache_specs(
         variant=variant, cache_dtype=cache_dtype, indexer=indexer, mtp=mtp
     )
-    return tuple(get_kv_cache_groups_b(specs))  # the exercises teach the article's planner
 
 
-@cache
-def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
+def toy_specs(num_layers: int) -> dict:
+    """DeepSeek-V4-Pro's caches of its first `num_layers` layers (the course's toy is 5)."""
     from refimpl.hybrid import deepseek_v4
-    from refimpl.hybrid.older_planners import two_group_layout
 
-    return tuple(two_group_layout(deepseek_v4.kv_cache_specs()))
+    return {
+        name: spec
+        for name, spec in _dsv4_specs("pro", "fp8_ds_mla", "fp8", False).items()
+        if deepseek_v4.parse_layer_name(name)[0] < num_layers
+    }
 
 
-def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:
-    return (
-        f"get_packed_kv_cache_layout({label}: {len(groups)} groups, "
-        f"{sum(len(g.layer_names) for g in groups)} layers)",
-        (list(groups),),
+def unbalanced_specs() -> dict:
+    """A balanced bucket of two page sizes (4 tuples), a one-size window bucket (9 tuples), and
+    a window bucket with 8 pages of one size and 2 of another (unbalanced: it stays whole and
+    sets no lower bound)."""
+    specs = {}
+    for i in range(4):
+        specs[f"l{i}.a"], specs[f"l{i}.b"] = _spec(64), _spec(128)
+    for i in range(9):
+        specs[f"l{i}.sw"] = _spec(64, 64)
+    for i in range(8):
+        specs[f"l{i}.sw2a"] = _spec(64, 256)
+    for i in range(2):
+        specs[f"l{i}.sw2b"] = _spec(128, 256)
+    return specs
+
+
+def state_split_specs() -> dict:
+    """No balanced bucket mixes page sizes: the full-attention bucket (3 + 1 pages) is the
+    widest group, and the 8 window layers are split into groups that fit in its block."""
+    specs = {f"l{i}.a": _spec(128) for i in range(3)}
+    specs["l3.b"] = _spec(64)
+    specs.update({f"l{i}.sw": _spec(64, 64) for i in range(8)})
+    return specs
+
+
+def one_page_size_specs() -> dict:
+    """Full and window layers whose pages all have one size: not a packed plan (None)."""
+    return {"l0.full": _spec(64), "l0.sw": _spec(64, 128), "l1.full": _spec(64)}
+
+
+def random_specs(seed: int) -> dict:
+    """Seeded layers of full attention and two windows, head sizes 64 and 128, in repeating
+    patterns of one to three caches per layer (some buckets balanced, some not)."""
+    rng = random.Random(seed)
+    kinds = [(None, 64), (None, 128), (64, 64), (64, 128), (256, 64)]
+    pattern = rng.sample(kinds, rng.randint(2, 4))
+    specs = {}
+    for layer in range(rng.randint(3, 12)):
+        for j, (window, head) in enumerate(pattern):
+            if rng.random() < 0.85:
+                specs[f"layers.{layer}.c{j}"] = _spec(head, window)
+    if len({s.page_size_bytes for s in specs.values()}) == 1:
+        specs["layers.99.extra"] = _spec(128 if pattern[0][1] == 64 else 64, pattern[0][0])
+    return specs
+
+
+def _groups_case(label: str, specs: dict) -> Case:
+    return (f"get_packed_kv_cache_groups({label}: {len(specs)} caches)", (dict(specs),))
+
+
+def packed_groups_checks() -> CheckCases:
+    """The rows of `check_packed_groups`, each with its calls."""
+    checks = [
+        (
+            "deepseek_v4_pro",
+            "Pro's 243 caches: SWA-a, SWA-b, MLA, C128 state, C4 state",
+            [_groups_case("DeepSeek-V4-Pro", _dsv4_specs("pro", "fp8_ds_mla", "fp8", False))],
+        ),
+        (
+            "deepseek_v4_variants",
+            "Flash, the MTP layer, fp4 indexer, bfloat16 cache",
+            [
+                _groups_case("Flash", _dsv4_specs("flash", "fp8_ds_mla", "fp8", False)),
+                _groups_case("Pro + MTP", _dsv4_specs("pro", "fp8_ds_mla", "fp8", True)),
+                _groups_case("Flash + MTP", _dsv4_specs("flash", "fp8_ds_mla", "fp8", True)),
+                _groups_case(
+                    "Pro, fp4 indexer", _dsv4_specs("pro", "fp8_ds_mla", "fp4", False)
+                ),
+                _groups_case("Pro, bfloat16", _dsv4_specs("pro", "bfloat16", "fp8", False)),
+            ],
+        ),
+        (
+            "toy_layers",
+            "Pro's first 5 layers (five groups) and first 4 (nine groups)",
+            [_groups_case("Pro's first 5 layers", toy_specs(5))]
+            + [_groups_case("Pro's first 4 layers", toy_specs(4))],
+        ),
+        (
+            "unbalanced_bucket_stays_whole",
+            "an unbalanced bucket is one group and sets no lower bound",
+            [_groups_case("unbalanced window bucket", unbalanced_specs())],
+        ),
+        (
+            "state_buckets_split_to_fit",
+            "no mixed balanced bucket: window layers split to fit the widest block",
+            [_groups_case("window layers next to a wide group", state_split_specs())],
+        ),
+        (
+            "one_page_size_is_none",
+            "pages of one size are not a packed plan: None",
+            [_groups_case("one page size", one_page_size_specs())],
+        ),
+    ]
+    for seed in range(2):
+        checks.append(
+            (
+                f"random_specs_{seed}",
+                f"seeded random layer patterns (seed {seed})",
+                [
+                    _groups_case(f"random {seed}.{i}", random_specs(100 * seed + i))
+                    for i in range(8)
+                ],
+            )
+        )
+    return checks
+
+
+def check_packed_groups(
+    student_fn: Callable,
+    *,
+    verbose: bool = True,
+    allow_reference: bool = False,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+) -> GradeReport:
+    """Grade `get_packed_kv_cache_groups(specs) -> list[KVCacheGroupSpec] | None` against
+    vLLM's planner in `refimpl.hybrid.kv_cache_planning`.
+
+    Groups are compared as plain data: their order, each group's layer names in order and its
+    spec. A call that runs the reference (directly or through `get_kv_cache_groups`) fails
+    unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
+    is stopped and fails.
+    """
+    return _grade(
+        "check_packed_groups",
+        student_fn,
+        reference_packed_groups,
+        packed_groups_checks(),
+        _compare_groups,
+        verbose,
+        allow_reference,
+        time_limit,
+        world="plain_function",
     )
+
+
+# --- the packed layout (get_kv_cache_config)
+@cache
+def _planned_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tuple:
+    return tuple(reference_packed_groups(_dsv4_specs(variant, cache_dtype, indexer, mtp)))
 
 
 def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
@@ -374,8 +547,7 @@ def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
     page size.
 
     vLLM packs these only with `enable_cross_layers_blocks`; the small case shows that each
-    group starts again at byte 0 of a block and that layers at one offset are listed in group
-    order.
+    group starts again at byte 0 of a block.
     """
     full = FullAttentionSpec(
         block_size=page_tokens, num_kv_heads=2, head_size=64, dtype="float16"
@@ -391,6 +563,15 @@ def cross_layer_groups(page_tokens: int = 16) -> list[KVCacheGroupSpec]:
         KVCacheGroupSpec(["full.0", "full.1"], full),
         KVCacheGroupSpec(["sw.0", "sw.2"], window),
         KVCacheGroupSpec(["sw.1", "sw.3"], window),
+    ]
+
+
+def aligned_groups() -> list[KVCacheGroupSpec]:
+    """A 4,096-byte page whose kernel takes 8-token blocks (alignment 2,048 B) next to a
+    5,120-byte page: the stride grows from 5,120 to 6,144 bytes."""
+    return [
+        KVCacheGroupSpec(["k.0"], _spec(64, kernel_block_size=8)),
+        KVCacheGroupSpec(["w.0"], _spec(80)),
     ]
 
 
@@ -416,49 +597,69 @@ def random_groups(seed: int) -> list[KVCacheGroupSpec]:
     return groups
 
 
+def _config_case(
+    label: str, groups: Any, memory: int = 10 * GIB, override: int | None = None
+) -> Case:
+    budget = f"{memory / GIB:g} GiB" if memory >= GIB else f"{memory:,} B"
+    more = f", num_blocks_override={override}" if override is not None else ""
+    return (
+        f"get_kv_cache_config({label}: {len(groups)} groups, {budget}{more})",
+        (list(groups), memory, override),
+    )
+
+
 def packed_layout_checks() -> CheckCases:
     """The rows of `check_packed_layout`, each with its calls."""
+    pro = _planned_groups("pro", "fp8_ds_mla", "fp8", False)
     checks = [
         (
             "deepseek_v4_pro",
-            "Pro, fp8_ds_mla, fp8 indexer: stride 1,435,968 B, 206 offsets",
-            [_layout_case("DeepSeek-V4-Pro", _dsv4_groups("pro", "fp8_ds_mla", "fp8", False))],
+            "Pro's five groups: stride 1,435,968 B, 7,477 blocks in 10 GiB",
+            [_config_case("DeepSeek-V4-Pro", pro)],
         ),
         (
             "deepseek_v4_variants",
             "Flash, fp4 indexer, bfloat16 cache, MTP layer",
             [
-                _layout_case(
-                    "DeepSeek-V4-Flash", _dsv4_groups("flash", "fp8_ds_mla", "fp8", False)
-                ),
-                _layout_case(
-                    "Pro + fp4 indexer", _dsv4_groups("pro", "fp8_ds_mla", "fp4", False)
-                ),
-                _layout_case(
-                    "Pro, bfloat16 cache", _dsv4_groups("pro", "bfloat16", "fp8", False)
-                ),
-                _layout_case("Pro + MTP", _dsv4_groups("pro", "fp8_ds_mla", "fp8", True)),
+                _config_case("Flash", _planned_groups("flash", "fp8_ds_mla", "fp8", False)),
+                _config_case("Pro, fp4", _planned_groups("pro", "fp8_ds_mla", "fp4", False)),
+                _config_case("Pro, bf16", _planned_groups("pro", "bfloat16", "fp8", False)),
+                _config_case("Pro + MTP", _planned_groups("pro", "fp8_ds_mla", "fp8", True)),
             ],
         ),
         (
-            "article_two_groups",
-            "the article's MLA + one unsplit SWA group: stride 2,283,840 B",
-            [_layout_case("article's two groups", _article_two_groups())],
+            "toy_runs_by_spec",
+            "Pro's first 5 layers: a group's layers are laid out spec by spec",
+            [_config_case("Pro's first 5 layers", reference_packed_groups(toy_specs(5)), GIB)],
         ),
         (
             "cross_layer_groups",
-            "three groups of one page size overlay: offsets 0 and one page",
-            [_layout_case("cross-layer groups", tuple(cross_layer_groups()))],
+            "three groups of one page size overlay from byte 0",
+            [_config_case("cross-layer groups", cross_layer_groups(), 1 << 20)],
+        ),
+        (
+            "kernel_block_alignment",
+            "the stride is a whole number of every layer's kernel pages",
+            [_config_case("a kernel of 8-token blocks", aligned_groups(), 1 << 20)],
+        ),
+        (
+            "budget_and_override",
+            "blocks = budget // stride, or the override; under one block: ValueError",
+            [
+                _config_case("DeepSeek-V4-Pro", pro, 3 * 1_435_968 - 1),
+                _config_case("DeepSeek-V4-Pro", pro, GIB, 12),
+                _config_case("DeepSeek-V4-Pro", pro, 1_435_967),
+            ],
         ),
         (
             "rejects_no_groups",
             "no groups (nothing to lay out) is a ValueError, not a 0-byte block",
-            [_layout_case("no groups", ())],
+            [_config_case("no groups", [], GIB)],
         ),
     ]
     for seed in range(2):
         cases = [
-            _layout_case(f"random groups {seed}.{i}", tuple(random_groups(100 * seed + i)))
+            _config_case(f"random groups {seed}.{i}", random_groups(100 * seed + i), 1 << 24)
             for i in range(6)
         ]
         checks.append(
@@ -478,19 +679,22 @@ def check_packed_layout(
     allow_reference: bool = False,
     time_limit: float | None = DEFAULT_TIME_LIMIT,
 ) -> GradeReport:
-    """Grade `get_packed_kv_cache_layout(groups) -> (block_stride, {offset: [layer names]})`.
+    """Grade `get_kv_cache_config(groups, available_memory, num_blocks_override=None) ->
+    KVCacheConfig` against vLLM's planner in `refimpl.hybrid.kv_cache_planning`.
 
-    A call that runs the reference function (directly or through `get_kv_cache_config`) fails
-    unless `allow_reference`. A check still running after `time_limit` seconds (None: no limit)
-    is stopped and fails.
+    Configs are compared as plain data: the block count, then every tensor (size, layers,
+    offset, block stride, layer stride) in order, then the groups. A call that runs the
+    reference fails unless `allow_reference`. A check still running after `time_limit` seconds
+    (None: no limit) is stopped and fails.
     """
     return _grade(
         "check_packed_layout",
         student_fn,
-        reference_packed_layout,
+        reference_kv_cache_config,
         packed_layout_checks(),
-        _compare_layout,
+        _compare_config,
         verbose,
         allow_reference,
         time_limit,
+        world="plain_function",
     )

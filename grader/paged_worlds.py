@@ -19,7 +19,7 @@ from unittest import mock
 import numpy as np
 import xxhash
 
-from grader.calls import StateFields, WorldSpec
+from grader.calls import StateFields, WorldSpec, plain
 from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence, hashing
 
 
@@ -184,6 +184,14 @@ def function_world(implementation: Callable | None) -> Callable:
     return implementation
 
 
+def plain_function_world(implementation: Callable | None) -> Callable:
+    """A pure function whose answers are objects (groups, a cache config): each answer is
+    turned into plain data (`grader.calls.plain`) where it is made, so it can be compared
+    field by field and sent back from a grading child."""
+    function = function_world(implementation)
+    return lambda *args: plain(function(*args))
+
+
 # --- patches a scenario applies to both worlds
 def _hash_input(token_ids: list[int], prefix: int = -1) -> bytes:
     """The bytes `compute_hash` feeds to xxh64 for one block (see `refimpl.paged.hashing`)."""
@@ -240,6 +248,7 @@ WORLD_KINDS: dict[str, Callable[..., Any]] = {
     "manager": ManagerWorld.build,
     "scheduler": SchedulerWorld.build,
     "function": function_world,
+    "plain_function": plain_function_world,
 }
 CONTEXTS: dict[str, Callable[..., Any]] = {"colliding_hashes": colliding_hashes}
 

@@ -204,7 +204,8 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "gcd_smaller_wins_ties",
         ),
         Rule(
-            "the search starts at the lower bound (DeepSeek V4's MLA group is never split)",
+            "the search starts at the lower bound (the bucket that mixes page sizes is never"
+            " split)",
             "deepseek_v4_buckets",
             "gcd_ignores_lower_bound",
         ),
@@ -230,6 +231,45 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "gcd_accepts_non_ints",
         ),
     ),
+    "check_packed_groups": (
+        Rule(
+            "a layer joins the first bucket it keeps uniform-type, buckets in registration "
+            "order (DeepSeek V4's SWA groups come first)",
+            "deepseek_v4_pro",
+            "groups_mla_first",
+        ),
+        Rule(
+            "approximate_gcd's lower bound is the largest balanced bucket mixing page sizes",
+            "deepseek_v4_pro",
+            "groups_no_lower_bound",
+        ),
+        Rule(
+            "a balanced bucket becomes cdiv(tuples, d) groups",
+            "deepseek_v4_pro",
+            "groups_floor_split",
+        ),
+        Rule(
+            "group i takes layer tuples i, i + n, i + 2n, ... (not a contiguous run)",
+            "deepseek_v4_pro",
+            "groups_contiguous",
+        ),
+        Rule(
+            "a bucket whose page sizes have different counts stays one group and sets no "
+            "lower bound",
+            "unbalanced_bucket_stays_whole",
+            "groups_split_unbalanced",
+        ),
+        Rule(
+            "pages of one size are not a packed plan: None",
+            "one_page_size_is_none",
+            "groups_for_one_page_size",
+        ),
+        Rule(
+            "with no mixed balanced bucket, window buckets are split to fit the widest block",
+            "state_buckets_split_to_fit",
+            "groups_no_state_split",
+        ),
+    ),
     "check_packed_layout": (
         Rule(
             "the block stride is the widest group, not the sum of the groups",
@@ -247,14 +287,24 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "layout_real_pages",
         ),
         Rule(
-            "layers follow the group's order, not sorted names",
-            "deepseek_v4_pro",
-            "layout_sorted_names",
+            "a group's layers are laid out spec by spec: one tensor per run of equal specs",
+            "toy_runs_by_spec",
+            "layout_group_order",
         ),
         Rule(
-            "each offset lists every layer starting there, in group order",
-            "cross_layer_groups",
-            "layout_last_layer_wins",
+            "the stride is rounded up to a whole number of every layer's kernel pages",
+            "kernel_block_alignment",
+            "layout_ignores_alignment",
+        ),
+        Rule(
+            "num_blocks_override replaces the blocks the budget gives",
+            "budget_and_override",
+            "layout_ignores_override",
+        ),
+        Rule(
+            "a budget smaller than one block is a ValueError",
+            "budget_and_override",
+            "layout_zero_blocks",
         ),
         Rule(
             "no groups is a ValueError, not a 0-byte stride",

@@ -15,8 +15,14 @@ from grader.broken import BROKEN_VARIANTS, BrokenVariant
 from grader.lockstep import Lockstep, first_difference, run_check
 from grader.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from grader.paged_drivers import LockstepManagerDriver
-from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
-from refimpl.hybrid.older_planners import get_kv_cache_config_b, get_packed_kv_cache_layout
+from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.kv_cache_planning import (
+    approximate_gcd,
+    get_kv_cache_config,
+    get_kv_cache_groups,
+    get_packed_kv_cache_groups,
+    padding_curve,
+)
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -24,7 +30,8 @@ REFERENCE = {
     "check_prefix_cache": BlockManager,
     "check_scheduler": Scheduler,
     "check_approximate_gcd": approximate_gcd,
-    "check_packed_layout": get_packed_kv_cache_layout,
+    "check_packed_groups": get_packed_kv_cache_groups,
+    "check_packed_layout": get_kv_cache_config,
 }
 
 
@@ -106,6 +113,7 @@ def test_required_mistakes_are_in_the_catalogue():
     assert required <= names
     assert any("check_approximate_gcd" in v.graders for v in BROKEN_VARIANTS)
     assert any("check_packed_layout" in v.graders for v in BROKEN_VARIANTS)
+    assert any("check_packed_groups" in v.graders for v in BROKEN_VARIANTS)
 
 
 def test_each_listed_mistake_is_caught_by_its_own_scenario():
@@ -281,16 +289,23 @@ def test_handing_in_the_reference_function_fails():
     )
 
     # the reference's answer, reached through a public entry point
-    def through_the_config(groups):
-        config = get_kv_cache_config_b(groups, 2**30)
-        return config.kv_cache_tensors[0].block_stride, {
-            t.offset: list(t.shared_by) for t in config.kv_cache_tensors
-        }
+    groups_report = course.check_packed_groups(get_kv_cache_groups, verbose=False)
+    assert groups_report.num_passed == 0
+    assert (
+        "kv_cache_planning.get_packed_kv_cache_groups"
+        in groups_report.results[0].divergence.found
+    )
 
-    layout_report = course.check_packed_layout(through_the_config, verbose=False)
+    def own_loop_reference_stride(groups, available_memory, num_blocks_override=None):
+        from refimpl.hybrid.kv_cache_planning import get_kv_cache_bytes_per_block
+
+        stride = get_kv_cache_bytes_per_block(groups)
+        return get_kv_cache_config(groups, max(available_memory, stride), num_blocks_override)
+
+    layout_report = course.check_packed_layout(own_loop_reference_stride, verbose=False)
     assert layout_report.num_passed == 0
     assert (
-        "older_planners.get_packed_kv_cache_layout"
+        "kv_cache_planning.get_kv_cache_bytes_per_block"
         in layout_report.results[0].divergence.found
     )
 
@@ -503,7 +518,31 @@ def test_layout_grader_rejects_zero_byte_stride_for_no_groups():
     )
     assert report.failed_checks == ["rejects_no_groups"]
     d = next(r for r in report.results if r.name == "rejects_no_groups").divergence
-    assert d.expected.startswith("raises ValueError") and d.found == "returns (0, {})"
+    assert d.expected.startswith("raises ValueError") and d.found.startswith(
+        "returns {'class': 'KVCacheConfig', 'num_blocks': 0"
+    )
+
+
+def test_groups_grader_names_the_first_differing_group():
+    """The article's bucket order puts the MLA group first: the table says which group's
+    layers differ, with both lists."""
+    report = course.check_packed_groups(
+        broken.packed_groups_mla_first, verbose=False, allow_reference=True
+    )
+    d = next(r for r in report.results if r.name == "deepseek_v4_pro").divergence
+    assert d.where == "groups[0].layer_names"
+    assert d.expected.startswith("['layers.0.swa_cache', 'layers.2.swa_cache'")
+    assert d.found.startswith("['layers.0.attn', 'layers.1.attn'")
+
+
+def test_broken_copies_with_no_mistake_switched_on_are_the_reference():
+    """The switchable copies in grader.broken equal vLLM's planner with every switch off, so
+    each variant differs from the reference by its one mistake only."""
+    for variant in ("pro", "flash"):
+        specs = deepseek_v4.kv_cache_specs(variant)
+        assert broken._packed_groups(specs) == get_packed_kv_cache_groups(specs)
+        groups = get_packed_kv_cache_groups(specs)
+        assert broken._kv_cache_config(groups, 2**30) == get_kv_cache_config(groups, 2**30)
 
 
 # ---------------------------------------------------------------------- time limit per

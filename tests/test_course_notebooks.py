@@ -226,7 +226,7 @@ def test_grade_cli_on_untouched_student_copies_scores_zero(capsys):
         "score: 0/10 checks passed (0.0%): not implemented (BlockManager.__init__ raises "
         "NotImplementedError)" in out
     )
-    assert "== total: 0/52 checks passed over 4 notebooks" in out
+    assert "== total: 0/62 checks passed over 4 notebooks" in out
 
 
 def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_path, capsys):
@@ -247,7 +247,7 @@ def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_
         in out
     )
     # the missing notebook's 10 checks count
-    assert "== total: 0/62 checks passed over 5 notebooks" in out
+    assert "== total: 0/72 checks passed over 5 notebooks" in out
     rows = list(csv.reader(csv_path.open()))
     assert (
         rows[-1][:4] == [str(missing), "01_block_manager", "0", "10"]
@@ -352,10 +352,10 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
         "':'))" in out
     )
     assert out.rstrip().endswith(
-        "score: 0/16 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')"
+        "score: 0/26 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')"
     )
     # the cell after never ran
-    assert "check_packed_layout(get_packed_kv_cache_layout): 7/7 checks passed" not in out
+    assert "check_packed_layout(get_kv_cache_config): 9/9 checks passed" not in out
     loop = _with_solution_edit(
         tmp_path,
         "02_prefix_cache.ipynb",
@@ -413,12 +413,12 @@ def test_grade_cli_works_from_nbgrader_metadata_alone(tmp_path):
     nbformat.write(nb, path)
     grade = grade_notebook(path, timeout=60)
     assert grade.exercise == "04_packed_layout"
-    assert grade.passed and grade.num_checks == 16
+    assert grade.passed and grade.num_checks == 26
 
 
 def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
     """Exercise 1 used nano-vllm's literal `len % block_size == 1`; exercise 4 took True as a
-    number and returned (0, {}) for no groups. The graders now catch both."""
+    number and planned a slab for no groups. The graders now catch both."""
     literal = _with_solution_edit(
         tmp_path,
         "01_block_manager.ipynb",
@@ -430,7 +430,7 @@ def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
     assert failed == {"block_size_1", "random_workload_3"}, grade.tables
 
     nb = nbformat.read(ROOT / SOLUTIONS_DIR / "04_packed_layout.ipynb", as_version=4)
-    gcd_cell, layout_cell = [c for c in nb.cells if cell_role(c) == "solution"]
+    gcd_cell, _, layout_cell = [c for c in nb.cells if cell_role(c) == "solution"]
     checks = gcd_cell.source.index("    if not values:")
     lo = gcd_cell.source.index("    lo = ")
     gcd_cell.source = (
@@ -438,8 +438,9 @@ def test_the_former_solution_bugs_now_fail_their_rows(tmp_path):
         + "    if not values or any(x <= 0 for x in values):\n        raise ValueError(values)\n"
         + gcd_cell.source[lo:]
     )
+    assert "    if not groups:\n        raise" in layout_cell.source
     layout_cell.source = layout_cell.source.replace(
-        "    if block_stride <= 0:\n", "    if False:\n"
+        "    if not groups:\n", "    if not groups:\n        return KVCacheConfig(0, [], [])\n"
     )
     old = tmp_path / "04_packed_layout.ipynb"
     nbformat.write(nb, old)
@@ -500,8 +501,8 @@ def test_a_correct_answer_that_uses_a_dataclass_repr_is_not_blamed_for_the_refer
     assert (report.num_passed, report.num_checks) == (11, 11), report.table()
     layout = _solution_namespace(
         "04_packed_layout.ipynb",
-        "    for group in groups:\n        offset = 0\n",
-        "    for group in groups:\n        repr(group)\n        offset = 0\n",
-    )["get_packed_kv_cache_layout"]
+        "    for group in groups:\n        runs = {}",
+        "    for group in groups:\n        repr(group)\n        runs = {}",
+    )["get_kv_cache_config"]
     report = grader.check_packed_layout(layout)
     assert report.passed, report.table()

@@ -493,7 +493,8 @@ class BlockManager(ns["BlockManager"]):
 VARIANTS_EX4 = """
 from grader import broken as _b
 _impl = {v.name: v.implementation for v in _b.BROKEN_VARIANTS}
-_gcd, _layout = _impl["gcd_accepts_non_ints"], _impl["layout_sorted_names"]
+_gcd, _groups = _impl["gcd_accepts_non_ints"], _impl["groups_mla_first"]
+_layout = _impl["layout_group_order"]
 
 def approximate_gcd(values, lower_bound=None):
     values = list(values)
@@ -504,22 +505,26 @@ def approximate_gcd(values, lower_bound=None):
         raise ValueError("approximate_gcd needs positive ints")
     return _gcd(values, lower_bound)
 
-def get_packed_kv_cache_layout(groups):
-    groups = list(groups)
-    if not groups:
-        raise ValueError("a packed layout needs at least one layer with a non-empty page")
-    return _layout(groups)
+def get_packed_kv_cache_groups(specs):
+    return _groups(specs)
+
+def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
+    return _layout(groups, available_memory, num_blocks_override)
 """
 # the reference's Part II functions, called where the child's refimpl should have none
 REFERENCE_EX4 = """
 from refimpl.hybrid.kv_cache_planning import approximate_gcd as _gcd
-from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as _layout
+from refimpl.hybrid.kv_cache_planning import get_kv_cache_config as _config
+from refimpl.hybrid.kv_cache_planning import get_packed_kv_cache_groups as _groups
 
 def approximate_gcd(values, lower_bound=None):
     return _gcd(values, lower_bound)
 
-def get_packed_kv_cache_layout(groups):
-    return _layout(groups)
+def get_packed_kv_cache_groups(specs):
+    return _groups(specs)
+
+def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
+    return _config(groups, available_memory, num_blocks_override)
 """
 
 

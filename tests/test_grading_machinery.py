@@ -249,7 +249,7 @@ def test_every_exercise_knows_its_rows_without_running_them():
         "01_block_manager": 10,
         "02_prefix_cache": 15,
         "03_scheduler": 11,
-        "04_packed_layout": 16,
+        "04_packed_layout": 26,
     }
 
 
