@@ -355,10 +355,10 @@ def _dsv4_groups(
 
 @cache
 def _article_two_groups() -> tuple[KVCacheGroupSpec, ...]:
-    from refimpl.course import article_comparison
     from refimpl.hybrid import deepseek_v4
+    from refimpl.hybrid.older_planners import two_group_layout
 
-    return tuple(article_comparison.two_group_layout(deepseek_v4.kv_cache_specs()))
+    return tuple(two_group_layout(deepseek_v4.kv_cache_specs()))
 
 
 def _layout_case(label: str, groups: tuple[KVCacheGroupSpec, ...]) -> Case:

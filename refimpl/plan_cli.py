@@ -18,8 +18,6 @@ import sys
 from fractions import Fraction
 
 from refimpl.cli import DefaultsHelpFormatter
-from refimpl.course import article_comparison
-from refimpl.course.layout_summary import summarize_groups
 from refimpl.hybrid import deepseek_v4, older_planners
 from refimpl.hybrid.kv_cache_planning import (
     approximate_gcd,
@@ -27,6 +25,7 @@ from refimpl.hybrid.kv_cache_planning import (
     get_kv_cache_config,
     get_kv_cache_groups,
 )
+from refimpl.plan_summary import summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
 GROUPINGS = ("grouped", "mla+swa")
@@ -224,7 +223,7 @@ def build_plan(args: argparse.Namespace) -> dict:
             specs, use_eagle=args.mtp
         )
     else:
-        groups = article_comparison.two_group_layout(specs)
+        groups = older_planners.two_group_layout(specs)
     # what each block id costs, the divisor of --memory
     stride = (older_planners.bytes_per_block_b if planner_b else get_kv_cache_bytes_per_block)(
         groups

@@ -1,8 +1,9 @@
 """Argument checks shared by every part of refimpl, so bad input gets the same clear
-ValueError."""
+ValueError, and the contract every scheduler holds its callers to (`StepContract`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from numbers import Integral
 
 
@@ -33,6 +34,14 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+def check_fraction(name: str, value: object) -> float:
+    """Return `value` if it is a number in (0, 1] (a share such as gpu_memory_utilization,
+    within vLLM's bounds), else raise a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
+    return value
+
+
 def check_bool(name: str, value: object) -> bool:
     """Return `value` if it is a bool, else raise a TypeError naming it ("no" is not False)."""
     if not isinstance(value, bool):
@@ -47,3 +56,64 @@ def check_instance(name: str, value: object, expected: type) -> None:
         raise TypeError(
             f"{name} must be a {expected.__name__}, got {type(value).__name__} {value!r:.80}"
         )
+
+
+class StepContract:
+    """The promises a scheduler checks its callers against, in every part of refimpl.
+
+    `add` accepts a request once: `check_add` refuses one whose key (seq_id, request_id) is
+    still waiting or running, and one that needs more blocks than the whole pool holds (it
+    could never run: `schedule()` would pass it over forever). `postprocess` takes the batch
+    the latest `schedule()` handed out, once (`is_latest`, then `take`): a second postprocess
+    would record tokens whose K/V was never computed. Batches are compared by identity, so a
+    copy is not the batch. Every check runs before the scheduler changes anything.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "sequence" or "request", for the messages
+        self.queued: dict[object, object] = {}  # key -> item add() accepted, until finished
+        self.scheduled: tuple[object, ...] | None = None  # the batch awaiting postprocess
+
+    def check_add(
+        self,
+        key: object,
+        queues: Iterable[Iterable[object]],
+        need: int,
+        capacity: int,
+        detail: str,
+    ) -> None:
+        """Refuse a request already queued under `key` (looked for in `queues`, since code may
+        have taken it out by hand) or one that can grow to `need` blocks of a `capacity`-block
+        pool; `detail` says where `need` comes from."""
+        queued = self.queued.get(key)
+        if queued is not None and any(any(q is queued for q in queue) for queue in queues):
+            raise ValueError(f"{self.kind} {key} is already scheduled")
+        if need > capacity:
+            raise ValueError(
+                f"{self.kind} {key} can grow to {need} blocks ({detail}) but the pool has "
+                f"only {capacity}; it could never run"
+            )
+
+    def added(self, key: object, item: object) -> None:
+        self.queued[key] = item
+
+    def finished(self, key: object) -> None:
+        del self.queued[key]
+
+    def hand_out(self, batch: Iterable[object]) -> None:
+        """Remember the batch `schedule()` returns (an empty one awaits nothing)."""
+        batch = tuple(batch)
+        self.scheduled = batch or None
+
+    def is_latest(self, batch: Iterable[object]) -> bool:
+        """Whether `batch` is the batch awaiting postprocess (the same objects, in order)."""
+        batch = tuple(batch)
+        return (
+            self.scheduled is not None
+            and len(batch) == len(self.scheduled)
+            and all(a is b for a, b in zip(batch, self.scheduled))
+        )
+
+    def take(self) -> None:
+        """postprocess has recorded the batch: nothing awaits until the next `schedule()`."""
+        self.scheduled = None

@@ -431,10 +431,11 @@ def position_strip():
 
 
 def pages():
+    from refimpl.course.v4_inventory import page_size_rows
     from refimpl.hybrid import deepseek_v4 as v4
 
     return hybrid_layout.draw_pages(
-        v4.page_size_rows(v4.kv_cache_specs("pro")),
+        page_size_rows(v4.kv_cache_specs("pro")),
         title="DeepSeek V4-Pro, fp8_ds_mla: one page of each cache kind",
     )
 

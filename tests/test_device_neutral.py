@@ -25,7 +25,8 @@ ROOT = TESTS.parent
 # engine.
 DEVICE_SENSITIVE = re.compile(
     r"\b(paged_decode_attention|paged_prefill_attention|store_kvcache|compute_swa_indices_and_lens|"
-    r"compute_global_topk_indices_and_lens|attention_ops|v4_index_ops|attention_backend|triton|LLM)\b"
+    r"compute_global_topk_indices_and_lens|attention_ops|v4_index_ops|attention_backend|"
+    r"index_kernel_backend|triton|LLM)\b"
 )
 #: Not rerun: compiles for sm_80 in its own processes (TRITON_INTERPRET=0); and pins, not
 # devices.

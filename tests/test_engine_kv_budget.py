@@ -190,3 +190,19 @@ def test_two_engines_in_one_process_and_close_releases_the_cache(tiny_dir):
     assert plain.closed and plain.model_runner.kv_cache is None
     with pytest.raises(ValueError, match="closed"):
         plain.add_request("late", sp)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("share", [0, -0.1, 1.5, float("nan"), True, "0.9", None])
+def test_a_share_outside_vllms_bounds_is_refused_on_every_device(share, device, monkeypatch):
+    FakeCard(total=100 * GiB, others=0, held=0, cached=0).install(monkeypatch)
+    with pytest.raises(
+        ValueError, match=r"gpu_memory_utilization must be a fraction in \(0, 1\]"
+    ):
+        available_kv_cache_memory(device, share)
+
+
+@pytest.mark.parametrize("available", [1e9, 4096.0, "4096", None])
+def test_a_budget_that_is_not_a_byte_count_is_refused(available):
+    with pytest.raises(ValueError, match="available_bytes must be an integer"):
+        kv_cache_num_blocks(4096, 10, available, "cpu")

@@ -239,3 +239,25 @@ def test_a_hub_style_checkpoint_directory_loads_and_matches_transformers(tmp_pat
     (path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ValueError, match="names shard files that are not there"):
         LLM(path, device="cpu")
+
+
+def test_a_truncated_checkpoint_gets_one_clear_line(tiny_dir, tmp_path):
+    """A download cut short is named as such before any tensor is read, for both engines
+    (they share `safetensors_files`), instead of a raw SafetensorError."""
+    from refimpl.engine.loader import safetensors_files
+
+    shutil.copytree(tiny_dir, tmp_path / "m")
+    (weights,) = (tmp_path / "m").glob("*.safetensors")
+    data = weights.read_bytes()
+    for cut, match in [
+        (len(data) - 1, "is truncated: it holds"),
+        (3, "is truncated or not a safetensors file: 3 bytes"),
+    ]:
+        weights.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=f"{weights.name} {match}"):
+            safetensors_files(tmp_path / "m")
+        with pytest.raises(ValueError, match=match):
+            LLM(str(tmp_path / "m"), device="cpu")
+    weights.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
+    with pytest.raises(ValueError, match="its header is unreadable"):
+        safetensors_files(tmp_path / "m")

@@ -8,6 +8,7 @@ offsets that follow registration order, the null block), both numbers are assert
 import torch
 
 from refimpl.course import article_comparison
+from refimpl.course.v4_inventory import page_size_rows
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, cdiv, round_up
 from refimpl.hybrid.kv_cache_planning import (
@@ -21,12 +22,13 @@ from refimpl.hybrid.older_planners import (
     get_packed_kv_cache_layout,
     group_and_unify_kv_cache_specs,
     split_bucket,
+    two_group_layout,
 )
 from refimpl.hybrid.tensors import allocate_kv_cache
 
 ARTICLE = article_comparison.ARTICLE_FIGURES
 PRO = v4.kv_cache_specs("pro")
-ROWS = {r["kind"]: r for r in v4.page_size_rows(PRO)}
+ROWS = {r["kind"]: r for r in page_size_rows(PRO)}
 
 
 def test_layer_counts_and_ratios():
@@ -55,7 +57,7 @@ def test_indexer_row_is_corrected_but_padded_page_agrees():
     assert article_real == 64 * 1 * 128 * 1 == 8192  # the article's formula: 128 B per entry
     assert row["entry_bytes"] == 132 and row["real_page"] == 8448  # 128 fp8 + 4-byte scale
     assert row["page"] == article_padded == 8640  # both round up to 15 x 576
-    fp4 = v4.page_size_rows(v4.kv_cache_specs("pro", indexer="fp4"))
+    fp4 = page_size_rows(v4.kv_cache_specs("pro", indexer="fp4"))
     assert [(r["entry_bytes"], r["page"]) for r in fp4 if r["kind"] == "idx"] == [(68, 4608)]
 
 
@@ -139,7 +141,7 @@ def test_five_group_stride_and_blocks():
 
 
 def test_hypothetical_two_group_layout():
-    groups = article_comparison.two_group_layout(PRO)
+    groups = two_group_layout(PRO)
     cfg = get_kv_cache_config_b(groups, 10 * GIB)
     assert cfg.block_stride == ARTICLE["two_group_stride"] == 61 * 37440
     assert cfg.num_blocks == ARTICLE["two_group_blocks_10gib"]
@@ -157,7 +159,7 @@ def test_hypothetical_two_group_layout():
 
 
 def test_article_offsets_need_the_article_layer_order():
-    article_groups = article_comparison.two_group_layout(PRO, article_order=True)
+    article_groups = two_group_layout(PRO, article_order=True)
     _, by_offset = get_packed_kv_cache_layout(article_groups)
     at = {n: o for o, names in by_offset.items() for n in names}
     for label, offset in ARTICLE["two_group_mla_offsets"]:
@@ -167,7 +169,7 @@ def test_article_offsets_need_the_article_layer_order():
         assert at[article_comparison.article_label_to_name(label)] == offset, label
     # In registration order (indexer first) the ratio-4 offsets move; layer 3 lands in the same
     # place.
-    _, real = get_packed_kv_cache_layout(article_comparison.two_group_layout(PRO))
+    _, real = get_packed_kv_cache_layout(two_group_layout(PRO))
     real_at = {n: o for o, names in real.items() for n in names}
     assert (real_at["layers.2.indexer.k_cache"], real_at["layers.2.attn"]) == (3456, 12096)
     assert real_at["layers.3.attn"] == at["layers.3.attn"] == 49536
@@ -175,9 +177,7 @@ def test_article_offsets_need_the_article_layer_order():
 
 
 def test_swa_view_shape_and_strides():
-    cfg = get_kv_cache_config_b(
-        article_comparison.two_group_layout(PRO), 0, num_blocks_override=2
-    )
+    cfg = get_kv_cache_config_b(two_group_layout(PRO), 0, num_blocks_override=2)
     views = allocate_kv_cache(cfg)
     swa = views["layers.1.swa_cache"]
     assert tuple(swa.shape[1:]) == ARTICLE["swa_view_shape"] and swa.dtype == torch.uint8

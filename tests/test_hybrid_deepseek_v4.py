@@ -3,6 +3,7 @@ pages."""
 
 import pytest
 
+from refimpl.course.v4_inventory import layer_kinds, short_name
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
 
@@ -40,7 +41,7 @@ def test_pro_registration_order_inside_layers():
 
 def test_kind_counts_and_pages_pro_fp8():
     specs = v4.kv_cache_specs("pro")
-    assert v4.layer_kinds(specs) == {
+    assert layer_kinds(specs) == {
         "swa": 61,
         "c128": 31,
         "c128_state": 31,
@@ -50,7 +51,7 @@ def test_kind_counts_and_pages_pro_fp8():
         "c4_state": 30,
     }
     pages = {
-        v4.short_name(n, s).split(".")[1]: (s.real_page_size_bytes, s.page_size_bytes)
+        short_name(n, s).split(".")[1]: (s.real_page_size_bytes, s.page_size_bytes)
         for n, s in specs.items()
     }
     assert pages == {
@@ -143,13 +144,11 @@ def test_names_round_trip():
     for name, spec in specs.items():
         layer, kind = v4.parse_layer_name(name)
         assert v4.layer_name(layer, kind) == name
-        assert v4.short_name(name, spec).startswith(f"L{layer}.")
+        assert short_name(name, spec).startswith(f"L{layer}.")
     with pytest.raises(ValueError):
         v4.parse_layer_name("model.norm")
-    assert v4.short_name("layers.3.attn", specs["layers.3.attn"]) == "L3.c128"
+    assert short_name("layers.3.attn", specs["layers.3.attn"]) == "L3.c128"
     assert (
-        v4.short_name(
-            "layers.2.compressor.state_cache", specs["layers.2.compressor.state_cache"]
-        )
+        short_name("layers.2.compressor.state_cache", specs["layers.2.compressor.state_cache"])
         == "L2.c4_state"
     )

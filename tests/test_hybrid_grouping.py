@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -87,7 +88,7 @@ def test_pro_groups_exact_membership():
     assert [len(g.layer_names) for g in groups] == [91, 31, 30, 31, 60]
     assert [g.block_size for g in groups] == [256, 64, 64, 8, 4]
     assert [g.width_bytes for g in groups] == [1435968, 1160640, 1123200, 1017792, 1244160]
-    short = [[v4.short_name(n, specs[n]) for n in g.layer_names] for g in groups]
+    short = [[short_name(n, specs[n]) for n in g.layer_names] for g in groups]
     assert short[0][:7] == [
         "L0.c128",
         "L1.c128",

@@ -4,8 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.course import article_comparison
-from refimpl.course.layout_summary import summarize_groups
+from refimpl.course.v4_inventory import page_size_rows
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -24,8 +23,10 @@ from refimpl.hybrid.older_planners import (
     get_kv_cache_config_b,
     get_kv_cache_groups_b,
     get_packed_kv_cache_layout,
+    two_group_layout,
 )
 from refimpl.plan_cli import parse_memory
+from refimpl.plan_summary import summarize_groups
 
 PRO = v4.kv_cache_specs("pro")
 PRO_GROUPS = get_kv_cache_groups_b(PRO)
@@ -174,7 +175,7 @@ def test_comparison_layouts_for_pro():
     assert bytes_per_block_b(PRO_GROUPS) == 1435968
     assert bytes_per_block_v0(PRO_GROUPS) == 1482048 and 10 * GIB // 1482048 == 7244
     assert bytes_per_block_slots(PRO_GROUPS) == 2491200 and 10 * GIB // 2491200 == 4310
-    two = article_comparison.two_group_layout(PRO)
+    two = two_group_layout(PRO)
     assert bytes_per_block_b(two) == 2283840
     assert get_kv_cache_config_b(two, 10 * GIB).num_blocks == 4701
 
@@ -235,7 +236,7 @@ def test_viz_figures_and_text_twins():
     from refimpl.viz import hybrid_layout as viz
 
     groups = PRO_GROUPS
-    rows = v4.page_size_rows(PRO)
+    rows = page_size_rows(PRO)
     assert isinstance(viz.draw_pages(rows), Figure)
     assert "idx" in viz.pages_text(rows) and "8,640" in viz.pages_text(rows)
     assert isinstance(viz.draw_grouping(PRO, groups), Figure)

@@ -268,3 +268,83 @@ def test_random_misuse_leaves_the_allocator_unchanged(ops, retention):
             refused += 1
         tables = [blocks for r in live for blocks in m.get_blocks(r.request_id).blocks]
         check_pool_invariants(m.block_pool, tables + [[]])
+
+
+# --- the same contract as Part I (issue 29): hits must cover the computed tokens, and a
+# request is built only from a valid prompt
+
+
+def test_hits_must_cover_the_computed_tokens_in_every_group():
+    m = KVCacheManager(
+        [full(4), swa(4, 8), swa(2, 4)], 400, 512, prefix_cache_retention_interval=None
+    )
+    a = m.make_request("a", range(300))
+    step(m, a, 300)
+    m.free(a)  # a's blocks stay in the prefix cache
+    b = m.make_request("b", range(300))
+    hits, n = m.get_computed_blocks(b)
+    assert n == 296 and all(hits.blocks)
+    fresh = m.make_request("fresh", list(range(1000, 1300)))
+    misuse = [
+        # the issue's example: no block at all registered as 256 computed tokens
+        (fresh, 44, 256, m.empty_blocks()),
+        (b, 4, n - 4, hits),  # more blocks than the tokens fill
+        (b, 4, 0, hits),  # blocks for no tokens
+        (b, 1, n, KVCacheBlocks(tuple(g[:-1] for g in hits.blocks))),  # one block short
+    ]
+    for r, num_new, num_computed, blocks in misuse:
+        before = state(m, [b, fresh])
+        with pytest.raises(ValueError, match="new_computed_blocks holds .* computed tokens"):
+            m.allocate_slots(
+                r, num_new, num_new_computed_tokens=num_computed, new_computed_blocks=blocks
+            )
+        assert state(m, [b, fresh]) == before
+    # nothing was registered for `fresh`: a request with its prompt gets no hit
+    assert m.get_computed_blocks(m.make_request("again", list(range(1000, 1300))))[1] == 0
+    # the hit as get_computed_blocks gave it is taken
+    assert m.allocate_slots(b, 4, num_new_computed_tokens=n, new_computed_blocks=hits)
+
+
+def test_hits_are_only_for_the_first_allocation():
+    m = KVCacheManager([full(4)], 30, 64)
+    a = m.make_request("a", range(8))
+    step(m, a, 8)
+    m.free(a)
+    b = m.make_request("b", range(8))
+    hits, n = m.get_computed_blocks(b)
+    c = m.make_request("c", range(20))
+    step(m, c, 8)
+    before = state(m, [b, c])
+    with pytest.raises(ValueError, match="already holds blocks"):
+        m.allocate_slots(c, 4, num_new_computed_tokens=n, new_computed_blocks=hits)
+    assert state(m, [b, c]) == before
+
+
+@pytest.mark.parametrize(
+    "request_id, prompt, error, match",
+    [
+        ("r", [1, -1, 2], ValueError, r"prompt_token_ids\[1\] must be from 0"),
+        ("r", [1, 1.5], TypeError, r"prompt_token_ids\[1\] must be an integer token id"),
+        ("r", [1, 2**63], ValueError, r"prompt_token_ids\[1\] must be from 0"),
+        ("r", [], ValueError, "empty prompt"),
+        ("r", "abc", TypeError, r"prompt_token_ids\[0\] must be an integer"),
+        (7, [1, 2], TypeError, "request_id must be a str"),
+    ],
+)
+def test_make_request_checks_the_prompt_as_part_one_does(request_id, prompt, error, match):
+    m = manager()
+    a = m.make_request("a", range(10))
+    step(m, a, 10)
+    before = state(m, [a])
+    with pytest.raises(error, match=match):
+        m.make_request(request_id, prompt)
+    assert state(m, [a]) == before
+
+
+def test_one_block_is_no_cache():
+    # block 0 is the null block: an override of 1 leaves nothing, as KVCacheManager says
+    groups = get_kv_cache_groups({"L0": full(4)})
+    for override in (1, 0, -3, 2.0, True):
+        with pytest.raises(ValueError, match="num_blocks_override must be an integer >= 2"):
+            get_kv_cache_config(groups, 1 << 30, num_blocks_override=override)
+    assert get_kv_cache_config(groups, 0, num_blocks_override=2).num_blocks == 2

@@ -6,6 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refimpl.course.v4_inventory import short_name
 from refimpl.errors import InvariantError
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_interface import (
@@ -43,7 +44,7 @@ def test_packed_config_has_one_backing_tensor_and_article_shapes():
     assert len({v.untyped_storage().data_ptr() for v in views.values()}) == 1
     assert _raw(views["layers.0.attn"]).numel() == 3 * STRIDE
     shapes = {
-        v4.short_name(n, PRO[n]).split(".")[1]: (tuple(v.shape), v.dtype)
+        short_name(n, PRO[n]).split(".")[1]: (tuple(v.shape), v.dtype)
         for n, v in views.items()
     }
     assert shapes == {

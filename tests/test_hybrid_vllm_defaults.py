@@ -7,6 +7,7 @@ both)."""
 import pytest
 from hybrid_helpers import free_ids, full, step, swa
 
+from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.invariants import check_pool_invariants
 from refimpl.hybrid.kv_cache_coordinator import (
@@ -217,10 +218,7 @@ def test_the_tail_of_a_non_eagle_prompt_is_registered_once_its_block_is_reached(
 # --- DeepSeek V4's indexer kernel block
 def test_the_indexer_is_split_into_256_token_kernel_blocks_like_the_main_attention():
     specs = deepseek_v4.kv_cache_specs("flash", indexer="fp4", block_size=512)
-    kernel = {
-        deepseek_v4.short_name(n, s).split(".")[1]: s.kernel_block_size
-        for n, s in specs.items()
-    }
+    kernel = {short_name(n, s).split(".")[1]: s.kernel_block_size for n, s in specs.items()}
     assert kernel == {
         "swa": None,
         "idx": 256,

@@ -796,3 +796,12 @@ def test_without_a_gpu_there_is_nothing_to_fill_and_no_split():
     assert paged_attention.split_plan(q, cache, table, num_splits=3) == (3, 342)
     # at most one chunk per token
     assert paged_attention.split_plan(q, cache, table, num_splits=5000) == (1024, 1)
+
+
+@pytest.mark.parametrize("num_splits", [-1, 1.5, True, "2"])
+def test_split_plan_refuses_what_flash_attn_refuses(num_splits):
+    q = torch.zeros(1, 1, 8, device="cpu")
+    cache = torch.zeros(64, 16, 1, 8, device="cpu")
+    table = torch.zeros(1, 64, dtype=torch.int32, device="cpu")
+    with pytest.raises(ValueError, match="num_splits must be an int >= 0"):
+        paged_attention.split_plan(q, cache, table, num_splits=num_splits)

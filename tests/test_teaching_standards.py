@@ -94,7 +94,7 @@ def test_self_check_asks_first_and_reveals_after(path):
     for cell in grouped["Self-check"]:
         source = text(cell)
         if cell["cell_type"] == "markdown":
-            asked = len(re.findall(r"^\*\*Q\d+\.\*\*", source, flags=re.M))
+            asked = len(re.findall(r"^\*\*Q\d+(?: \(\w+\))?\.\*\*", source, flags=re.M))
             questions += asked
             waiting = waiting or asked > 0
         else:
@@ -128,7 +128,11 @@ def test_summary_after_the_self_check(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
 def test_next_link_points_at_the_next_chapter(path):
-    markdown = [cell for cell in cells(path) if cell["cell_type"] == "markdown"]
+    # the last markdown cell, or the last one before a final `## Appendix: ...` section
+    main = list(sections(path).items())
+    if main[-1][0].startswith("Appendix"):
+        main = main[:-1]
+    markdown = [cell for _, group in main for cell in group if cell["cell_type"] == "markdown"]
     links = re.findall(r"\*\*Next:\*\* \[[^\]]+\]\(([^)]+)\)", text(markdown[-1]))
     position = CHAPTERS.index(path)
     if position == len(CHAPTERS) - 1:

@@ -46,7 +46,7 @@ def test_bad_prompts_change_nothing(prompts_, params, match):
 def test_pool_too_small_for_one_request():
     llm = make_llm(num_kvcache_blocks=12)
     before = snapshot(llm)
-    with pytest.raises(ValueError, match="needs .* blocks; the pool has only 11"):
+    with pytest.raises(ValueError, match="can grow to .* blocks .* the pool has only 11"):
         llm.generate([[5, 6], prompts()["P1"]], SamplingParams(max_tokens=2))
     assert snapshot(llm) == before
     out = llm.generate([[5, 6]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
@@ -61,7 +61,7 @@ def test_pool_too_small_for_one_request():
         dict(max_num_seqs=0),
         dict(max_model_len=10**6),
         dict(kvcache_block_size=100),
-        dict(attention_backend="fast"),
+        dict(index_kernel_backend="fast"),
     ],
 )
 def test_bad_engine_arguments(kwargs):

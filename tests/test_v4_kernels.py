@@ -207,10 +207,10 @@ def test_triton_kernels_build_the_same_metadata(recorded, interpreter):
 @pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
 def test_engine_on_the_triton_backend_generates_the_same_tokens(interpreter):
     torch_engine, triton_engine = (
-        make_llm(attention_backend="torch"),
-        make_llm(attention_backend="triton"),
+        make_llm(index_kernel_backend="torch"),
+        make_llm(index_kernel_backend="triton"),
     )
-    assert (torch_engine.attention_backend, triton_engine.attention_backend) == (
+    assert (torch_engine.index_kernel_backend, triton_engine.index_kernel_backend) == (
         "torch",
         "triton",
     )
@@ -222,4 +222,4 @@ def test_engine_on_the_triton_backend_generates_the_same_tokens(interpreter):
 
 def test_flash_attn_has_no_v4_index_kernels():
     with pytest.raises(ValueError, match="flash-attn has no DeepSeek V4 index kernels"):
-        make_llm(attention_backend="flash-attn")
+        make_llm(index_kernel_backend="flash-attn")

@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refimpl.v4.layer_checks import (
+from refimpl.course.v4_layer_checks import (
     capture_layer_inputs,
     paged_rows,
     run_layer_paged,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from refimpl.course.v4_overwrite import hit_block_tables, poison_rows
 from refimpl.paged.sequence import SamplingParams
-from refimpl.v4.overwrite import hit_block_tables, poison_rows
 from tests.v4_models import hf_model, model_dir, one_thread, prompts  # noqa: F401  (autouse fixture)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
@@ -89,3 +89,28 @@ def test_bad_poison_arguments():
         poison_rows(llm, ((),), 0, "kv", [0])
     with pytest.raises(ValueError, match="no attn"):
         poison_rows(llm, ((),), 0, "attn", [0])
+
+
+def test_reads_are_recorded_from_outside_the_engine():
+    """`recording_reads` wraps the runner's public `prepare_inputs` for the block only: the
+    sliding-window layer 0 of a 9-token prompt reads exactly the rows of positions 0..8 (a
+    window of 16 covers them all), and afterwards the runner is the class's own again."""
+    from refimpl.course.v4_overwrite import recording_reads
+    from refimpl.v4.cache import row_slots
+    from refimpl.v4.llm import V4LLM
+
+    llm = V4LLM(model_dir("A"), hf_model=hf_model("A"), num_kvcache_blocks=32)
+    runner = llm.model_runner
+    req = llm.add_request(list(range(10, 19)), GREEDY)
+    with recording_reads(runner) as log:
+        with pytest.raises(ValueError, match="already being recorded"):
+            with recording_reads(runner):
+                pass
+        llm.step()
+    assert "prepare_inputs" not in vars(runner)
+    swa = runner.kv_cache.layers[0].swa
+    table = llm.scheduler.kv_cache_manager.get_block_ids(req.request_id)[swa.group]
+    assert log.slots_read(swa.name) == set(row_slots(swa, table, range(9)).tolist())
+    recorded = len(log.reads)
+    llm.step()  # not recorded any more
+    assert len(log.reads) == recorded > 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from matplotlib.figure import Figure
 
+from refimpl.course.v4_layer_checks import identity_tables
 from refimpl.v4.cache import build_kv_cache
-from refimpl.v4.layer_checks import identity_tables
 from refimpl.v4.tiny import tiny_v4_config_dict
 from refimpl.viz.v4_engine import draw_hit_reads, hit_reads_text, slot_table_text
 

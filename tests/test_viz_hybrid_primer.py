@@ -6,10 +6,11 @@ import pytest
 from matplotlib.figure import Figure
 
 from refimpl.course.hybrid_toy import TOY_GROUP_LABELS, TOY_LAYERS, toy_v4_specs
-from refimpl.course.layout_summary import group_kind
+from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid import deepseek_v4 as v4
 from refimpl.hybrid.kv_cache_planning import get_kv_cache_groups
 from refimpl.hybrid.older_planners import get_kv_cache_groups_b, get_packed_kv_cache_layout
+from refimpl.plan_summary import group_kind
 from refimpl.viz.hybrid_layout import (
     V4_LAYER_CACHES,
     draw_layer_view,
@@ -26,7 +27,7 @@ def test_layer_caches_follow_the_registration_order_of_the_model():
     for layer in (2, 3):  # Pro's layer 2 has ratio 4, layer 3 ratio 128
         ratio = v4.PRO.compress_ratios[layer]
         registered = [
-            v4.short_name(n, s).split(".", 1)[1]
+            short_name(n, s).split(".", 1)[1]
             for n, s in specs.items()
             if v4.parse_layer_name(n)[0] == layer
         ]
@@ -90,7 +91,7 @@ def test_toy_has_the_same_five_groups_as_pro():
         assert [group_kind(g) for g in toy_groups] == [group_kind(g) for g in pro_groups]
         assert len(toy_groups) == len(TOY_GROUP_LABELS)
     c_groups = get_kv_cache_groups(toy)
-    assert [[v4.short_name(n, toy[n]) for n in g.layer_names] for g in c_groups][:2] == [
+    assert [[short_name(n, toy[n]) for n in g.layer_names] for g in c_groups][:2] == [
         ["L0.swa", "L2.swa", "L4.swa"],
         ["L1.swa", "L3.swa"],
     ]

@@ -56,7 +56,7 @@ def test_text_twin_of_chunked_prefill_after_preemption():
             "11    decode   1:1                 -          -         2/3",
             "12    decode   1:1                 -          1         0/3",
             "13 steps (3 prefill, 10 decode), tokens computed: 22, served by the prefix "
-            "cache: 0, "
+            "cache: 0,",
             "preemptions: 1, peak blocks in use: 3/3",
         ]
     )
@@ -68,7 +68,7 @@ def test_text_twin_shows_prefix_hits_and_works_without_pool_size():
         "0     prefill  0:9                 -          -         3",
         "1     prefill  1:2(+8 cached)      -          -         4",
         "2     decode   0:1 1:1             -          0 1       0",
-        "3 steps (2 prefill, 1 decode), tokens computed: 13, served by the prefix cache: 8, "
+        "3 steps (2 prefill, 1 decode), tokens computed: 13, served by the prefix cache: 8,",
         "preemptions: 0, peak blocks in use: 4",
     ]
 

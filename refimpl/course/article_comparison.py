@@ -8,11 +8,13 @@ numbers as printed, so tests and notebooks can put the code's answer next to eac
 things the article assumes are not what vLLM builds, and live here so the real planner never
 sees them:
 
-- `two_group_layout`: one MLA group and one unsplit sliding-window group (the compressor states
-  left out), the plan the article uses to explain why the SWA bucket is split;
-- `article_layer_order`: each ratio-4 layer's main attention listed before its indexer, the
-  order
-  the article's offset walk assumes (vLLM registers the indexer first).
+- one MLA group and one unsplit sliding-window group (the compressor states left out), the
+  plan the article uses to explain why the SWA bucket is split;
+- each ratio-4 layer's main attention listed before its indexer, the order the article's
+  offset walk assumes (vLLM registers the indexer first).
+
+Both are layouts the plan command can print, so they sit with the older planners:
+`older_planners.two_group_layout` and `older_planners.article_layer_order`.
 
 Where a figure and the code differ (the indexer page, the bucket order, the offsets), notebooks
 08 to 10 show the difference next to its cause.
@@ -20,9 +22,7 @@ Where a figure and the code differ (the indexer page, the bucket order, the offs
 
 from __future__ import annotations
 
-from refimpl.hybrid.deepseek_v4 import layer_name, parse_layer_name
-from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
-from refimpl.hybrid.older_planners import group_and_unify_kv_cache_specs
+from refimpl.hybrid.deepseek_v4 import layer_name
 
 # Pro, fp8_ds_mla, block size 256, 10 GiB budget: the numbers as the article prints them.
 ARTICLE_FIGURES = {
@@ -159,36 +159,6 @@ ARTICLE_FIGURES = {
     "swa_view_shape": (64, 584),
     "swa_view_page_bytes": 37376,
 }
-
-
-def article_layer_order(names: list[str]) -> list[str]:
-    """Reorder MLA-group names the way the article's offset walk does: per layer the main
-    attention first, then the indexer (vLLM registers the indexer first)."""
-    rank = {"attn": 0, "idx": 1}
-    return sorted(
-        names, key=lambda n: (parse_layer_name(n)[0], rank.get(parse_layer_name(n)[1], 2))
-    )
-
-
-def two_group_layout(
-    specs: dict[str, KVCacheSpec], article_order: bool = False
-) -> list[KVCacheGroupSpec]:
-    """The article's hypothetical plan: one MLA group and one unsplit SWA group (states left
-    out).
-
-    The real grouping never builds it (the gcd rule always splits the SWA bucket); it is here
-    so its stride (2,283,840 B for Pro) can be compared with the real one. `article_order=True`
-    lists each ratio-4 layer's main attention before its indexer, as the article's offsets
-    assume.
-    """
-    grouped = group_and_unify_kv_cache_specs(specs)
-    if grouped is None:
-        raise ValueError("these specs do not take the DeepSeek V4 grouping path")
-    mla, swa = grouped[0], grouped[1]
-    mla_names = list(mla.kv_cache_specs)
-    if article_order:
-        mla_names = article_layer_order(mla_names)
-    return [KVCacheGroupSpec(mla_names, mla), KVCacheGroupSpec(list(swa.kv_cache_specs), swa)]
 
 
 # The article's layer labels ("CSA4", "swa_1", ...), mapped to this package's layer names.

@@ -83,7 +83,7 @@ def lab_form(notebook):
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_PLACEHOLDER = (
-    "[interactive stepper: run this cell in JupyterLab to play it; "
+    "[interactive stepper: run this cell in JupyterLab; "
     "the static strip shows the same frames]"
 )
 

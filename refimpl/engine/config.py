@@ -16,7 +16,7 @@ import torch
 
 from refimpl.kernels.backend import ATTENTION_BACKENDS
 from refimpl.paged.sequence import check_block_size
-from refimpl.validation import check_positive_int, is_integer
+from refimpl.validation import check_fraction, check_positive_int, is_integer
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -192,11 +192,7 @@ class Config:
             check_positive_int("num_kvcache_blocks", self.num_kvcache_blocks)
         if self.kv_cache_memory_bytes is not None:
             check_positive_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                "gpu_memory_utilization must be in (0, 1], got "
-                f"{self.gpu_memory_utilization!r}"
-            )
+        check_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if self.attention_backend not in (None, "auto", *ATTENTION_BACKENDS):
             raise ValueError(
                 f"attention_backend must be one of {ATTENTION_BACKENDS} or None/'auto' (best "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.validation import check_positive_int
+from refimpl.validation import check_fraction, check_positive_int, is_integer
 
 #: The KV budget on a CPU when no size is given: a laptop's share, whatever the work.
 CPU_KV_CACHE_BYTES = 256 * 1024**2
@@ -40,13 +40,10 @@ def available_kv_cache_memory(
     more than the card can still hand out (its free memory plus blocks torch keeps cached for
     this process). On a CPU: ``CPU_KV_CACHE_BYTES``.
     """
+    check_fraction("gpu_memory_utilization", gpu_memory_utilization)
     device = torch.device(device)
     if device.type != "cuda":
         return CPU_KV_CACHE_BYTES
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(
-            f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}"
-        )
     free, total = torch.cuda.mem_get_info(device)
     held = torch.cuda.memory_allocated(device)
     # this process's, reusable without asking the driver
@@ -61,6 +58,8 @@ def kv_cache_num_blocks(
     block fits."""
     check_positive_int("block_bytes", block_bytes)
     check_positive_int("work_blocks", work_blocks)
+    if not is_integer(available_bytes):
+        raise ValueError(f"available_bytes must be an integer, got {available_bytes!r}")
     fits = available_bytes // block_bytes
     if fits < 1:
         device = torch.device(device)

@@ -23,12 +23,56 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 SHARD_INDEX = "model.safetensors.index.json"
 
 
+def check_safetensors_file(path: str) -> None:
+    """Refuse a file that is not a whole safetensors file, from its header alone.
+
+    The format is an 8-byte little-endian header length, a JSON header giving every tensor's
+    byte range (`data_offsets`), then the data. A download cut short holds less than its header
+    describes; the safetensors library would say so only as a raw `SafetensorError` when the
+    file is opened.
+    """
+    name = os.path.basename(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        header_len = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if header_len < 0 or 8 + header_len > size:
+            raise ValueError(
+                f"{name} is truncated or not a safetensors file: {size} bytes, too short for "
+                "its header"
+            )
+        try:
+            header = json.loads(f.read(header_len))
+            end = max(
+                (int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"),
+                default=0,
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            raise ValueError(
+                f"{name} is not a safetensors file: its header is unreadable"
+            ) from None
+    if 8 + header_len + end > size:
+        raise ValueError(
+            f"{name} is truncated: it holds {size} bytes but its header describes "
+            f"{8 + header_len + end} (download it again)"
+        )
+
+
 def safetensors_files(model_dir: str | os.PathLike) -> list[str]:
-    """The checkpoint's safetensors files, sorted; a clear error when there are none.
+    """The checkpoint's safetensors files, sorted, each checked whole
+    (`check_safetensors_file`); a clear error when there are none.
 
     A sharded checkpoint names its shards in `model.safetensors.index.json`; then only those
     files are read (as transformers does), so a stray extra .safetensors file is ignored.
     """
+    files = _safetensors_files(model_dir)
+    for path in files:
+        check_safetensors_file(path)
+    return files
+
+
+def _safetensors_files(model_dir: str | os.PathLike) -> list[str]:
+    """The files `safetensors_files` returns, unchecked."""
     index_path = os.path.join(model_dir, SHARD_INDEX)
     if os.path.isfile(index_path):
         with open(index_path, encoding="utf-8") as f:

@@ -9,7 +9,7 @@ A V4 decoder layer owns up to five caches. Which ones depends on its `compress_r
 
 The dict order matters: it decides the grouping buckets, the MLA group's layer order and every
 byte offset in the packed slab. Names look like `layers.2.indexer.k_cache` so the
-layer index and the cache kind can be read off; `short_name` gives `L2.idx`.
+layer index and the cache kind can be read off (`parse_layer_name`).
 
 `kv_cache_specs` is the one spec builder for every DeepSeek V4 in refimpl. What differs between
 uses is a parameter: the sizes (the article's Pro / Flash inventory, or a Hugging Face config
@@ -181,23 +181,6 @@ def parse_layer_name(name: str) -> tuple[int, str]:
     raise ValueError(f"{name!r} is not a DeepSeek V4 cache layer name")
 
 
-def short_name(name: str, spec: KVCacheSpec | None = None) -> str:
-    """A compact label such as `L2.idx`, `L3.c128` or `L2.c4_state`.
-
-    With a spec, the main attention and its state are labelled by compress ratio.
-    """
-    try:
-        layer, kind = parse_layer_name(name)
-    except ValueError:
-        return name
-    if kind in ("attn", "attn_state") and spec is not None:
-        ratio = getattr(spec, "compress_ratio", 1)
-        if kind == "attn_state":  # states keep ratio 1; their window says which compressor
-            ratio = 4 if getattr(spec, "sliding_window", None) == 8 else 128
-        kind = f"c{ratio}" + ("_state" if kind == "attn_state" else "")
-    return f"L{layer}.{kind}"
-
-
 #: The sparse MLA backend of the main attention takes kernel blocks of exactly 256 tokens, so a
 #: larger --block-size is split into 256-token kernel blocks (planner C rounds the stride for
 # it).
@@ -315,44 +298,3 @@ def kv_cache_specs(
             specs[layer_name(layer, "attn")] = main_attention(ratio)
             specs[layer_name(layer, "attn_state")] = compressor_state(ratio, config.head_dim)
     return specs
-
-
-def layer_kinds(specs: dict[str, KVCacheSpec]) -> dict[str, int]:
-    """How many caches of each short kind (c4, c128, idx, swa, ...) the inventory holds."""
-    counts: dict[str, int] = {}
-    for name, spec in specs.items():
-        kind = short_name(name, spec).split(".", 1)[1]
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
-def first_of_each_kind(specs: dict[str, KVCacheSpec]) -> dict[str, tuple[str, KVCacheSpec]]:
-    """{short kind: (first layer name of that kind, its spec)} in registration order."""
-    found: dict[str, tuple[str, KVCacheSpec]] = {}
-    for name, spec in specs.items():
-        found.setdefault(short_name(name, spec).split(".", 1)[1], (name, spec))
-    return found
-
-
-def page_size_rows(specs: dict[str, KVCacheSpec]) -> list[dict]:
-    """One row per cache kind: entries per block, bytes per entry, real and padded page."""
-    ratio_of_state = {"idx_state": 4, "c4_state": 4, "c128_state": 128}
-    rows = []
-    for kind, (name, spec) in first_of_each_kind(specs).items():
-        rows.append(
-            {
-                "kind": kind,
-                "example": name,
-                "spec": type(spec).__name__,
-                "block_size": spec.block_size,
-                "compress_ratio": ratio_of_state.get(kind, spec.compress_ratio),
-                "storage_block_size": spec.storage_block_size,
-                "entry_bytes": spec.entry_bytes,
-                "sliding_window": getattr(spec, "sliding_window", None),
-                "dtype": spec.dtype,
-                "real_page": spec.real_page_size_bytes,
-                "page": spec.page_size_bytes,
-                "padding": spec.page_size_bytes - spec.real_page_size_bytes,
-            }
-        )
-    return rows

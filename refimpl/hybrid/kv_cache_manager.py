@@ -15,10 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from refimpl.hybrid.kv_cache_coordinator import get_kv_cache_coordinator
-from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
+from refimpl.hybrid.kv_cache_interface import (
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheSpec,
+    cdiv,
+)
 from refimpl.hybrid.kv_cache_utils import KVCacheBlock
 from refimpl.hybrid.request import Request, RequestStatus
-from refimpl.validation import check_bool, check_int_at_least, check_positive_int
+from refimpl.paged.sequence import checked_token_ids
+from refimpl.validation import (
+    check_bool,
+    check_instance,
+    check_int_at_least,
+    check_positive_int,
+)
 
 
 @dataclass
@@ -124,8 +135,20 @@ class KVCacheManager:
         return self.coordinator.scheduler_block_size
 
     def make_request(self, request_id: str, prompt_token_ids: Sequence[int]) -> Request:
-        """A `Request` hashed at this manager's hash block size."""
-        return Request(request_id, list(prompt_token_ids), self.hash_block_size)
+        """A `Request` hashed at this manager's hash block size.
+
+        The ids are checked as Part I checks a `Sequence`'s (integers from 0 to 2**63 - 1, the
+        int64 the prefix hash packs), the prompt must not be empty and the id must be a string,
+        as vLLM's input processor requires.
+        """
+        check_instance("request_id", request_id, str)
+        token_ids, _ = checked_token_ids(prompt_token_ids, "prompt_token_ids")
+        if not token_ids:
+            raise ValueError(
+                f"request {request_id!r} has an empty prompt: a request needs at least one "
+                "prompt token"
+            )
+        return Request(request_id, token_ids, self.hash_block_size)
 
     def empty_blocks(self) -> KVCacheBlocks:
         return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
@@ -214,6 +237,8 @@ class KVCacheManager:
         total_computed = min(
             request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
         )
+        if hits is not None:
+            self._check_hits_cover(request, hits, total_computed)
         if total_computed + num_new_tokens > request.num_tokens + num_lookahead_tokens:
             raise ValueError(
                 f"request {request.request_id} has {request.num_tokens} tokens; cannot "
@@ -286,6 +311,33 @@ class KVCacheManager:
                         f"new_computed_blocks holds {block!r}, which is not a block of this "
                         "manager's pool"
                     )
+
+    def _check_hits_cover(
+        self, request: Request, hits: Sequence[Sequence[KVCacheBlock]], total_computed: int
+    ) -> None:
+        """Prefix hits start a request's tables, so they must hold exactly the computed tokens:
+        ceil(total_computed / block_size) blocks in every group (a window's skipped blocks are
+        null blocks, a hit may end inside its last block), as `get_computed_blocks` returns
+        them. A fresh block registered as computed would be served to the next request with
+        the same prefix although nothing was written to it."""
+        if request.request_id in self._requests:
+            if any(hits):
+                raise ValueError(
+                    f"request {request.request_id!r} already holds blocks; "
+                    "new_computed_blocks only start a request's first allocation"
+                )
+            return
+        for gid, (manager, group) in enumerate(
+            zip(self.coordinator.single_type_managers, hits)
+        ):
+            need = cdiv(total_computed, manager.block_size)
+            if len(group) != need:
+                raise ValueError(
+                    f"new_computed_blocks holds {len(group)} blocks in group {gid} but "
+                    f"{total_computed} computed tokens fill {need} blocks of "
+                    f"{manager.block_size} tokens: pass the blocks and the hit length that "
+                    "get_computed_blocks returned together"
+                )
 
     def _check_request(self, request: Request) -> None:
         """A `Request`, and not a second one under the id of a request that holds blocks."""

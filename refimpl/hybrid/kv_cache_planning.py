@@ -310,7 +310,9 @@ def _check_memory(available_memory: int) -> None:
 def _num_blocks(available_memory: int, bytes_per_block: int, override: int | None) -> int:
     """Blocks that fit in the budget, or the override (which replaces the budget's answer)."""
     if override is not None:
-        return check_positive_int("num_blocks_override", override)
+        return check_int_at_least(
+            "num_blocks_override", override, 2, " (block 0 is the null block)"
+        )
     num_blocks = available_memory // bytes_per_block
     if num_blocks < 1:
         raise ValueError(

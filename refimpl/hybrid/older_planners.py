@@ -13,6 +13,8 @@
   bytes, each group laid out densely from byte 0 of a block, one tensor per byte offset;
   general -> all groups share one page size and tensor i is shared by the i-th layer of each
   group.
+- the article's hypothetical two-group plan (`two_group_layout`): one MLA group and one unsplit
+  sliding-window group, which no planner builds; the plan command prints it on request.
 What vLLM runs today is planner C, in `kv_cache_planning.py`.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from refimpl.hybrid.deepseek_v4 import parse_layer_name
 from refimpl.hybrid.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -299,3 +302,36 @@ PLANNERS = {
     "B": (get_kv_cache_groups_b, get_kv_cache_config_b),
     "C": (get_kv_cache_groups, get_kv_cache_config),
 }
+
+
+# --- the article's hypothetical plan: one MLA group, one unsplit sliding-window group
+
+
+def article_layer_order(names: list[str]) -> list[str]:
+    """Reorder MLA-group names the way the article's offset walk does: per layer the main
+    attention first, then the indexer (vLLM registers the indexer first)."""
+    rank = {"attn": 0, "idx": 1}
+    return sorted(
+        names, key=lambda n: (parse_layer_name(n)[0], rank.get(parse_layer_name(n)[1], 2))
+    )
+
+
+def two_group_layout(
+    specs: dict[str, KVCacheSpec], article_order: bool = False
+) -> list[KVCacheGroupSpec]:
+    """The article's hypothetical plan: one MLA group and one unsplit SWA group (states left
+    out).
+
+    The real grouping never builds it (the gcd rule always splits the SWA bucket); it is here
+    so its stride (2,283,840 B for Pro) can be compared with the real one. `article_order=True`
+    lists each ratio-4 layer's main attention before its indexer, as the article's offsets
+    assume.
+    """
+    grouped = group_and_unify_kv_cache_specs(specs)
+    if grouped is None:
+        raise ValueError("these specs do not take the DeepSeek V4 grouping path")
+    mla, swa = grouped[0], grouped[1]
+    mla_names = list(mla.kv_cache_specs)
+    if article_order:
+        mla_names = article_layer_order(mla_names)
+    return [KVCacheGroupSpec(mla_names, mla), KVCacheGroupSpec(list(swa.kv_cache_specs), swa)]

@@ -446,6 +446,7 @@ def split_plan(
     needs no device-to-host copy; a chunk that lies past a shorter sequence's end returns at
     once.
     """
+    reference.check_num_splits(num_splits)
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     capacity = max(1, block_table.shape[1] * k_cache.shape[1])

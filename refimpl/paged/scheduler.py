@@ -20,6 +20,7 @@ from refimpl.paged.sequence import (
     checked_token_ids,
 )
 from refimpl.validation import (
+    StepContract,
     check_bool,
     check_instance,
     check_int_at_least,
@@ -75,14 +76,12 @@ class Scheduler:
         )
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        # seq_id -> sequence add() accepted and that has not finished
-        self._queued: dict[int, Sequence] = {}
+        # what add() accepted (by seq_id) and the batch awaiting postprocess (nano-vllm trusts
+        # its engine to postprocess each batch once; this scheduler checks)
+        self._contract = StepContract("sequence")
         self.num_preemptions = 0
         self.preempted_last_step: list[int] = []  # seq_ids preempted by the latest schedule()
-        # The batch the latest schedule() returned, until postprocess() takes it: postprocess
-        # knows it at once (nano-vllm trusts its engine to postprocess each batch once).
-        self._scheduled: tuple[Sequence, ...] | None = None
-        self._scheduled_is_prefill = False
+        self._scheduled_is_prefill = False  # the kind of the batch awaiting postprocess
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -106,22 +105,16 @@ class Scheduler:
             raise ValueError(
                 f"sequence {seq.seq_id} is {seq.status.name} and cannot be added again"
             )
-        # `_queued` remembers what add() accepted, so the usual case needs no scan of the
-        # queues; a remembered sequence is looked for in them (code may have taken it out by
-        # hand). It is keyed by seq_id, so a copy of a queued sequence is refused too.
-        queued = self._queued.get(seq.seq_id)
-        if queued is not None and (queued in self.waiting or queued in self.running):
-            raise ValueError(f"sequence {seq.seq_id} is already scheduled")
-        need = self.max_blocks_needed(seq)
-        if need > self.config.num_kvcache_blocks:
-            raise ValueError(
-                f"sequence {seq.seq_id} can grow to {need} blocks ({seq.num_prompt_tokens} "
-                "prompt tokens + "
-                f"max_tokens={seq.max_tokens}, block_size={self.block_size}) but the pool has "
-                "only "
-                f"{self.config.num_kvcache_blocks}; it could never run"
-            )
-        self._queued[seq.seq_id] = seq
+        # keyed by seq_id, so a copy of a queued sequence is refused too
+        self._contract.check_add(
+            seq.seq_id,
+            (self.waiting, self.running),
+            self.max_blocks_needed(seq),
+            self.config.num_kvcache_blocks,
+            f"{seq.num_prompt_tokens} prompt tokens + max_tokens={seq.max_tokens}, "
+            f"block_size={self.block_size}",
+        )
+        self._contract.added(seq.seq_id, seq)
         self.waiting.append(seq)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
@@ -139,7 +132,7 @@ class Scheduler:
         scheduled_seqs: list[Sequence] = []
         num_batched_tokens = 0
         self.preempted_last_step = []
-        self._scheduled = None
+        self._contract.take()
 
         # Prefill: the waiting queue in order, stopping at the first sequence that does not
         # fit.
@@ -170,7 +163,8 @@ class Scheduler:
             # else: a partial prefill stays first in `waiting`, holding all its blocks.
             scheduled_seqs.append(seq)
         if scheduled_seqs:
-            self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), True
+            self._contract.hand_out(scheduled_seqs)
+            self._scheduled_is_prefill = True
             return scheduled_seqs, True
 
         # Decode: one token per running sequence, preempting from the back when blocks run out.
@@ -193,7 +187,8 @@ class Scheduler:
                 "schedule() found nothing to run although sequences are queued"
             )
         self.running.extendleft(reversed(scheduled_seqs))
-        self._scheduled, self._scheduled_is_prefill = tuple(scheduled_seqs), False
+        self._contract.hand_out(scheduled_seqs)
+        self._scheduled_is_prefill = False
         return scheduled_seqs, False
 
     def preempt(self, seq: Sequence) -> None:
@@ -228,7 +223,7 @@ class Scheduler:
         been computed (a chunk in the middle of a prompt produces no usable token).
         """
         self._check_step_results(seqs, token_ids, is_prefill)
-        self._scheduled = None
+        self._contract.take()
         finished = []
         for seq, token_id in zip(seqs, token_ids):
             self.block_manager.hash_blocks(seq)
@@ -243,7 +238,7 @@ class Scheduler:
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.deallocate(seq)
                 self.running.remove(seq)
-                del self._queued[seq.seq_id]
+                self._contract.finished(seq.seq_id)
                 finished.append(True)
             else:
                 finished.append(False)
@@ -261,14 +256,14 @@ class Scheduler:
         recognised at once; anything else (a subclass's own schedule(), a copy) is checked
         sequence by sequence.
         """
-        if not (is_prefill is self._scheduled_is_prefill and tuple(seqs) == self._scheduled):
+        if not (is_prefill is self._scheduled_is_prefill and self._contract.is_latest(seqs)):
             check_bool("is_prefill", is_prefill)
             for i, seq in enumerate(seqs):
                 check_instance(f"seqs[{i}]", seq, Sequence)
                 if (
                     seq.num_scheduled_tokens < 1
                     or seq.is_prefill != is_prefill
-                    or self._queued.get(seq.seq_id) is not seq
+                    or self._contract.queued.get(seq.seq_id) is not seq
                 ):
                     raise ValueError(
                         f"seqs[{i}]: sequence {seq.seq_id} ({seq.status.name}, "

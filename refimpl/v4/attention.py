@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from refimpl.kernels.backend import V4IndexOps
-from refimpl.v4.cache import CacheRef, LayerCaches, ReadLog, read_rows, write_rows
+from refimpl.v4.cache import CacheRef, LayerCaches, read_rows, write_rows
 from refimpl.v4.topk import stable_topk
 
 
@@ -60,7 +60,6 @@ class AttentionMetadata:
     #   (group, ratio) -> (T, K) slots of every complete entry a token may read, -1 padded
     # "main"/"compress": (T, rope/2)
     rope: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    read_log: ReadLog | None = None  # set by a caller that records which rows are read
     # layer -> (T, k) entries the indexer picked
     topk_indices: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -80,7 +79,9 @@ class AttentionMetadata:
         return self.entry_slots[(ref.group, ref.ratio)]
 
     def read(self, ref: CacheRef, slots: torch.Tensor) -> torch.Tensor:
-        return read_rows(ref, slots, self.read_log)
+        """The rows of `ref` at `slots` (-1: zeros): every cache read of a layer goes through
+        here."""
+        return read_rows(ref, slots)
 
 
 def rope_tables(
@@ -118,7 +119,7 @@ def right_aligned(slots: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
     the newest state row last, so a missing previous window sits at the front.
     """
     width = slots.shape[1]
-    col = torch.arange(width)[None, :] - (width - lens.long())[:, None]
+    col = torch.arange(width, device=slots.device)[None, :] - (width - lens.long())[:, None]
     return torch.where(col >= 0, slots.gather(1, col.clamp(min=0)), torch.full_like(slots, -1))
 
 
@@ -196,7 +197,7 @@ def indexer_topk(
     key_slots = meta.complete_entries(caches.idx)
     t_all, num_entries = key_slots.shape
     if num_entries == 0:
-        return torch.full((t_all, 0), -1, dtype=torch.long)
+        return torch.full((t_all, 0), -1, dtype=torch.long, device=x.device)
     cos, sin = meta.rope["compress"]
     q = apply_rope(indexer.q_b_proj(q_residual).view(t_all, -1, indexer.head_dim), cos, sin)
     # (T, heads)

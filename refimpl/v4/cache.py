@@ -8,12 +8,13 @@ views in `LayerCaches` with the group whose block table addresses them.
 Every view has shape `(num_blocks, entries_per_block, row)`; a *slot* is
 `block_id * entries_per_block + row`, the flat index that Part II's addressing and the V4 index
 kernels compute. `write_rows` / `read_rows` are the only two ways the model touches a view.
+The slab lives on the device given to `build_kv_cache` (the engine passes its model's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -67,24 +68,6 @@ class LayerCaches:
         ]
 
 
-@dataclass
-class ReadLog:
-    """Every (cache name, slots) read while it is attached to a model runner: which rows were
-    used.
-
-    A caller that wants to see the reads passes one in (`ModelRunner.recording_reads`); without
-    one nothing is recorded.
-    """
-
-    reads: list[tuple[str, torch.Tensor]] = field(default_factory=list)
-
-    def add(self, name: str, slots: torch.Tensor) -> None:
-        self.reads.append((name, slots[slots >= 0].flatten().clone()))
-
-    def slots_read(self, name: str) -> set[int]:
-        return {s for n, slots in self.reads if n == name for s in slots.tolist()}
-
-
 def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) -> None:
     """Store `rows[i]` at `slot_mapping[i]`, skipping -1 (the view aliases the slab, so the
     slab changes)."""
@@ -94,10 +77,8 @@ def write_rows(ref: CacheRef, slot_mapping: torch.Tensor, rows: torch.Tensor) ->
     ref.view[slots // per_block, slots % per_block] = rows.to(ref.view.dtype)
 
 
-def read_rows(ref: CacheRef, slots: torch.Tensor, log: ReadLog | None = None) -> torch.Tensor:
+def read_rows(ref: CacheRef, slots: torch.Tensor) -> torch.Tensor:
     """The rows stored at `slots` (any shape; a copy), zeros where a slot is -1."""
-    if log is not None:
-        log.add(ref.name, slots)
     per_block = ref.entries_per_block
     safe = slots.long().clamp(min=0)
     rows = ref.view[safe // per_block, safe % per_block]
@@ -109,7 +90,7 @@ def row_slots(ref: CacheRef, block_ids: Sequence[int], index: Sequence[int]) -> 
     one through Part II's `slot_for_position`: entry e sits in storage block e //
     entries_per_block."""
     slots = [slot_for_position(block_ids, int(i), ref.entries_per_block) for i in index]
-    return torch.tensor(slots, dtype=torch.long)
+    return torch.tensor(slots, dtype=torch.long, device=ref.view.device)
 
 
 @dataclass
@@ -120,15 +101,25 @@ class V4KVCache:
     views: dict[str, torch.Tensor]
     layers: list[LayerCaches]
 
+    @property
+    def device(self) -> torch.device:
+        """Where the slab (and so every view) lives."""
+        return next(iter(self.views.values())).device
+
     def refs(self) -> Iterator[CacheRef]:
         """Every cache of every layer, in registration order."""
         for layer in self.layers:
             yield from layer.refs()
 
 
-def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4KVCache:
-    """Plan and allocate `num_blocks` blocks for a DeepSeek V4 HF config (ValueError if <
-    2)."""
+def build_kv_cache(
+    hf_config: Any,
+    num_blocks: int,
+    block_size: int = 256,
+    device: torch.device | str = "cpu",
+) -> V4KVCache:
+    """Plan and allocate `num_blocks` blocks on `device` for a DeepSeek V4 HF config
+    (ValueError if < 2)."""
     if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 2:
         raise ValueError(
             f"num_blocks must be an int >= 2 (one is the null block), got {num_blocks!r}"
@@ -141,7 +132,7 @@ def build_kv_cache(hf_config: Any, num_blocks: int, block_size: int = 256) -> V4
         get_kv_cache_bytes_per_block(groups) * num_blocks,
         num_blocks_override=num_blocks,
     )
-    views = allocate_kv_cache(config, "cpu")
+    views = allocate_kv_cache(config, device)
     group_of = {
         name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names
     }

@@ -17,6 +17,8 @@ import os
 from collections.abc import Sequence as SequenceLike
 from time import perf_counter
 
+from tqdm import tqdm
+
 from refimpl.engine.lifecycle import ClosableEngine
 from refimpl.engine.llm import EngineStats, load_tokenizer
 from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
@@ -26,6 +28,7 @@ from refimpl.paged.sequence import SamplingParams
 from refimpl.v4.loader import check_v4_checkpoint, load_hf_model
 from refimpl.v4.model_runner import ModelRunner
 from refimpl.v4.scheduler import ScheduledChunk, Scheduler, V4Request
+from refimpl.validation import check_bool, check_positive_int
 
 
 def record_step(
@@ -61,18 +64,15 @@ def record_step(
             stats.decode_time_s += elapsed
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 class V4LLM(ClosableEngine):
     """The tiny V4 engine. Keyword arguments mirror Part I's `LLM` where they mean the same.
 
-    `attention_backend` picks the index kernels: "torch" (the twins; default on a CPU),
-    "triton" (Triton's interpreter on a CPU) or None / "auto". `hf_model` reuses an already
-    loaded transformers model of the same directory (tests and notebooks build several
-    engines).
+    `index_kernel_backend` picks the three DeepSeek V4 index kernels that turn positions into
+    slots: "torch" (the twins; default on a CPU), "triton" (Triton's interpreter on a CPU) or
+    None / "auto" (the best on the model's device). The attention itself always runs in torch;
+    Part I's `attention_backend` has no counterpart here. `hf_model` reuses an already loaded
+    transformers model of the same directory (tests and notebooks build several engines); the
+    cache is allocated on that model's device.
     """
 
     def __init__(
@@ -85,13 +85,13 @@ class V4LLM(ClosableEngine):
         max_num_batched_tokens: int = 512,
         enable_prefix_caching: bool = True,
         max_model_len: int | None = None,
-        attention_backend: str | None = None,
+        index_kernel_backend: str | None = None,
         hf_model=None,
     ) -> None:
-        _check_positive_int("max_num_seqs", max_num_seqs)
-        _check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
+        check_positive_int("max_num_seqs", max_num_seqs)
+        check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
         if max_model_len is not None:
-            _check_positive_int("max_model_len", max_model_len)
+            check_positive_int("max_model_len", max_model_len)
         if not isinstance(enable_prefix_caching, bool):
             raise ValueError(
                 f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}"
@@ -106,7 +106,7 @@ class V4LLM(ClosableEngine):
                 f"{config.max_position_embeddings}"
             )
         self.model_runner = ModelRunner(
-            self.hf_model, num_kvcache_blocks, kvcache_block_size, attention_backend
+            self.hf_model, num_kvcache_blocks, kvcache_block_size, index_kernel_backend
         )
         manager = KVCacheManager.from_config(
             self.model_runner.kv_cache.config,
@@ -124,8 +124,9 @@ class V4LLM(ClosableEngine):
         self._next_id = 0
 
     @property
-    def attention_backend(self) -> str:
-        return self.model_runner.attention_backend
+    def index_kernel_backend(self) -> str:
+        """The backend of the index kernels in use ("torch" or "triton")."""
+        return self.model_runner.index_kernel_backend
 
     # --- requests
     def make_request(
@@ -142,18 +143,12 @@ class V4LLM(ClosableEngine):
             self.max_model_len,
         )
         request_id = f"req-{self._next_id}"
-        longest = len(ids) + sampling_params.max_tokens
-        need = self.scheduler.max_blocks_needed(longest)
-        usable = self.model_runner.kv_cache.config.num_blocks - 1  # block 0 is the null block
-        if need > usable:
-            raise ValueError(
-                f"a request of up to {longest} tokens needs {need} blocks; the pool has only "
-                f"{usable}"
-            )
-        self._next_id += 1
-        return V4Request(
+        req = V4Request(
             self.scheduler.kv_cache_manager.make_request(request_id, ids), sampling_params
         )
+        self.scheduler.check_request(req)  # refuses a request that could never fit
+        self._next_id += 1
+        return req
 
     def add_request(
         self, prompt: str | list[int], sampling_params: SamplingParams
@@ -205,10 +200,12 @@ class V4LLM(ClosableEngine):
         only), plus "logits" (one row per generated token) when `record_logits` is set.
 
         Every prompt is checked before any is queued, so a bad one leaves the engine untouched.
-        `use_tqdm` is accepted for Part I's signature; this engine shows no progress bar.
-        `seed` seeds the sampler for temperatures above 0.
+        `use_tqdm=True` shows a progress bar of finished requests, as Part I's `LLM` does (off
+        by default here: the chapters print no bars). `seed` seeds the sampler for temperatures
+        above 0.
         """
         self._check_open()
+        check_bool("use_tqdm", use_tqdm)
         prompts, sampling_params = pair_prompts_with_params(prompts, sampling_params)
         next_id = self._next_id
         try:
@@ -216,12 +213,15 @@ class V4LLM(ClosableEngine):
         except ValueError:
             self._next_id = next_id
             raise
-        self.model_runner.sampler = Sampler(seed)
+        self.model_runner.sampler = Sampler(seed, self.model_runner.device)
         self.stats = EngineStats()
         for req in reqs:
             self.scheduler.add(req)
-        while not self.is_finished():
-            self.step()
+        with tqdm(
+            total=len(reqs), desc="Generating", dynamic_ncols=True, disable=not use_tqdm
+        ) as pbar:
+            while not self.is_finished():
+                pbar.update(len(self.step()))
         outputs = []
         for req in reqs:
             ids = list(req.request.output_token_ids)

@@ -13,15 +13,17 @@ cache group) and computes every address once, for all layers:
   keys): entries 0 .. n - 1 (`short_context_topk_indices`) through
   `compute_global_topk_indices_and_lens`.
 
-The three kernels come from the chosen backend (`kernels.backend.v4_index_ops`): the torch
-twins on CPU tensors by default, the Triton kernels when asked for (Triton's interpreter on a
-CPU). The layers use these addresses as they are (`refimpl.v4.attention`).
+The three kernels come from the backend named by `index_kernel_backend`
+(`kernels.backend.v4_index_ops`): the torch twins on a CPU by default, the Triton kernels when
+asked for (Triton's interpreter on a CPU). Only these index kernels switch: the attention
+itself is always the torch code of `refimpl.v4.attention`, which uses the addresses as they
+are. The cache, the addresses and the sampler live on the model's device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from dataclasses import fields
 
 import torch
 
@@ -34,7 +36,7 @@ from refimpl.hybrid.addressing import (
 )
 from refimpl.kernels.backend import V4IndexOps, v4_index_ops
 from refimpl.v4.attention import AttentionMetadata
-from refimpl.v4.cache import CacheRef, ReadLog, V4KVCache, build_kv_cache
+from refimpl.v4.cache import CacheRef, V4KVCache, build_kv_cache
 from refimpl.v4.model import forward_step
 from refimpl.v4.scheduler import ScheduledChunk
 
@@ -45,7 +47,9 @@ def complete_entry_slots(batch: BatchInputs, ref: CacheRef, ops: V4IndexOps) -> 
     top-k kernel."""
     visible = (batch.positions + 1) // ref.ratio
     width = int(visible.max()) if visible.numel() else 0
-    local = short_context_topk_indices(batch.positions, ref.ratio, width)
+    local = short_context_topk_indices(batch.positions, ref.ratio, width).to(
+        batch.positions.device
+    )
     slots, _ = ops.compute_global_topk_indices_and_lens(
         local,
         batch.token_to_req_indices,
@@ -54,6 +58,11 @@ def complete_entry_slots(batch: BatchInputs, ref: CacheRef, ops: V4IndexOps) -> 
         batch.is_valid_token,
     )
     return slots
+
+
+def on_device(batch: BatchInputs, device: torch.device) -> BatchInputs:
+    """The batch's tensors on `device` (Part II builds them on the CPU)."""
+    return BatchInputs(**{f.name: getattr(batch, f.name).to(device) for f in fields(batch)})
 
 
 def build_attention_metadata(
@@ -67,7 +76,10 @@ def build_attention_metadata(
     `num_computed_tokens[r]`, with block table `block_ids[r][g]` in group g."""
     num_groups = len(kv_cache.config.kv_cache_groups)
     batches = [
-        build_batch([ids[g] for ids in block_ids], num_computed_tokens, num_new_tokens)
+        on_device(
+            build_batch([ids[g] for ids in block_ids], num_computed_tokens, num_new_tokens),
+            kv_cache.device,
+        )
         for g in range(num_groups)
     ]
     first = batches[0]
@@ -112,17 +124,17 @@ class ModelRunner:
         hf_model,
         num_kvcache_blocks: int,
         kvcache_block_size: int = 256,
-        attention_backend: str | None = None,
+        index_kernel_backend: str | None = None,
         seed: int = 0,
     ) -> None:
         self.hf_model = hf_model
-        self.index_ops = v4_index_ops(attention_backend, "cpu")  # the cache lives on the CPU
-        self.attention_backend = self.index_ops.name
+        self.device = next(hf_model.parameters()).device
+        self.index_ops = v4_index_ops(index_kernel_backend, self.device)
+        self.index_kernel_backend = self.index_ops.name
         self.kv_cache: V4KVCache | None = build_kv_cache(
-            hf_model.config, num_kvcache_blocks, kvcache_block_size
+            hf_model.config, num_kvcache_blocks, kvcache_block_size, self.device
         )
-        self.sampler = Sampler(seed)
-        self.read_log: ReadLog | None = None
+        self.sampler = Sampler(seed, self.device)
         # the latest step's addresses, for inspection
         self.last_metadata: AttentionMetadata | None = None
 
@@ -142,8 +154,7 @@ class ModelRunner:
             [c.num_tokens for c in chunks],
             self.index_ops,
         )
-        meta.read_log = self.read_log
-        return torch.tensor(ids, dtype=torch.long), meta
+        return torch.tensor(ids, dtype=torch.long, device=self.device), meta
 
     @torch.no_grad()
     def run(self, chunks: list[ScheduledChunk]) -> tuple[list[int], torch.Tensor]:
@@ -152,25 +163,18 @@ class ModelRunner:
         input_ids, meta = self.prepare_inputs(chunks)
         hidden = forward_step(self.hf_model, input_ids, meta, self.kv_cache.layers)
         self.last_metadata = meta
-        ends = torch.cumsum(torch.tensor([c.num_tokens for c in chunks]), 0) - 1
+        sizes = torch.tensor([c.num_tokens for c in chunks], device=hidden.device)
+        ends = torch.cumsum(sizes, 0) - 1
         sampling = [i for i, c in enumerate(chunks) if c.samples]
         if not sampling:
             return [], hidden.new_empty((0, self.hf_model.config.vocab_size))
         logits = self.hf_model.lm_head(hidden[ends[sampling]])
         temperatures = torch.tensor(
-            [chunks[i].req.sampling_params.temperature for i in sampling], dtype=torch.float32
+            [chunks[i].req.sampling_params.temperature for i in sampling],
+            dtype=torch.float32,
+            device=logits.device,
         )
         return self.sampler(logits, temperatures).tolist(), logits
-
-    @contextmanager
-    def recording_reads(self) -> Iterator[ReadLog]:
-        """Record every cache row the model reads while the block runs (see `ReadLog`)."""
-        log, previous = ReadLog(), self.read_log
-        self.read_log = log
-        try:
-            yield log
-        finally:
-            self.read_log = previous
 
     def close(self) -> None:
         """Drop the cache slab (its memory goes back once nothing else holds a view)."""

@@ -5,7 +5,9 @@ policy, since the hybrid cache is vLLM's: each step hands a token budget first t
 requests (a decode token or the next prefill chunk), then to waiting ones after a prefix-cache
 lookup (`get_computed_blocks`); every request gets its blocks from `allocate_slots`. When the
 pool runs dry the last running request is preempted (its blocks freed, recomputed later). The
-scheduler talks to the cache only through `KVCacheManager`'s public methods.
+scheduler talks to the cache only through `KVCacheManager`'s public methods, and holds its
+callers to Part I's contract (`refimpl.validation.StepContract`): a request is added once and
+only if it can ever fit the pool, and each step's chunks are postprocessed once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import torch
 
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.hybrid.request import Request, RequestStatus
-from refimpl.paged.sequence import SamplingParams
+from refimpl.paged.sequence import SamplingParams, checked_token_ids
+from refimpl.validation import StepContract, check_instance
 
 
 @dataclass
@@ -74,12 +77,36 @@ class Scheduler:
         self.waiting: deque[V4Request] = deque()
         self.running: list[V4Request] = []
         self.num_preemptions = 0
+        self._contract = StepContract("request")
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
 
     def add(self, req: V4Request) -> None:
+        """Queue a new request; refuse one already queued, one that ran before, and one
+        that could never fit the pool."""
+        self.check_request(req)
+        self._contract.added(req.request_id, req)
         self.waiting.append(req)
+
+    def check_request(self, req: V4Request) -> None:
+        """What `add` checks, without queueing (an engine checks a whole batch first)."""
+        check_instance("req", req, V4Request)
+        r = req.request
+        if r.status != RequestStatus.WAITING or r.num_computed_tokens or r.output_token_ids:
+            raise ValueError(
+                f"request {req.request_id} is {r.status.name} with "
+                f"{r.num_computed_tokens} computed tokens and cannot be added again"
+            )
+        longest = r.num_prompt_tokens + req.sampling_params.max_tokens
+        self._contract.check_add(
+            req.request_id,
+            (self.waiting, self.running),
+            self.max_blocks_needed(longest),
+            self.kv_cache_manager.num_gpu_blocks - 1,  # block 0 is the null block
+            f"up to {longest} tokens: {r.num_prompt_tokens} prompt tokens + "
+            f"max_tokens={req.sampling_params.max_tokens}",
+        )
 
     def max_blocks_needed(self, num_tokens: int) -> int:
         """Blocks a request of `num_tokens` tokens holds at most at once (windows freeing as it
@@ -153,6 +180,7 @@ class Scheduler:
             self.running.append(req)
             chunks.append(self._chunk(req, n, num_hit))
             budget -= n
+        self._contract.hand_out(chunks)
         return chunks
 
     def postprocess(
@@ -160,7 +188,23 @@ class Scheduler:
     ) -> list[V4Request]:
         """Record a step: tokens computed, one sampled token per chunk that `samples` (in
         order); finish requests at max_tokens or EOS and free their blocks. Returns the
-        finished ones."""
+        finished ones.
+
+        Only the chunks of the latest `schedule()`, once, with one valid token per chunk that
+        samples: anything else is refused before a request changes.
+        """
+        if not self._contract.is_latest(chunks):
+            raise ValueError(
+                "chunks are not the step awaiting postprocess(): pass the chunks of the "
+                "latest schedule(), once"
+            )
+        token_ids, _ = checked_token_ids(token_ids, "token_ids")
+        num_sampling = sum(c.samples for c in chunks)
+        if len(token_ids) != num_sampling:
+            raise ValueError(
+                f"got {len(token_ids)} sampled tokens for {num_sampling} chunks that sample"
+            )
+        self._contract.take()
         sampled = iter(token_ids)
         finished = []
         for c in chunks:
@@ -178,5 +222,6 @@ class Scheduler:
                 self.running.remove(c.req)
                 self.kv_cache_manager.free(r)
                 r.status = RequestStatus.FINISHED
+                self._contract.finished(r.request_id)
                 finished.append(c.req)
         return finished

@@ -18,28 +18,15 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.hybrid.addressing import slot_for_position
-from refimpl.viz.palette import EMPTY, MAX_WIDTH
-
-GROUP_COLORS = {
-    "MLA": "#1f77b4",
-    "SWA-a": "#2ca02c",
-    "SWA-b": "#98df8a",
-    "C128 state": "#c5b0d5",
-    "C4 state": "#9467bd",
-}
-NULL_COLOR = "#d9d9d9"
-FALLBACK_COLORS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-
-
-def _color(label: str, i: int) -> str:
-    return GROUP_COLORS.get(label, FALLBACK_COLORS[i % len(FALLBACK_COLORS)])
-
-
-def fits(text: str, width_pt: float, fontsize: float = 8) -> bool:
-    """Whether `text` fits in `width_pt` points at `fontsize` (digits and letters are about 0.6
-    em wide)."""
-    return len(text) * 0.62 * fontsize + 2 <= width_pt
-
+from refimpl.viz.hybrid_stepper import allocator_state, draw_allocator_state
+from refimpl.viz.palette import (
+    EMPTY,
+    FALLBACK_COLORS,
+    MAX_WIDTH,
+    NULL_COLOR,
+    fits,
+    group_color,
+)
 
 # --- block tables
 
@@ -70,7 +57,7 @@ def draw_tables(manager, request_id: str, labels: Sequence[str], title: str = ""
     ax = fig.add_subplot()
     for row, (label, ids, bs) in enumerate(zip(labels, tables, sizes)):
         for col, b in enumerate(ids):
-            color = NULL_COLOR if b == 0 else _color(label, row)
+            color = NULL_COLOR if b == 0 else group_color(label, row)
             ax.add_patch(
                 Rectangle(
                     (col * bs, -row - 0.9),
@@ -148,8 +135,6 @@ def draw_pool(
 
     The same picture as a frame of `refimpl.viz.hybrid_stepper`, for one moment.
     """
-    from refimpl.viz.hybrid_stepper import allocator_state, draw_allocator_state
-
     state = allocator_state(manager, labels, request_ids)
     return draw_allocator_state(state, ncols or 16, title=title)
 
@@ -182,7 +167,9 @@ def draw_blocks_over_time(run, title: str = "") -> Figure:
     bottom = np.zeros(len(steps))
     for g, label in enumerate(run.labels):
         values = np.array([r.live_blocks[g] for r in run.records])
-        ax.bar(steps, values, bottom=bottom, color=_color(label, g), label=label, width=0.8)
+        ax.bar(
+            steps, values, bottom=bottom, color=group_color(label, g), label=label, width=0.8
+        )
         bottom += values
     ax.set_xlabel("step (prefill chunks, then decode tokens)")
     ax.set_ylabel("blocks held")

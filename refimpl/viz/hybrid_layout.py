@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.course.layout_summary import group_kind
+from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.kv_cache_interface import KVCacheGroupSpec, KVCacheSpec
 from refimpl.hybrid.kv_cache_planning import padding_curve
+from refimpl.plan_summary import group_kind
 from refimpl.viz.palette import MAX_WIDTH
 
 KIND_COLORS = {
@@ -70,7 +71,7 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None) 
 
 
 def _kind(name: str, spec: KVCacheSpec) -> str:
-    short = deepseek_v4.short_name(name, spec)
+    short = short_name(name, spec)
     return (
         short.split(".", 1)[1]
         if short.startswith("L") and "." in short
@@ -89,7 +90,7 @@ def _layer_index(name: str) -> int | None:
 
 
 def pages_text(rows: Sequence[Mapping]) -> str:
-    """The page table (rows from `deepseek_v4.page_size_rows`)."""
+    """The page table (rows from `v4_inventory.page_size_rows`)."""
     return format_table(
         rows,
         [
@@ -386,13 +387,11 @@ def slab_text(
         pages = _group_pages(specs, g)
         if upto is None:
             shown = pages[:first]
-            head = ", ".join(
-                f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown
-            )
+            head = ", ".join(f"{short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown)
         else:
             shown = [p for p in pages if p[2] < upto]
             head = ", ".join(
-                f"{deepseek_v4.short_name(n, specs.get(n))}@{o:,} ({r:,} + {p - r} pad)"
+                f"{short_name(n, specs.get(n))}@{o:,} ({r:,} + {p - r} pad)"
                 for n, _, o, r, p in shown
             )
         padding = sum(p - r for *_, r, p in pages)

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from refimpl.viz.allocator import NULL_COLOR, _color, fits
-from refimpl.viz.palette import MAX_WIDTH
+from refimpl.viz.palette import MAX_WIDTH, NULL_COLOR, fits, group_color
 from refimpl.viz.stepper import Frame, Stepper, record_frames
 
 CACHED_COLOR = "#fdd0a2"
@@ -127,7 +126,7 @@ def _fill(owner: str, labels: Sequence[str]) -> str:
     if owner == "free":
         return FREE_COLOR
     label = owner.split(":")[0]
-    return _color(label, list(labels).index(label))
+    return group_color(label, list(labels).index(label))
 
 
 def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
@@ -197,7 +196,7 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
         grid_ax, table_ax = fig.add_subplot(), None
     draw_pool_grid(grid_ax, state, ncols)
     handles = [
-        Patch(facecolor=_color(label, i), edgecolor="black", label=label)
+        Patch(facecolor=group_color(label, i), edgecolor="black", label=label)
         for i, label in enumerate(state.labels)
     ]
     handles += [
@@ -237,7 +236,7 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
             for g, (label, ids) in enumerate(zip(state.labels, groups)):
                 table_ax.text(-0.2, y, label, fontsize=8, va="center", ha="right")
                 for col, b in enumerate(ids):
-                    face = NULL_COLOR if b == 0 else _color(label, g)
+                    face = NULL_COLOR if b == 0 else group_color(label, g)
                     table_ax.add_patch(
                         Rectangle(
                             (col, y - 0.45),

@@ -32,8 +32,7 @@ from refimpl.course.paged_scenarios import reusable_prefix_tokens
 from refimpl.course.prefix_match import MatchOutcome, PrefixMatch
 from refimpl.paged.block_manager import BlockManager
 from refimpl.paged.sequence import Sequence
-from refimpl.viz.allocator import fits
-from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS
+from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS, fits
 
 FREE_CACHED = "#b7e4c7"
 #: Background requests in a picture about one subject: drawn quietly.
@@ -704,10 +703,9 @@ def prefix_lookup_text(
     lines = []
     for b in match.blocks:
         flow = " -> ".join(_lookup_steps(bm, b))
-        lines.append(
-            f"L{b.index} {_tokens_text(b.token_ids):<19} {flow} => "
-            f"{_lookup_result(b).replace(chr(10), ' ')}"
-        )
+        # the result on a line of its own, so each line fits a 95-column listing
+        lines.append(f"L{b.index} {_tokens_text(b.token_ids):<19} {flow}")
+        lines.append(f"   => {_lookup_result(b).replace(chr(10), ' ')}")
     lines.append(block_pool_text(bm, seqs))
     return "\n".join(lines)
 

@@ -28,3 +28,26 @@ EMPTY = "#eeeeee"
 # so a
 #: legend or label outside the axes counts too: figure functions keep those inside this width.
 MAX_WIDTH = 8.8
+
+#: Cache groups of DeepSeek V4 by label; other groups take `FALLBACK_COLORS` in turn.
+GROUP_COLORS = {
+    "MLA": "#1f77b4",
+    "SWA-a": "#2ca02c",
+    "SWA-b": "#98df8a",
+    "C128 state": "#c5b0d5",
+    "C4 state": "#9467bd",
+}
+#: The null block (block 0), and cells outside a selection.
+NULL_COLOR = "#d9d9d9"
+FALLBACK_COLORS = ["#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+
+
+def group_color(label: str, i: int) -> str:
+    """The colour of cache group `label` (the i-th group drawn): its own, else a fallback."""
+    return GROUP_COLORS.get(label, FALLBACK_COLORS[i % len(FALLBACK_COLORS)])
+
+
+def fits(text: str, width_pt: float, fontsize: float = 8) -> bool:
+    """Whether `text` fits in `width_pt` points at `fontsize` (digits and letters are about 0.6
+    em wide)."""
+    return len(text) * 0.62 * fontsize + 2 <= width_pt

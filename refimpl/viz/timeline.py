@@ -93,7 +93,7 @@ def timeline_text(
     lines.append(
         f"{len(steps)} steps ({num_prefill} prefill, {len(steps) - num_prefill} decode), "
         f"tokens computed: {sum(r.num_batched_tokens for r in steps)}, "
-        f"served by the prefix cache: {sum(r.num_prefix_hit_tokens for r in steps)}, "
+        f"served by the prefix cache: {sum(r.num_prefix_hit_tokens for r in steps)},\n"
         f"preemptions: {sum(len(r.preempted_seq_ids) for r in steps)}, "
         f"peak blocks in use: {max(r.num_blocks_in_use for r in steps)}{pool}"
     )

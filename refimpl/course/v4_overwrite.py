@@ -6,17 +6,67 @@ is closed there, so very little of the old state is read again. To see exactly w
 chosen rows of the blocks the hit will reuse with NaN and run the new request: a row that is
 read turns the logits into NaN (or at least changes them); a row that is not read leaves the
 output bit for bit the same.
+
+Which rows are read is watched from outside the engine: `recording_reads` wraps the model
+runner's public `prepare_inputs` so that every step's `AttentionMetadata.read` (the one way a
+layer reads a cache) also notes the slots in a `ReadLog`. The engine itself records nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
-from refimpl.v4.cache import read_rows, row_slots, write_rows
+from refimpl.v4.cache import CacheRef, read_rows, row_slots, write_rows
 
 CACHE_KINDS = ("swa", "attn", "attn_state", "idx", "idx_state")
+
+
+@dataclass
+class ReadLog:
+    """Every (cache name, slots) read while `recording_reads` watches a model runner."""
+
+    reads: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+
+    def add(self, name: str, slots: torch.Tensor) -> None:
+        self.reads.append((name, slots[slots >= 0].flatten().cpu().clone()))
+
+    def slots_read(self, name: str) -> set[int]:
+        return {s for n, slots in self.reads if n == name for s in slots.tolist()}
+
+
+@contextmanager
+def recording_reads(model_runner) -> Iterator[ReadLog]:
+    """Record every cache row the model reads while the block runs.
+
+    The runner's `prepare_inputs` is wrapped for the duration (an attribute on this one
+    instance, removed afterwards): the metadata it returns reads as before and notes each read
+    in the log.
+    """
+    if "prepare_inputs" in vars(model_runner):
+        raise ValueError("this model runner is already being recorded")
+    log = ReadLog()
+    prepare_inputs = model_runner.prepare_inputs
+
+    def prepare_and_watch(chunks):
+        input_ids, meta = prepare_inputs(chunks)
+        read = meta.read
+
+        def read_and_note(ref: CacheRef, slots: torch.Tensor) -> torch.Tensor:
+            log.add(ref.name, slots)
+            return read(ref, slots)
+
+        meta.read = read_and_note
+        return input_ids, meta
+
+    model_runner.prepare_inputs = prepare_and_watch
+    try:
+        yield log
+    finally:
+        del model_runner.prepare_inputs
 
 
 def hit_block_tables(llm, prompt_ids: Sequence[int]) -> tuple[tuple[list[int], ...], int]:
@@ -69,7 +119,7 @@ def rows_read_after_hit(
     """
     llm.generate([list(first)], sampling_params)
     tables, hit = hit_block_tables(llm, second)
-    with llm.model_runner.recording_reads() as log:
+    with recording_reads(llm.model_runner) as log:
         llm.generate([list(second)], sampling_params)
     caches = {}
     layers = llm.model_runner.kv_cache.layers

@@ -60,6 +60,11 @@ def identity_tables(kv: V4KVCache, num_tokens: int) -> tuple[list[int], ...]:
     return tuple(tables)
 
 
+def kv_device(hf_model) -> torch.device:
+    """Where the model's weights are, so its cache goes there too (as the engine does)."""
+    return next(hf_model.parameters()).device
+
+
 @torch.no_grad()
 def run_layer_paged(
     hf_model,
@@ -85,8 +90,8 @@ def run_layer_paged(
             1 + num_tokens // g.kv_cache_spec.block_size
             for g in build_kv_cache(hf_model.config, 2).config.kv_cache_groups
         )
-        kv = build_kv_cache(hf_model.config, num_blocks)
-    ops = ops or v4_index_ops(None, "cpu")
+        kv = build_kv_cache(hf_model.config, num_blocks, device=kv_device(hf_model))
+    ops = ops or v4_index_ops(None, kv.device)
     tables = identity_tables(kv, num_tokens)
     attn = hf_model.model.layers[layer].self_attn
     outs, start = [], 0
