@@ -2,7 +2,8 @@
 reference.
 
 Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the student's
-class. Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function.
+class. Part II: `check_approximate_gcd`, `check_packed_layout` take the student's function;
+`check_window_frees` and `check_fixed_point_hit` (exercise 5) the student's subclasses.
 Each prints a PASS/FAIL table naming the first step where the student's state differs from the
 reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`). A
 student's code that runs the reference's own version of what it should write fails (subclass,
@@ -31,9 +32,11 @@ _EXPORTS = {
     "GradeReport": "grader.report",
     "check_approximate_gcd": "grader.hybrid_checks",
     "check_block_manager": "grader.paged_checks",
+    "check_fixed_point_hit": "grader.hybrid_allocator_checks",
     "check_packed_layout": "grader.hybrid_checks",
     "check_prefix_cache": "grader.paged_checks",
     "check_scheduler": "grader.paged_checks",
+    "check_window_frees": "grader.hybrid_allocator_checks",
 }
 
 __all__ = [
@@ -42,9 +45,11 @@ __all__ = [
     "GradeReport",
     "check_approximate_gcd",
     "check_block_manager",
+    "check_fixed_point_hit",
     "check_packed_layout",
     "check_prefix_cache",
     "check_scheduler",
+    "check_window_frees",
 ]
 
 

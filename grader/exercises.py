@@ -64,6 +64,14 @@ EXERCISES: dict[str, Exercise] = {
                 ("check_packed_layout", "get_packed_kv_cache_layout"),
             ),
         ),
+        Exercise(
+            "05_hybrid_allocator",
+            "Exercise 5: the hybrid allocator (window frees and the fixed-point hit)",
+            (
+                ("check_window_frees", "SlidingWindowManager"),
+                ("check_fixed_point_hit", "HybridKVCacheCoordinator"),
+            ),
+        ),
     )
 }
 
