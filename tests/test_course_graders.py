@@ -15,8 +15,10 @@ from grader.broken import BROKEN_VARIANTS, BrokenVariant
 from grader.lockstep import Lockstep, first_difference, run_check
 from grader.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from grader.paged_drivers import LockstepManagerDriver
+from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.kv_cache_planning import approximate_gcd, padding_curve
 from refimpl.hybrid.older_planners import get_kv_cache_config_b, get_packed_kv_cache_layout
+from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -26,6 +28,9 @@ REFERENCE = {
     "check_approximate_gcd": approximate_gcd,
     "check_packed_layout": get_packed_kv_cache_layout,
 }
+# exercise 5, the hybrid allocator
+REFERENCE["check_window_frees"] = SlidingWindowManager
+REFERENCE["check_fixed_point_hit"] = HybridKVCacheCoordinator
 
 
 @pytest.mark.parametrize("grader", sorted(REFERENCE))
