@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import types
 from pathlib import Path
 
 import nbformat
 import pytest
 
 import grader as course
-from grader.answer_free import answer_free_sources
+from grader.answer_free import ReferenceUsed, answer_free_sources
 from grader.grading import grade_notebook
 from grader.hybrid_allocator_checks import MINI_V4
 from grader.hybrid_allocator_worlds import HitWorld, WindowWorld, group_specs
@@ -24,7 +25,6 @@ from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.single_type_kv_cache_manager import (
     FullAttentionManager,
-    SingleTypeKVCacheManager,
     SlidingWindowManager,
 )
 
@@ -46,15 +46,32 @@ def test_the_graders_toy_is_the_chapters_shrunk_toy():
     assert [(bs, w) for _, bs, w in MINI_V4] == chapter
 
 
-def test_full_attention_frees_nothing_as_the_generic_walk_would():
-    pool = BlockPool(8)
-    spec = group_specs([("full", 4, None)])[0].kv_cache_spec
-    manager = FullAttentionManager(spec, pool, 0)
-    manager.allocate_new_blocks("r", 12)
-    table = list(manager.req_to_blocks["r"])
-    assert manager.remove_skipped_blocks("r", 12) == []
-    assert SingleTypeKVCacheManager.remove_skipped_blocks(manager, "r", 12) == []
-    assert manager.req_to_blocks["r"] == table and pool.get_num_free_blocks() == 4
+def test_in_the_childs_refimpl_full_attention_still_frees_nothing_and_windows_raise():
+    """The coordinator asks every group to free its skipped blocks: full attention's answer
+    (nothing) must survive the answer-free rewrite, the window's must not."""
+    source = answer_free_sources(["check_window_frees"])[
+        "refimpl.hybrid.single_type_kv_cache_manager"
+    ]
+    module = types.ModuleType("answer_free_managers")
+    module.__dict__["__reference_used__"] = ReferenceUsed
+    exec(compile(source, "<answer-free managers>", "exec"), module.__dict__)
+    pool = BlockPool(16)
+    full_spec, window_spec = (
+        g.kv_cache_spec for g in group_specs([("full", 4, None), ("W", 4, 8)])
+    )
+    full = module.FullAttentionManager(full_spec, pool, 0)
+    full.allocate_new_blocks("r", 12)
+    table = list(full.req_to_blocks["r"])
+    assert full.remove_skipped_blocks("r", 12) == []
+    assert full.req_to_blocks["r"] == table
+    window = module.SlidingWindowManager(window_spec, pool, 1)
+    window.allocate_new_blocks("r", 12)
+    for call in (
+        lambda: window.get_num_skipped_tokens(12),
+        lambda: window.remove_skipped_blocks("r", 12),
+    ):
+        with pytest.raises(ReferenceUsed):
+            call()
 
 
 def test_the_window_world_runs_the_students_class_in_every_window_group():
