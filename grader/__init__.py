@@ -3,7 +3,8 @@ reference.
 
 Part I: `check_block_manager`, `check_prefix_cache`, `check_scheduler` take the student's
 class. Part II: `check_approximate_gcd`, `check_packed_groups`, `check_packed_layout` take the
-student's function.
+student's function; `check_window_frees` and `check_fixed_point_hit` (exercise 5) the student's
+subclasses.
 Each prints a PASS/FAIL table naming the first step where the student's state differs from the
 reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`). A
 student's code that runs the reference's own version of what it should write fails (subclass,
@@ -33,9 +34,11 @@ _EXPORTS = {
     "check_approximate_gcd": "grader.hybrid_checks",
     "check_block_manager": "grader.paged_checks",
     "check_packed_groups": "grader.hybrid_checks",
+    "check_fixed_point_hit": "grader.hybrid_allocator_checks",
     "check_packed_layout": "grader.hybrid_checks",
     "check_prefix_cache": "grader.paged_checks",
     "check_scheduler": "grader.paged_checks",
+    "check_window_frees": "grader.hybrid_allocator_checks",
 }
 
 __all__ = [
@@ -45,9 +48,11 @@ __all__ = [
     "check_approximate_gcd",
     "check_block_manager",
     "check_packed_groups",
+    "check_fixed_point_hit",
     "check_packed_layout",
     "check_prefix_cache",
     "check_scheduler",
+    "check_window_frees",
 ]
 
 

@@ -74,6 +74,26 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {
         ),
     ),
 }
+# exercise 5, the hybrid allocator: the window's frees and the coordinator's fixed point
+ANSWERS["check_window_frees"] = (
+    Answer(
+        "refimpl.hybrid.single_type_kv_cache_manager",
+        "SlidingWindowManager",
+        ("get_num_skipped_tokens",),
+    ),
+    Answer(
+        "refimpl.hybrid.single_type_kv_cache_manager",
+        "SingleTypeKVCacheManager",
+        ("remove_skipped_blocks", "_skipped_blocks"),
+    ),
+)
+ANSWERS["check_fixed_point_hit"] = (
+    Answer(
+        "refimpl.hybrid.kv_cache_coordinator",
+        "HybridKVCacheCoordinator",
+        ("find_longest_cache_hit",),
+    ),
+)
 
 _RAISE = "__reference_used__"
 

@@ -820,3 +820,178 @@ HYBRID_BROKEN_VARIANTS: list[BrokenVariant] = [
 ]
 
 BROKEN_VARIANTS: list[BrokenVariant] = PAGED_BROKEN_VARIANTS + HYBRID_BROKEN_VARIANTS
+
+
+# --- exercise 5 (the hybrid allocator): sliding-window frees and the fixed-point hit
+# Imported here, below the catalogue, so that importing this module for Part I stays as it was.
+from refimpl.hybrid.kv_cache_coordinator import (  # noqa: E402
+    HybridKVCacheCoordinator,
+)
+from refimpl.hybrid.single_type_kv_cache_manager import (  # noqa: E402
+    SingleTypeKVCacheManager,
+    SlidingWindowManager,
+)
+
+_SKIP = "return max(0, num_computed_tokens - self.sliding_window + 1)"
+_SKIP_BLOCKS = (
+    "self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table)"
+)
+
+
+class SkipOneTokenTooFew(SlidingWindowManager):
+    """Skips `n - W` tokens, one too few: a block whose last token just left stays."""
+
+    get_num_skipped_tokens = edited(
+        SlidingWindowManager.get_num_skipped_tokens,
+        (_SKIP, "return max(0, num_computed_tokens - self.sliding_window)"),
+    )
+
+
+class SkipOneTokenTooMany(SlidingWindowManager):
+    """Skips `n - W + 2` tokens, one too many: frees a block the next token still reads."""
+
+    get_num_skipped_tokens = edited(
+        SlidingWindowManager.get_num_skipped_tokens,
+        (_SKIP, "return max(0, num_computed_tokens - self.sliding_window + 2)"),
+    )
+
+
+class SkipWithoutFloor(SlidingWindowManager):
+    """Returns `n - W + 1` even when it is negative (a window longer than the prefix)."""
+
+    get_num_skipped_tokens = edited(
+        SlidingWindowManager.get_num_skipped_tokens,
+        (_SKIP, "return num_computed_tokens - self.sliding_window + 1"),
+    )
+
+
+class FreesPartlySkippedBlock(SlidingWindowManager):
+    """Frees a block as soon as one of its tokens left the window (rounds up)."""
+
+    _skipped_blocks = edited(
+        SingleTypeKVCacheManager._skipped_blocks,
+        (
+            _SKIP_BLOCKS,
+            "cdiv(self.get_num_skipped_tokens(total_computed_tokens), self.block_size), "
+            "len(table)",
+        ),
+    )
+
+
+class NoCapAtTable(SlidingWindowManager):
+    """Does not cap the skipped blocks at the table's length (a window past the table)."""
+
+    _skipped_blocks = edited(
+        SingleTypeKVCacheManager._skipped_blocks,
+        (
+            _SKIP_BLOCKS,
+            "self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, 1 << 30",
+        ),
+    )
+
+
+class FreesTheNullBlock(SlidingWindowManager):
+    """Walks on past the first null block, freeing the null block again and again."""
+
+    _skipped_blocks = edited(SingleTypeKVCacheManager._skipped_blocks, ("break", "pass"))
+
+
+class FreesFirstToLast(SlidingWindowManager):
+    """Frees the skipped blocks first to last, so the earliest ends up last in the queue."""
+
+    remove_skipped_blocks = edited(
+        SingleTypeKVCacheManager.remove_skipped_blocks,
+        (
+            "for i in self._skipped_blocks(request_id, total_computed_tokens):",
+            "for i in reversed(self._skipped_blocks(request_id, total_computed_tokens)):",
+        ),
+    )
+
+
+class DropsFreedEntries(SlidingWindowManager):
+    """Deletes the freed entries instead of putting the null block there (the table
+    shrinks)."""
+
+    remove_skipped_blocks = edited(
+        SingleTypeKVCacheManager.remove_skipped_blocks,
+        ("table[i] = self._null_block", "del table[i]"),
+    )
+
+
+class ForgetsToFree(SlidingWindowManager):
+    """Puts the null block in the table but never gives the blocks back to the pool."""
+
+    remove_skipped_blocks = edited(
+        SingleTypeKVCacheManager.remove_skipped_blocks,
+        ("self.block_pool.free_blocks(removed)", "pass"),
+    )
+
+
+_FIND = HybridKVCacheCoordinator.find_longest_cache_hit
+
+
+class LooksUpInGroupOrder(HybridKVCacheCoordinator):
+    """Looks the groups up in group order, so window groups may come before full
+    attention."""
+
+    find_longest_cache_hit = edited(
+        _FIND,
+        (
+            "for idx, (spec, group_ids, use_eagle) in enumerate(self.attention_groups):",
+            "for idx, (spec, group_ids, use_eagle) in enumerate(sorted(self.attention_groups, "
+            "key=lambda group: group.group_ids[0])):",
+        ),
+    )
+
+
+class StopsAfterOneRound(HybridKVCacheCoordinator):
+    """Stops the fixed point after one round, even when the last group shortened it."""
+
+    find_longest_cache_hit = edited(_FIND, ("if simple_hybrid:", "if True:"))
+
+
+class UntrimmedFullAttention(HybridKVCacheCoordinator):
+    """Returns all of full attention's hit blocks, past the agreed length."""
+
+    find_longest_cache_hit = edited(
+        _FIND, ("del hits[gid][-(-hit_length // self.specs[gid].block_size) :]", "pass")
+    )
+
+
+class NoUncachedPrefix(HybridKVCacheCoordinator):
+    """Reports no uncached shared prefix (third value 0), so no junction is ever kept."""
+
+    find_longest_cache_hit = edited(_FIND, ("longest_hit_length - hit_length,", "0,"))
+
+
+class LooksUpWholePrompt(HybridKVCacheCoordinator):
+    """Looks up every hashed token, ignoring max_cache_hit_length (the last token too)."""
+
+    find_longest_cache_hit = edited(
+        _FIND,
+        (
+            "hit_length = max_cache_hit_length",
+            "hit_length = len(block_hashes) * self.hash_block_size",
+        ),
+    )
+
+
+WINDOW_GRADERS = ("check_window_frees",)
+HIT_GRADERS = ("check_fixed_point_hit",)
+HYBRID_ALLOCATOR_BROKEN_VARIANTS: list[BrokenVariant] = [
+    BrokenVariant("skip_one_token_too_few", SkipOneTokenTooFew, WINDOW_GRADERS),
+    BrokenVariant("skip_one_token_too_many", SkipOneTokenTooMany, WINDOW_GRADERS),
+    BrokenVariant("skip_without_floor", SkipWithoutFloor, WINDOW_GRADERS),
+    BrokenVariant("frees_partly_skipped_block", FreesPartlySkippedBlock, WINDOW_GRADERS),
+    BrokenVariant("no_cap_at_table", NoCapAtTable, WINDOW_GRADERS),
+    BrokenVariant("frees_the_null_block", FreesTheNullBlock, WINDOW_GRADERS),
+    BrokenVariant("frees_first_to_last", FreesFirstToLast, WINDOW_GRADERS),
+    BrokenVariant("drops_freed_entries", DropsFreedEntries, WINDOW_GRADERS),
+    BrokenVariant("forgets_to_free", ForgetsToFree, WINDOW_GRADERS),
+    BrokenVariant("looks_up_in_group_order", LooksUpInGroupOrder, HIT_GRADERS),
+    BrokenVariant("stops_after_one_round", StopsAfterOneRound, HIT_GRADERS),
+    BrokenVariant("untrimmed_full_attention", UntrimmedFullAttention, HIT_GRADERS),
+    BrokenVariant("no_uncached_prefix", NoUncachedPrefix, HIT_GRADERS),
+    BrokenVariant("looks_up_whole_prompt", LooksUpWholePrompt, HIT_GRADERS),
+]
+BROKEN_VARIANTS += HYBRID_ALLOCATOR_BROKEN_VARIANTS

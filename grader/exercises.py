@@ -65,6 +65,14 @@ EXERCISES: dict[str, Exercise] = {
                 ("check_packed_layout", "get_kv_cache_config"),
             ),
         ),
+        Exercise(
+            "05_hybrid_allocator",
+            "Exercise 5: the hybrid allocator (window frees and the fixed-point hit)",
+            (
+                ("check_window_frees", "SlidingWindowManager"),
+                ("check_fixed_point_hit", "HybridKVCacheCoordinator"),
+            ),
+        ),
     )
 }
 

@@ -91,9 +91,11 @@ class GradingSettings:
 
 def check_names(check_name: str) -> list[str]:
     """The rows of a grader, without running it."""
-    from grader import hybrid_checks, paged_checks
+    from grader import hybrid_allocator_checks, hybrid_checks, paged_checks
 
     lists = {
+        "check_window_frees": lambda: hybrid_allocator_checks.window_checks(None),
+        "check_fixed_point_hit": lambda: hybrid_allocator_checks.hit_checks(None),
         "check_block_manager": lambda: paged_checks.block_manager_checks(None),
         "check_prefix_cache": lambda: paged_checks.prefix_cache_checks(None),
         "check_scheduler": lambda: paged_checks.scheduler_checks(None),

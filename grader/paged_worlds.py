@@ -257,3 +257,19 @@ def build_world(spec: WorldSpec, implementation: Any | None) -> Any:
     """The world `spec` describes around `implementation` (a student's class or function), or
     around the reference's (None)."""
     return WORLD_KINDS[spec.kind](implementation, *spec.args)
+
+
+def _hybrid_world(kind: str) -> Callable[..., Any]:
+    """Exercise 5's worlds (`grader.hybrid_allocator_worlds`), loaded on first use."""
+
+    def build(implementation: Any, *args: Any) -> Any:
+        from grader import hybrid_allocator_worlds as worlds
+
+        world = worlds.WindowWorld if kind == "hybrid_window" else worlds.HitWorld
+        return world.build(implementation, *args)
+
+    return build
+
+
+WORLD_KINDS["hybrid_window"] = _hybrid_world("hybrid_window")
+WORLD_KINDS["hybrid_hit"] = _hybrid_world("hybrid_hit")

@@ -315,6 +315,85 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
 }
 
 
+# exercise 5, the hybrid allocator
+GRADER_RULES["check_window_frees"] = (
+    Rule(
+        "a window of W tokens skips max(0, n - W + 1) tokens once n are computed: the next "
+        "token reads back W - 1",
+        "skipped_tokens",
+        "skip_one_token_too_few",
+    ),
+    Rule(
+        "... not one more (the block of the oldest token still read stays)",
+        "skipped_tokens",
+        "skip_one_token_too_many",
+    ),
+    Rule(
+        "... and never a negative count (a window longer than the prefix skips nothing)",
+        "skipped_tokens",
+        "skip_without_floor",
+    ),
+    Rule(
+        "only whole skipped blocks are freed (skipped tokens // block_size)",
+        "whole_blocks_only",
+        "frees_partly_skipped_block",
+    ),
+    Rule(
+        "at most the table's blocks are freed, however far the window moved",
+        "window_past_the_table",
+        "no_cap_at_table",
+    ),
+    Rule(
+        "the walk goes back from the last skipped block and stops at the first null block",
+        "stop_at_first_null",
+        "frees_the_null_block",
+    ),
+    Rule(
+        "skipped blocks are freed last first (the earliest ends up at the queue's head)",
+        "last_block_first",
+        "frees_first_to_last",
+    ),
+    Rule(
+        "each freed entry becomes the null block: the table keeps its shape",
+        "last_block_first",
+        "drops_freed_entries",
+    ),
+    Rule(
+        "the freed blocks go back to the pool (BlockPool.free_blocks)",
+        "last_block_first",
+        "forgets_to_free",
+    ),
+)
+GRADER_RULES["check_fixed_point_hit"] = (
+    Rule(
+        "full attention is looked up first: the uncached shared prefix is measured from its "
+        "hit",
+        "junction",
+        "looks_up_in_group_order",
+    ),
+    Rule(
+        "rounds repeat until the hit stops changing, so every group serves the agreed length",
+        "rounds_until_stable",
+        "stops_after_one_round",
+    ),
+    Rule(
+        "full attention's blocks are trimmed to the agreed length",
+        "junction",
+        "untrimmed_full_attention",
+    ),
+    Rule(
+        "the third value is how much longer the longest lookup was (it pins the junction)",
+        "junction",
+        "no_uncached_prefix",
+    ),
+    Rule(
+        "no group is looked up past max_cache_hit_length (never the prompt's last token)",
+        "never_the_last_token",
+        "looks_up_whole_prompt",
+    ),
+)
+
+
 def rules_table() -> str:
     """The rules as a Markdown table (grader, rule, scenario, broken variant), as the
     instructor guide shows it."""

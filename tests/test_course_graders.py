@@ -23,6 +23,8 @@ from refimpl.hybrid.kv_cache_planning import (
     get_packed_kv_cache_groups,
     padding_curve,
 )
+from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
+from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -33,6 +35,9 @@ REFERENCE = {
     "check_packed_groups": get_packed_kv_cache_groups,
     "check_packed_layout": get_kv_cache_config,
 }
+# exercise 5, the hybrid allocator
+REFERENCE["check_window_frees"] = SlidingWindowManager
+REFERENCE["check_fixed_point_hit"] = HybridKVCacheCoordinator
 
 
 @pytest.mark.parametrize("grader", sorted(REFERENCE))

@@ -250,6 +250,7 @@ def test_every_exercise_knows_its_rows_without_running_them():
         "02_prefix_cache": 15,
         "03_scheduler": 11,
         "04_packed_layout": 26,
+        "05_hybrid_allocator": 17,
     }
 
 

@@ -349,6 +349,13 @@ class SingleTypeKVCacheManager:
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Full attention: every token's KV stays until the request ends."""
 
+    def remove_skipped_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> list[KVCacheBlock]:
+        """Nothing: full attention skips no token (vLLM's base method returns at once when
+        `get_num_skipped_tokens` is 0; this says so without walking the table)."""
+        return []
+
     def cache_blocks(
         self,
         request: Request,
