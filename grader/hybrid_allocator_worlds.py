@@ -197,6 +197,10 @@ class HitWorld(_Requests):
         return _ids(hits), hit_length, uncached
 
     def get_computed_blocks(self, key: str) -> tuple[list[list[int]], int]:
-        """What the scheduler asks (up to the last prompt token); records the junction."""
-        hits, hit_length = self.manager.get_computed_blocks(self.requests[key])
+        """What the scheduler asks (up to the last prompt token); pins the junction on the
+        request, as vLLM's scheduler does with the lookup's third value."""
+        request = self.requests[key]
+        hits, hit_length, request.shared_prefix_boundary = self.manager.get_computed_blocks(
+            request
+        )
         return _ids(hits.blocks), hit_length

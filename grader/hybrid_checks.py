@@ -56,9 +56,8 @@ from refimpl.hybrid.kv_cache_interface import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
-from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_config
 from refimpl.hybrid.kv_cache_planning import approximate_gcd as reference_approximate_gcd
-from refimpl.hybrid.kv_cache_planning import get_kv_cache_config as reference_kv_cache_config
 from refimpl.hybrid.kv_cache_planning import (
     get_packed_kv_cache_groups as reference_packed_groups,
 )
@@ -537,6 +536,15 @@ def check_packed_groups(
 
 
 # --- the packed layout (get_kv_cache_config)
+def reference_kv_cache_config(groups, available_memory, num_blocks_override=None):
+    """vLLM's `get_kv_cache_config` in the block-outermost layout the exercise teaches (the
+    packed slab of chapter 10: DeepSeek V4's BLHNC). Left to choose, the planner lays other
+    models' caches out layer-outermost, which the exercise does not ask for."""
+    return get_kv_cache_config(
+        groups, available_memory, num_blocks_override, kv_cache_layout="BLHNC"
+    )
+
+
 @cache
 def _planned_groups(variant: str, cache_dtype: str, indexer: str, mtp: bool) -> tuple:
     return tuple(reference_packed_groups(_dsv4_specs(variant, cache_dtype, indexer, mtp)))

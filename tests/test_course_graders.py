@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 import grader as course
 from grader import broken
 from grader.broken import BROKEN_VARIANTS, BrokenVariant
+from grader.hybrid_checks import reference_kv_cache_config
 from grader.lockstep import Lockstep, first_difference, run_check
 from grader.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from grader.paged_drivers import LockstepManagerDriver
 from refimpl.hybrid import deepseek_v4
+from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.kv_cache_planning import (
     approximate_gcd,
     get_kv_cache_config,
@@ -23,7 +25,6 @@ from refimpl.hybrid.kv_cache_planning import (
     get_packed_kv_cache_groups,
     padding_curve,
 )
-from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
@@ -33,7 +34,7 @@ REFERENCE = {
     "check_scheduler": Scheduler,
     "check_approximate_gcd": approximate_gcd,
     "check_packed_groups": get_packed_kv_cache_groups,
-    "check_packed_layout": get_kv_cache_config,
+    "check_packed_layout": reference_kv_cache_config,
 }
 # exercise 5, the hybrid allocator
 REFERENCE["check_window_frees"] = SlidingWindowManager
