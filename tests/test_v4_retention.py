@@ -114,3 +114,33 @@ def test_v4llm_hits_the_prefix_cache_as_vllm_does(setting):
             hits.append(llm.stats.cached_tokens)
             assert llm.stats.preemptions == 0
     assert hits == vllm_hits(setting)
+
+
+@pytest.mark.slow  # the running example end to end, as chapter 13's appendix runs it
+def test_the_running_example_hits_the_prefix_cache_as_vllm_does(tmp_path):
+    """Chapter 13 runs this case on Part II's running example (groups SWA-a, SWA-b, MLA, C128
+    state, C4 state: the two state groups in the other order than config A's) and says vLLM
+    answers with the same hits at each setting."""
+    from refimpl.course.hybrid_toy import make_tiny_toy
+    from refimpl.paged.sequence import SamplingParams
+    from refimpl.v4.llm import V4LLM
+
+    path = make_tiny_toy(tmp_path, seed=0)
+    one_token = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    hf = None
+    for setting, retention in sorted(RETENTIONS.items()):
+        llm = V4LLM(
+            path,
+            hf_model=hf,
+            num_kvcache_blocks=NUM_KVCACHE_BLOCKS,
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            prefix_cache_retention_interval=retention,
+        )
+        hf = llm.hf_model
+        hits = []
+        with llm:
+            for prompt in engine_prompts().values():
+                llm.generate([prompt], one_token)
+                hits.append(llm.stats.cached_tokens)
+                assert llm.stats.preemptions == 0
+        assert hits == vllm_hits(setting), setting
