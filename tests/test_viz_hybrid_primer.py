@@ -119,7 +119,7 @@ def test_tiny_toy_is_the_toy_and_plans_into_the_same_five_groups():
     )
     tiny_specs = v4.kv_cache_specs(tiny, cache_dtype="float32")
     short = lambda specs, groups: [  # noqa: E731
-        [v4.short_name(n, specs[n]) for n in g.layer_names] for g in groups
+        [short_name(n, specs[n]) for n in g.layer_names] for g in groups
     ]
     assert short(tiny_specs, get_kv_cache_groups(tiny_specs)) == short(
         toy, get_kv_cache_groups(toy)
