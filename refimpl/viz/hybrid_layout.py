@@ -404,9 +404,7 @@ def slab_text(
         pages = _group_pages(specs, g)
         if upto is None:
             shown = pages[:first]
-            items = [
-                f"{short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown
-            ]
+            items = [f"{short_name(n, specs.get(n))}@{o:,}" for n, _, o, _, _ in shown]
         else:
             shown = [p for p in pages if p[2] < upto]
             items = [
