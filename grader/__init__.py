@@ -36,6 +36,7 @@ _EXPORTS = {
     "check_packed_layout": "grader.hybrid_checks",
     "check_prefix_cache": "grader.paged_checks",
     "check_scheduler": "grader.paged_checks",
+    "check_swa_indices": "grader.addressing_checks",
 }
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "check_packed_layout",
     "check_prefix_cache",
     "check_scheduler",
+    "check_swa_indices",
 ]
 
 

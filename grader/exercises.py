@@ -65,6 +65,11 @@ EXERCISES: dict[str, Exercise] = {
                 ("check_packed_layout", "get_kv_cache_config"),
             ),
         ),
+        Exercise(
+            "06_slot_addressing",
+            "Exercise 6: slot addressing (DeepSeek V4's sliding-window indices)",
+            (("check_swa_indices", "compute_swa_indices_and_lens"),),
+        ),
     )
 }
 
