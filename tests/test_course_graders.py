@@ -23,6 +23,7 @@ from refimpl.hybrid.kv_cache_planning import (
     get_packed_kv_cache_groups,
     padding_curve,
 )
+from refimpl.kernels.reference_v4 import compute_swa_indices_and_lens
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -32,6 +33,7 @@ REFERENCE = {
     "check_approximate_gcd": approximate_gcd,
     "check_packed_groups": get_packed_kv_cache_groups,
     "check_packed_layout": get_kv_cache_config,
+    "check_swa_indices": compute_swa_indices_and_lens,
 }
 
 
