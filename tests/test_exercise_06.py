@@ -118,3 +118,11 @@ def test_cli_scores_a_notebook_that_calls_the_reference_zero(tmp_path):
     assert grade.reason == (
         "uses the reference (refimpl.kernels.reference_v4.compute_swa_indices_and_lens)"
     ), grade.reason
+
+
+def test_the_untouched_student_copy_scores_zero_of_seven():
+    grade = grade_notebook(ROOT / "notebooks/exercises" / NOTEBOOK, timeout=120)
+    assert grade.num_checks == 7 and grade.num_passed == 0
+    assert grade.reason == (
+        "not implemented (compute_swa_indices_and_lens raises NotImplementedError)"
+    ), grade.reason
