@@ -39,6 +39,7 @@ _EXPORTS = {
     "check_prefix_cache": "grader.paged_checks",
     "check_scheduler": "grader.paged_checks",
     "check_window_frees": "grader.hybrid_allocator_checks",
+    "check_swa_indices": "grader.addressing_checks",
 }
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "check_prefix_cache",
     "check_scheduler",
     "check_window_frees",
+    "check_swa_indices",
 ]
 
 

@@ -73,6 +73,9 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {
             keep=("_check_memory", "_num_blocks"),  # older_planners imports them
         ),
     ),
+    "check_swa_indices": (
+        Answer("refimpl.kernels.reference_v4", None, ("compute_swa_indices_and_lens",)),
+    ),
 }
 # exercise 5, the hybrid allocator: the window's frees and the coordinator's fixed point
 ANSWERS["check_window_frees"] = (

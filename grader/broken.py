@@ -12,6 +12,7 @@ edit, shown next to the reference line, is the whole mistake.
 from __future__ import annotations
 import __future__
 
+import functools
 import inspect
 import sys
 import textwrap
@@ -995,3 +996,42 @@ HYBRID_ALLOCATOR_BROKEN_VARIANTS: list[BrokenVariant] = [
     BrokenVariant("looks_up_whole_prompt", LooksUpWholePrompt, HIT_GRADERS),
 ]
 BROKEN_VARIANTS += HYBRID_ALLOCATOR_BROKEN_VARIANTS
+
+
+# --- exercise 06: slot addressing (compute_swa_indices_and_lens)
+@functools.cache
+def _swa_edited(*edits: tuple[str, str]) -> Callable:
+    from refimpl.kernels import reference_v4
+
+    return edited(reference_v4.compute_swa_indices_and_lens, *edits)
+
+
+_SWA_START = "start = (pos - window_size + 1).clamp(min=0)"
+
+
+def swa_window_off_by_one(*args, **kwargs):
+    """Starts the window at pos - W instead of pos - W + 1, so it holds W + 1 positions."""
+    return _swa_edited((_SWA_START, "start = (pos - window_size).clamp(min=0)"))(
+        *args, **kwargs
+    )
+
+
+def swa_ignores_padding(*args, **kwargs):
+    """Gives padding tokens the window of their (stale) request instead of an empty row."""
+    return _swa_edited(
+        ("valid = is_valid_token.bool()[tokens]", "valid = torch.ones_like(tokens).bool()")
+    )(*args, **kwargs)
+
+
+def swa_no_length_clamp(*args, **kwargs):
+    """Never clamps the window at position 0: a young request gets W slots, some before its
+    first token."""
+    return _swa_edited((_SWA_START, "start = pos - window_size + 1"))(*args, **kwargs)
+
+
+ADDRESSING_BROKEN_VARIANTS: list[BrokenVariant] = [
+    BrokenVariant("swa_window_off_by_one", swa_window_off_by_one, ("check_swa_indices",)),
+    BrokenVariant("swa_ignores_padding", swa_ignores_padding, ("check_swa_indices",)),
+    BrokenVariant("swa_no_length_clamp", swa_no_length_clamp, ("check_swa_indices",)),
+]
+BROKEN_VARIANTS += ADDRESSING_BROKEN_VARIANTS

@@ -73,6 +73,11 @@ EXERCISES: dict[str, Exercise] = {
                 ("check_fixed_point_hit", "HybridKVCacheCoordinator"),
             ),
         ),
+        Exercise(
+            "06_slot_addressing",
+            "Exercise 6: slot addressing (DeepSeek V4's sliding-window indices)",
+            (("check_swa_indices", "compute_swa_indices_and_lens"),),
+        ),
     )
 }
 

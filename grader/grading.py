@@ -91,7 +91,7 @@ class GradingSettings:
 
 def check_names(check_name: str) -> list[str]:
     """The rows of a grader, without running it."""
-    from grader import hybrid_allocator_checks, hybrid_checks, paged_checks
+    from grader import addressing_checks, hybrid_allocator_checks, hybrid_checks, paged_checks
 
     lists = {
         "check_window_frees": lambda: hybrid_allocator_checks.window_checks(None),
@@ -102,6 +102,7 @@ def check_names(check_name: str) -> list[str]:
         "check_approximate_gcd": hybrid_checks.approximate_gcd_checks,
         "check_packed_groups": hybrid_checks.packed_groups_checks,
         "check_packed_layout": hybrid_checks.packed_layout_checks,
+        "check_swa_indices": addressing_checks.swa_indices_checks,
     }
     return [row[0] for row in lists[check_name]()]
 

@@ -19,6 +19,7 @@ from unittest import mock
 import numpy as np
 import xxhash
 
+from grader.addressing_world import swa_world
 from grader.calls import StateFields, WorldSpec, plain
 from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence, hashing
 
@@ -249,6 +250,7 @@ WORLD_KINDS: dict[str, Callable[..., Any]] = {
     "scheduler": SchedulerWorld.build,
     "function": function_world,
     "plain_function": plain_function_world,
+    "swa": swa_world,
 }
 CONTEXTS: dict[str, Callable[..., Any]] = {"colliding_hashes": colliding_hashes}
 

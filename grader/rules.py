@@ -312,6 +312,23 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "layout_empty_is_zero",
         ),
     ),
+    "check_swa_indices": (
+        Rule(
+            "the window of position pos starts at pos - W + 1: W positions, its own the last",
+            "window_reaches_back",
+            "swa_window_off_by_one",
+        ),
+        Rule(
+            "a padding token (is_valid_token false) gets an all -1 row and length 0",
+            "padding_rows",
+            "swa_ignores_padding",
+        ),
+        Rule(
+            "the window never starts before position 0: length min(pos + 1, W)",
+            "young_request_short_window",
+            "swa_no_length_clamp",
+        ),
+    ),
 }
 
 

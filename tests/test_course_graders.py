@@ -26,6 +26,7 @@ from refimpl.hybrid.kv_cache_planning import (
     padding_curve,
 )
 from refimpl.hybrid.single_type_kv_cache_manager import SlidingWindowManager
+from refimpl.kernels.reference_v4 import compute_swa_indices_and_lens
 from refimpl.paged import BlockManager, FreeBlockQueue, Scheduler
 
 REFERENCE = {
@@ -35,6 +36,7 @@ REFERENCE = {
     "check_approximate_gcd": approximate_gcd,
     "check_packed_groups": get_packed_kv_cache_groups,
     "check_packed_layout": reference_kv_cache_config,
+    "check_swa_indices": compute_swa_indices_and_lens,
 }
 # exercise 5, the hybrid allocator
 REFERENCE["check_window_frees"] = SlidingWindowManager
