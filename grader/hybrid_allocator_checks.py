@@ -26,10 +26,10 @@ from functools import partial
 from typing import Any
 
 from grader.calls import Call, WorldSpec
-from grader.lockstep import Lockstep, run_check
-from grader.reference_code import grading_side
+from grader.lockstep import Lockstep
+from grader.paged_checks import report_scenarios
 from grader.report import GradeReport
-from grader.time_limit import DEFAULT_TIME_LIMIT, check_time_limit, limit_is_enforceable
+from grader.time_limit import DEFAULT_TIME_LIMIT
 
 # The chapter's shrunk toy (DeepSeek V4's five groups, block sizes and windows divided by 16;
 # `refimpl.course.hybrid_simulate.mini_v4_groups`, which a grading child cannot import).
@@ -371,31 +371,6 @@ def hit_checks(cls: Any) -> list[tuple[str, str, Any]]:
 
 
 # --- the graders
-def _report(
-    check_name: str,
-    student: Any,
-    checks: list[tuple[str, str, Any]],
-    verbose: bool,
-    allow_reference: bool,
-    time_limit: float | None,
-) -> GradeReport:
-    time_limit = check_time_limit(time_limit)
-    if verbose and time_limit is not None and not limit_is_enforceable():
-        print(
-            f"note: this Python cannot stop a scenario from this thread; the {time_limit:g} s "
-            "limit per scenario is not enforced"
-        )
-    side, guard = grading_side(student, check_name, allow_reference)
-    report = GradeReport(
-        f"{check_name}({student.__name__})",
-        [
-            run_check(name, description, scenario, guard, time_limit, side)
-            for name, description, scenario in checks
-        ],
-    )
-    if verbose:
-        print(report.table())
-    return report
 
 
 def check_window_frees(
@@ -413,7 +388,7 @@ def check_window_frees(
     fails unless `allow_reference`; a scenario still running after `time_limit` seconds (None:
     no limit) is stopped and fails.
     """
-    return _report(
+    return report_scenarios(
         "check_window_frees",
         student_class,
         window_checks(student_class),
@@ -437,7 +412,7 @@ def check_fixed_point_hit(
     `allow_reference`; a scenario still running after `time_limit` seconds (None: no limit) is
     stopped and fails.
     """
-    return _report(
+    return report_scenarios(
         "check_fixed_point_hit",
         student_class,
         hit_checks(student_class),

@@ -46,7 +46,7 @@ def toks(start: int, n: int) -> list[int]:
 Scenario = Callable[[Lockstep], None]
 
 
-def _report(
+def report_scenarios(
     check_name: str,
     student: Any,
     checks: list[tuple[str, str, Scenario]],
@@ -54,6 +54,8 @@ def _report(
     allow_reference: bool,
     time_limit: float | None,
 ) -> GradeReport:
+    """Run each lockstep scenario on the student's class (here, or behind the grading child's
+    StudentSide) and report one row per scenario; shared by every lockstep grader."""
     time_limit = check_time_limit(time_limit)
     if verbose and time_limit is not None and not limit_is_enforceable():
         print(
@@ -274,7 +276,7 @@ def check_block_manager(
     `grader.broken`). A scenario still running after `time_limit` seconds (None: no
     limit) is stopped and fails.
     """
-    return _report(
+    return report_scenarios(
         "check_block_manager",
         student_class,
         block_manager_checks(student_class),
@@ -547,7 +549,7 @@ def check_prefix_cache(
     `allow_reference`. A scenario still running after `time_limit` seconds (None: no limit) is
     stopped and fails.
     """
-    return _report(
+    return report_scenarios(
         "check_prefix_cache",
         student_class,
         prefix_cache_checks(student_class),
@@ -771,7 +773,7 @@ def check_scheduler(
     `allow_reference`. A scenario still running after `time_limit` seconds (None: no limit) is
     stopped and fails, so an endless loop (in self-preemption, say) cannot hang a notebook.
     """
-    return _report(
+    return report_scenarios(
         "check_scheduler",
         student_class,
         scheduler_checks(student_class),
