@@ -19,7 +19,14 @@ import time
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
-TINY_CONFIGS = ("tiny-llama", "tiny-gemma3", "tiny-qwen3-next", "tiny-granite-h")
+TINY_CONFIGS = (
+    "tiny-llama",
+    "tiny-gemma3",
+    "tiny-qwen3-next",
+    "tiny-granite-h",
+    "tiny-deepseek-v2",
+    "tiny-gpt-oss",
+)
 MEMORY = 64 << 20
 MAX_MODEL_LEN = 2048
 
