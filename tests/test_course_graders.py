@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import grader as course
 from grader import broken
 from grader.broken import BROKEN_VARIANTS, BrokenVariant
-from grader.hybrid_checks import reference_kv_cache_config
+from grader.hybrid_checks import reference_kv_cache_config, reference_packed_groups
 from grader.lockstep import Lockstep, first_difference, run_check
 from grader.paged_checks import random_manager_workload, scenario_prefix_cache_example
 from grader.paged_drivers import LockstepManagerDriver
@@ -34,7 +34,7 @@ REFERENCE = {
     "check_prefix_cache": BlockManager,
     "check_scheduler": Scheduler,
     "check_approximate_gcd": approximate_gcd,
-    "check_packed_groups": get_packed_kv_cache_groups,
+    "check_packed_groups": reference_packed_groups,
     "check_packed_layout": reference_kv_cache_config,
     "check_swa_indices": compute_swa_indices_and_lens,
 }

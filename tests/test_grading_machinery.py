@@ -251,6 +251,7 @@ def test_every_exercise_knows_its_rows_without_running_them():
         "03_scheduler": 11,
         "04_packed_layout": 26,
         "05_hybrid_allocator": 17,
+        "06_slot_addressing": 7,
     }
 
 
