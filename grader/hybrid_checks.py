@@ -91,7 +91,9 @@ def _run_cases(
     seconds."""
     progress = {"step": 0, "label": "(before the first call)"}
     try:
-        with scenario_time_limit(time_limit):
+        with scenario_time_limit(
+            time_limit, student_in_this_process=side.runs_in_this_process
+        ):
             return _compare_cases(
                 name, description, reference, side, cases, compare, progress, world
             )

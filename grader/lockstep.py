@@ -56,6 +56,9 @@ class StudentSide:
     """
 
     __name__ = "student"
+    # False where the student's code runs in another process: a scenario's time limit is then
+    # a deadline for the waits (see `grader.time_limit`), not an alarm in the grader
+    runs_in_this_process = True
 
     def start(self, spec: WorldSpec) -> None:
         """Build the student's world; StudentRaised / StudentFailure when that fails."""
@@ -378,7 +381,9 @@ def run_check(
     """
     lockstep = Lockstep(side, guard)
     try:
-        with scenario_time_limit(time_limit):
+        with scenario_time_limit(
+            time_limit, student_in_this_process=side is None or side.runs_in_this_process
+        ):
             scenario(lockstep)
     except Diverged as diverged:
         return CheckResult(name, description, False, lockstep.steps, diverged.divergence)

@@ -53,6 +53,7 @@ from grader.processes import (
 )
 from grader.reference_code import reference_sources
 from grader.sandbox import Limits, file_rules, landlock_abi
+from grader.time_limit import scenario_deadline, scenario_expired
 
 MAX_STARTS = 30  # children one notebook may use up (one per scenario at most, plus the first)
 
@@ -342,10 +343,17 @@ class GradingChild:
             raise StudentFailure(
                 "the process running your code", "an answer", "it is not running"
             )
+        scenario = scenario_deadline()
         try:
             wire.send_request(self.sock, request)
-            return wire.read_answer(self.sock, self.deadline)
+            return wire.read_answer(
+                self.sock, self.deadline if scenario is None else min(scenario, self.deadline)
+            )
         except TimeoutError:
+            if scenario is not None and scenario < self.deadline:
+                # the scenario's limit, not the notebook's: the child is mid-call
+                self.discard()
+                raise scenario_expired() from None
             self.expired = True
             self._end(0)
             raise StudentFailure(
@@ -364,7 +372,7 @@ class GradingChild:
             raise StudentFailure(
                 "the answer from your code", "a well-formed answer", clean_text(str(exc))
             ) from None
-        # the scenario's time limit (or Ctrl-C) stopped the wait: the child is mid-call
+        # Ctrl-C (or an in-process time limit) stopped the wait: the child is mid-call
         except BaseException:
             self.discard()
             raise
@@ -427,6 +435,8 @@ def _remove_tree(path: str | None) -> None:
 
 class RemoteStudent(StudentSide):
     """The student's world for one name the notebook defines, living in a `GradingChild`."""
+
+    runs_in_this_process = False
 
     def __init__(self, child: GradingChild, target: str) -> None:
         self.child = child

@@ -8,14 +8,20 @@ that into a failing row that names the scenario and the step that did not finish
 command-line grader (`python -m grader`) runs the same graders, so it applies the same
 limit per scenario, on top of its limit per notebook.
 
-How the scenario is stopped depends on where it runs:
+How the scenario is stopped depends on where the student's code runs:
 
-- the main thread on Linux or macOS (a Jupyter kernel, a script, the CLI's grading process):
-  a `SIGALRM` timer (`signal.setitimer`); an outer timer (pytest-timeout, say) is restored
+- in another process (the command-line grader's `RemoteStudent`): a deadline. This process
+  only waits for that process's answers, so the wait itself ends at the deadline and raises
+  `ScenarioTimeout` where it waits; nothing asynchronous is raised in the grader. (An alarm
+  here could land anywhere, say inside `ast.parse` while a traceback is formatted, and on
+  CPython 3.11 that can corrupt the parser's state: "AST constructor recursion depth
+  mismatch".)
+- in this process, on the main thread on Linux or macOS (a Jupyter kernel, a script): a
+  `SIGALRM` timer (`signal.setitimer`); an outer timer (pytest-timeout, say) is restored
   afterwards with the time it had left;
-- another thread, or Windows (no `SIGALRM`), on CPython: a watchdog thread raises the exception
-  in the grading thread (`PyThreadState_SetAsyncExc`); like the alarm it interrupts Python
-  code, not a single long call into C;
+- in this process, on another thread or on Windows (no `SIGALRM`), on CPython: a watchdog
+  thread raises the exception in the grading thread (`PyThreadState_SetAsyncExc`); like the
+  alarm it interrupts Python code, not a single long call into C;
 - anywhere else no limit can be enforced: the scenario runs without one and `enforced` says so
   (the graders print a one-line note).
 
@@ -32,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 # seconds per scenario; the reference needs well under 0.1 s for any of them
 DEFAULT_TIME_LIMIT = 10.0
@@ -46,7 +53,7 @@ class _Limit:
 
     def __init__(self, seconds: float | None, mechanism: str) -> None:
         self.seconds = seconds
-        self.mechanism = mechanism  # "alarm", "watchdog" or "none"
+        self.mechanism = mechanism  # "deadline", "alarm", "watchdog" or "none"
         self.fired = False
 
     @property
@@ -88,13 +95,32 @@ def limit_is_enforceable() -> bool:
     return _can_use_alarm() or _can_use_watchdog()
 
 
+# the running scenario's deadline (time.monotonic()) and its limit, for code that waits
+_DEADLINE: ContextVar[tuple[float, _Limit] | None] = ContextVar(
+    "scenario_deadline", default=None
+)
+
+
 @contextmanager
-def scenario_time_limit(seconds: float | None) -> Iterator[_Limit]:
+def scenario_time_limit(
+    seconds: float | None, *, student_in_this_process: bool = True
+) -> Iterator[_Limit]:
     """Raise `ScenarioTimeout` in the body if it runs longer than `seconds` (None: no
-    limit)."""
+    limit).
+
+    When the student's code runs in another process (`student_in_this_process=False`), the
+    limit is a deadline that the waits for its answers honour (`scenario_deadline`).
+    """
     seconds = check_time_limit(seconds)
     if seconds is None:
         yield _Limit(None, "none")
+    elif not student_in_this_process:
+        limit = _Limit(seconds, "deadline")
+        token = _DEADLINE.set((time.monotonic() + seconds, limit))
+        try:
+            yield limit
+        finally:
+            _DEADLINE.reset(token)
     elif _can_use_alarm():
         with _alarm(seconds) as limit:
             yield limit
@@ -103,6 +129,22 @@ def scenario_time_limit(seconds: float | None) -> Iterator[_Limit]:
             yield limit
     else:
         yield _Limit(seconds, "none")
+
+
+def scenario_deadline() -> float | None:
+    """When the running scenario must end (`time.monotonic()`), or None when no deadline is
+    set."""
+    current = _DEADLINE.get()
+    return None if current is None else current[0]
+
+
+def scenario_expired() -> ScenarioTimeout:
+    """The exception a wait raises once `scenario_deadline()` has passed."""
+    current = _DEADLINE.get()
+    if current is None:
+        raise RuntimeError("no scenario deadline is set")
+    current[1].fired = True
+    return ScenarioTimeout(f"did not finish within {current[1].seconds:g} s")
 
 
 @contextmanager

@@ -649,6 +649,33 @@ def test_time_limit_restores_an_outer_alarm_and_rejects_bad_values():
     ).passed
 
 
+def test_a_limit_for_code_in_another_process_is_a_deadline_and_sets_no_alarm():
+    import signal
+    import time
+
+    from grader.time_limit import (
+        ScenarioTimeout,
+        scenario_deadline,
+        scenario_expired,
+        scenario_time_limit,
+    )
+
+    assert scenario_deadline() is None
+    before = time.monotonic()
+    with scenario_time_limit(0.5, student_in_this_process=False) as limit:
+        assert limit.enforced and limit.mechanism == "deadline"
+        assert before + 0.5 <= scenario_deadline() <= time.monotonic() + 0.5
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        with scenario_time_limit(None, student_in_this_process=False):
+            assert scenario_deadline() is not None  # no limit inside keeps the outer one
+        expired = scenario_expired()
+    assert isinstance(expired, ScenarioTimeout) and limit.fired
+    assert "did not finish within 0.5 s" in str(expired)
+    assert scenario_deadline() is None
+    with pytest.raises(RuntimeError, match="no scenario deadline"):
+        scenario_expired()
+
+
 def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
     """Regression: clearing a pending timeout with PyThreadState_SetAsyncExc(id, NULL) left
     CPython's eval breaker set, and the next grader in that thread spun forever on one
