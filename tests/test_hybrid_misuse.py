@@ -325,6 +325,7 @@ def test_hits_are_only_for_the_first_allocation():
     [
         ("r", [1, -1, 2], ValueError, r"prompt_token_ids\[1\] must be from 0"),
         ("r", [1, 1.5], TypeError, r"prompt_token_ids\[1\] must be an integer token id"),
+        ("r", [1, False], TypeError, r"prompt_token_ids\[1\] must be an integer token id"),
         ("r", [1, 2**63], ValueError, r"prompt_token_ids\[1\] must be from 0"),
         ("r", [], ValueError, "empty prompt"),
         ("r", "abc", TypeError, r"prompt_token_ids\[0\] must be an integer"),

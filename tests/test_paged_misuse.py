@@ -369,6 +369,7 @@ def test_check_invariants_notices_a_second_postprocess():
         ([2**63], ValueError, r"token_ids\[0\]"),
         (["a"], TypeError, r"token_ids\[0\]"),
         ([None], TypeError, r"token_ids\[0\]"),
+        ([3, True], TypeError, r"token_ids\[1\] must be an integer token id, got True"),
         (5, TypeError, "token_ids must be an iterable"),
     ],
 )

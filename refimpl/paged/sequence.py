@@ -80,7 +80,8 @@ def checked_token_ids(
 
     `struct.pack` converts the whole list in C and refuses floats, strings and ids past int64;
     a negative id sets the top bit of its last byte, so those bytes are all ASCII exactly when
-    no id is negative. Only a refused list is walked in Python, to name the first bad id.
+    no id is negative. It takes True as 1, so the types are also collected (in C, by `map`).
+    Only a refused list is walked in Python, to name the first bad id.
     """
     try:
         token_ids = list(token_ids)
@@ -92,7 +93,7 @@ def checked_token_ids(
         packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
     except struct.error:
         packed = None  # refused: find the first bad id below
-    if packed is None or not packed[7::8].isascii():
+    if packed is None or not packed[7::8].isascii() or bool in set(map(type, token_ids)):
         for i, token_id in enumerate(token_ids):
             check_token_id(token_id, f"{name}[{i}]")
     return token_ids, packed
