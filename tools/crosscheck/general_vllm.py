@@ -1,17 +1,20 @@
-"""vLLM 0.32's own planner on the general crosscheck's cases (only inside `.venv-vllm`).
+"""vLLM's own planner on the general crosscheck's cases (only inside `.venv-vllm`): 0.32, or
+0.33 when its source comes first on PYTHONPATH (`make crosscheck-033`, `vllm033.py`).
 
 Every spec is one of vLLM's classes (`FullAttentionSpec`, `SlidingWindowSpec`,
 `ChunkedLocalAttentionSpec`, `MLAAttentionSpec`, `MambaSpec`) built from the case's numbers;
 a Mamba hybrid's block size and state padding come from vLLM's platform step
 (`Platform._align_hybrid_block_size`, fed a stand-in model class that reports the case's
 state shapes and a stand-in backend that reports the case's smallest kernel block). The plan
-is vLLM's `get_kv_cache_configs` (grouping, the memory check, the tensors) and the figures
-vLLM's `get_kv_cache_capacity`, on a config object carrying the case's settings; the tokens
-in flight come from `VllmConfig`'s own properties. Nothing here reads refimpl.
+is vLLM's `get_kv_cache_configs` (grouping, the memory check, the tensors; in 0.33 the
+grouping is `kv_cache_planning.get_global_kv_cache_groups`, passed in) and the figures vLLM's
+`get_kv_cache_capacity`, on a config object carrying the case's settings; the tokens in flight
+come from `VllmConfig`'s own properties. Nothing here reads refimpl.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from types import SimpleNamespace
 from unittest import mock
@@ -31,6 +34,11 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
+
+try:  # vLLM 0.33: the planning functions live in their own module
+    from vllm.v1.core import kv_cache_planning
+except ImportError:  # vLLM 0.32: they are in kv_cache_utils
+    kv_cache_planning = None
 
 DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -72,6 +80,7 @@ def vllm_config(case: dict, block_size: int | None = None) -> SimpleNamespace:
             max_model_len=case["max_model_len"],
             original_max_model_len=case["max_model_len"],
             hf_config=SimpleNamespace(model_type="random"),
+            supports_kv_cache_grouping=False,  # 0.33's builder asks; no model-declared groups
         ),
         use_v2_model_runner=False,
         num_prefill_lookahead_tokens=0,
@@ -116,14 +125,29 @@ def aligned_block_size(case: dict) -> tuple[int, int | None]:
     cfg.model_config.architecture = "Stand-in"
     cfg.model_config.get_num_kv_heads = lambda parallel_config: first["heads"]
     cfg.model_config.get_head_size = lambda: first["head_size"]
-    with (
+    patches = [
         mock.patch(
             "vllm.model_executor.models.ModelRegistry.resolve_model_cls",
             return_value=(Model, "Stand-in"),
         ),
         mock.patch.object(Platform, "_find_non_ssm_backends", return_value=[Backend]),
         mock.patch("vllm.config.vllm.set_current_vllm_config"),
-    ):
+    ]
+    from vllm.model_executor.layers.mamba import abstract
+
+    if hasattr(abstract, "get_mamba_prefill_checkpoint_alignment"):  # 0.33 (align mode)
+        # what the model's Mamba layers declare: None (the default; Mamba1/2, short conv,
+        # GDN off FlashInfer), 64 (GDN on FlashInfer), 16 (KDA on FlashKDA)
+        patches.append(
+            mock.patch.object(
+                abstract,
+                "get_mamba_prefill_checkpoint_alignment",
+                return_value=case["mamba"].get("checkpoint_alignment"),
+            )
+        )
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
         Platform._align_hybrid_block_size(cfg, Backend)
     return cfg.cache_config.block_size, cfg.cache_config.mamba_page_size_padded
 
@@ -178,12 +202,18 @@ def spec_kind(spec) -> str:
     return type(spec).__name__
 
 
-def plan_vllm(case: dict) -> dict:
-    """vLLM's answer for one case."""
-    cfg = vllm_config(case)
+def plan_vllm(case: dict, cfg=None, specs: dict | None = None) -> dict:
+    """vLLM's answer for one case (or for given specs, planned under a given config)."""
+    cfg = cfg or vllm_config(case)
     try:
-        specs = vllm_specs(case)
-        (config,) = kv_cache_utils.get_kv_cache_configs(cfg, [specs], [case["memory"]])
+        specs = specs or vllm_specs(case)
+        if kv_cache_planning is None:
+            (config,) = kv_cache_utils.get_kv_cache_configs(cfg, [specs], [case["memory"]])
+        else:
+            groups = kv_cache_planning.get_global_kv_cache_groups(cfg, [specs])
+            (config,) = kv_cache_planning.get_kv_cache_configs(
+                cfg, [specs], [case["memory"]], groups
+            )
     except ValueError as e:
         if "KV cache is needed" in str(e) or "No available memory" in str(e):
             found = re.search(r"estimated maximum model length is (\d+)", str(e))
@@ -207,7 +237,9 @@ def plan_vllm(case: dict) -> dict:
             ]
             for g in config.kv_cache_groups
         ],
-        "bytes_per_block": kv_cache_utils._pool_bytes_per_block(cfg, config.kv_cache_groups),
+        "bytes_per_block": (kv_cache_planning or kv_cache_utils)._pool_bytes_per_block(
+            cfg, config.kv_cache_groups
+        ),
         "num_blocks": config.num_blocks,
         "tensors": [
             [list(t.layers), t.offset, t.layer_stride, t.block_stride, t.size]

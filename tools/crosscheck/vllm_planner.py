@@ -157,8 +157,8 @@ def plan_vllm(case: dict) -> dict:
     if case["mtp"] and "is_draft" in getattr(
         type(next(iter(specs.values()))), "__dataclass_fields__", {}
     ):
-        # vLLM 0.33 flags eagle groups later, in get_kv_cache_configs, from the draft layers'
-        # `is_draft` specs (the MTP layer registers last): the same rule applied here
+        # vLLM 0.33 flags eagle groups after grouping, in get_global_kv_cache_groups: every
+        # group holding a layer whose spec says `is_draft` (the MTP layer, registered last)
         draft = {next(reversed(specs))}
         for group in groups:
             group.is_eagle_group = not draft.isdisjoint(group.layer_names)
