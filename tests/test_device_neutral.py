@@ -81,87 +81,35 @@ def test_the_device_sensitive_files_are_found():
         "test_engine_triton.py",
         "test_engine_kv_budget.py",
         "test_kernels_benchmark.py",
+        "test_device_probe.py",
     } <= names
     assert not names & NOT_RERUN
 
 
-ASSUMING = """
-import torch
-import refimpl.kernels as kernels
-from refimpl.engine import LLM
-from refimpl.kernels import backend
-
-
-def test_cpu_tensors_into_a_kernel():
-    rows = torch.ones(1, 1, 8)
-    kernels.store_kvcache(rows, rows, torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8), torch.tensor([0]))
-
-
-def test_forgets_one_tensor(kernel_device):
-    rows = torch.ones(1, 1, 8, device=kernel_device)
-    cache = torch.zeros(1, 4, 1, 8)  # no device
-    kernels.store_kvcache(rows, rows, cache, cache.clone(), torch.tensor([0], device=kernel_device))
-
-
-def test_engine_on_the_default_device(tiny_dir):
-    LLM(tiny_dir, kvcache_block_size=4, num_kvcache_blocks=4)
-
-
-def test_best_backend_for_no_device():
-    assert backend.best_attention_backend() == "torch"
-
-
-def test_states_every_device(kernel_device, tiny_dir):
-    rows = torch.ones(1, 1, 8, device=kernel_device)
-    cache = torch.zeros(1, 4, 1, 8, device=kernel_device)
-    kernels.store_kvcache(rows, rows, cache, cache.clone(), torch.tensor([0], device=kernel_device))
-    assert backend.best_attention_backend("cpu") == "torch"
-    LLM(tiny_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=4)
-"""
-
-
-@pytest.mark.slow  # runs pytest in fresh processes
-def test_the_fake_gpu_run_catches_tests_that_assume_the_cpu(tmp_path):
-    """Four tests that pass on a CPU-only machine and assume it; only the one that states its
-    devices passes."""
-    probe = tmp_path / "test_assuming.py"
-    probe.write_text(ASSUMING)
-    plain = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "-p",
-            "tests.conftest",
-            str(probe),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert "5 passed" in plain.stdout, plain.stdout[-3000:]
-    faked = run_as_if_on_a_gpu_machine("-p", "tests.conftest", "-rf", str(probe))
-    out = faked.stdout
-    assert "4 failed, 1 passed" in out, out[-3000:]
-    for name in (
-        "test_cpu_tensors_into_a_kernel",
-        "test_forgets_one_tensor",
-        "test_engine_on_the_default_device",
-        "test_best_backend_for_no_device",
-    ):
-        assert re.search(rf"FAILED \S*{probe.name}::{name}\b", out), (name, out[-3000:])
-    assert "does not take the `kernel_device` fixture" in out
+#: The tests of test_device_probe.py that assume the machine has no GPU.
+ASSUMING_THE_CPU = (
+    "test_cpu_tensors_into_a_kernel",
+    "test_forgets_one_tensor",
+    "test_engine_on_the_default_device",
+    "test_best_backend_for_no_device",
+)
 
 
 @pytest.mark.slow  # reruns every device-sensitive test file in a fresh process
-def test_kernel_and_engine_tests_pass_as_if_on_a_gpu_machine():
+def test_kernel_and_engine_tests_pass_as_if_on_a_gpu_machine_and_the_probe_fails():
+    """Every device-sensitive test passes as if on a GPU machine, except the four tests of
+    `test_device_probe.py` that assume the CPU (they pass in the ordinary run): so the rerun
+    does catch a test that assumes the CPU."""
     files = [str(path.relative_to(ROOT)) for path in device_sensitive_test_files()]
-    done = run_as_if_on_a_gpu_machine(*files)
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "tests/test_device_probe.py" in files
+    done = run_as_if_on_a_gpu_machine("-rf", *files)
+    out = done.stdout
+    failed = re.findall(r"^FAILED (\S+?)(?: - |$)", out, flags=re.MULTILINE)
+    report = out[-6000:] + done.stderr[-2000:]
+    assert sorted(failed) == sorted(
+        f"tests/test_device_probe.py::{name}" for name in ASSUMING_THE_CPU
+    ), report
+    assert re.search(rf"^{len(ASSUMING_THE_CPU)} failed, \d+ passed", out, re.MULTILINE), (
+        report
+    )
+    assert "does not take the `kernel_device` fixture" in out, report
