@@ -40,6 +40,20 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+MAX_DEFAULT_JOBS = 4
+
+
+def positive_jobs(text: str) -> int:
+    """argparse type for `--jobs`: a whole number from 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def writable_csv_path(text: str) -> Path:
     """argparse type for `--csv`: a file path whose folder exists (the file itself is
     replaced)."""
@@ -105,6 +119,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quiet", action="store_true", help="print only the score lines, not the tables"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_jobs,
+        default=None,
+        help="notebooks graded at once (default: one per CPU, at most "
+        f"{MAX_DEFAULT_JOBS}); more than one only where Landlock keeps the graded code out "
+        "of the notebooks' folders",
     )
     parser.add_argument(
         "--no-sandbox",
@@ -212,6 +234,68 @@ def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
     return contents
 
 
+def _jobs(asked: int | None, settings, notebooks: int) -> int:
+    """How many notebooks to grade at once.
+
+    Several only under Landlock: there the kernel keeps the graded code out of the notebooks'
+    folders and the grade file's, so a change to them cannot come from a notebook graded at
+    the same time as another (without it, a change must be pinned on the one notebook that
+    ran).
+    """
+    from grader.sandbox import landlock_abi
+
+    if notebooks < 2 or not settings.sandbox or landlock_abi() == 0:
+        if asked is not None and asked > 1:
+            print(
+                "note: grading one notebook at a time (--jobs needs Landlock and the sandbox)",
+                file=sys.stderr,
+            )
+        return 1
+    if asked is not None:
+        return min(asked, notebooks)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, MAX_DEFAULT_JOBS, notebooks))
+
+
+def _grade_one(path: Path, content: bytes | None, timeout: float, settings):
+    """The grade of one notebook (in a worker process when several are graded at once)."""
+    from grader.exercises import EXERCISES
+    from grader.grading import grade_missing, grade_notebook
+
+    if content is not None:
+        return grade_notebook(path, timeout=timeout, content=content, settings=settings)
+    # not handed in: its checks still count in the total
+    if path.stem in EXERCISES and not os.path.lexists(path):
+        return grade_missing(path, EXERCISES[path.stem])
+    # says why it cannot be read
+    return grade_notebook(path, timeout=timeout, settings=settings)
+
+
+def _graded(paths: list[Path], contents: dict, timeout: float, settings, jobs: int):
+    """(path, grade) for every notebook, in the order given, graded `jobs` at a time.
+
+    Each worker is a process of its own (forked once everything every notebook needs is
+    imported), so it is the subreaper of its own grading children and finds their strays.
+    """
+    if jobs == 1:
+        for path in paths:
+            yield path, _grade_one(path, contents.get(path), timeout, settings)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from grader.grading import warm_up
+
+    warm_up()
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [
+            pool.submit(_grade_one, path, contents.get(path), timeout, settings)
+            for path in paths
+        ]
+        for path, future in zip(paths, futures):
+            yield path, future.result()
+
+
 def _csv_row(grade) -> list[str]:
     failed = ";".join(f"{g}:{c}" for g, c, ok in grade.rows if not ok)
     return [
@@ -244,13 +328,7 @@ def _sandbox_note(settings) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from grader.exercises import EXERCISES
-    from grader.grading import (
-        GradingSettings,
-        NotebookGrade,
-        grade_missing,
-        grade_notebook,
-    )
+    from grader.grading import GradingSettings, NotebookGrade
 
     if os.name != "posix":
         args.parser_error(
@@ -276,20 +354,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     sheet = GradeSheet(args.csv) if args.csv is not None else None
 
+    jobs = _jobs(args.jobs, settings, len(paths))
     grades: list[NotebookGrade] = []
-    for path in paths:
-        before = {p: _signature(p) for p in watched}
-        if contents.get(path) is not None:
-            grade = grade_notebook(
-                path, timeout=args.timeout, content=contents[path], settings=settings
-            )
-        # not handed in: its checks still count in the total
-        elif path.stem in EXERCISES and not os.path.lexists(path):
-            grade = grade_missing(path, EXERCISES[path.stem])
-        else:
-            # says why it cannot be read
-            grade = grade_notebook(path, timeout=args.timeout, settings=settings)
+    before = {p: _signature(p) for p in watched}
+    for path, grade in _graded(paths, contents, args.timeout, settings, jobs):
         changed = [str(p) for p in watched if _signature(p) != before[p]]
+        before = {p: _signature(p) for p in watched}
         if sheet is not None and sheet.tampered():
             changed.append(str(args.csv))
             sheet.rewrite()

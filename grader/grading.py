@@ -163,6 +163,16 @@ def read_submission(path: Path) -> bytes:
         return handle.read(MAX_NOTEBOOK_BYTES + 1)
 
 
+def warm_up() -> None:
+    """Import and compute, once, what grading any notebook needs (nbformat, the reference
+    code and the files the child may not read), so that workers forked afterwards share it."""
+    import nbformat  # noqa: F401
+
+    from grader.reference_code import reference_sources
+
+    reference_sources()
+
+
 def read_notebook(path: Path, content: bytes | None = None):
     """The notebook at `path` (or in `content`, read earlier); ValueError saying what is wrong
     with it. No message quotes the file: a link to another file must not leak its text."""

@@ -16,6 +16,7 @@ or partial copies of the reference, so they count too.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import types
@@ -84,6 +85,11 @@ def reference_sources() -> list[str]:
     (and their compiled caches): the grading child may not read them, so it cannot load that
     code from its files (`exec(open(...).read())`, a fresh Python) past its answer-free
     refimpl."""
+    return list(_reference_sources())
+
+
+@functools.cache  # the same for every child of a batch; finding it parses every answer module
+def _reference_sources() -> tuple[str, ...]:
     from grader import broken
     from grader.exercises import EXERCISES
 
@@ -99,7 +105,7 @@ def reference_sources() -> list[str]:
         source = Path(module.__file__)
         files.append(str(source))
         files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
-    return sorted(files)
+    return tuple(sorted(files))
 
 
 def _function_of(member: Any) -> types.FunctionType | None:

@@ -139,7 +139,12 @@ def _encode(value: Any, depth: int, budget: list[int]) -> Any:
         return {"x": [names, _short(_safe_str(value))]}
     for kind, tag in ((list, "l"), (tuple, "t"), (frozenset, "f"), (set, "s")):
         if isinstance(value, kind):
-            return {tag: [_encode(item, depth + 1, budget) for item in list(value)]}
+            items = list(value)
+            # the common case, rows of plain ints (block tables, free lists), in one pass
+            if len(items) <= budget[0] and all(type(item) is int for item in items):
+                budget[0] -= len(items)
+                return {tag: items}
+            return {tag: [_encode(item, depth + 1, budget) for item in items]}
     if isinstance(value, dict):
         return {
             "d": [
@@ -195,6 +200,10 @@ def decode(data: Any) -> Any:
         raise ProtocolError("an answer nested too deeply") from None
 
 
+# what JSON gives for a scalar; `encode` writes every other value as a one-key dict
+_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
 def _decode(data: Any, depth: int) -> Any:
     if depth > MAX_DEPTH + 2:
         raise ProtocolError("an answer nested too deeply")
@@ -204,7 +213,11 @@ def _decode(data: Any, depth: int) -> Any:
         raise ProtocolError(f"a value that is not in the grader's encoding: {str(data)[:60]}")
     ((tag, body),) = data.items()
     if tag in "ltsf" and isinstance(body, list):
-        items = [_decode(item, depth + 1) for item in body]
+        # the common case, rows of numbers (block tables, free lists): nothing to decode
+        if all(type(item) in _SCALARS for item in body):
+            items = body
+        else:
+            items = [_decode(item, depth + 1) for item in body]
         if tag in "sf":
             _require_hashable(items)
         return {"l": list, "t": tuple, "s": set, "f": frozenset}[tag](items)

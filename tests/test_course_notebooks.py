@@ -258,6 +258,27 @@ def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_
     assert rows[1][5] == "not implemented (BlockManager.__init__ raises NotImplementedError)"
 
 
+def test_grading_two_at_a_time_gives_the_same_sheet_as_one_at_a_time(tmp_path, capsys):
+    """--jobs 2 (worker processes, under Landlock) and --jobs 1 print the same lines and write
+    the same CSV rows, in the order given: every solution, and a student copy that scores 0."""
+    from grader.sandbox import landlock_abi
+
+    notebooks = [str(p) for p in SOLUTIONS] + [str(STUDENTS[0])]
+    sheets, outputs = [], []
+    for jobs in ("1", "2"):
+        csv_path = tmp_path / f"grades-{jobs}.csv"
+        argv = ["grade", "--quiet", "--jobs", jobs, "--csv", str(csv_path), *notebooks]
+        assert refimpl_main(argv) == 1  # the student copy fails
+        captured = capsys.readouterr()
+        outputs.append(captured.out)
+        sheets.append(list(csv.reader(csv_path.open())))
+        if jobs == "2" and landlock_abi() == 0:
+            assert "note: grading one notebook at a time" in captured.err
+    assert outputs[0] == outputs[1] and sheets[0] == sheets[1]
+    assert [row[0] for row in sheets[0][1:]] == notebooks
+    assert all(row[2] == row[3] for row in sheets[0][1:-1]) and sheets[0][-1][2] == "0"
+
+
 def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
     # same number as exercise 03_scheduler
     chapter = ROOT / "notebooks" / "03_block_manager.ipynb"
@@ -315,6 +336,8 @@ def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
         ),
         (["--csv", "{tmp}/link.csv"], "argument --csv: {tmp}/link.csv is a symbolic link"),
         (["{tmp}/empty"], "folder {tmp}/empty holds no .ipynb notebooks"),
+        (["--jobs", "0"], "argument --jobs: must be at least 1, got 0"),
+        (["--jobs", "two"], "argument --jobs: expected a whole number, got 'two'"),
     ],
 )
 def test_grade_cli_bad_arguments_fail_in_one_line_before_grading(
