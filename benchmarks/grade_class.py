@@ -1,4 +1,4 @@
-"""How long the command-line grader takes for a class: `python -m grader` on N student notebooks.
+"""How long `python -m grader` takes to grade a class of N student notebooks.
 
     python benchmarks/grade_class.py                # 25 students, the six exercises in turn
     python benchmarks/grade_class.py --students 6   # quicker
