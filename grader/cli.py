@@ -284,7 +284,8 @@ def _graded(paths: list[Path], contents: dict, timeout: float, settings, jobs: i
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from grader.grading import warm_up
+    from grader.exercises import EXERCISES
+    from grader.grading import failed_grade, warm_up
 
     warm_up()
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
@@ -293,7 +294,11 @@ def _graded(paths: list[Path], contents: dict, timeout: float, settings, jobs: i
             for path in paths
         ]
         for path, future in zip(paths, futures):
-            yield path, future.result()
+            try:
+                yield path, future.result()
+            except Exception as exc:  # a worker killed (out of memory, say) costs one row
+                why = f"the grader's worker process failed on it ({type(exc).__name__})"
+                yield path, failed_grade(path, EXERCISES.get(path.stem), why)
 
 
 def _csv_row(grade) -> list[str]:

@@ -4,6 +4,7 @@ graded."""
 from __future__ import annotations
 
 import csv
+import os
 import re
 import shutil
 from pathlib import Path
@@ -277,6 +278,33 @@ def test_grading_two_at_a_time_gives_the_same_sheet_as_one_at_a_time(tmp_path, c
     assert outputs[0] == outputs[1] and sheets[0] == sheets[1]
     assert [row[0] for row in sheets[0][1:]] == notebooks
     assert all(row[2] == row[3] for row in sheets[0][1:-1]) and sheets[0][-1][2] == "0"
+
+
+def test_a_worker_that_dies_costs_rows_not_the_run(tmp_path, capsys, monkeypatch):
+    from grader import cli
+    from grader.sandbox import landlock_abi
+
+    if landlock_abi() == 0:
+        pytest.skip("workers run only under Landlock")
+    grade_one = cli._grade_one
+
+    def dies_on_the_second(path, content, timeout, settings):
+        if path.parent.name == "b":
+            os._exit(9)  # as the kernel's out-of-memory killer would end it
+        return grade_one(path, content, timeout, settings)
+
+    # the workers are forked, so they find this function under the original's name
+    dies_on_the_second.__qualname__ = "_grade_one"
+    monkeypatch.setattr(cli, "_grade_one", dies_on_the_second)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(SOLUTIONS[0], tmp_path / name / SOLUTIONS[0].name)
+    notebooks = [str(tmp_path / name / SOLUTIONS[0].name) for name in ("a", "b")]
+    assert refimpl_main(["grade", "--quiet", "--jobs", "2", *notebooks]) == 1
+    out = capsys.readouterr().out
+    assert f"== {notebooks[1]} (01_block_manager)" in out
+    assert "0/10 checks passed (0.0%): the grader's worker process failed on it" in out
+    assert out.count("score: ") == 2
 
 
 def test_grade_cli_does_not_take_a_chapter_for_an_exercise(capsys):
