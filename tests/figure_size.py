@@ -11,7 +11,6 @@ in the course's figure rules.
 
 from __future__ import annotations
 
-import io
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -66,15 +65,16 @@ def shown_figure(fig) -> tuple[bytes, dict[str, int]]:
 
 
 def measure(fig) -> ShownFigure:
-    """Render `fig` as a notebook shows it and record every text matplotlib drew, in shown
-    points."""
-    from PIL import Image
+    """Render `fig` as a notebook shows it (`hidpi_image`: what `hidpi_png` stores, before its
+    palette and compression, which change no size) and record every text matplotlib drew, in
+    shown points."""
+    from refimpl.viz.hidpi import SCALE, hidpi_image
 
     drawn: list[tuple[float, str]] = []
     with _recording_text(drawn):
-        png, shown = shown_figure(fig)
+        image, shown = hidpi_image(fig)
     width, height = shown["width"], shown["height"]  # displayed size, not the PNG's pixels
-    assert Image.open(io.BytesIO(png)).size[0] // 2 == width
+    assert image.size[0] // SCALE == width
     scale = fig.dpi / REFERENCE_DPI * min(1.0, COLUMN_PX / width)
     return ShownFigure(
         width, height, tuple(sorted({(round(size * scale, 2), text) for size, text in drawn}))

@@ -22,6 +22,20 @@ def hidpi_png(fig) -> tuple[bytes, dict[str, int]]:
     """(PNG bytes, {"width", "height"} in displayed pixels) for a matplotlib Figure, rendered
     as the notebook's inline backend renders it (trimmed to what is drawn) at `SCALE` times
     the figure's dpi."""
+    from PIL import Image
+
+    image, shown = hidpi_image(fig)
+    palette = image.quantize(
+        colors=COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+    )
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
+    return out.getvalue(), shown
+
+
+def hidpi_image(fig):
+    """(the rendered PIL image, {"width", "height"} in displayed pixels): what `hidpi_png`
+    stores, before its palette and compression."""
     from IPython.core.pylabtools import print_figure
     from matplotlib_inline.config import InlineBackend
     from PIL import Image
@@ -29,12 +43,7 @@ def hidpi_png(fig) -> tuple[bytes, dict[str, int]]:
     kwargs = {**InlineBackend().print_figure_kwargs, "dpi": fig.dpi * SCALE}
     image = Image.open(io.BytesIO(print_figure(fig, "png", **kwargs))).convert("RGB")
     width, height = image.size
-    palette = image.quantize(
-        colors=COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
-    )
-    out = io.BytesIO()
-    palette.save(out, format="PNG", optimize=True)
-    return out.getvalue(), {"width": width // SCALE, "height": height // SCALE}
+    return image, {"width": width // SCALE, "height": height // SCALE}
 
 
 def register(shell) -> None:
