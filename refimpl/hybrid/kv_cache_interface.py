@@ -216,15 +216,7 @@ class AttentionSpec(KVCacheSpec):
     @property
     def page_size_bytes(self) -> int:
         """Bytes reserved per block: the padded size when one is set, else the real size."""
-        real = self.real_page_size_bytes
-        if self.page_size_padded is None:
-            return real
-        if self.page_size_padded < real:
-            raise ValueError(
-                f"page_size_padded {self.page_size_padded} is smaller than the real page "
-                f"{real}"
-            )
-        return self.page_size_padded
+        return _padded(self.real_page_size_bytes, self.page_size_padded, "the real page")
 
     def attention_fields(self) -> tuple:
         """The fields vLLM's `merge` requires equal across a group (its AttentionSpec
@@ -353,6 +345,15 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     def max_memory_usage_bytes(self, *, max_model_len: int, max_in_flight_tokens: int) -> int:
         blocks = self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
         return blocks * self.page_size_bytes
+
+
+def _padded(real: int, padded: int | None, what: str) -> int:
+    """A page's bytes: `padded` when set (never less than the `real` bytes), else `real`."""
+    if padded is None:
+        return real
+    if padded < real:
+        raise ValueError(f"page_size_padded {padded} is smaller than {what} {real}")
+    return padded
 
 
 def _check_padded(spec: AttentionSpec | MambaSpec) -> None:
@@ -521,14 +522,7 @@ class MambaSpec(KVCacheSpec):
 
     @property
     def page_size_bytes(self) -> int:
-        real = self.real_page_size_bytes
-        if self.page_size_padded is None:
-            return real
-        if self.page_size_padded < real:
-            raise ValueError(
-                f"page_size_padded {self.page_size_padded} is smaller than the state {real}"
-            )
-        return self.page_size_padded
+        return _padded(self.real_page_size_bytes, self.page_size_padded, "the state")
 
     @property
     def num_heads(self) -> int:
