@@ -21,6 +21,9 @@ from pathlib import Path
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
 TINY_CONFIGS = (
     "tiny-llama",
+    "tiny-qwen3",
+    "tiny-mistral",
+    "tiny-gemma2",
     "tiny-gemma3",
     "tiny-qwen3-next",
     "tiny-granite-h",

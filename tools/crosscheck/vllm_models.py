@@ -51,9 +51,14 @@ CASES = [
     ("deepseek-v2-lite", ("auto",), MLA_BACKENDS),
     ("deepseek-v3", ("auto",), MLA_BACKENDS),
     ("tiny-llama", ("auto",), DENSE_BACKENDS),
+    ("tiny-qwen3", ("auto",), DENSE_BACKENDS),
+    ("tiny-mistral", ("auto",), DENSE_BACKENDS),
+    ("tiny-gemma2", ("auto",), DENSE_BACKENDS),
     ("tiny-gemma3", ("auto",), DENSE_BACKENDS),
     ("tiny-qwen3-next", ("auto",), DENSE_BACKENDS),
     ("tiny-granite-h", ("auto",), DENSE_BACKENDS),
+    ("tiny-gpt-oss", ("auto",), DENSE_BACKENDS),
+    ("tiny-deepseek-v2", ("auto",), MLA_BACKENDS),
 ]
 TP_SIZES = (1, 2, 4, 8, 16)
 MAX_MODEL_LEN = 4096
