@@ -30,7 +30,25 @@ CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 PENDING: dict[str, set[str]] = {
     "reveal": set(),
     "questions": set(),
-    "build": set(),
+    # the reader writes a stub first; ours is collapsed (see check_build)
+    "build": {
+        "01_why_paging",
+        "02_blocks_and_sequences",
+        "03_block_manager",
+        "04_prefix_cache",
+        "05_scheduler",
+        "05b_scheduler_corner_cases",
+        "06_engine",
+        "07_kernels",
+        "08a_v4_layer",
+        "08b_v4_specs",
+        "09_v4_grouping",
+        "10_v4_memory_slab",
+        "11_v4_addressing",
+        "12_hybrid_allocator",
+        "13_v4_engine",
+        "14_size_your_own_model",
+    },
     "main_line": set(),
     "history": set(),
     "nbval_markers": set(),
@@ -250,19 +268,48 @@ def check_questions(cells: list[dict]) -> None:
         assert MODEL_SUMMARY in block, f"Q{number} (why) needs a {MODEL_SUMMARY!r} box"
 
 
+YOUR_TURN = "# Your turn:"
+STUB_BODY = re.compile(r"^\s+(\.\.\.|raise NotImplementedError\b)", re.M)
+
+
+def defined_names(code: str) -> set[str]:
+    """Top-level functions, classes and assignments of a cell."""
+    names = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
 def check_build(cells: list[dict]) -> None:
-    """A `## Build it` section: a `# Build:` cell, then a `# Compare:` cell; the package's
-    version of what is built is not listed (show_source) before the Build cell."""
+    """A `## Build it` section where the reader writes first: a `# Your turn:` cell (a stub
+    with `...` or `raise NotImplementedError` bodies), then our version in a `# Build:` cell
+    whose source is collapsed (the reader opens it on purpose), then a `# Compare:` cell that
+    checks ours against the package and names the stub, so the reader can check theirs. The
+    package's version of what is built is not listed (show_source) before the Build cell."""
     built = section(cells, "Build it")
     assert built, "no '## Build it' section"
     code = [c for c in built if c["cell_type"] == "code"]
     build = [i for i, c in enumerate(code) if source(c).startswith("# Build:")]
     assert build, "the Build it section has no code cell starting with '# Build:'"
+    turn = [c for c in code[: build[0]] if source(c).startswith(YOUR_TURN)]
+    assert turn, f"no {YOUR_TURN!r} cell before the Build cell: the reader never writes"
+    stub = source(turn[-1])
+    assert STUB_BODY.search(stub), "the Your turn cell must be a stub (`...` bodies)"
+    hidden = code[build[0]].get("metadata", {}).get("jupyter", {}).get("source_hidden")
+    assert hidden is True, "the Build cell's source must be collapsed (source_hidden)"
     following = code[build[0] + 1 :]
     assert following and source(following[0]).startswith("# Compare:"), (
         "the code cell after '# Build:' must start with '# Compare:'"
     )
-    compared = names_used(source(following[0]))
+    compare = source(following[0])
+    stub_names = defined_names(stub)
+    assert any(re.search(rf"\b{re.escape(n)}\b", compare) for n in stub_names), (
+        "the Compare cell must say how to check the reader's version (name the stub)"
+    )
+    compared = names_used(compare)
     position = next(i for i, c in enumerate(cells) if c is code[build[0]])
     early = set()
     for cell in cells[:position]:
@@ -472,10 +519,10 @@ def md(text: str) -> dict:
     return {"cell_type": "markdown", "metadata": {}, "source": text}
 
 
-def code(text: str, outputs: list | None = None) -> dict:
+def code(text: str, outputs: list | None = None, hidden: bool = False) -> dict:
     return {
         "cell_type": "code",
-        "metadata": {},
+        "metadata": {"jupyter": {"source_hidden": True}} if hidden else {},
         "source": text,
         "outputs": outputs or [],
         "execution_count": 1,
@@ -510,9 +557,10 @@ def good_chapter() -> list[dict]:
     return [
         md("# 03 · Blocks\n\nYou will learn:\n\n- one\n- two"),
         md("## Build it"),
-        code("# Build:\ndef my_allocate(n):\n    return list(range(n))"),
+        code("# Your turn:\ndef your_allocate(n):\n    ..."),
+        code("# Build:\ndef my_allocate(n):\n    return list(range(n))", hidden=True),
         code(
-            "# Compare:\nassert my_allocate(2) == manager.allocate(2)",
+            "# Compare:\nassert my_allocate(2) == manager.allocate(2)  # or your_allocate",
             [png_output((40, 20), (20, 10))],
         ),
         code("show_source(BlockManager.allocate)", [listing]),
@@ -549,65 +597,69 @@ def spoil(cells: list[dict], index: int, text: str) -> list[dict]:
 def bad_chapters(good: list[dict]) -> dict[str, list[list[dict]]]:
     """For each rule, chapters that break it in one place each."""
     soft, unsized = copy.deepcopy(good), copy.deepcopy(good)
-    soft[3]["outputs"] = [png_output((20, 10), (20, 10))]
-    unsized[3]["outputs"] = [png_output((40, 20), None)]
+    soft[4]["outputs"] = [png_output((20, 10), (20, 10))]
+    unsized[4]["outputs"] = [png_output((40, 20), None)]
     long_listing = copy.deepcopy(good)
-    long_listing[4]["outputs"][0]["data"]["text/plain"] += "\n  3  " + "x" * 98
+    long_listing[5]["outputs"][0]["data"]["text/plain"] += "\n  3  " + "x" * 98
     return {
         "reveal": [
             spoil(
                 good,
-                8,
+                9,
                 '# Reveal Q1\nwith reveal():\n    print("It waits: no block is free now")',
             ),
             spoil(
                 good,
-                8,
+                9,
                 '# Reveal Q1\nwith reveal():\n    print(f"{n} waits: no block is {x} free now")',
             ),
-            spoil(good, 9, "It waits."),  # the explanation not in a box
+            spoil(good, 10, "It waits."),  # the explanation not in a box
             spoil(
                 good,
-                9,
+                10,
                 "<details open><summary>Why (open after you predicted)</summary>x</details>",
             ),
         ],
         "questions": [
-            spoil(good, 7, "**Q1.** With 3 blocks free, what does a 4-block request get?"),
-            spoil(good, 10, "**Q2 (recall).** What did the cell print?"),
-            spoil(good, 13, "**Q3 (apply).** Free in reverse order?"),
-            spoil(good, 14, f"{WHY_SUMMARY}\nSo the last block is reused first.\n</details>"),
+            spoil(good, 8, "**Q1.** With 3 blocks free, what does a 4-block request get?"),
+            spoil(good, 11, "**Q2 (recall).** What did the cell print?"),
+            spoil(good, 14, "**Q3 (apply).** Free in reverse order?"),
+            spoil(good, 15, f"{WHY_SUMMARY}\nSo the last block is reused first.\n</details>"),
         ],
         "build": [
             spoil(good, 1, "## Build"),
-            spoil(good, 3, "assert my_allocate(2) == manager.allocate(2)"),
-            [good[0], good[4], *good[1:4], *good[5:]],  # the package's allocate listed first
+            spoil(good, 4, "# Compare:\nassert my_allocate(2) == manager.allocate(2)"),
+            spoil(good, 4, "assert my_allocate(2) == manager.allocate(2)  # or your_allocate"),
+            spoil(good, 2, "# Your turn:\ndef your_allocate(n):\n    return list(range(n))"),
+            spoil(good, 2, "# A stub:\ndef your_allocate(n):\n    ..."),
+            [*good[:3], code(good[3]["source"]), *good[4:]],  # ours not collapsed
+            [good[0], good[5], *good[1:5], *good[6:]],  # the package's allocate listed first
         ],
         "main_line": [
-            spoil(good, 15, "## Summary\n\n- a\n- b\n- c\n- d\n" + "word " * 2500),
-            [*good[:17], good[18], good[17]],  # the appendix before Next
+            spoil(good, 16, "## Summary\n\n- a\n- b\n- c\n- d\n" + "word " * 2500),
+            [*good[:18], good[19], good[18]],  # the appendix before Next
             [*good, md("## Appendix: more")],
         ],
         "history": [
-            spoil(good, 9, f"{WHY_SUMMARY}\nAs the issue asked.\n</details>"),
-            spoil(good, 15, "## Summary\n\n- Before this kernel, it was slow.\n- b\n- c\n- d"),
-            spoil(good, 15, "## Summary\n\n- The crosscheck against vLLM found it.\n- b"),
+            spoil(good, 10, f"{WHY_SUMMARY}\nAs the issue asked.\n</details>"),
+            spoil(good, 16, "## Summary\n\n- Before this kernel, it was slow.\n- b\n- c\n- d"),
+            spoil(good, 16, "## Summary\n\n- The crosscheck against vLLM found it.\n- b"),
         ],
         "nbval_markers": [
-            spoil(good, 5, "# NBVAL_IGNORE_OUTPUT\nw"),
-            spoil(good, 5, "# skip\n# NBVAL_SKIP\nw"),
+            spoil(good, 6, "# NBVAL_IGNORE_OUTPUT\nw"),
+            spoil(good, 6, "# skip\n# NBVAL_SKIP\nw"),
         ],
-        "columns": [spoil(good, 2, "# Build:\nx = 1  # " + "." * 87), long_listing],
+        "columns": [spoil(good, 3, "# Build:\nx = 1  # " + "." * 87), long_listing],
         "hidpi_figures": [soft, unsized],
         "exercises": [
             spoil(
                 good,
-                16,
+                17,
                 "## Exercises\n\n1. Free twice.\n<details><summary>Hint</summary>h</details>",
             ),
             spoil(
                 good,
-                16,
+                17,
                 "## Exercises\n\n1. a\n<details><summary>Hint</summary>h</details>\n"
                 "<details><summary>Solution</summary>s</details>\n2. b\n",
             ),
