@@ -1,16 +1,15 @@
 """From token position to cache slot, for every kind of DeepSeek V4 cache.
 
 Every group has its own block table; every table holds ids from the one pool. A *slot* is
-`block_id * S + offset`, where S is the number of rows one block holds in that cache:
+`block_id * S + offset`, where S is the number of rows one block holds in that cache
+(p is the token's position):
 
-| cache                              | group table        | rows per block S | which positions
-write   |
-|------------------------------------|--------------------|------------------|-------------------------|
-| sliding-window KV (SWA)            | SWA group (bs 64)  | 64               | every position |
-| compressor state, ratio 4 / 128    | state group (4, 8) | 4 / 8            | every position |
-| compressed KV ratio 4 (+ indexer)  | MLA group (bs 256) | 256 // 4 = 64    | (pos + 1) % 4 ==
-0      | | compressed KV ratio 128            | MLA group (bs 256) | 256 // 128 = 2   | (pos +
-1) % 128 == 0    |
+| cache                             | group table        | S (rows/block) | written at       |
+|-----------------------------------|--------------------|----------------|------------------|
+| sliding-window KV (SWA)           | SWA group (bs 64)  | 64             | every p          |
+| compressor state, ratio 4 / 128   | state group (4, 8) | 4 / 8          | every p          |
+| compressed KV, ratio 4 (+indexer) | MLA group (bs 256) | 256 // 4 = 64  | (p+1) % 4 == 0   |
+| compressed KV, ratio 128          | MLA group (bs 256) | 256 // 128 = 2 | (p+1) % 128 == 0 |
 
 The slot numbers of different layers are independent: the same slot in two layers is two places
 in memory, found through each layer's own strided view (`stride(0)` = the slab's block stride).

@@ -24,7 +24,7 @@ import torch
 
 from refimpl.kernels import reference_v4
 from refimpl.kernels.common import check_triton_device, next_power_of_2
-from refimpl.kernels.reference_v4 import compressed_slot_mapping  # noqa: F401  (torch only; re-exported)
+from refimpl.kernels.reference_v4 import compressed_slot_mapping  # noqa: F401 (re-export)
 from refimpl.kernels.triton_setup import HAS_TRITON, tl, triton
 from refimpl.kernels.v4_checks import check_swa_index_ranges, check_topk_index_ranges
 
