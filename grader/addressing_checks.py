@@ -24,7 +24,7 @@ from typing import Any
 from grader.addressing_world import swa_world
 from grader.hybrid_checks import Case, CheckCases, _grade
 from grader.lockstep import render
-from grader.report import GradeReport
+from grader.report import GradeReport, seeded_checks
 from grader.time_limit import DEFAULT_TIME_LIMIT
 from refimpl.kernels.reference_v4 import (
     compute_swa_indices_and_lens as reference_swa_indices,
@@ -155,14 +155,12 @@ def swa_indices_checks() -> CheckCases:
             ],
         ),
     ]
-    for seed in range(2):
-        checks.append(
-            (
-                f"random_batches_{seed}",
-                f"seeded random batches (seed {seed})",
-                random_swa_cases(seed, 25),
-            )
-        )
+    checks += seeded_checks(
+        "random_batches",
+        "seeded random batches",
+        lambda seed: random_swa_cases(seed, 25),
+        range(2),
+    )
     return checks
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from grader.calls import Call, WorldSpec
 from grader.lockstep import Lockstep
 from grader.paged_checks import report_scenarios
-from grader.report import GradeReport
+from grader.report import GradeReport, seeded_checks
 from grader.time_limit import DEFAULT_TIME_LIMIT
 
 # The chapter's shrunk toy (DeepSeek V4's five groups, block sizes and windows divided by 16;
@@ -222,14 +222,12 @@ def window_checks(cls: Any) -> list[tuple[str, str, Any]]:
             partial(scenario_window_past_the_table, cls),
         ),
     ]
-    for seed in range(3):
-        checks.append(
-            (
-                f"random_workload_{seed}",
-                f"seeded random groups and requests, chunks, decodes, frees (seed {seed})",
-                partial(random_window_workload, seed, cls),
-            )
-        )
+    checks += seeded_checks(
+        "random_workload",
+        "seeded random groups and requests, chunks, decodes, frees",
+        lambda seed: partial(random_window_workload, seed, cls),
+        range(3),
+    )
     return checks
 
 
@@ -359,14 +357,12 @@ def hit_checks(cls: Any) -> list[tuple[str, str, Any]]:
             partial(random_hit_workload, 6, cls),
         )
     )
-    for seed in range(4):
-        checks.append(
-            (
-                f"random_workload_{seed}",
-                f"seeded random groups, shared prefixes and evictions (seed {seed})",
-                partial(random_hit_workload, seed, cls),
-            )
-        )
+    checks += seeded_checks(
+        "random_workload",
+        "seeded random groups, shared prefixes and evictions",
+        lambda seed: partial(random_hit_workload, seed, cls),
+        range(4),
+    )
     return checks
 
 

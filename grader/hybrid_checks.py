@@ -42,7 +42,7 @@ from grader.lockstep import (
 )
 from grader.paged_worlds import plain_function_world
 from grader.reference_code import grading_side
-from grader.report import CheckResult, Divergence, GradeReport
+from grader.report import CheckResult, Divergence, GradeReport, seeded_checks
 from grader.time_limit import (
     DEFAULT_TIME_LIMIT,
     ScenarioTimeout,
@@ -309,14 +309,12 @@ def approximate_gcd_checks() -> CheckCases:
             ),
         ),
     ]
-    for seed in range(2):
-        checks.append(
-            (
-                f"random_values_{seed}",
-                f"seeded random values and lower bounds (seed {seed})",
-                _gcd_cases(_random_gcd_pairs(seed, 40)),
-            )
-        )
+    checks += seeded_checks(
+        "random_values",
+        "seeded random values and lower bounds",
+        lambda seed: _gcd_cases(_random_gcd_pairs(seed, 40)),
+        range(2),
+    )
     return checks
 
 
@@ -519,17 +517,14 @@ def packed_groups_checks() -> CheckCases:
             [_groups_case("one page size", one_page_size_specs())],
         ),
     ]
-    for seed in range(2):
-        checks.append(
-            (
-                f"random_specs_{seed}",
-                f"seeded random layer patterns (seed {seed})",
-                [
-                    _groups_case(f"random {seed}.{i}", random_specs(100 * seed + i))
-                    for i in range(8)
-                ],
-            )
-        )
+    checks += seeded_checks(
+        "random_specs",
+        "seeded random layer patterns",
+        lambda seed: [
+            _groups_case(f"random {seed}.{i}", random_specs(100 * seed + i)) for i in range(8)
+        ],
+        range(2),
+    )
     return checks
 
 
@@ -691,18 +686,15 @@ def packed_layout_checks() -> CheckCases:
             [_config_case("no groups", [], GIB)],
         ),
     ]
-    for seed in range(2):
-        cases = [
+    checks += seeded_checks(
+        "random_groups",
+        "seeded random groups with mixed page sizes",
+        lambda seed: [
             _config_case(f"random groups {seed}.{i}", random_groups(100 * seed + i), 1 << 24)
             for i in range(6)
-        ]
-        checks.append(
-            (
-                f"random_groups_{seed}",
-                f"seeded random groups with mixed page sizes (seed {seed})",
-                cases,
-            )
-        )
+        ],
+        range(2),
+    )
     return checks
 
 

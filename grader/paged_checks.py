@@ -29,7 +29,7 @@ from typing import Any
 from grader.lockstep import Lockstep, run_check
 from grader.paged_drivers import LockstepManagerDriver, LockstepSchedulerDriver
 from grader.reference_code import grading_side
-from grader.report import GradeReport
+from grader.report import GradeReport, seeded_checks
 from grader.time_limit import (
     DEFAULT_TIME_LIMIT,
     check_time_limit,
@@ -247,14 +247,12 @@ def block_manager_checks(
             partial(scenario_block_size_1, cls, prefix_cache),
         ),
     ]
-    for seed in range(4):  # block sizes 4, 3, 2, 1
-        checks.append(
-            (
-                f"random_workload_{seed}",
-                f"seeded random requests, decodes and frees (seed {seed})",
-                partial(random_manager_workload, cls, prefix_cache, seed),
-            )
-        )
+    checks += seeded_checks(  # block sizes 4, 3, 2, 1
+        "random_workload",
+        "seeded random requests, decodes and frees",
+        lambda seed: partial(random_manager_workload, cls, prefix_cache, seed),
+        range(4),
+    )
     return checks
 
 
@@ -522,14 +520,12 @@ def prefix_cache_checks(cls: type) -> list[tuple[str, str, Scenario]]:
             partial(scenario_preempted_rehits_own_blocks, cls),
         ),
     ]
-    for seed in range(4):  # block sizes 4, 3, 2, 1
-        checks.append(
-            (
-                f"random_shared_prefixes_{seed}",
-                f"seeded random requests sharing prefixes (seed {seed})",
-                partial(random_manager_workload, cls, True, seed),
-            )
-        )
+    checks += seeded_checks(  # block sizes 4, 3, 2, 1
+        "random_shared_prefixes",
+        "seeded random requests sharing prefixes",
+        lambda seed: partial(random_manager_workload, cls, True, seed),
+        range(4),
+    )
     return checks
 
 
@@ -745,14 +741,12 @@ def scheduler_checks(cls: type) -> list[tuple[str, str, Scenario]]:
             partial(scenario_prefix_hit_shortens_prefill, cls),
         ),
     ]
-    for seed in range(3):
-        checks.append(
-            (
-                f"random_workload_{seed}",
-                f"seeded random arrivals on a tight pool (seed {seed})",
-                partial(random_scheduler_workload, cls, seed),
-            )
-        )
+    checks += seeded_checks(
+        "random_workload",
+        "seeded random arrivals on a tight pool",
+        lambda seed: partial(random_scheduler_workload, cls, seed),
+        range(3),
+    )
     return checks
 
 

@@ -4,7 +4,9 @@ score."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -104,3 +106,12 @@ class GradeReport:
 
     def __str__(self) -> str:
         return self.table()
+
+
+def seeded_checks(
+    name: str, description: str, make: Callable[[int], Any], seeds: Iterable[int]
+) -> list[tuple[str, str, Any]]:
+    """One row per seed of a randomised check: `name_<seed>`, the description with the seed,
+    and what `make(seed)` returns (a check to run or its cases). Seeded, so a failure can be
+    replayed exactly."""
+    return [(f"{name}_{seed}", f"{description} (seed {seed})", make(seed)) for seed in seeds]
