@@ -263,3 +263,148 @@ def test_the_two_checks_above_pass_a_good_chapter_and_fail_a_bad_one(tmp_path):
             )
     with pytest.raises(AssertionError, match="longer than 100"):
         test_code_lines_fit_a_laptop_screen(notebook("x = 1  # " + "." * 92, []))
+
+
+# --- Part II's running example, and planners named for what they are
+# Chapters 08a-13 teach on one running example, Pro's first five layers
+# (refimpl.course.hybrid_toy): its specs at Pro's sizes (`toy_v4_specs`) or the same layers as
+# a tiny model (`make_tiny_toy`). Pro itself may appear as the real-size case, but each chapter's
+# lesson calls one of these before its Self-check, so a reader meets the same layers, groups
+# and numbers from chapter to chapter.
+PART_II = [
+    path
+    for path in CHAPTERS
+    if path.stem.split("_")[0] in {"08a", "08b", "09", "10", "11", "12", "13"}
+]
+RUNNING_EXAMPLE_MODULE = "refimpl.course.hybrid_toy"
+RUNNING_EXAMPLE = {"toy_v4_specs", "make_tiny_toy"}
+# "planner B" and its kin are aliases: the reader must see what the planner is close by.
+PLANNER_LETTER = re.compile(r"\b[Pp]lanners? (?:[ABC]|V0)\b")
+PLANNER_NAMES = ("the article's planner", "vLLM's planner", "vLLM's older planner")
+PLANNER_NEARBY = 300  # characters either side, in the same cell's source or output
+
+
+def before_self_check(path_cells: list[dict]) -> list[dict]:
+    for index, cell in enumerate(path_cells):
+        if cell["cell_type"] == "markdown" and re.search(
+            r"^## Self-check", text(cell), flags=re.M
+        ):
+            return path_cells[:index]
+    return path_cells
+
+
+def check_running_example(path_cells: list[dict]) -> None:
+    """A code cell before the Self-check calls the running example's constructor, imported
+    from refimpl.course.hybrid_toy (not a look-alike defined in the notebook)."""
+    import ast
+
+    imported, called = set(), set()
+    for cell in path_cells:
+        if cell["cell_type"] != "code":
+            continue
+        tree = ast.parse(
+            "\n".join(
+                line
+                for line in text(cell).splitlines()
+                if not line.lstrip().startswith(("%", "!"))
+            )
+        )
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == RUNNING_EXAMPLE_MODULE:
+                imported |= {alias.asname or alias.name for alias in node.names}
+    for cell in before_self_check(path_cells):
+        if cell["cell_type"] != "code":
+            continue
+        for node in ast.walk(ast.parse(text(cell))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in RUNNING_EXAMPLE & imported:
+                called.add(func.id)
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr in RUNNING_EXAMPLE
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "hybrid_toy"
+            ):
+                called.add(func.attr)
+    assert called, (
+        "no code cell before the Self-check calls the running example "
+        f"({' or '.join(sorted(RUNNING_EXAMPLE))} from {RUNNING_EXAMPLE_MODULE})"
+    )
+
+
+def check_planner_names(path_cells: list[dict]) -> None:
+    """Every 'planner B' (A, C, V0) a reader sees has the planner's name within
+    PLANNER_NEARBY characters of the same cell's source or output."""
+    for index, cell in enumerate(path_cells):
+        for visible in (text(cell), output_text(cell)):
+            for match in PLANNER_LETTER.finditer(visible):
+                near = visible[
+                    max(0, match.start() - PLANNER_NEARBY) : match.end() + PLANNER_NEARBY
+                ]
+                assert any(name in near for name in PLANNER_NAMES), (
+                    f"cell {index}: {match.group(0)!r} with no {' / '.join(PLANNER_NAMES)!r} "
+                    "nearby: name the planner for what it is, the letter is only its alias"
+                )
+
+
+@pytest.mark.parametrize("path", PART_II, ids=ids(PART_II))
+def test_part_two_teaches_on_the_running_example(path):
+    check_running_example(cells(path))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
+def test_planners_are_named_for_what_they_are(path):
+    check_planner_names(cells(path))
+
+
+def test_the_part_two_checks_pass_a_good_chapter_and_fail_a_bad_one():
+    from refimpl.course import hybrid_toy
+
+    assert len(PART_II) == 7
+    assert all(callable(getattr(hybrid_toy, name)) for name in RUNNING_EXAMPLE)
+
+    def md(source: str) -> dict:
+        return {"cell_type": "markdown", "source": source, "metadata": {}}
+
+    def code(source: str, printed: str = "") -> dict:
+        outputs = [{"output_type": "stream", "name": "stdout", "text": printed}]
+        return {"cell_type": "code", "source": source, "metadata": {}, "outputs": outputs}
+
+    imports = code("from refimpl.course.hybrid_toy import toy_v4_specs\nimport refimpl")
+    good = [
+        imports,
+        md("## 1. Groups\n\nvLLM's planner (planner C here) groups the running example:"),
+        code("groups = get_kv_cache_groups(toy_v4_specs())"),
+        md("## Self-check"),
+    ]
+    check_running_example(good)
+    check_planner_names(good)
+    check_running_example(
+        [
+            code("from refimpl.course import hybrid_toy"),
+            code("specs = hybrid_toy.make_tiny_toy(path)"),
+            md("## Self-check"),
+        ]
+    )
+    bad_example = [
+        [imports, code("specs = kv_cache_specs('pro')"), md("## Self-check")],  # Pro only
+        [imports, md("## Self-check"), code("# Reveal Q1\ntoy_v4_specs()")],  # only after
+        [code("def toy_v4_specs():\n    return {}"), code("toy_v4_specs()")],  # a look-alike
+        [code("from refimpl.course.hybrid_toy import TOY_LAYERS"), code("TOY_LAYERS")],
+    ]
+    for number, bad in enumerate(bad_example):
+        with pytest.raises(AssertionError, match="running example"):
+            check_running_example(bad)
+            pytest.fail(f"bad running-example chapter {number} passed")
+    bad_names = [
+        [md("Planner B groups the caches by block size.")],
+        [md("The planners B and C agree on Pro.")],
+        [code("print(1)", "planner C: 5 groups, stride 1,435,968 B\n")],
+        [md("The article's planner" + " and more words" * 30 + ", planner B, differs.")],
+    ]
+    for number, bad in enumerate(bad_names):
+        with pytest.raises(AssertionError, match="name the planner"):
+            check_planner_names(bad)
+            pytest.fail(f"bad planner-name chapter {number} passed")
