@@ -531,3 +531,44 @@ def test_python_m_grader_takes_the_same_arguments_as_refimpl_grade(capsys):
     assert err.startswith("python -m grader: error: argument --timeout: must be a number")
     assert grader_main(["--help"]) == 0
     assert "--allow-root" in capsys.readouterr().out
+
+
+def test_intake_refuses_links_anywhere_hard_links_and_a_file_given_twice(
+    tmp_path, monkeypatch
+):
+    """A notebook under a linked folder, a hard link to a classmate's notebook, the same file
+    named twice: each is refused with a one-line reason that quotes nothing of the file."""
+    from grader.grading import read_submission
+
+    secret = b'{"cells": [], "SECRET-LINE": 1}'
+    real = tmp_path / "alice"
+    real.mkdir()
+    (real / "01_block_manager.ipynb").write_bytes(secret)
+    (tmp_path / "bob").symlink_to(real)  # bob's folder is alice's
+    (tmp_path / "carol").mkdir()
+    os.link(real / "01_block_manager.ipynb", tmp_path / "carol" / "01_block_manager.ipynb")
+    (tmp_path / "dave").mkdir()
+    honest = tmp_path / "dave" / "01_block_manager.ipynb"
+    honest.write_bytes(b"{}")
+    cases = {
+        tmp_path / "bob" / "01_block_manager.ipynb": "its path goes through a symbolic link "
+        f"({tmp_path / 'bob'})",
+        tmp_path / "carol" / "01_block_manager.ipynb": "it has 2 names (hard links)",
+        real / "01_block_manager.ipynb": "it has 2 names (hard links)",
+        tmp_path / "dave": "it is not a regular file",
+        tmp_path / "nobody" / "x.ipynb": "cannot read it (No such file or directory)",
+    }
+    for path, words in cases.items():
+        with pytest.raises(ValueError) as raised:
+            read_submission(path)
+        assert words in str(raised.value) and "SECRET" not in str(raised.value), path
+        assert "\n" not in str(raised.value)
+    seen: dict = {}
+    assert read_submission(honest, seen) == b"{}"
+    monkeypatch.chdir(tmp_path / "dave")  # a relative path names the same file
+    with pytest.raises(ValueError, match=f"it is the same file as {honest}$"):
+        read_submission(Path("01_block_manager.ipynb"), seen)
+    # a relative path starts where the working folder really is, however it was reached
+    monkeypatch.chdir(tmp_path / "bob")
+    (tmp_path / "carol" / "01_block_manager.ipynb").unlink()
+    assert read_submission(Path("01_block_manager.ipynb")) == secret
