@@ -126,6 +126,7 @@ class GradingChild:
         # why the child was stopped for what it wrote (it scores 0, and is not started again)
         self.overflow: str | None = None
         self._cgroup: PidsCgroup | None = None
+        self._stderr: Any = None  # the latest child's stderr file, held open here
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
         self._stack = ExitStack()
@@ -233,17 +234,19 @@ class GradingChild:
         limits = self.settings.limits
         processes_before = processes_of_this_user()
         self._cgroup = PidsCgroup(limits.processes)
-        with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
-                cwd=self.workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
+        # its stderr: a file with no name (outside its folder), read back through this
+        # descriptor only, so the child cannot point it at a file it may not read
+        self._stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
         theirs.close()
         self.sock = ours
         # before it reads its first request, so before any student code: all it starts is in
@@ -276,6 +279,9 @@ class GradingChild:
         """End the child and its process group (after `wait` seconds for it to exit by itself);
         how it ended."""
         if self.process is None:
+            if self._stderr is not None:  # the start failed before there was a child
+                self._stderr.close()
+                self._stderr = None
             return "not running"
         try:
             returncode = self.process.wait(timeout=wait) if wait > 0 else self.process.poll()
@@ -293,9 +299,10 @@ class GradingChild:
             self._watcher.join()
         if self.sock is not None:
             self.sock.close()
-        self.last_error = (
-            _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
-        )
+        if self._stderr is not None:
+            self.last_error = _last_line(self._stderr.fileno())
+            self._stderr.close()
+            self._stderr = None
         self.stray += end_new_descendants(self._before)
         if self._cgroup is not None:
             self._cgroup.close()
@@ -406,14 +413,15 @@ def _folder_use(path: str, max_files: int) -> tuple[int, int]:
     return used, files
 
 
-def _last_line(path: str, tail: int = 4096) -> str:
-    """The last non-empty line of a file (its last `tail` bytes), cleaned for a grade sheet."""
+def _last_line(fd: int, tail: int = 4096) -> str:
+    """The last non-empty line of the file open as `fd` (its last `tail` bytes), cleaned for a
+    grade sheet. It reads at an offset of its own: the child shares the file's position."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - tail))
-            lines = handle.read().decode(errors="replace").strip().splitlines()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, tail, max(0, size - tail))
     except OSError:
         return ""
+    lines = data.decode(errors="replace").strip().splitlines()
     return clean_text(lines[-1], 200) if lines else ""
 
 

@@ -803,3 +803,30 @@ def test_grading_as_root_is_refused_unless_asked_for(monkeypatch, capsys):
     monkeypatch.setattr("grader.cli.os.geteuid", lambda: 1000)
     refimpl_main(["grade", "--quiet", student])
     assert len(graded) == 2
+
+
+STDERR_SWAP = """
+import os
+os.write(2, b"the last line its code wrote\\n")
+for name in ("stderr.txt", "../stderr.txt"):
+    try:
+        os.remove(name)
+    except OSError:
+        pass
+    try:
+        os.symlink({secret!r}, name)
+    except OSError:
+        pass
+os._exit(3)
+"""
+
+
+def test_the_grader_shows_only_what_the_child_wrote_to_its_stderr(tmp_path):
+    """A cell that swaps its stderr file for a link to a file it may not read, then exits: the
+    reason shows the last line it wrote itself, never a line of that file."""
+    secret = _write(tmp_path / "instructor" / "secret.txt", b"SECRET-LAST-LINE\n")
+    why = _grade_cell(
+        tmp_path / "student", STDERR_SWAP.replace("{secret!r}", repr(str(secret)))
+    )
+    assert "SECRET" not in why, why
+    assert "(exit code 3: the last line its code wrote)" in why, why
