@@ -432,13 +432,26 @@ def _remove_tree(path: str | None) -> None:
 
     def retry(function: Any, target: str, _exc: Any) -> None:
         try:
-            os.chmod(os.path.dirname(target), stat.S_IRWXU)
-            os.chmod(target, stat.S_IRWXU)
+            # the folder that holds it, and a folder to be listed or removed, but never a link:
+            # chmod follows one, and would open up the file it points to
+            _open_folder(os.path.dirname(target))
+            _open_folder(target)
             function(target)
         except OSError:
             pass
 
     shutil.rmtree(path, onerror=retry)
+
+
+def _open_folder(path: str) -> None:
+    """Give the owner every right on `path` if it is a folder; leave anything else (a link
+    above all) as it is."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        return
+    if os.chmod in os.supports_follow_symlinks:  # macOS: what was checked is what changes
+        os.chmod(path, stat.S_IRWXU, follow_symlinks=False)
+    else:
+        os.chmod(path, stat.S_IRWXU)
 
 
 class RemoteStudent(StudentSide):

@@ -572,3 +572,32 @@ def test_intake_refuses_links_anywhere_hard_links_and_a_file_given_twice(
     monkeypatch.chdir(tmp_path / "bob")
     (tmp_path / "carol" / "01_block_manager.ipynb").unlink()
     assert read_submission(Path("01_block_manager.ipynb")) == secret
+
+
+def test_cleanup_never_changes_the_mode_of_a_file_a_link_points_to(tmp_path, monkeypatch):
+    """The child's folder holds a read-only folder with a link to a file outside: removing it
+    as a user who may not unlink there (emulated: root may) opens the folder, never the
+    file."""
+    from grader import remote
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("instructor's")
+    victim.chmod(0o644)
+    workdir = tmp_path / "workdir"
+    (workdir / "d").mkdir(parents=True)
+    (workdir / "d" / "l").symlink_to(victim)
+    (workdir / "d" / "plain.txt").write_text("x")
+    (workdir / "d").chmod(0o500)
+    real_unlink = os.unlink
+
+    def unlink(path, *, dir_fd=None):
+        # what the kernel does for a user other than root: no unlinking in a read-only folder
+        folder = os.fstat(dir_fd) if dir_fd is not None else os.lstat(os.path.dirname(path))
+        if not folder.st_mode & 0o200:
+            raise PermissionError(13, "Permission denied", path)
+        real_unlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    remote._remove_tree(str(workdir))
+    assert not workdir.exists()
+    assert (victim.stat().st_mode & 0o7777, victim.read_text()) == (0o644, "instructor's")
