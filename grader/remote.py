@@ -44,9 +44,11 @@ from grader.lockstep import (
     reference_complaint,
 )
 from grader.processes import (
+    HiddenFiles,
     PidsCgroup,
     descendants,
     end_new_descendants,
+    held_after_deletion,
     not_dumpable,
     processes_of_this_user,
     subreaper,
@@ -311,25 +313,50 @@ class GradingChild:
         return ending
 
     def _watch_writes(self, workdir: str, process: subprocess.Popen) -> None:
-        """Stop the child (its whole group) once its folder holds more than the limits allow.
+        """Stop the child (its whole group) once what it wrote holds more than the limits
+        allow.
 
-        RLIMIT_FSIZE caps one file; this caps them all (Landlock keeps writes in the folder).
+        RLIMIT_FSIZE caps one file; this caps them all: the files in its folder (Landlock keeps
+        writes there) and the files its processes keep open or mapped after deleting them. The
+        processes come from its pids cgroup, or else from a walk of `/proc` every half second.
         """
         limits = self.settings.limits
+        pids, tick = [process.pid], 0
         while not self._watching.wait(0.05):
+            slow = tick % 10 == 0  # a mapping is looked for, and /proc walked, every 10th
+            tick += 1
+            in_cgroup = self._cgroup.pids() if self._cgroup is not None else None
+            if in_cgroup is not None:
+                pids = in_cgroup
+            elif slow:
+                pids = [process.pid] + [
+                    key[0] for key in descendants() if key not in self._before
+                ]
             used, files = _folder_use(workdir, limits.write_files)
-            if used > limits.write_bytes or files > limits.write_files:
-                what = (
-                    f"more than {limits.write_bytes / 2**20:g} MiB"
-                    if used > limits.write_bytes
-                    else f"more than {limits.write_files} files"
-                )
-                self.overflow = f"wrote {what} in its folder (stopped)"
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            try:
+                hidden = held_after_deletion(pids, with_mappings=slow)
+            except HiddenFiles:
+                self._stop(process, "hid its open files from the grader (stopped)")
                 return
+            if used + hidden > limits.write_bytes or files > limits.write_files:
+                what = (
+                    f"more than {limits.write_files} files in its folder"
+                    if files > limits.write_files
+                    else f"more than {limits.write_bytes / 2**20:g} MiB in its folder"
+                    if used > limits.write_bytes
+                    else f"more than {limits.write_bytes / 2**20:g} MiB, counting the "
+                    "files it deleted but kept open"
+                )
+                self._stop(process, f"wrote {what} (stopped)")
+                return
+
+    def _stop(self, process: subprocess.Popen, why: str) -> None:
+        """Kill the child's group for what it wrote; the notebook scores 0 for `why`."""
+        self.overflow = why
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Say goodbye to a live child, give it a second to exit, then end everything it

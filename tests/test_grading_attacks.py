@@ -830,3 +830,52 @@ def test_the_grader_shows_only_what_the_child_wrote_to_its_stderr(tmp_path):
     )
     assert "SECRET" not in why, why
     assert "(exit code 3: the last line its code wrote)" in why, why
+
+
+HELD_AFTER_DELETION = """
+import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+if {fork} and os.fork() != 0:
+    os.wait()
+    raise RuntimeError("its forked process ended")
+held = []
+for i in range(16):
+    name = f"hidden{{i}}.bin"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"x" * 8 * 2**20)
+    os.unlink(name)
+    if {mapped}:  # mapped, without a descriptor (Python's mmap would keep one)
+        held.append(libc.mmap(None, 8 * 2**20, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0))
+        os.close(fd)
+    else:
+        held.append(fd)
+time.sleep(3)
+if {fork}:
+    os._exit(0)
+raise RuntimeError(f"held {{len(held)}} deleted files of 8 MiB")
+"""
+
+
+@pytest.mark.parametrize(
+    "how", ["open", "mapped", "open in a forked process, without a cgroup"]
+)
+def test_bytes_in_deleted_files_kept_open_count_too(tmp_path, monkeypatch, how):
+    """16 files of 8 MiB, each deleted but kept open (or mapped): 128 MiB held, none of it in
+    the folder. The cap counts them, found through the pids cgroup or a walk of /proc."""
+    from grader import processes, remote
+    from grader.sandbox import Limits
+
+    if "without a cgroup" in how:
+
+        class NoCgroup(processes.PidsCgroup):
+            def __init__(self, limit: int) -> None:
+                self.path = None
+
+        monkeypatch.setattr(remote, "PidsCgroup", NoCgroup)
+    code = HELD_AFTER_DELETION.format(fork="fork" in how, mapped=how == "mapped")
+    why = _grade_cell(tmp_path, code, limits=Limits(write_bytes=64 * 2**20))
+    assert (
+        "wrote more than 64 MiB, counting the files it deleted but kept open (stopped)" in why
+    ), why

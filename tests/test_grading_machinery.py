@@ -601,3 +601,56 @@ def test_cleanup_never_changes_the_mode_of_a_file_a_link_points_to(tmp_path, mon
     remote._remove_tree(str(workdir))
     assert not workdir.exists()
     assert (victim.stat().st_mode & 0o7777, victim.read_text()) == (0o644, "instructor's")
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
+    """An open deleted file counts by its size on disk, a mapped one by its size (or, where
+    `map_files` is closed to the grader, by what is mapped of it); a file that still has a
+    name does not count (the folder's walk counts it); closed entries are an error."""
+    import ctypes
+    import mmap
+
+    from grader import processes
+
+    me = [os.getpid()]
+    baseline = processes.held_after_deletion(me)
+    named = os.open(tmp_path / "named.bin", os.O_RDWR | os.O_CREAT)
+    os.write(named, b"x" * 2**20)
+    opened = os.open(tmp_path / "opened.bin", os.O_RDWR | os.O_CREAT)
+    os.write(opened, b"x" * 3 * 2**20)
+    os.unlink(tmp_path / "opened.bin")
+    mapped = os.open(tmp_path / "mapped.bin", os.O_RDWR | os.O_CREAT)
+    os.write(mapped, b"x" * 2 * 2**20)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    # its first MiB only
+    address = libc.mmap(None, 2**20, mmap.PROT_READ, mmap.MAP_SHARED, mapped, 0)
+    os.close(mapped)
+    os.unlink(tmp_path / "mapped.bin")
+    try:
+        assert processes.held_after_deletion(me) - baseline == 5 * 2**20
+        assert processes.held_after_deletion(me, with_mappings=False) - baseline == 3 * 2**20
+        real_stat = os.stat
+
+        def no_map_files(path, *args, **kwargs):
+            if "/map_files/" in str(path):
+                raise PermissionError(1, "Operation not permitted", path)
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", no_map_files)
+        assert processes.held_after_deletion(me) - baseline == 4 * 2**20
+        monkeypatch.setattr(os, "stat", real_stat)
+
+        def closed(path):
+            raise PermissionError(13, "Permission denied", path)
+
+        monkeypatch.setattr(os, "listdir", closed)
+        with pytest.raises(processes.HiddenFiles):
+            processes.held_after_deletion(me)
+    finally:
+        libc.munmap(address, 2**20)
+        os.close(opened)
+        os.close(named)
