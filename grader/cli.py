@@ -132,8 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-sandbox",
         dest="sandbox",
         action="store_false",
-        help="do not restrict the graded code's files and network with Landlock "
-        "(resource limits stay)",
+        help="do not restrict the graded code's files (Landlock) nor its sockets (seccomp); "
+        "resource limits and the cap on what it writes stay",
     )
     parser.add_argument(
         "--allow-root",

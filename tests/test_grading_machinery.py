@@ -530,7 +530,10 @@ def test_python_m_grader_takes_the_same_arguments_as_refimpl_grade(capsys):
     err = capsys.readouterr().err
     assert err.startswith("python -m grader: error: argument --timeout: must be a number")
     assert grader_main(["--help"]) == 0
-    assert "--allow-root" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--allow-root" in out and "(default: 120.0)" in out
+    # a flag shows no default (--no-sandbox's would read "True", the opposite of its meaning)
+    assert "(default: True)" not in out and "(default: False)" not in out
 
 
 def test_intake_refuses_links_anywhere_hard_links_and_a_file_given_twice(
