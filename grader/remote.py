@@ -317,21 +317,23 @@ class GradingChild:
         allow.
 
         RLIMIT_FSIZE caps one file; this caps them all: the files in its folder (Landlock keeps
-        writes there) and the files its processes keep open or mapped after deleting them. The
-        processes come from its pids cgroup, or else from a walk of `/proc` every half second.
+        writes there) and the files its processes keep open or mapped after deleting them. Its
+        processes (from its pids cgroup, or a walk of `/proc`) are listed every half second.
         """
         limits = self.settings.limits
         pids, tick = [process.pid], 0
         while not self._watching.wait(0.05):
-            slow = tick % 10 == 0  # a mapping is looked for, and /proc walked, every 10th
+            # its processes, and their mappings, are looked for at every 10th look only
+            slow = tick % 10 == 0
             tick += 1
-            in_cgroup = self._cgroup.pids() if self._cgroup is not None else None
-            if in_cgroup is not None:
-                pids = in_cgroup
-            elif slow:
-                pids = [process.pid] + [
-                    key[0] for key in descendants() if key not in self._before
-                ]
+            if slow:
+                in_cgroup = self._cgroup.pids() if self._cgroup is not None else None
+                pids = (
+                    in_cgroup
+                    if in_cgroup is not None
+                    else [process.pid]
+                    + [key[0] for key in descendants() if key not in self._before]
+                )
             used, files = _folder_use(workdir, limits.write_files)
             try:
                 hidden = held_after_deletion(pids, with_mappings=slow)
