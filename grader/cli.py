@@ -132,8 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-sandbox",
         dest="sandbox",
         action="store_false",
-        help="do not restrict the graded code's files and network with Landlock "
-        "(resource limits stay)",
+        help="do not restrict the graded code's files (Landlock) nor its sockets (seccomp); "
+        "resource limits and the cap on what it writes stay",
     )
     parser.add_argument(
         "--allow-root",
@@ -220,17 +220,18 @@ def _signature(path: Path) -> tuple | None:
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def _read_all(paths: list[Path]) -> dict[Path, bytes | None]:
+def _read_all(paths: list[Path]) -> list[bytes | str]:
     """Every notebook's bytes, read before any student code runs (so none can change
-    another's)."""
+    another's), or why it cannot be graded (a file given twice is refused the second time)."""
     from grader.grading import read_submission
 
-    contents: dict[Path, bytes | None] = {}
+    contents: list[bytes | str] = []
+    seen: dict[tuple[int, int], str] = {}
     for path in paths:
         try:
-            contents[path] = read_submission(path)
-        except ValueError:
-            contents[path] = None  # graded later, where the reason is worded
+            contents.append(read_submission(path, seen))
+        except ValueError as exc:
+            contents.append(str(exc))
     return contents
 
 
@@ -257,29 +258,32 @@ def _jobs(asked: int | None, settings, notebooks: int) -> int:
     return max(1, min(cpus or 1, MAX_DEFAULT_JOBS, notebooks))
 
 
-def _grade_one(path: Path, content: bytes | None, timeout: float, settings):
-    """The grade of one notebook (in a worker process when several are graded at once)."""
+def _grade_one(path: Path, content: bytes | str | None, timeout: float, settings):
+    """The grade of one notebook (in a worker process when several are graded at once);
+    `content` is its bytes, or why they could not be read."""
     from grader.exercises import EXERCISES
-    from grader.grading import grade_missing, grade_notebook
+    from grader.grading import exercise_hint, failed_grade, grade_missing, grade_notebook
 
-    if content is not None:
+    if isinstance(content, bytes):
         return grade_notebook(path, timeout=timeout, content=content, settings=settings)
     # not handed in: its checks still count in the total
     if path.stem in EXERCISES and not os.path.lexists(path):
         return grade_missing(path, EXERCISES[path.stem])
+    if content is not None:
+        return failed_grade(path, exercise_hint(path, None), content)
     # says why it cannot be read
     return grade_notebook(path, timeout=timeout, settings=settings)
 
 
-def _graded(paths: list[Path], contents: dict, timeout: float, settings, jobs: int):
+def _graded(paths: list[Path], contents: list, timeout: float, settings, jobs: int):
     """(path, grade) for every notebook, in the order given, graded `jobs` at a time.
 
     Each worker is a process of its own (forked once everything every notebook needs is
     imported), so it is the subreaper of its own grading children and finds their strays.
     """
     if jobs == 1:
-        for path in paths:
-            yield path, _grade_one(path, contents.get(path), timeout, settings)
+        for path, content in zip(paths, contents):
+            yield path, _grade_one(path, content, timeout, settings)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -290,8 +294,8 @@ def _graded(paths: list[Path], contents: dict, timeout: float, settings, jobs: i
     warm_up()
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [
-            pool.submit(_grade_one, path, contents.get(path), timeout, settings)
-            for path in paths
+            pool.submit(_grade_one, path, content, timeout, settings)
+            for path, content in zip(paths, contents)
         ]
         for path, future in zip(paths, futures):
             try:

@@ -140,27 +140,79 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
-def read_submission(path: Path) -> bytes:
-    """The bytes of the regular file at `path`, opened without following a link; ValueError
-    (naming what the path is, never what it holds) for a link, a folder, a device, a pipe."""
-    try:
-        info = os.lstat(path)
-    except OSError as exc:
-        raise ValueError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise ValueError("it is a symbolic link; hand in the notebook file itself")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("it is not a regular file")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise ValueError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+def read_submission(path: Path, seen: dict[tuple[int, int], str] | None = None) -> bytes:
+    """The bytes of the regular file at `path`, reached without following any link; ValueError
+    (naming what the path is, never what it holds) for a link anywhere on the path, a file with
+    other names (hard links), a folder, a device, a pipe.
+
+    A link would let one student hand in another's notebook (or any file the grader can read).
+    `seen` maps (device, inode) to the path of every file read so far in this run: a file given
+    twice is refused the second time.
+    """
+    fd = _open_without_links(path)
     with os.fdopen(fd, "rb") as handle:
-        # the file may have been swapped between lstat and open: check what was opened
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        info = os.fstat(handle.fileno())
+        # the file may have been swapped between the checks and the open: check what was opened
+        if not stat.S_ISREG(info.st_mode):
             raise ValueError("it is not a regular file")
+        if info.st_nlink > 1:
+            raise ValueError(
+                f"it has {info.st_nlink} names (hard links); hand in a file of its own"
+            )
+        if seen is not None:
+            key = (info.st_dev, info.st_ino)
+            if key in seen:
+                raise ValueError(f"it is the same file as {seen[key]}")
+            seen[key] = str(path)
         return handle.read(MAX_NOTEBOOK_BYTES + 1)
+
+
+def _open_without_links(path: Path) -> int:
+    """A read-only descriptor for `path`, opened one component at a time, each without
+    following a link (a relative path starts at the working folder, however it was reached);
+    ValueError naming the first link, or what else is in the way."""
+    text = os.fspath(path)
+    parts = [part for part in text.split(os.sep) if part not in ("", ".")]
+    if not parts:
+        raise ValueError("it is not a regular file")
+    no_follow = getattr(os, "O_NOFOLLOW", 0)
+    walked = os.sep if os.path.isabs(text) else ""
+    fd = os.open(walked or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            shown = os.path.join(walked, part)
+            try:
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                raise ValueError(_cannot_read(exc)) from None
+            if stat.S_ISLNK(info.st_mode):
+                raise ValueError(
+                    "it is a symbolic link; hand in the notebook file itself"
+                    if last
+                    else f"its path goes through a symbolic link ({shown}); hand in the "
+                    "notebook file itself, in a real folder"
+                )
+            if last and not stat.S_ISREG(info.st_mode):
+                raise ValueError("it is not a regular file")
+            if not last and not stat.S_ISDIR(info.st_mode):
+                raise ValueError(f"cannot read it ({shown} is not a folder)")
+            flags = os.O_RDONLY | no_follow
+            flags |= getattr(os, "O_NONBLOCK", 0) if last else getattr(os, "O_DIRECTORY", 0)
+            try:
+                inner = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                raise ValueError(_cannot_read(exc)) from None
+            os.close(fd)
+            fd, walked = inner, shown
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _cannot_read(exc: OSError) -> str:
+    return f"cannot read it ({exc.strerror or type(exc).__name__})"
 
 
 def warm_up() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -69,10 +70,10 @@ def _process_table() -> dict[int, tuple[int, int, str]]:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
+                line = handle.read().decode(errors="replace")
         except OSError:
             continue  # it ended while we looked
-        fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+        fields = line[line.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
         table[int(entry)] = (int(fields[1]), int(fields[19]), fields[0])
     return table
 
@@ -186,6 +187,16 @@ class PidsCgroup:
             return False
         return True
 
+    def pids(self) -> list[int] | None:
+        """The processes in the cgroup now (None without a cgroup)."""
+        if self.path is None:
+            return None
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as handle:
+                return [int(line) for line in handle.read().split()]
+        except (OSError, ValueError):
+            return None
+
     def close(self) -> None:
         """Remove the cgroup (its processes were killed already; it empties in a moment)."""
         if self.path is None:
@@ -253,3 +264,85 @@ def not_dumpable() -> Iterator[bool]:
     finally:
         if changed and previous > 0:
             prctl(_PR_SET_DUMPABLE, previous, 0, 0, 0)
+
+
+# --- what a grading child holds on disk without a name
+class HiddenFiles(Exception):
+    """A process of the child does not let the grader see its open files (it made itself not
+    dumpable)."""
+
+
+def held_after_deletion(pids: list[int], with_mappings: bool = True) -> int:
+    """Bytes on disk in files that processes `pids` hold open, or mapped, after their last
+    name was removed (and in files that never had one: `O_TMPFILE`, `memfd_create`).
+
+    Deleting a file it keeps open frees none of its space, and takes it out of the folder the
+    grader measures; this counts it (each file once). An open file's size is exact (`fstat`
+    through `/proc/<pid>/fd`); a file only mapped counts by what is mapped of it, unless
+    `/proc/<pid>/map_files` may be read (root). HiddenFiles when a live process's entries are
+    closed to this process. 0 without `/proc`.
+    """
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for pid in pids:
+        folder = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(folder)
+        except PermissionError:
+            raise HiddenFiles(pid) from None
+        except OSError:
+            continue  # it ended
+        for name in names:
+            try:
+                info = os.stat(f"{folder}/{name}")
+            except OSError:
+                continue
+            if info.st_nlink == 0 and stat.S_ISREG(info.st_mode):
+                key = (info.st_dev, info.st_ino)
+                if key not in seen:
+                    seen.add(key)
+                    total += _on_disk(info)
+        if with_mappings:
+            total += _mapped_after_deletion(pid, seen)
+    return total
+
+
+def _on_disk(info: os.stat_result) -> int:
+    return max(info.st_blocks * 512, 0) if hasattr(info, "st_blocks") else info.st_size
+
+
+def _mapped_after_deletion(pid: int, seen: set[tuple[int, int]]) -> int:
+    """Bytes of deleted files mapped by `pid` that no open descriptor holds (added to
+    `seen`)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return 0
+    extent: dict[tuple[int, int], tuple[int, str]] = {}
+    for line in lines:
+        if not line.endswith(b" (deleted)"):
+            continue
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[4] == b"0":
+            continue
+        try:
+            start, end = (int(x, 16) for x in fields[0].split(b"-"))
+            major, minor = (int(x, 16) for x in fields[3].split(b":"))
+            key = (os.makedev(major, minor), int(fields[4]))
+            mapped = int(fields[2], 16) + end - start
+        except ValueError:
+            continue
+        if mapped > extent.get(key, (0, ""))[0]:
+            extent[key] = (mapped, fields[0].decode())
+    total = 0
+    for key, (mapped, span) in extent.items():
+        try:  # the file itself, where this process may look (root)
+            info = os.stat(f"/proc/{pid}/map_files/{span}")
+            key, size = (info.st_dev, info.st_ino), _on_disk(info)
+        except OSError:
+            size = mapped
+        if key not in seen:
+            seen.add(key)
+            total += size
+    return total

@@ -44,9 +44,11 @@ from grader.lockstep import (
     reference_complaint,
 )
 from grader.processes import (
+    HiddenFiles,
     PidsCgroup,
     descendants,
     end_new_descendants,
+    held_after_deletion,
     not_dumpable,
     processes_of_this_user,
     subreaper,
@@ -126,6 +128,7 @@ class GradingChild:
         # why the child was stopped for what it wrote (it scores 0, and is not started again)
         self.overflow: str | None = None
         self._cgroup: PidsCgroup | None = None
+        self._stderr: Any = None  # the latest child's stderr file, held open here
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()
         self._stack = ExitStack()
@@ -233,17 +236,19 @@ class GradingChild:
         limits = self.settings.limits
         processes_before = processes_of_this_user()
         self._cgroup = PidsCgroup(limits.processes)
-        with open(os.path.join(self.workdir, "stderr.txt"), "wb") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
-                cwd=self.workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
+        # its stderr: a file with no name (outside its folder), read back through this
+        # descriptor only, so the child cannot point it at a file it may not read
+        self._stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
         theirs.close()
         self.sock = ours
         # before it reads its first request, so before any student code: all it starts is in
@@ -276,6 +281,9 @@ class GradingChild:
         """End the child and its process group (after `wait` seconds for it to exit by itself);
         how it ended."""
         if self.process is None:
+            if self._stderr is not None:  # the start failed before there was a child
+                self._stderr.close()
+                self._stderr = None
             return "not running"
         try:
             returncode = self.process.wait(timeout=wait) if wait > 0 else self.process.poll()
@@ -293,9 +301,10 @@ class GradingChild:
             self._watcher.join()
         if self.sock is not None:
             self.sock.close()
-        self.last_error = (
-            _last_line(os.path.join(self.workdir, "stderr.txt")) if self.workdir else ""
-        )
+        if self._stderr is not None:
+            self.last_error = _last_line(self._stderr.fileno())
+            self._stderr.close()
+            self._stderr = None
         self.stray += end_new_descendants(self._before)
         if self._cgroup is not None:
             self._cgroup.close()
@@ -304,25 +313,52 @@ class GradingChild:
         return ending
 
     def _watch_writes(self, workdir: str, process: subprocess.Popen) -> None:
-        """Stop the child (its whole group) once its folder holds more than the limits allow.
+        """Stop the child (its whole group) once what it wrote holds more than the limits
+        allow.
 
-        RLIMIT_FSIZE caps one file; this caps them all (Landlock keeps writes in the folder).
+        RLIMIT_FSIZE caps one file; this caps them all: the files in its folder (Landlock keeps
+        writes there) and the files its processes keep open or mapped after deleting them. Its
+        processes (from its pids cgroup, or a walk of `/proc`) are listed every half second.
         """
         limits = self.settings.limits
+        pids, tick = [process.pid], 0
         while not self._watching.wait(0.05):
-            used, files = _folder_use(workdir, limits.write_files)
-            if used > limits.write_bytes or files > limits.write_files:
-                what = (
-                    f"more than {limits.write_bytes / 2**20:g} MiB"
-                    if used > limits.write_bytes
-                    else f"more than {limits.write_files} files"
+            # its processes, and their mappings, are looked for at every 10th look only
+            slow = tick % 10 == 0
+            tick += 1
+            if slow:
+                in_cgroup = self._cgroup.pids() if self._cgroup is not None else None
+                pids = (
+                    in_cgroup
+                    if in_cgroup is not None
+                    else [process.pid]
+                    + [key[0] for key in descendants() if key not in self._before]
                 )
-                self.overflow = f"wrote {what} in its folder (stopped)"
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            used, files = _folder_use(workdir, limits.write_files)
+            try:
+                hidden = held_after_deletion(pids, with_mappings=slow)
+            except HiddenFiles:
+                self._stop(process, "hid its open files from the grader (stopped)")
                 return
+            if used + hidden > limits.write_bytes or files > limits.write_files:
+                what = (
+                    f"more than {limits.write_files} files in its folder"
+                    if files > limits.write_files
+                    else f"more than {limits.write_bytes / 2**20:g} MiB in its folder"
+                    if used > limits.write_bytes
+                    else f"more than {limits.write_bytes / 2**20:g} MiB, counting the "
+                    "files it deleted but kept open"
+                )
+                self._stop(process, f"wrote {what} (stopped)")
+                return
+
+    def _stop(self, process: subprocess.Popen, why: str) -> None:
+        """Kill the child's group for what it wrote; the notebook scores 0 for `why`."""
+        self.overflow = why
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Say goodbye to a live child, give it a second to exit, then end everything it
@@ -406,14 +442,15 @@ def _folder_use(path: str, max_files: int) -> tuple[int, int]:
     return used, files
 
 
-def _last_line(path: str, tail: int = 4096) -> str:
-    """The last non-empty line of a file (its last `tail` bytes), cleaned for a grade sheet."""
+def _last_line(fd: int, tail: int = 4096) -> str:
+    """The last non-empty line of the file open as `fd` (its last `tail` bytes), cleaned for a
+    grade sheet. It reads at an offset of its own: the child shares the file's position."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - tail))
-            lines = handle.read().decode(errors="replace").strip().splitlines()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, tail, max(0, size - tail))
     except OSError:
         return ""
+    lines = data.decode(errors="replace").strip().splitlines()
     return clean_text(lines[-1], 200) if lines else ""
 
 
@@ -424,13 +461,26 @@ def _remove_tree(path: str | None) -> None:
 
     def retry(function: Any, target: str, _exc: Any) -> None:
         try:
-            os.chmod(os.path.dirname(target), stat.S_IRWXU)
-            os.chmod(target, stat.S_IRWXU)
+            # the folder that holds it, and a folder to be listed or removed, but never a link:
+            # chmod follows one, and would open up the file it points to
+            _open_folder(os.path.dirname(target))
+            _open_folder(target)
             function(target)
         except OSError:
             pass
 
     shutil.rmtree(path, onerror=retry)
+
+
+def _open_folder(path: str) -> None:
+    """Give the owner every right on `path` if it is a folder; leave anything else (a link
+    above all) as it is."""
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        return
+    if os.chmod in os.supports_follow_symlinks:  # macOS: what was checked is what changes
+        os.chmod(path, stat.S_IRWXU, follow_symlinks=False)
+    else:
+        os.chmod(path, stat.S_IRWXU)
 
 
 class RemoteStudent(StudentSide):

@@ -5,7 +5,8 @@ The command-line grader runs a student's code in a child process
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
   file it writes, the number of open files, the number of processes (RLIMIT_NPROC; the grader
-  also puts it in a pids cgroup where it can, and watches what its folder holds);
+  also puts it in a pids cgroup where it can, and watches what it writes: its folder, and the
+  files its processes keep after deleting them);
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
   inside Python's installation, the refimpl and grader packages, the system folders and its own
@@ -53,7 +54,8 @@ class Limits:
     open_files: int = 256
     # processes (and threads) the child and everything it starts may have at once
     processes: int = 64
-    # what its working folder may hold, all files together (the grader watches it)
+    # what it may write, all files together: its folder, and the files its processes keep open
+    # or mapped after deleting them (the grader watches both); files in its folder
     write_bytes: int = 256 * 2**20
     write_files: int = 10_000
 

@@ -46,7 +46,12 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        # a flag (store_true, store_false: it takes no value) has no default worth showing
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+            or action.nargs == 0
+        ):
             return help_text
         return f"{help_text} (default: %(default)s)"
 

@@ -619,14 +619,13 @@ def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():
 
 
 def test_links_and_other_files_are_refused_and_never_quoted(tmp_path, capsys):
-    """A link to a classmate's notebook gets no marks, a link to any other file shows none of
-    its text, a device is refused, and a malformed notebook that claims an exercise still
-    counts every check of it."""
+    """A link to a classmate's notebook (or to their folder, or a hard link) gets no marks, a
+    link to any other file shows none of its text, a notebook named twice is graded once, a
+    device is refused, and a malformed notebook that claims an exercise still counts every
+    check of it."""
     subs = tmp_path / "subs"
-    honest = _write(
-        subs / "a" / "01_block_manager.ipynb",
-        (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes(),
-    )
+    solution = (ROOT / SOLUTIONS_DIR / "01_block_manager.ipynb").read_bytes()
+    honest = _write(subs / "a" / "01_block_manager.ipynb", solution)
     copycat = subs / "b" / "01_block_manager.ipynb"
     copycat.parent.mkdir()
     copycat.symlink_to(honest)
@@ -637,25 +636,38 @@ def test_links_and_other_files_are_refused_and_never_quoted(tmp_path, capsys):
     malformed = _student_copy()
     malformed.cells[1]["source"] = 42  # one malformed cell; the metadata names exercise 1
     renamed = _write(subs / "d" / "alice.ipynb", nbformat.writes(malformed).encode())
+    (subs / "e").symlink_to(subs / "a")  # a folder that is a classmate's
+    folder_link = subs / "e" / "01_block_manager.ipynb"
+    victim = _write(subs / "f" / "01_block_manager.ipynb", solution)
+    hard_link = subs / "g" / "01_block_manager.ipynb"
+    hard_link.parent.mkdir()
+    os.link(victim, hard_link)
     csv_path = tmp_path / "grades.csv"
-    paths = [honest, copycat, snoop, renamed, Path("/dev/null")]
+    device = Path("/dev/null")
+    paths = [honest, copycat, snoop, renamed, device, folder_link, hard_link, honest]
     assert refimpl_main(["grade", "--quiet", "--csv", str(csv_path), *map(str, paths)]) == 1
     out = capsys.readouterr().out
-    rows = {r["notebook"]: r for r in csv.DictReader(csv_path.open())}
-    got = {
-        name: (rows[str(p)]["exercise"], rows[str(p)]["passed"], rows[str(p)]["checks"])
-        for name, p in zip(("honest", "copycat", "snoop", "renamed", "device"), paths)
-    }
+    rows = list(csv.DictReader(csv_path.open()))
+    assert [row["notebook"] for row in rows] == list(map(str, paths))
+    names = ("honest", "copycat", "snoop", "renamed", "device", "folder", "hard", "twice")
+    got = {name: (r["exercise"], r["passed"], r["checks"]) for name, r in zip(names, rows)}
     assert got == {
         "honest": ("01_block_manager", "10", "10"),
         "copycat": ("01_block_manager", "0", "10"),
         "snoop": ("01_block_manager", "0", "10"),
         "renamed": ("01_block_manager", "0", "10"),
         "device": ("?", "0", "0"),
+        "folder": ("01_block_manager", "0", "10"),
+        "hard": ("01_block_manager", "0", "10"),
+        "twice": ("01_block_manager", "0", "10"),
     }
-    assert "symbolic link" in rows[str(copycat)]["reason"]
-    assert "cell 2 is not a cell with text" in rows[str(renamed)]["reason"]
-    assert "not a regular file" in rows["/dev/null"]["reason"]
+    reasons = dict(zip(names, (r["reason"] for r in rows)))
+    assert "symbolic link" in reasons["copycat"]
+    assert "cell 2 is not a cell with text" in reasons["renamed"]
+    assert "not a regular file" in reasons["device"]
+    assert f"its path goes through a symbolic link ({subs / 'e'})" in reasons["folder"]
+    assert "it has 2 names (hard links)" in reasons["hard"]
+    assert reasons["twice"] == f"it is the same file as {honest}"
     assert "SECRET" not in csv_path.read_text() and "SECRET" not in out
 
 
@@ -791,3 +803,79 @@ def test_grading_as_root_is_refused_unless_asked_for(monkeypatch, capsys):
     monkeypatch.setattr("grader.cli.os.geteuid", lambda: 1000)
     refimpl_main(["grade", "--quiet", student])
     assert len(graded) == 2
+
+
+STDERR_SWAP = """
+import os
+os.write(2, b"the last line its code wrote\\n")
+for name in ("stderr.txt", "../stderr.txt"):
+    try:
+        os.remove(name)
+    except OSError:
+        pass
+    try:
+        os.symlink({secret!r}, name)
+    except OSError:
+        pass
+os._exit(3)
+"""
+
+
+def test_the_grader_shows_only_what_the_child_wrote_to_its_stderr(tmp_path):
+    """A cell that swaps its stderr file for a link to a file it may not read, then exits: the
+    reason shows the last line it wrote itself, never a line of that file."""
+    secret = _write(tmp_path / "instructor" / "secret.txt", b"SECRET-LAST-LINE\n")
+    why = _grade_cell(
+        tmp_path / "student", STDERR_SWAP.replace("{secret!r}", repr(str(secret)))
+    )
+    assert "SECRET" not in why, why
+    assert "(exit code 3: the last line its code wrote)" in why, why
+
+
+HELD_AFTER_DELETION = """
+import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+if {fork} and os.fork() != 0:
+    os.wait()
+    raise RuntimeError("its forked process ended")
+held = []
+for i in range(16):
+    name = f"hidden{{i}}.bin"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"x" * 8 * 2**20)
+    os.unlink(name)
+    if {mapped}:  # mapped, without a descriptor (Python's mmap would keep one)
+        held.append(libc.mmap(None, 8 * 2**20, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0))
+        os.close(fd)
+    else:
+        held.append(fd)
+time.sleep(3)
+if {fork}:
+    os._exit(0)
+raise RuntimeError(f"held {{len(held)}} deleted files of 8 MiB")
+"""
+
+
+@pytest.mark.parametrize(
+    "how", ["open", "mapped", "open in a forked process, without a cgroup"]
+)
+def test_bytes_in_deleted_files_kept_open_count_too(tmp_path, monkeypatch, how):
+    """16 files of 8 MiB, each deleted but kept open (or mapped): 128 MiB held, none of it in
+    the folder. The cap counts them, found through the pids cgroup or a walk of /proc."""
+    from grader import processes, remote
+    from grader.sandbox import Limits
+
+    if "without a cgroup" in how:
+
+        class NoCgroup(processes.PidsCgroup):
+            def __init__(self, limit: int) -> None:
+                self.path = None
+
+        monkeypatch.setattr(remote, "PidsCgroup", NoCgroup)
+    code = HELD_AFTER_DELETION.format(fork="fork" in how, mapped=how == "mapped")
+    why = _grade_cell(tmp_path, code, limits=Limits(write_bytes=64 * 2**20))
+    assert (
+        "wrote more than 64 MiB, counting the files it deleted but kept open (stopped)" in why
+    ), why

@@ -530,4 +530,130 @@ def test_python_m_grader_takes_the_same_arguments_as_refimpl_grade(capsys):
     err = capsys.readouterr().err
     assert err.startswith("python -m grader: error: argument --timeout: must be a number")
     assert grader_main(["--help"]) == 0
-    assert "--allow-root" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--allow-root" in out and "(default: 120.0)" in out
+    # a flag shows no default (--no-sandbox's would read "True", the opposite of its meaning)
+    assert "(default: True)" not in out and "(default: False)" not in out
+
+
+def test_intake_refuses_links_anywhere_hard_links_and_a_file_given_twice(
+    tmp_path, monkeypatch
+):
+    """A notebook under a linked folder, a hard link to a classmate's notebook, the same file
+    named twice: each is refused with a one-line reason that quotes nothing of the file."""
+    from grader.grading import read_submission
+
+    secret = b'{"cells": [], "SECRET-LINE": 1}'
+    real = tmp_path / "alice"
+    real.mkdir()
+    (real / "01_block_manager.ipynb").write_bytes(secret)
+    (tmp_path / "bob").symlink_to(real)  # bob's folder is alice's
+    (tmp_path / "carol").mkdir()
+    os.link(real / "01_block_manager.ipynb", tmp_path / "carol" / "01_block_manager.ipynb")
+    (tmp_path / "dave").mkdir()
+    honest = tmp_path / "dave" / "01_block_manager.ipynb"
+    honest.write_bytes(b"{}")
+    cases = {
+        tmp_path / "bob" / "01_block_manager.ipynb": "its path goes through a symbolic link "
+        f"({tmp_path / 'bob'})",
+        tmp_path / "carol" / "01_block_manager.ipynb": "it has 2 names (hard links)",
+        real / "01_block_manager.ipynb": "it has 2 names (hard links)",
+        tmp_path / "dave": "it is not a regular file",
+        tmp_path / "nobody" / "x.ipynb": "cannot read it (No such file or directory)",
+    }
+    for path, words in cases.items():
+        with pytest.raises(ValueError) as raised:
+            read_submission(path)
+        assert words in str(raised.value) and "SECRET" not in str(raised.value), path
+        assert "\n" not in str(raised.value)
+    seen: dict = {}
+    assert read_submission(honest, seen) == b"{}"
+    monkeypatch.chdir(tmp_path / "dave")  # a relative path names the same file
+    with pytest.raises(ValueError, match=f"it is the same file as {honest}$"):
+        read_submission(Path("01_block_manager.ipynb"), seen)
+    # a relative path starts where the working folder really is, however it was reached
+    monkeypatch.chdir(tmp_path / "bob")
+    (tmp_path / "carol" / "01_block_manager.ipynb").unlink()
+    assert read_submission(Path("01_block_manager.ipynb")) == secret
+
+
+def test_cleanup_never_changes_the_mode_of_a_file_a_link_points_to(tmp_path, monkeypatch):
+    """The child's folder holds a read-only folder with a link to a file outside: removing it
+    as a user who may not unlink there (emulated: root may) opens the folder, never the
+    file."""
+    from grader import remote
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("instructor's")
+    victim.chmod(0o644)
+    workdir = tmp_path / "workdir"
+    (workdir / "d").mkdir(parents=True)
+    (workdir / "d" / "l").symlink_to(victim)
+    (workdir / "d" / "plain.txt").write_text("x")
+    (workdir / "d").chmod(0o500)
+    real_unlink = os.unlink
+
+    def unlink(path, *, dir_fd=None):
+        # what the kernel does for a user other than root: no unlinking in a read-only folder
+        folder = os.fstat(dir_fd) if dir_fd is not None else os.lstat(os.path.dirname(path))
+        if not folder.st_mode & 0o200:
+            raise PermissionError(13, "Permission denied", path)
+        real_unlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    remote._remove_tree(str(workdir))
+    assert not workdir.exists()
+    assert (victim.stat().st_mode & 0o7777, victim.read_text()) == (0o644, "instructor's")
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
+    """An open deleted file counts by its size on disk, a mapped one by its size (or, where
+    `map_files` is closed to the grader, by what is mapped of it); a file that still has a
+    name does not count (the folder's walk counts it); closed entries are an error."""
+    import ctypes
+    import mmap
+
+    from grader import processes
+
+    me = [os.getpid()]
+    baseline = processes.held_after_deletion(me)
+    named = os.open(tmp_path / "named.bin", os.O_RDWR | os.O_CREAT)
+    os.write(named, b"x" * 2**20)
+    opened = os.open(tmp_path / "opened.bin", os.O_RDWR | os.O_CREAT)
+    os.write(opened, b"x" * 3 * 2**20)
+    os.unlink(tmp_path / "opened.bin")
+    mapped = os.open(tmp_path / "mapped.bin", os.O_RDWR | os.O_CREAT)
+    os.write(mapped, b"x" * 2 * 2**20)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, *[ctypes.c_int] * 3, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    # its first MiB only
+    address = libc.mmap(None, 2**20, mmap.PROT_READ, mmap.MAP_SHARED, mapped, 0)
+    os.close(mapped)
+    os.unlink(tmp_path / "mapped.bin")
+    try:
+        assert processes.held_after_deletion(me) - baseline == 5 * 2**20
+        assert processes.held_after_deletion(me, with_mappings=False) - baseline == 3 * 2**20
+        real_stat = os.stat
+
+        def no_map_files(path, *args, **kwargs):
+            if "/map_files/" in str(path):
+                raise PermissionError(1, "Operation not permitted", path)
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", no_map_files)
+        assert processes.held_after_deletion(me) - baseline == 4 * 2**20
+        monkeypatch.setattr(os, "stat", real_stat)
+
+        def closed(path):
+            raise PermissionError(13, "Permission denied", path)
+
+        monkeypatch.setattr(os, "listdir", closed)
+        with pytest.raises(processes.HiddenFiles):
+            processes.held_after_deletion(me)
+    finally:
+        libc.munmap(address, 2**20)
+        os.close(opened)
+        os.close(named)
