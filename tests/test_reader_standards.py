@@ -45,7 +45,6 @@ PENDING: dict[str, set[str]] = {
         "09_v4_grouping",
         "10_v4_memory_slab",
         "11_v4_addressing",
-        "12_hybrid_allocator",
         "13_v4_engine",
         "14_size_your_own_model",
     },
