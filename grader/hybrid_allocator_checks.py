@@ -31,8 +31,9 @@ from grader.paged_checks import report_scenarios
 from grader.report import GradeReport, seeded_checks
 from grader.time_limit import DEFAULT_TIME_LIMIT
 
-# The chapter's shrunk toy (DeepSeek V4's five groups, block sizes and windows divided by 16;
-# `refimpl.course.hybrid_simulate.mini_v4_groups`, which a grading child cannot import).
+# Chapter 12's running example shrunk so every block id fits on screen (its five groups, block
+# sizes and windows divided by 16; `refimpl.course.hybrid_simulate.mini_v4_groups`, which a
+# grading child cannot import).
 MINI_V4 = (
     ("SWA-a", 4, 8),
     ("SWA-b", 4, 8),
@@ -109,7 +110,7 @@ def scenario_skipped_tokens(cls: Any, ls: Lockstep) -> None:
 
 
 def scenario_toy_request_life(cls: Any, ls: Lockstep) -> None:
-    """The chapter's request A on the shrunk toy: chunks of 16, 16, 8, two decode steps."""
+    """Request A on the shrunk running example: chunks of 16, 16, 8, two decode steps."""
     d = WindowDriver(ls, cls, MINI_V4)
     d.request("A", tokens(1, 40))
     for n in (16, 16, 8):
@@ -198,7 +199,7 @@ def window_checks(cls: Any) -> list[tuple[str, str, Any]]:
         ),
         (
             "toy_request_life",
-            "the chapter's request A on the shrunk toy: 3 chunks, 2 decode steps, free",
+            "request A on the shrunk running example: 3 chunks, 2 decode steps, free",
             partial(scenario_toy_request_life, cls),
         ),
         (
@@ -265,7 +266,7 @@ class HitDriver(_Driver):
 
 
 def scenario_toy_shared_prefix(cls: Any, ls: Lockstep) -> None:
-    """The chapter's example: A (40 tokens) ran on the shrunk toy; B shares 35 tokens."""
+    """A (40 tokens) ran on the shrunk running example; B shares 35 tokens."""
     d = HitDriver(ls, cls, MINI_V4)
     a = tokens(1, 40)
     d.run("A", a)
@@ -335,7 +336,7 @@ def hit_checks(cls: Any) -> list[tuple[str, str, Any]]:
     checks = [
         (
             "toy_shared_prefix",
-            "the chapter's toy: B shares 35 of A's 40 tokens (hit 32), and 15, 40, 0",
+            "the shrunk example: B shares 35 of A's 40 tokens (hit 32), and 15, 40, 0",
             partial(scenario_toy_shared_prefix, cls),
         ),
         (

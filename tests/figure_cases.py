@@ -540,30 +540,29 @@ def topk():
 
 
 def _toy_manager():
+    """Chapter 12's running example: the five groups at their real sizes, 160 blocks."""
     from refimpl.course import hybrid_simulate
-    from refimpl.hybrid.kv_cache_manager import KVCacheManager
 
-    return KVCacheManager(
-        hybrid_simulate.mini_v4_groups(),
-        num_blocks=64,
-        max_model_len=256,
-        prefix_cache_retention_interval=None,
-    ), hybrid_simulate.MINI_V4_LABELS
+    manager = hybrid_simulate.toy_kv_cache_manager(num_blocks=160)
+    labels = hybrid_simulate.group_labels(
+        [m.kv_cache_spec for m in manager.coordinator.single_type_managers]
+    )
+    return manager, labels
 
 
 def _toy_life():
-    """Chapter 12's toy: A runs 16 + 16 + 8 tokens and one decode step, then B hits 32 of
-    them."""
+    """Chapter 12's section 2: A runs 256 + 256 + 88 tokens and one decode step, then B hits
+    256 of them."""
     from refimpl.course import hybrid_simulate as simulate
 
     toy, labels = _toy_manager()
-    a = toy.make_request("A", simulate.prompt_tokens(40, seed=1))
-    for n in (16, 16, 8):
+    a = toy.make_request("A", simulate.prompt_tokens(600, seed=1))
+    for n in (256, 256, 88):
         simulate.schedule_step(toy, a, n)
     a.append_output_token_ids([5])
     simulate.schedule_step(toy, a, 1)
     b = toy.make_request(
-        "B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
+        "B", simulate.prompt_tokens(400, seed=2, shared_prefix=a.prompt_token_ids[:300])
     )
     hits, hit_tokens, b.shared_prefix_boundary = toy.get_computed_blocks(b)
     simulate.schedule_step(
@@ -587,10 +586,10 @@ def tables():
 def pool():
     toy, labels, a = _toy_life()
     first = allocator.draw_pool(
-        toy, labels, ["A", "B"], title="the toy pool with A and B running", ncols=16
+        toy, labels, ["A", "B"], title="the toy pool with A and B running", ncols=20
     )
     toy.free(a)
-    return [first, allocator.draw_pool(toy, labels, ["B"], title="A is freed", ncols=16)]
+    return [first, allocator.draw_pool(toy, labels, ["B"], title="A is freed", ncols=20)]
 
 
 def retention():
@@ -619,40 +618,42 @@ def allocator_frames():
     from refimpl.course import hybrid_simulate as simulate
 
     live, labels = _toy_manager()
-    a = live.make_request("A", simulate.prompt_tokens(40, seed=1))
+    a = live.make_request("A", simulate.prompt_tokens(600, seed=1))
     b = live.make_request(
-        "B", simulate.prompt_tokens(45, seed=2, shared_prefix=a.prompt_token_ids[:35])
+        "B", simulate.prompt_tokens(400, seed=2, shared_prefix=a.prompt_token_ids[:300])
     )
-
-    def run_chunk(request, n):
-        assert live.allocate_slots(request, n) is not None
-        request.num_computed_tokens += n
 
     def start_b():
         hit, hit_len, b.shared_prefix_boundary = live.get_computed_blocks(b)
-        live.allocate_slots(
-            b, b.num_tokens - hit_len, num_new_computed_tokens=hit_len, new_computed_blocks=hit
+        simulate.schedule_step(
+            live,
+            b,
+            b.num_tokens - hit_len,
+            num_new_computed_tokens=hit_len,
+            new_computed_blocks=hit,
         )
-        b.num_computed_tokens = b.num_tokens
 
     def decode_a():
         a.append_output_token_ids([5])
-        run_chunk(a, 1)
+        simulate.schedule_step(live, a, 1)
 
     frames = hybrid_stepper.record_allocator_frames(
         live,
         labels,
         ["A", "B"],
         [
-            ("A: chunk of 16", lambda: run_chunk(a, 16)),
-            ("A: chunk of 16 (windows free first)", lambda: run_chunk(a, 16)),
-            ("A: last chunk of 8", lambda: run_chunk(a, 8)),
+            ("A: chunk of 256", lambda: simulate.schedule_step(live, a, 256)),
+            (
+                "A: chunk of 256 (windows free first)",
+                lambda: simulate.schedule_step(live, a, 256),
+            ),
+            ("A: last chunk of 88", lambda: simulate.schedule_step(live, a, 88)),
             ("A: one decode token", decode_a),
-            ("B: prefix hit of 32 tokens, then its own blocks", start_b),
+            ("B: prefix hit of 256 tokens, then its own blocks", start_b),
             ("A finishes: free(A)", lambda: live.free(a)),
         ],
     )
-    return _stepper_figures(hybrid_stepper.allocator_stepper(frames))
+    return _stepper_figures(hybrid_stepper.allocator_stepper(frames, ncols=20))
 
 
 # --- Part III

@@ -38,7 +38,7 @@ def _grading_as_root_is_asked_for(monkeypatch):
     monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
 
 
-def test_the_graders_toy_is_the_chapters_shrunk_toy():
+def test_the_graders_toy_is_the_shrunk_running_example():
     chapter = [
         (g.kv_cache_spec.block_size, getattr(g.kv_cache_spec, "sliding_window", None))
         for g in mini_v4_groups()
@@ -84,11 +84,11 @@ def test_the_window_world_runs_the_students_class_in_every_window_group():
     world.new("A", list(range(100, 140)))
     assert world.step("A", 16) is not None
     world.step("A", 16)
-    # chapter 12, step 2: SWA-a reads 3 4 32 31 30 29 after the windows freed first
+    # step 2 on the shrunk example: SWA-a reads 3 4 32 31 30 29 after the windows freed first
     assert world.manager.get_block_ids("A")[0] == [0, 0, 3, 4, 32, 31, 30, 29]
 
 
-def test_the_hit_world_finds_the_chapters_hit_of_32():
+def test_the_hit_world_finds_the_shrunk_examples_hit_of_32():
     world = HitWorld.build(HybridKVCacheCoordinator, MINI_V4, 160, None)
     a = list(range(100, 140))
     world.new("A", a)

@@ -232,3 +232,28 @@ def test_cached_window_blocks_per_retention_setting():
     assert sparse == {"MLA": 46, "SWA-a": 2, "SWA-b": 2, "C128 state": 16, "C4 state": 2}
     # + 4096, 8192
     assert periodic == {"MLA": 46, "SWA-a": 6, "SWA-b": 6, "C128 state": 48, "C4 state": 6}
+
+
+def test_toy_kv_cache_manager_runs_the_running_example_at_its_real_sizes():
+    """Chapter 12's main line: the running example's five groups, unshrunk, and its request
+    life (A: 600 tokens in chunks of 256, one decode token; B shares 300 and hits 256)."""
+    from refimpl.course.hybrid_toy import TOY_GROUP_LABELS
+
+    m = S.toy_kv_cache_manager()
+    managers = m.coordinator.single_type_managers
+    assert S.group_labels([x.kv_cache_spec for x in managers]) == list(TOY_GROUP_LABELS)
+    assert [x.block_size for x in managers] == [64, 64, 256, 8, 4]
+    assert [getattr(x, "sliding_window", None) for x in managers] == [128, 128, None, 128, 8]
+    assert m.scheduler_block_size == 256 and m.block_pool.get_num_free_blocks() == 159
+    a = m.make_request("A", S.prompt_tokens(600, seed=1))
+    run = S.run_request(m, a, chunk_size=256, decode_tokens=1, free_at_end=False)
+    assert [rec.live_blocks for rec in run.records] == [
+        (4, 4, 1, 32, 64),
+        (6, 6, 2, 48, 66),
+        (4, 4, 3, 27, 24),
+        (3, 3, 3, 17, 3),
+    ]
+    b = m.make_request(
+        "B", S.prompt_tokens(400, seed=2, shared_prefix=a.prompt_token_ids[:300])
+    )
+    assert m.get_computed_blocks(b)[1] == 256

@@ -145,3 +145,12 @@ def test_prefix_hit_frames_show_shared_owners_and_hashes():
     # A's unhashed blocks go to the front of the queue
     assert after.free_queue[:3] == (6, 21, 10)
     assert set(after.hashed) >= {9, 24}
+
+
+def test_long_runs_of_null_blocks_fold_into_one_cell():
+    from refimpl.viz.hybrid_stepper import table_cells
+
+    assert table_cells([0] * 8 + [3]) == ["."] * 8 + ["3"]
+    assert table_cells([0] * 9 + [3, 0, 4]) == ["(9 nulls)", "3", ".", "4"]
+    assert table_cells([5] + [0] * 20) == ["5", "(20 nulls)"]
+    assert table_cells([]) == ["(empty)"]

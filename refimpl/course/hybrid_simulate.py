@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from refimpl.course.hybrid_toy import toy_v4_specs
 from refimpl.hybrid.deepseek_v4 import kv_cache_specs
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -26,7 +27,7 @@ from refimpl.hybrid.kv_cache_interface import (
     unwrap_spec,
 )
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
-from refimpl.hybrid.kv_cache_planning import GIB
+from refimpl.hybrid.kv_cache_planning import GIB, get_kv_cache_groups
 from refimpl.hybrid.kv_cache_utils import get_group_id
 from refimpl.hybrid.older_planners import PLANNERS
 from refimpl.hybrid.request import Request, RequestStatus
@@ -86,6 +87,26 @@ def pro_kv_cache_manager(
         max_model_len,
         enable_caching=enable_caching,
         max_num_batched_tokens=max_num_batched_tokens,
+        prefix_cache_retention_interval=prefix_cache_retention_interval,
+    )
+
+
+def toy_kv_cache_manager(
+    num_blocks: int = 160,
+    max_model_len: int = 4096,
+    prefix_cache_retention_interval: int | None = None,
+) -> KVCacheManager:
+    """A `KVCacheManager` over the running example's five groups (Pro's first five layers,
+    planned by vLLM's planner: block sizes 64 / 64 / 256 / 8 / 4, windows 128 / 128 / - / 128
+    / 8) and a pool of `num_blocks` blocks, small enough to print every block id.
+
+    Retention defaults to None (a window checkpoint at every hit boundary), so each step's
+    prefix-cache entries show; vLLM's default, 0, keeps far fewer.
+    """
+    return KVCacheManager(
+        get_kv_cache_groups(toy_v4_specs()),
+        num_blocks=num_blocks,
+        max_model_len=max_model_len,
         prefix_cache_retention_interval=prefix_cache_retention_interval,
     )
 
@@ -337,13 +358,14 @@ MINI_V4_LABELS = ["SWA-a", "SWA-b", "MLA", "C128 state", "C4 state"]
 
 
 def mini_v4_groups() -> list:
-    """The Part II toy (Pro's first five layers, chapter 09) shrunk to be drawn block by block.
+    """The running example's five groups shrunk for unit tests and exercise 5's small worlds
+    (chapter 12 itself runs the real sizes, `toy_kv_cache_manager`).
 
-    The toy's five groups in planner C's order, one stand-in layer each, every block size and
-    window divided by 16: block sizes 4 / 4 / 16 / 2 / 1 (the toy's are 64 / 64 / 256 / 8 / 4)
-    and windows 8 / 8 / - / 8 / 2 (128 / 128 / - / 128 / 8). The allocator only reads block
-    sizes, windows and the group order, so a request of a few dozen tokens shows what a
-    DeepSeek V4 request of a thousand does.
+    The five groups in planner C's order, one stand-in layer each, every block size and window
+    divided by 16: block sizes 4 / 4 / 16 / 2 / 1 (the running example's are 64 / 64 / 256 /
+    8 / 4) and windows 8 / 8 / - / 8 / 2 (128 / 128 / - / 128 / 8). The allocator only reads
+    block sizes, windows and the group order, so a request of a few dozen tokens exercises
+    every rule that one of a few hundred does.
     """
     specs = [
         toy_window_spec(4, 8, dtype="uint8"),

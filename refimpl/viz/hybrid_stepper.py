@@ -35,9 +35,24 @@ def wrap_cells(prefix: str, cells: Sequence[str], width: int = 95) -> list[str]:
     return lines + [line]
 
 
+#: Runs of more null entries than this print as one cell, "(n nulls)".
+FOLD_NULLS = 8
+
+
 def table_cells(ids: Sequence[int]) -> list[str]:
-    """A block table's entries as text: the block id, '.' for the null block."""
-    return ["." if b == 0 else str(b) for b in ids] or ["(empty)"]
+    """A block table's entries as text: the block id, '.' for the null block; a run of more
+    than `FOLD_NULLS` null blocks (a long request's window groups) as one "(n nulls)" cell."""
+    cells: list[str] = []
+    run = 0
+    for b in [*ids, None]:  # None flushes the last run
+        if b == 0:
+            run += 1
+            continue
+        cells += [f"({run} nulls)"] if run > FOLD_NULLS else ["."] * run
+        run = 0
+        if b is not None:
+            cells.append(str(b))
+    return cells or ["(empty)"]
 
 
 @dataclass(frozen=True)
