@@ -17,8 +17,9 @@ import pytest
 from matplotlib.figure import Figure
 
 import refimpl.viz
+from refimpl.viz import palette
 from tests.figure_cases import CASES, figures
-from tests.figure_size import COLUMN_PX, measure
+from tests.figure_size import COLUMN_PX, REFERENCE_DPI, measure
 
 MIN_POINTS = 8.0
 #: Cases that take seconds (many stepper frames, a model to build): left to `make test`, not
@@ -27,6 +28,7 @@ SLOW = {
     "pool_snapshot_03",
     "pool_snapshot_04",
     "scheduler_state",
+    "scheduler_state_05",
     "softmax_state",
     "allocator_state",
     "step_inputs",
@@ -74,6 +76,24 @@ def test_figure_fits_a_column_with_readable_text(case):
         assert size >= MIN_POINTS, (
             f"{case}[{index}]: {text!r} shows at {size} pt (< {MIN_POINTS})"
         )
+
+
+def test_the_column_is_jupyterlabs_output_width():
+    """The column is the width of an output on the laptop screen of tests/screen.py (whose
+    numbers test_reader_standards.py checks against the installed JupyterLab), and that
+    JupyterLab scales a wider picture down to it rather than letting it overflow."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from tests import screen
+
+    assert COLUMN_PX == screen.OUTPUT_PX == 807
+    static = Path(sys.prefix) / "share" / "jupyter" / "lab" / "static"
+    bundle = "".join(p.read_text(errors="ignore") for p in static.glob("jlab_core*.js"))
+    rule = re.search(r"\.jp-RenderedImage img,[^{]*\{([^}]*)\}", bundle)
+    assert rule and "max-width: 100%" in rule.group(1)
+    assert palette.MAX_WIDTH * REFERENCE_DPI + 20 <= COLUMN_PX  # bbox "tight" pads 0.1 in
 
 
 def test_measure_sees_what_a_reader_sees():
