@@ -219,6 +219,27 @@ def scheduler_stepper_frames():
     )
 
 
+def scheduler_stepper_frames_05():
+    """Chapter 05's stepper: A, then B and C arriving at step 1, in 12 blocks."""
+    from refimpl.course import running_example
+    from refimpl.course.runners import FakeModelRunner
+    from refimpl.paged import Scheduler, SchedulerConfig
+
+    scheduler = Scheduler(SchedulerConfig(num_kvcache_blocks=12, kvcache_block_size=4))
+    reqs = running_example.requests(block_size=4, max_tokens=3)
+    scheduler.add(reqs["A"])
+    frames = scheduler_stepper.scheduler_frames(
+        scheduler, FakeModelRunner.for_scheduler(scheduler), reqs, arrivals={1: ["B", "C"]}
+    )
+    return _stepper_figures(
+        Stepper(
+            frames,
+            scheduler_stepper.draw_scheduler_state,
+            scheduler_stepper.scheduler_state_text,
+        )
+    )
+
+
 def _timeline(num_blocks: int, max_tokens: int, late: int, **config):
     from refimpl.course import running_example
     from refimpl.course.runners import SchedulerDriver
@@ -753,6 +774,10 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "prefix_match": (paged.draw_prefix_match, prefix_match),
     "reusable_tokens": (paged.draw_reusable_tokens, reusable_tokens),
     "scheduler_state": (scheduler_stepper.draw_scheduler_state, scheduler_stepper_frames),
+    "scheduler_state_05": (
+        scheduler_stepper.draw_scheduler_state,
+        scheduler_stepper_frames_05,
+    ),
     "timeline_05": (timeline.draw_timeline, timeline_05),
     "timeline_05b": (timeline.draw_timeline, timeline_05b),
     "step_inputs": (engine.draw_step_inputs, step_inputs),

@@ -2,11 +2,12 @@
 text in points (the PNG holds twice as many pixels each way, for HiDPI screens).
 
 refimpl's figures are shown by matplotlib_inline's formatter, which renders a Figure at its own
-dpi with `bbox_inches="tight"` (so legends and labels outside the axes widen the picture). A
-notebook column is about 900 px wide; a wider PNG is scaled down to fit, shrinking every text
-with it. A text of `s` points drawn at `dpi` shows at `s * dpi / 100 * scale` points of a
-figure drawn at matplotlib's default 100 dpi and shown at full size, which is what "8 pt" means
-in the course's figure rules.
+dpi with `bbox_inches="tight"` (so legends and labels outside the axes widen the picture). On a
+1366x768 laptop with JupyterLab's file browser open an output is 807 px wide (tests/screen.py);
+JupyterLab scales a wider picture down to fit (`.jp-RenderedImage img {max-width: 100%}`),
+shrinking every text with it. A text of `s` points drawn at `dpi` shows at
+`s * dpi / 100 * scale` points of a figure drawn at matplotlib's default 100 dpi and shown at
+full size, which is what "8 pt" means in the course's figure rules.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from dataclasses import dataclass
 
 from matplotlib.backends.backend_agg import RendererAgg
 
-#: About how wide a JupyterLab notebook column shows a picture at full size (px).
-COLUMN_PX = 900
+from tests.screen import OUTPUT_PX
+
+#: How wide a JupyterLab notebook column shows a picture at full size (px) on the laptop
+# screen the course is read on.
+COLUMN_PX = OUTPUT_PX
 #: The dpi at which a font's nominal size is the size a reader sees (matplotlib's default
 # figure.dpi).
 REFERENCE_DPI = 100

@@ -199,6 +199,7 @@ def test_retention_run_picture_and_text_twin():
     from matplotlib.figure import Figure
 
     from refimpl.viz.allocator import draw_retention, retention_text
+    from refimpl.viz.palette import MAX_WIDTH
 
     runs = [S.retention_run(r) for r in (None, 0, 32)]
     assert [(r.hits, r.junctions["B"]) for r in runs] == [
@@ -220,7 +221,7 @@ def test_retention_run_picture_and_text_twin():
     assert (
         isinstance(fig, Figure)
         and len(fig.axes) == 3
-        and fig.get_size_inches()[0] * fig.dpi <= 900
+        and fig.get_size_inches()[0] <= MAX_WIDTH
     )
 
 

@@ -22,6 +22,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.screen import (
+    CODE_FONT_PX,
+    LEFT_TO_MAIN,
+    MONO_ADVANCE_EM,
+    NOTEBOOK_CHROME_PX,
+    SCREEN_WIDTH_PX,
+    SIDE_BAR_PX,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
@@ -50,23 +59,9 @@ PENDING: dict[str, set[str]] = {
     "hidpi_figures": set(),
 }
 
-# --- what a reader sees on a 1366x768 laptop screen, JupyterLab 4 with the file browser open
-# Numbers from the installed JupyterLab (checked by test_the_screen_numbers_are_jupyterlabs):
-# the light theme's code font is 13px DejaVu Sans Mono on Linux (first installed font of
-# "menlo, consolas, 'DejaVu Sans Mono', monospace"), whose advance width is 1233/2048 em, so
-# one column is 13 * 1233 / 2048 = 7.83 px. The shell's split panel gives the left area and
-# the main area the relative sizes 1 : 2.5 (right area closed) of 1366 - 2 * 33 px of side
-# bars, so the notebook gets 1300 * 2.5 / 3.5 = 929 px. From that the notebook's padding
-# (2 * 10), a scrollbar (15), the cell collapser (8), the prompt (64), the cell's padding
-# (2 * 5) and the output's left padding (5) leave 807 px: 103 columns. A Chromium at
-# 1366x768 wrapped chapter 07's store_kvcache listing after column 102 (a reader's report that asked
-# for this test), so 102 is the measured figure and the one used here.
-SCREEN_WIDTH_PX = 1366
-SIDE_BAR_PX = 33  # --jp-private-sidebar-tab-width 32px + 1px border, left and right
-LEFT_TO_MAIN = (1, 2.5)  # the shell's hsplitPanel.setRelativeSizes([1, 2.5, 1])
-CODE_FONT_PX = 13  # --jp-code-font-size
-MONO_ADVANCE_EM = 1233 / 2048  # DejaVu Sans Mono's advance width
-NOTEBOOK_CHROME_PX = 2 * 10 + 15 + 8 + 64 + 2 * 5 + 5
+# --- what a reader sees on a 1366x768 laptop screen (tests/screen.py derives the numbers):
+# a Chromium at 1366x768 wrapped chapter 07's store_kvcache listing after column 102, one less
+# than the 103 the derivation gives, so 102 is the measured figure and the one used here.
 LISTING_COLUMNS = 102  # measured in Chromium; the derivation above gives 103
 CODE_COLUMNS = 95  # ruff's line length (pyproject.toml): code cells, with room for a gutter
 SHOW_SOURCE_GUTTER = 7  # ">1234  " in front of each listed line (refimpl.viz.source)

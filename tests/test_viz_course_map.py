@@ -248,6 +248,28 @@ def test_picture_reads_at_notebook_width(route):
             assert not legend_box.overlaps(patch.get_window_extent(renderer))
 
 
+def test_every_label_stays_inside_its_chapter_box():
+    """A box's number, title and minutes lie inside the box with a margin, at the width a
+    reader sees (a long title such as BlockManager wraps instead of running over the edge)."""
+    fig = draw_course_map()
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = [
+        p.get_window_extent(renderer)
+        for p in ax.patches
+        if type(p).__name__ == "FancyBboxPatch"
+    ]
+    assert len(boxes) == len(CHAPTERS)
+    margin = 2 * fig.dpi / 72  # 2 pt
+    for text in (t for t in ax.texts if t.get_text()):
+        extent = text.get_window_extent(renderer)
+        x, y = (extent.x0 + extent.x1) / 2, (extent.y0 + extent.y1) / 2
+        box = next(b for b in boxes if b.contains(x, y))
+        assert box.x0 + margin <= extent.x0 and extent.x1 <= box.x1 - margin, text.get_text()
+
+
 def test_route_is_every_need_then_the_goal():
     # no 05-07
     assert route_to("10") == ["00", "01", "02", "03", "04", "08a", "08b", "09", "10"]

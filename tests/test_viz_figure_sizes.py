@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pkgutil
+from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
 
 import refimpl.viz
+from refimpl.viz import palette
 from tests.figure_cases import CASES, figures
-from tests.figure_size import COLUMN_PX, measure
+from tests.figure_size import COLUMN_PX, REFERENCE_DPI, measure
 
 MIN_POINTS = 8.0
+CHAPTERS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 #: Cases that take seconds (many stepper frames, a model to build): left to `make test`, not
 # test-fast.
 SLOW = {
     "pool_snapshot_03",
     "pool_snapshot_04",
     "scheduler_state",
+    "scheduler_state_05",
     "softmax_state",
     "allocator_state",
     "step_inputs",
@@ -74,6 +79,38 @@ def test_figure_fits_a_column_with_readable_text(case):
         assert size >= MIN_POINTS, (
             f"{case}[{index}]: {text!r} shows at {size} pt (< {MIN_POINTS})"
         )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_stored_figure_fits_the_column(path):
+    """Every picture a chapter stores is shown at full size: no wider than the column. This
+    catches a chapter that draws with sizes no case above covers, or in a cell of its own."""
+    too_wide = [
+        (index, shown["width"])
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"])
+        for output in cell.get("outputs", [])
+        for shown in [output.get("metadata", {}).get("image/png", {})]
+        if shown.get("width", 0) > COLUMN_PX
+    ]
+    assert not too_wide, f"(cell, px) wider than the {COLUMN_PX} px column: {too_wide}"
+
+
+def test_the_column_is_jupyterlabs_output_width():
+    """The column is the width of an output on the laptop screen of tests/screen.py (whose
+    numbers test_reader_standards.py checks against the installed JupyterLab), and that
+    JupyterLab scales a wider picture down to it rather than letting it overflow."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from tests import screen
+
+    assert COLUMN_PX == screen.OUTPUT_PX == 807
+    static = Path(sys.prefix) / "share" / "jupyter" / "lab" / "static"
+    bundle = "".join(p.read_text(errors="ignore") for p in static.glob("jlab_core*.js"))
+    rule = re.search(r"\.jp-RenderedImage img,[^{]*\{([^}]*)\}", bundle)
+    assert rule and "max-width: 100%" in rule.group(1)
+    assert palette.MAX_WIDTH * REFERENCE_DPI + 20 <= COLUMN_PX  # bbox "tight" pads 0.1 in
 
 
 def test_measure_sees_what_a_reader_sees():

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from refimpl.course import hybrid_simulate
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.viz.hybrid_stepper import (
+    AllocatorState,
     allocator_state,
     allocator_state_text,
     allocator_stepper,
@@ -95,6 +96,39 @@ def test_text_picture_and_bad_labels():
     assert stepper.strip_text().count("--- step") == 3
     with pytest.raises(ValueError):
         allocator_state(manager, LABELS[:2], ["A"])
+
+
+def test_long_block_tables_wrap_and_show_every_id():
+    """A table longer than the figure's width goes on in a "cont." line, so every block id is
+    written, in order, at 8 pt inside its cell, and the picture stays MAX_WIDTH wide."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from refimpl.viz.palette import MAX_WIDTH
+
+    ids = tuple(range(1, 64))  # one 63-entry table: wider than one line at 8 pt
+    state = AllocatorState(
+        labels=("MLA",),
+        owners=("null",) + ("MLA:A",) * 63,
+        tables=(("A", (ids,)),),
+        free_queue=(),
+        hashed=(),
+        usage=1.0,
+    )
+    fig = draw_allocator_state(state)
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    table_ax = fig.axes[1]
+    labels = [t.get_text() for t in table_ax.texts if t.get_ha() == "right"]
+    assert labels[0] == "MLA" and set(labels[1:]) == {"cont."}
+    written = [t for t in table_ax.texts if t.get_text().isdigit()]
+    assert [int(t.get_text()) for t in written] == list(ids)
+    cells = [p.get_window_extent(renderer) for p in table_ax.patches]
+    for text, cell in zip(written, cells):
+        box = text.get_window_extent(renderer)
+        assert text.get_fontsize() >= 8
+        assert cell.x0 < box.x0 and box.x1 < cell.x1, text.get_text()
 
 
 def life_with_a_prefix_hit(manager: KVCacheManager):

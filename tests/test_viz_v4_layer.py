@@ -10,6 +10,7 @@ from matplotlib.text import Text
 
 from refimpl.v4.topk import stable_topk
 from refimpl.viz.hybrid_layout import draw_position_strip, draw_v4_layer
+from refimpl.viz.palette import MAX_WIDTH
 from refimpl.viz.v4_layer import (
     draw_fp8_ds_mla_page,
     draw_indexer_picks,
@@ -42,12 +43,12 @@ def toy_scores() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def check_readable(fig) -> None:
-    """At most 900 px wide at 100 dpi, every text at 8 pt or more, nothing outside the
-    figure."""
+    """No wider than refimpl.viz.palette.MAX_WIDTH (what a notebook column shows at full
+    size), every text at 8 pt or more, nothing outside the figure."""
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
-    assert fig.get_size_inches()[0] * 100 <= 900
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
     texts = [t for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
     assert texts
     assert min(t.get_fontsize() for t in texts) >= 8, sorted({t.get_fontsize() for t in texts})

@@ -12,6 +12,7 @@ nothing.
 from __future__ import annotations
 
 import importlib
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -236,6 +237,15 @@ def chapters_markdown() -> str:
     return "\n".join(rows)
 
 
+def _box_label(short: str) -> str:
+    """A chapter's short title in lines of at most 12 characters; a longer single word (a class
+    name such as BlockManager) breaks before its inner capitals, so it stays inside the box."""
+    lines = []
+    for line in textwrap.wrap(short, 12, break_long_words=False):
+        lines += re.split(r"(?<=[a-z])(?=[A-Z])", line) if len(line) > 11 else [line]
+    return "\n".join(lines)
+
+
 def draw_course_map(
     title: str = "The course: an arrow goes from a chapter to one that needs it",
     route: list[str] | tuple[str, ...] | None = None,
@@ -250,12 +260,12 @@ def draw_course_map(
     if route is not None:
         for number in route:
             chapter(number)  # ValueError for an unknown number
-    fig = Figure(figsize=(MAX_WIDTH - 0.2, 3.9))
+    fig = Figure(figsize=(MAX_WIDTH, 3.9))
     ax = fig.add_axes((0.0, 0.0, 1.0, 0.9))
-    ax.set_xlim(-0.5, 8.5)
+    ax.set_xlim(-0.46, 8.46)
     ax.set_ylim(0.45, 3.55)
     ax.set_axis_off()
-    width, height = 0.86, 0.78
+    width, height = 0.9, 0.78
     boxes = {}
     for c in CHAPTERS:
         x, y = _POSITION[c.number]
@@ -274,7 +284,7 @@ def draw_course_map(
         )
         ax.add_patch(box)
         boxes[c.number] = box
-        label = "\n".join(textwrap.wrap(c.short, 12))
+        label = _box_label(c.short)
         ax.text(
             x,
             y + 0.2,
@@ -344,6 +354,10 @@ def draw_course_map(
         title=f"whole course: {total_minutes()} min, about {total_minutes() / 60:.1f} hours",
         title_fontsize=8,
         alignment="left",
+        # short handles and no outer pad, so the widest line stays clear of chapter 08b's box
+        borderaxespad=0.2,
+        handlelength=1.4,
+        handletextpad=0.5,
     )
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     return fig

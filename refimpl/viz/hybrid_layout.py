@@ -107,7 +107,7 @@ def pages_text(rows: Sequence[Mapping]) -> str:
 
 def draw_pages(rows: Sequence[Mapping], title: str = "One page per cache kind") -> Figure:
     """Horizontal bars: real bytes of each kind's page, with its alignment padding hatched."""
-    fig = Figure(figsize=(8, 3.2))
+    fig = Figure(figsize=(MAX_WIDTH, 3.2))
     ax = fig.add_subplot()
     for i, row in enumerate(rows):
         color = KIND_COLORS.get(row["kind"], "#888888")
@@ -540,7 +540,7 @@ def draw_blocks_per_budget(
     """Bar chart: how many blocks each layout fits in the same memory budget."""
     names = list(bytes_per_block)
     blocks = [memory // bytes_per_block[n] for n in names]
-    fig = Figure(figsize=(8, 0.5 * len(names) + 1.4))
+    fig = Figure(figsize=(MAX_WIDTH, 0.5 * len(names) + 1.4))
     ax = fig.add_subplot()
     ax.barh(range(len(names)), blocks, color="#4c72b0")
     for i, (n, b) in enumerate(zip(names, blocks)):
@@ -628,19 +628,19 @@ def draw_v4_layer(
         for i, (kind, writer, reader) in enumerate(rows):
             y = -i
             ax.add_patch(
-                Rectangle((0.0, y - 0.38), 2.7, 0.76, facecolor="white", edgecolor="#555555")
+                Rectangle((0.0, y - 0.38), 3.0, 0.76, facecolor="white", edgecolor="#555555")
             )
-            ax.text(1.35, y, writer, ha="center", va="center", fontsize=8)
+            ax.text(1.5, y, writer, ha="center", va="center", fontsize=8)
             ax.annotate(
-                "", xy=(3.3, y), xytext=(2.72, y), arrowprops={"arrowstyle": "->", "lw": 1}
+                "", xy=(3.5, y), xytext=(3.02, y), arrowprops={"arrowstyle": "->", "lw": 1}
             )
             ax.add_patch(
                 Rectangle(
-                    (3.3, y - 0.38), 2.9, 0.76, facecolor=KIND_COLORS[kind], edgecolor="black"
+                    (3.5, y - 0.38), 2.0, 0.76, facecolor=KIND_COLORS[kind], edgecolor="black"
                 )
             )
             ax.text(
-                4.75,
+                4.5,
                 y,
                 f"{i + 1}. {kind}",
                 ha="center",
@@ -649,9 +649,9 @@ def draw_v4_layer(
                 fontweight="bold",
             )
             ax.annotate(
-                "", xy=(6.8, y), xytext=(6.22, y), arrowprops={"arrowstyle": "->", "lw": 1}
+                "", xy=(6.0, y), xytext=(5.52, y), arrowprops={"arrowstyle": "->", "lw": 1}
             )
-            ax.text(6.85, y, reader, ha="left", va="center", fontsize=8)
+            ax.text(6.05, y, reader, ha="left", va="center", fontsize=8)
         ax.text(
             0.0,
             0.75,

@@ -210,13 +210,41 @@ def draw_pool_grid(ax, state: AllocatorState, ncols: int = 16) -> None:
     ax.axis("off")
 
 
+#: Table columns the row labels take, left of block_table[0].
+_LABEL_COLUMNS = 4
+
+
+def _table_span(state: AllocatorState, ncols: int) -> int:
+    """Table cells per line: as many as the figure holds while the largest block id still
+    reads at 8 pt inside its cell with a point to spare each side; a longer table wraps."""
+    digits = len(str(max(len(state.owners) - 1, 0)))
+    # a cell is 0.92 of the pitch; the table's axes take about 0.95 of the figure's width
+    pitch_pt = (digits * 0.62 * 8 + 2 + 2) / 0.92
+    return max(int(0.95 * MAX_WIDTH * 72 / pitch_pt) - _LABEL_COLUMNS, ncols)
+
+
+def _table_lines(
+    state: AllocatorState, span: int
+) -> list[tuple[str, str | None, int, Sequence[int]]]:
+    """(request id, group label or None for the request's heading or a continuation, group
+    index, block ids) for each line of the tables, a group's ids cut into lines of `span`."""
+    lines = []
+    for rid, groups in state.tables:
+        lines.append((rid, None, -1, ()))
+        for g, (label, ids) in enumerate(zip(state.labels, groups)):
+            for start in range(0, max(len(ids), 1), span):
+                lines.append((rid, label if start == 0 else "", g, ids[start : start + span]))
+    return lines
+
+
 def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = "") -> Figure:
     """The pool grid with its legend (top) and each live request's block table per group
-    (below)."""
-    n_table_rows = sum(len(groups) + 1 for _, groups in state.tables)
+    (below; a table longer than the figure's width goes on in a line marked "cont.")."""
+    span = _table_span(state, ncols)
+    lines = _table_lines(state, span)
     nrows = -(-len(state.owners) // ncols)
-    widest = max([len(ids) for _, groups in state.tables for ids in groups] + [ncols])
-    grid_h, legend_h, table_h = 0.5 * nrows, 0.75, 0.3 * n_table_rows
+    widest = max([len(ids) for *_, ids in lines] + [ncols])
+    grid_h, legend_h, table_h = 0.5 * nrows, 0.75, 0.3 * len(lines)
     fig = Figure(figsize=(MAX_WIDTH, grid_h + legend_h + table_h + 0.9))
     if state.tables:
         grid_ax, table_ax = fig.subplots(
@@ -250,42 +278,39 @@ def draw_allocator_state(state: AllocatorState, ncols: int = 16, title: str = ""
         fontsize=9,
     )
     if table_ax is not None:
-        # one table column, in points (x spans -4..widest)
-        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + 4)
-        y = 0
-        for rid, groups in state.tables:
-            table_ax.text(
-                -0.2,
-                y,
-                f"request {rid}: block table of each group (grey, hatched: null block)",
-                fontsize=9,
-                fontweight="bold",
-                va="center",
-            )
-            y -= 1
-            for g, (label, ids) in enumerate(zip(state.labels, groups)):
-                table_ax.text(-0.2, y, label, fontsize=8, va="center", ha="right")
-                for col, b in enumerate(ids):
-                    face = NULL_COLOR if b == 0 else group_color(label, g)
-                    table_ax.add_patch(
-                        Rectangle(
-                            (col, y - 0.45),
-                            0.92,
-                            0.9,
-                            facecolor=face,
-                            edgecolor="black",
-                            lw=0.5,
-                            hatch="//" if b == 0 else None,
-                        )
+        # one table column, in points (x spans -_LABEL_COLUMNS..widest)
+        pitch_pt = 0.95 * MAX_WIDTH * 72 / (widest + _LABEL_COLUMNS)
+        for y, (rid, label, g, ids) in enumerate(lines):
+            y = -y
+            if label is None:
+                table_ax.text(
+                    -0.2,
+                    y,
+                    f"request {rid}: block table of each group (grey, hatched: null block)",
+                    fontsize=9,
+                    fontweight="bold",
+                    va="center",
+                )
+                continue
+            table_ax.text(-0.2, y, label or "cont.", fontsize=8, va="center", ha="right")
+            for col, b in enumerate(ids):
+                face = NULL_COLOR if b == 0 else group_color(state.labels[g], g)
+                table_ax.add_patch(
+                    Rectangle(
+                        (col, y - 0.45),
+                        0.92,
+                        0.9,
+                        facecolor=face,
+                        edgecolor="black",
+                        lw=0.5,
+                        hatch="//" if b == 0 else None,
                     )
-                    # a cell too narrow for its id shows its colour
-                    if b != 0 and fits(str(b), pitch_pt):
-                        table_ax.text(
-                            col + 0.46, y, str(b), ha="center", va="center", fontsize=8
-                        )
-                y -= 1
-        table_ax.set_xlim(-4, widest)
-        table_ax.set_ylim(y + 0.5, 0.6)
+                )
+                # a cell too narrow for its id shows its colour
+                if b != 0 and fits(str(b), pitch_pt):
+                    table_ax.text(col + 0.46, y, str(b), ha="center", va="center", fontsize=8)
+        table_ax.set_xlim(-_LABEL_COLUMNS, widest)
+        table_ax.set_ylim(-len(lines) + 0.5, 0.6)
         table_ax.axis("off")
     fig.tight_layout()
     return fig

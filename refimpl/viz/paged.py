@@ -732,9 +732,10 @@ def draw_prefix_lookup(
     n_pool, n_req = bm.num_blocks, len(match.blocks)
     col = max(1.9, n_pool / n_req)  # width of one request column, in pool-block units
     width = max(n_pool, col * n_req)
-    fig = Figure(figsize=(min(0.8, MAX_WIDTH / (width + 1.7)) * (width + 1.7), 6.4))
+    # the row labels take 1.3 units on the left
+    fig = Figure(figsize=(min(0.8, MAX_WIDTH / (width + 1.4)) * (width + 1.4), 6.4))
     ax = fig.add_subplot()
-    ax.set_xlim(-1.6, width + 0.1)
+    ax.set_xlim(-1.3, width + 0.1)
     ax.set_ylim(-2.6, 7.3)
     ax.axis("off")
     outcomes_present = []
@@ -745,7 +746,11 @@ def draw_prefix_lookup(
             outcomes_present.append(b.outcome)
         ax.add_patch(
             Rectangle(
-                (x - col / 2 + 0.1, 6.3), col - 0.2, 0.8, facecolor="white", edgecolor="black"
+                (x - col / 2 + 0.07, 6.3),
+                col - 0.14,
+                0.8,
+                facecolor="white",
+                edgecolor="black",
             )
         )
         ax.text(
@@ -770,7 +775,7 @@ def draw_prefix_lookup(
             y -= 0.42
         ax.add_patch(
             Rectangle(
-                (x - col / 2 + 0.1, 3.0), col - 0.2, 0.9, facecolor=colour, edgecolor="black"
+                (x - col / 2 + 0.07, 3.0), col - 0.14, 0.9, facecolor=colour, edgecolor="black"
             )
         )
         ax.text(

@@ -20,14 +20,13 @@ SEQ_COLORS = [
 #: An empty cell: an unused slot, or a free block that holds nothing.
 EMPTY = "#eeeeee"
 
-#: The widest figure, in inches at matplotlib's default 100 dpi. A notebook column shows about
-# 900 px
-#: at full size, so a figure no wider keeps its 8-pt labels at 8 pt on screen; a wider one is
-# scaled
-#: down and every label with it. The notebook trims the figure to what is drawn (bbox "tight"),
-# so a
-#: legend or label outside the axes counts too: figure functions keep those inside this width.
-MAX_WIDTH = 8.8
+#: The widest figure, in inches at matplotlib's default 100 dpi. On a 1366x768 laptop with
+# JupyterLab's file browser open an output is 807 px wide, and JupyterLab scales a wider
+# picture down to fit, every label with it; a figure no wider keeps its 8-pt labels at 8 pt.
+# The notebook trims the figure to what is drawn and pads it by 0.1 in each side (bbox
+# "tight"), so a figure drawn edge to edge shows 0.2 in wider: 7.85 in shows as 805 px. A
+# legend or label outside the axes counts too: figure functions keep those inside this width.
+MAX_WIDTH = 7.85
 
 #: Cache groups of DeepSeek V4 by label; other groups take `FALLBACK_COLORS` in turn.
 GROUP_COLORS = {

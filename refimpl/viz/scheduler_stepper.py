@@ -21,7 +21,7 @@ from matplotlib.patches import Patch, Rectangle
 from refimpl.course.runners import FakeModelRunner
 from refimpl.paged.scheduler import Scheduler
 from refimpl.paged.sequence import Sequence
-from refimpl.viz.palette import EMPTY, SEQ_COLORS
+from refimpl.viz.palette import EMPTY, MAX_WIDTH, SEQ_COLORS
 from refimpl.viz.stepper import Frame, record_frames
 
 
@@ -235,7 +235,7 @@ def draw_scheduler_state(state: SchedulerState) -> Figure:
         for block_id in r.block_table:
             holders.setdefault(block_id, []).append(r.name)
     n = state.num_blocks
-    fig = Figure(figsize=(max(6.0, 0.55 * n + 1.5), 2.6), layout="constrained")
+    fig = Figure(figsize=(min(MAX_WIDTH, max(6.0, 0.55 * n + 1.5)), 2.6), layout="constrained")
     grid = fig.add_gridspec(2, 1, height_ratios=[1.0, 1.25])
     ax = fig.add_subplot(grid[0])
     for block_id in range(n):

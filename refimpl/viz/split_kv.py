@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.kernels.online_softmax import MergeState, PartialMerge
-from refimpl.viz.palette import EMPTY
+from refimpl.viz.palette import EMPTY, MAX_WIDTH
 from refimpl.viz.softmax_stepper import (
     FINAL_COLOR,
     READ_COLOR,
@@ -269,7 +269,7 @@ def draw_decode_timings(record: dict) -> Figure:
     second against the copy bandwidth (right)."""
     shapes = record["decode"]
     labels = [f"batch {s['batch']}\ncontext {s['context']}" for s in shapes]
-    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    fig = Figure(figsize=(MAX_WIDTH, 3.4), layout="constrained")
     time_ax, bw_ax = fig.subplots(1, 2)
     x = np.arange(len(shapes))
     runs = [

@@ -94,7 +94,8 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     r*j..r*j+r-1 of the window it closes."""
     selected = _selected(summary, layers)
     hit = summary["hit"]
-    fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.3))
+    legend_h = 0.3  # inches under the axes for the legend
+    fig = Figure(figsize=(MAX_WIDTH, 0.42 * len(selected) + 1.45 + legend_h))
     ax = fig.add_subplot()
     for y, (_name, info) in enumerate(reversed(selected)):
         ratio = info["ratio"]
@@ -130,7 +131,7 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
     ax.tick_params(axis="x", labelsize=8)
     ax.set_xlabel(
         "token position (entry j of ratio r drawn over positions r*j..r*j+r-1, the window "
-        "it closes; black lines: block boundaries)",
+        "it closes)\nblack lines: block boundaries",
         fontsize=9,
     )
     ax.set_title(
@@ -138,19 +139,18 @@ def draw_hit_reads(summary: dict, layers: Sequence[int], start: int = 192) -> Fi
         f"{start}..{hit - 1})",
         fontsize=10,
     )
-    ax.legend(
+    fig.legend(
         handles=[
             Patch(color=READ_COLOR, label="reused, read again"),
             Patch(color=KEPT_COLOR, label="reused, never read"),
             Patch(color=EMPTY, label="not kept (left the window)"),
         ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.22),
+        loc="lower center",
         ncol=3,
         fontsize=9,
         frameon=False,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1))
     return fig
 
 
@@ -194,7 +194,7 @@ def draw_engine_state(state: tuple) -> Figure:
     """One bar per request: prompt tokens computed (dark), still to compute (light), generated
     (orange)."""
     rows, free = state
-    fig = Figure(figsize=(8, 0.5 * len(rows) + 1.0))
+    fig = Figure(figsize=(MAX_WIDTH, 0.5 * len(rows) + 1.0))
     ax = fig.add_subplot()
     longest = max(prompt + generated for _, _, prompt, _, generated, _ in rows) + 1
     for y, (_name, status, prompt, computed, generated, _live) in enumerate(reversed(rows)):

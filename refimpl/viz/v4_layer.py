@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from refimpl.course.fp8_ds_mla import page_regions
-from refimpl.viz.palette import EMPTY
+from refimpl.viz.palette import EMPTY, MAX_WIDTH
 
 SERIES_COLORS = {"a": "#f2b27f", "b": "#8fb0dc"}  # light fills: black 8 pt text stays readable
 SERIES_LABELS = {
@@ -99,7 +99,7 @@ def draw_overlapping_windows(weights: torch.Tensor, title: str | None = None) ->
     cells = _window_cells(weights)
     tokens = num_entries * ratio
     rows = num_entries + 1
-    fig = Figure(figsize=(min(9.0, 2.4 + 0.8 * tokens), 1.5 + 0.5 * rows))
+    fig = Figure(figsize=(min(MAX_WIDTH, 2.4 + 0.8 * tokens), 1.5 + 0.5 * rows))
     ax = fig.add_axes((0.2, 0.24, 0.78, 0.62))
     for j in range(num_entries):
         for t in range(tokens):
@@ -231,7 +231,7 @@ def draw_indexer_picks(
         float(finite.max()) if finite.numel() else 1.0,
     )
     cmap = colormaps["Blues"]
-    fig = Figure(figsize=(min(9.0, 2.6 + 0.27 * queries), 1.9 + 0.36 * entries))
+    fig = Figure(figsize=(min(MAX_WIDTH, 2.6 + 0.27 * queries), 1.9 + 0.36 * entries))
     ax = fig.add_axes((0.1, 0.24, 0.78, 0.64))
     for q in range(queries):
         chosen = set(picks[q].tolist())
@@ -343,7 +343,7 @@ def draw_fp8_ds_mla_page(
     padding."""
     regions = page_regions(num_rows, alignment)
     end = regions[-1][2]
-    fig = Figure(figsize=(9.0, 2.3))
+    fig = Figure(figsize=(MAX_WIDTH, 2.3))
     ax = fig.add_axes((0.03, 0.45, 0.93, 0.3))
     for what, start, stop in regions:
         kind = _region_kind(what)
