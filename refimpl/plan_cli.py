@@ -401,7 +401,8 @@ def refuse_v4_flags_with_config(args: argparse.Namespace) -> None:
     ]
     if given:
         flags = ", ".join(
-            "--" + name.replace("_", "-")
+            "--"
+            + name.replace("_", "-")
             + (f" (use {CONFIG_EQUIVALENT[name]})" if name in CONFIG_EQUIVALENT else "")
             for name in given
         )
@@ -654,7 +655,8 @@ def build_model_plan(args: argparse.Namespace) -> dict:
         )
     except ValueError as exc:  # vLLM's hint names its utilisation; name the flag used here
         raise ValueError(
-            str(exc).replace("gpu_memory_utilization or the KV cache budget", budget_flag)
+            str(exc)
+            .replace("gpu_memory_utilization or the KV cache budget", budget_flag)
             .replace("gpu_memory_utilization", budget_flag)
         ) from None
     return {

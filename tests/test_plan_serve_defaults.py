@@ -32,7 +32,10 @@ def plan_json(capsys, *argv) -> dict:
 
 @pytest.mark.parametrize("case", ORACLE["parse"], ids=lambda c: c["text"])
 def test_flag_syntax_is_vllms(case):
-    for key, parse in (("int", human_readable_int), ("int_or_auto", human_readable_int_or_auto)):
+    for key, parse in (
+        ("int", human_readable_int),
+        ("int_or_auto", human_readable_int_or_auto),
+    ):
         if isinstance(case[key], str):
             with pytest.raises((ValueError, argparse.ArgumentTypeError)):
                 parse(case["text"])
@@ -71,7 +74,9 @@ def engine_argv(case: dict) -> list[str]:
     if case["max_num_batched_tokens"] is not None:
         argv += ["--max-num-batched-tokens", str(case["max_num_batched_tokens"])]
     if case["async_scheduling"] is not None:
-        argv.append("--async-scheduling" if case["async_scheduling"] else "--no-async-scheduling")
+        argv.append(
+            "--async-scheduling" if case["async_scheduling"] else "--no-async-scheduling"
+        )
     return argv
 
 

@@ -80,7 +80,9 @@ def argparse_type(parse, minimum: int, what: str):
         if value == -1 and parse is human_readable_int_or_auto:
             return value
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum} ({what}), got {value}")
+            raise argparse.ArgumentTypeError(
+                f"must be at least {minimum} ({what}), got {value}"
+            )
         return value
 
     return parse_flag
@@ -156,7 +158,9 @@ def resolve_scheduler_settings(
     asynchronous = True if async_scheduling is None else async_scheduling
     if platform == "cpu":
         if async_scheduling is not False:
-            notes.append("vLLM's CPU platform turns async scheduling off (one batch in flight)")
+            notes.append(
+                "vLLM's CPU platform turns async scheduling off (one batch in flight)"
+            )
         asynchronous = False
         if use_mla:
             chunked_prefill = False

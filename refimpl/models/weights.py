@@ -68,7 +68,9 @@ def count_parameters(cfg: HFConfig) -> WeightCount:
         head_dim = int(get("head_dim") or hidden // heads)
         kv_heads = int(get("num_key_value_heads") or heads)
         attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    experts = int(get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0)
+    experts = int(
+        get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0
+    )
     inter = int(get("intermediate_size") or 0)
     moe_inter = int(get("moe_intermediate_size") or inter)
     if experts:
@@ -126,9 +128,10 @@ def estimate_weight_bytes(cfg: HFConfig, model_dtype: str, tensor_parallel_size:
         scales = 4 * -(-linear // (int(block[0]) * int(block[1])))
         total = linear + scales + unquantised * size
     elif method == "mxfp4":
-        total = int(count.experts * MXFP4_BITS_PER_PARAM / 8) + (
-            count.attention + count.mlp + unquantised
-        ) * size
+        total = (
+            int(count.experts * MXFP4_BITS_PER_PARAM / 8)
+            + (count.attention + count.mlp + unquantised) * size
+        )
     elif quant.get("bits"):
         group = int(quant.get("group_size") or 128)  # -1: one scale per output channel
         scales = 2 * linear // group if group > 0 else 0

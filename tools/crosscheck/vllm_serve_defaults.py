@@ -27,7 +27,9 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_serve_defaults_oracle.json"
+ORACLE = (
+    Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_serve_defaults_oracle.json"
+)
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
 GIB = 1 << 30
 
@@ -69,7 +71,10 @@ def parse_cases() -> list:
     out = []
     for text in PARSE:
         row = {"text": text}
-        for name, fn in (("int", human_readable_int), ("int_or_auto", human_readable_int_or_auto)):
+        for name, fn in (
+            ("int", human_readable_int),
+            ("int_or_auto", human_readable_int_or_auto),
+        ):
             try:
                 row[name] = fn(text)
             except Exception as exc:  # vLLM refuses it
