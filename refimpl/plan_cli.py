@@ -564,6 +564,20 @@ def group_row(group, blocks_per_request: int) -> dict:
     }
 
 
+def model_plan(*argv) -> dict:
+    """`plan --config ...`'s data for these flags, in this process (for notebooks and
+    figures): `model_plan("--config", path, "--kv-cache-memory-bytes", "20G")`."""
+    from refimpl.cli import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog="plan")
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["plan", *(str(a) for a in argv)])
+    if args.config is None:
+        raise ValueError("model_plan plans a --config")
+    refuse_v4_flags_with_config(args)
+    return build_model_plan(args)
+
+
 def derived_max_model_len(cfg) -> int:
     """The length vLLM's ModelConfig derives from the config (with the family's defaults for
     keys the file leaves out, as transformers fills them in)."""

@@ -368,3 +368,30 @@ def test_weights_estimate_honours_quantisation(capsys, config, tp, low, high):
         )
     )
     assert low < out["weights_bytes"] < high and out["weights_is_estimate"]
+
+
+def test_request_plan_figure_text_twin():
+    from refimpl.plan_cli import model_plan
+    from refimpl.viz.request_plan import request_plan_text
+
+    granite = model_plan(
+        "--config",
+        CONFIGS / "granite-4.0-h-tiny",
+        "--kv-cache-memory-bytes",
+        "20G",
+        "--max-model-len",
+        "8K",
+    )
+    text = request_plan_text(granite, "Granite 4.0-H Tiny").splitlines()
+    assert len(text) == 1 + len(granite["groups"]) + 1 == 12
+    assert text[1].split()[2:] == [
+        "MambaSpec",
+        "4",
+        "layers",
+        "3",
+        "blocks",
+        "of",
+        "400",
+        "tokens",
+    ]
+    assert text[-1].startswith("6,553 blocks / 48 per request = 136.52x at 8,192 tokens")

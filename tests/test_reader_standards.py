@@ -47,7 +47,6 @@ PENDING: dict[str, set[str]] = {
         "11_v4_addressing",
         "12_hybrid_allocator",
         "13_v4_engine",
-        "14_size_your_own_model",
     },
     "main_line": set(),
     "history": set(),
