@@ -136,6 +136,7 @@ crosscheck: $(VLLM_STAMP)
 crosscheck-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck record
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models record
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_serve_defaults record
 
 # vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class
 # on the meta device, its platform's block size, each layer's get_kv_cache_spec) and plans them;

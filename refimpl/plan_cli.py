@@ -31,6 +31,11 @@ from refimpl.hybrid.kv_cache_planning import (
     get_kv_cache_config,
     get_kv_cache_groups,
 )
+from refimpl.models.engine_args import (
+    argparse_type,
+    human_readable_int,
+    human_readable_int_or_auto,
+)
 from refimpl.plan_summary import summarize_groups
 
 MODELS = {"deepseek-v4-pro": "pro", "deepseek-v4-flash": "flash"}
@@ -49,6 +54,7 @@ CACHE_DTYPE_ALIASES = {
 FLAG_FOR_PARAMETER = {
     "available_memory": "--memory",
     "num_blocks_override": "--num-blocks",
+    "num_gpu_blocks_override": "--num-gpu-blocks-override",
     "block_size": "--block-size",
     "max_model_len": "--max-model-len",
     "gpu_memory_utilization": "--gpu-memory-utilization",
@@ -149,28 +155,34 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ),
         formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--model", choices=sorted(MODELS), default="deepseek-v4-pro", help="which model"
+    v4 = parser.add_argument_group(
+        "DeepSeek V4 (--model); refused with --config, which takes vllm serve's flags below"
     )
-    parser.add_argument(
+    v4.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default=None,
+        help="which model (default: deepseek-v4-pro)",
+    )
+    v4.add_argument(
         "--memory",
         type=memory_size,
-        default="10GiB",
-        help="KV-cache budget, e.g. 10GiB, 512MiB, 4GB or a byte count",
+        default=None,
+        help="KV-cache budget, e.g. 10GiB, 512MiB, 4GB or a byte count (default: 10GiB)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--cache-dtype",
         choices=sorted(CACHE_DTYPE_ALIASES),
-        default="fp8_ds_mla",
-        help="fp8 (= fp8_ds_mla, 584 B rows) or bfloat16",
+        default=None,
+        help="fp8 (= fp8_ds_mla, 584 B rows) or bfloat16 (default: fp8_ds_mla)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--indexer",
         choices=deepseek_v4.INDEXER_DTYPES,
-        default="fp8",
-        help="format of the indexer's key cache",
+        default=None,
+        help="format of the indexer's key cache (default: fp8)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--mtp", action="store_true", help="add the MTP layer (speculative decoding)"
     )
     parser.add_argument(
@@ -179,32 +191,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="tokens per block (DeepSeek V4: a multiple of 128, 256 by default; --config: "
         "vLLM's choice for the backend by default)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--num-blocks",
         type=int_at_least(2, "block 0 is the null block, so 1 block leaves none usable"),
         default=None,
-        help="use this many blocks instead of filling --memory",
+        help="use this many blocks instead of filling --memory (with --config: "
+        "--num-gpu-blocks-override)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--grouping",
         choices=GROUPINGS,
-        default="grouped",
-        help="grouped: the real grouping; mla+swa: the vLLM KV-cache article's hypothetical "
-        "two-group plan (MLA + one unsplit SWA group)",
+        default=None,
+        help="grouped (default): the real grouping; mla+swa: the vLLM KV-cache article's "
+        "hypothetical two-group plan (MLA + one unsplit SWA group)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--layout",
         choices=LAYOUT_VERSIONS,
-        default="C",
-        help="planner version: C is what vLLM 0.32/0.33 run (sliding-window groups first, "
-        "one tensor per group and spec run); B is the version the vLLM KV-cache article "
-        "describes (MLA group first, one tensor per byte offset)",
+        default=None,
+        help="planner version: C (default) is what vLLM 0.32/0.33 run (sliding-window groups "
+        "first, one tensor per group and spec run); B is the version the vLLM KV-cache "
+        "article describes (MLA group first, one tensor per byte offset)",
     )
-    parser.add_argument(
+    v4.add_argument(
         "--offsets",
         type=int_at_least(-1, "-1 prints all"),
-        default=10,
-        help="offset rows to print (-1 for all)",
+        default=None,
+        help="offset rows to print, -1 for all (default: 10)",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     add_model_arguments(parser)
@@ -358,12 +371,54 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
     return "\n".join(lines)
 
 
+#: DeepSeek V4's flags (`--model`'s), with their defaults; --config refuses them.
+V4_ONLY_DEFAULTS = {
+    "model": "deepseek-v4-pro",
+    "memory": 10 << 30,
+    "cache_dtype": "fp8_ds_mla",
+    "indexer": "fp8",
+    "mtp": False,
+    "num_blocks": None,
+    "grouping": "grouped",
+    "layout": "C",
+    "offsets": 10,
+}
+#: What --config offers instead of a V4-only flag, where vLLM has one.
+CONFIG_EQUIVALENT = {
+    "num_blocks": "--num-gpu-blocks-override",
+    "memory": "--kv-cache-memory-bytes",
+    "cache_dtype": "--kv-cache-dtype",
+}
+
+
+def refuse_v4_flags_with_config(args: argparse.Namespace) -> None:
+    """--config takes vllm serve's flags; a DeepSeek V4 flag given with it would be silently
+    ignored, so it is an error naming the flag (and vLLM's equivalent, if any)."""
+    given = [
+        name
+        for name, default in V4_ONLY_DEFAULTS.items()
+        if getattr(args, name, default) not in (None, False)
+    ]
+    if given:
+        flags = ", ".join(
+            "--"
+            + name.replace("_", "-")
+            + (f" (use {CONFIG_EQUIVALENT[name]})" if name in CONFIG_EQUIVALENT else "")
+            for name in given
+        )
+        raise ValueError(f"--config plans with vllm serve's flags; not with {flags}")
+
+
 def run_plan(args: argparse.Namespace) -> int:
     try:
         if args.config is not None:
+            refuse_v4_flags_with_config(args)
             plan = build_model_plan(args)
             text = None if args.json else format_model_plan(plan)
         else:
+            for name, default in V4_ONLY_DEFAULTS.items():
+                if getattr(args, name, None) is None:
+                    setattr(args, name, default)
             if args.block_size is None:
                 args.block_size = V4_BLOCK_SIZE
             plan = build_plan(args)
@@ -383,29 +438,47 @@ def run_plan(args: argparse.Namespace) -> int:
 
 # --- `--config`: any Hugging Face config.json, the engineer's command
 
-#: `vllm serve`'s defaults (vLLM 0.32 EngineArgs / CacheConfig / SchedulerConfig)
+#: `vllm serve`'s default (vLLM 0.32 CacheConfig)
 GPU_MEMORY_UTILIZATION = 0.9
-#: --max-num-batched-tokens for the OpenAI server by GPU memory (get_batch_defaults):
-#: >= 160 GiB (B200): 16384; >= 70 GiB and not an A100 (H100, H200): 8192; otherwise 2048
-SERVE_MAX_NUM_BATCHED_TOKENS = ((160 << 30, 16384), (70 << 30, 8192), (0, 2048))
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # an H100/H200, when --gpu-memory is not given
+
+
+def memory_flag(text: str) -> int:
+    """argparse type for `--kv-cache-memory-bytes` and `--gpu-memory`: vLLM's syntax first
+    (20G = 20 GiB, 20g = 20 GB, a plain byte count), then 20GiB / 20GB / 1.5GiB as `--memory`
+    reads them."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?[kKmMgGtT]|\d+", text):
+        try:
+            value = human_readable_int(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return memory_size(str(value))
+    return memory_size(text)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "any model (--config), with vllm serve's flag names and defaults"
+        "any model (--config), with vllm serve's flag names, syntax and defaults "
+        "(8k = 8,000, 8K = 8,192, 20G = 20 GiB)"
     )
     group.add_argument("--config", help="a local Hugging Face config.json (or its directory)")
     group.add_argument(
         "--kv-cache-memory-bytes",
-        type=memory_size,
-        help="the KV cache budget per GPU, exact (e.g. 20GiB); else --gpu-memory is used",
+        type=memory_flag,
+        help="the KV cache budget per GPU, exact (e.g. 20G, 20GiB); else --gpu-memory is used",
     )
     group.add_argument(
         "--gpu-memory",
-        type=memory_size,
+        type=memory_flag,
         help="memory of one GPU (e.g. 80GiB): the budget is then estimated as utilisation x "
-        "this, less the weights",
+        "this, less the weights; it also picks vllm serve's default batched tokens "
+        "(from 160 GiB: 16,384; from 70 GiB: 8,192 unless --gpu-name is an A100; else 2,048)",
+    )
+    group.add_argument(
+        "--gpu-name",
+        help="the GPU's name as NVML reports it (e.g. 'NVIDIA A100-SXM4-80GB'): vllm serve "
+        "gives an A100 the small batch default (default: an 80 GB H100 when neither this nor "
+        "--gpu-memory is given)",
     )
     group.add_argument(
         "--gpu-memory-utilization",
@@ -415,23 +488,29 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--weights-memory",
-        type=memory_size,
-        help="bytes of weights per GPU (default: estimated from the config's parameter count)",
+        type=memory_flag,
+        help="bytes of weights per GPU (default: estimated from the config, quantisation "
+        "included)",
     )
     group.add_argument(
-        "--max-model-len", type=int_at_least(1, "tokens"), help="default: the model's own"
+        "--max-model-len",
+        type=argparse_type(human_readable_int_or_auto, 1, "tokens"),
+        help="tokens per request (e.g. 32768, 32K = 32,768, 32k = 32,000); -1 or auto: the "
+        "longest that fits the KV budget (default: the config's)",
     )
     group.add_argument(
         "--max-num-batched-tokens",
-        type=int_at_least(1, "tokens per step"),
-        help="tokens scheduled per step (default: vllm serve's for the GPU: 8192 on an "
-        "H100/H200)",
+        type=argparse_type(human_readable_int, 1, "tokens per step"),
+        help="tokens scheduled per step (default: vllm serve's for the device: 8,192 on an "
+        "H100/H200, 2,048 on an A100 or a GPU under 70 GiB, 16,384 from 160 GiB, 2,048 x TP "
+        "on the CPU platform)",
     )
     group.add_argument(
         "--async-scheduling",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="two batches in flight: sliding windows reserve twice the batched tokens",
+        default=None,
+        help="two batches in flight: sliding windows reserve twice the batched tokens "
+        "(default: on; vLLM's CPU platform always turns it off)",
     )
     group.add_argument(
         "--enable-prefix-caching",
@@ -439,6 +518,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="for Mamba hybrids: one state block per attention block ('align') or one per "
         "request",
+    )
+    group.add_argument(
+        "--disable-hybrid-kv-cache-manager",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one group for every layer: sliding-window layers keep every token, as full "
+        "attention does (default: the hybrid manager, off)",
+    )
+    group.add_argument(
+        "--num-gpu-blocks-override",
+        type=int_at_least(2, "block 0 is the null block, so 1 block leaves none usable"),
+        help="use this many blocks instead of filling the budget",
     )
     group.add_argument(
         "--tensor-parallel-size", type=int_at_least(1, "GPUs"), default=1, help="GPUs"
@@ -451,44 +542,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--backend",
         help="attention backend: flash_attn (default), flashinfer, triton_attn, flashmla "
-        "(default for MLA), triton_mla, cpu_attn (vLLM's CPU platform)",
+        "(default for MLA), triton_mla, cpu_attn (vLLM's CPU platform: its block size, "
+        "batch default and scheduling)",
     )
-
-
-def estimate_weight_bytes(cfg, model_dtype: str, tensor_parallel_size: int) -> int:
-    """A rough size of one GPU's weights from the config (an estimate: quantised checkpoints,
-    unusual layers and vision towers are not counted precisely)."""
-    from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
-
-    get = cfg.get
-    hidden = int(get("hidden_size") or 0)
-    layers = int(get("num_hidden_layers") or 0)
-    heads = int(get("num_attention_heads") or 1)
-    head_dim = int(get("head_dim") or hidden // heads)
-    kv_heads = int(get("num_key_value_heads") or heads)
-    vocab = int(get("vocab_size") or 0)
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    experts = int(
-        get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0
-    )
-    moe_inter = int(get("moe_intermediate_size") or get("intermediate_size") or 0)
-    inter = int(get("intermediate_size") or 0)
-    if experts:
-        shared = int(get("n_shared_experts") or 0) * moe_inter + int(
-            get("shared_expert_intermediate_size") or get("shared_intermediate_size") or 0
-        )
-        mlp = 3 * hidden * (experts * moe_inter + shared)
-    else:
-        mlp = 3 * hidden * inter
-    embeddings = vocab * hidden * (1 if get("tie_word_embeddings") else 2)
-    params = layers * (attention + mlp) + embeddings
-    return params * DTYPE_SIZES[model_dtype] // tensor_parallel_size
-
-
-def max_num_batched_tokens_default(gpu_memory: int | None) -> int:
-    if gpu_memory is None:
-        return DEFAULT_MAX_NUM_BATCHED_TOKENS
-    return next(n for limit, n in SERVE_MAX_NUM_BATCHED_TOKENS if gpu_memory >= limit)
 
 
 def group_row(group, blocks_per_request: int) -> dict:
@@ -508,28 +564,79 @@ def group_row(group, blocks_per_request: int) -> dict:
     }
 
 
+def model_plan(*argv) -> dict:
+    """`plan --config ...`'s data for these flags, in this process (for notebooks and
+    figures): `model_plan("--config", path, "--kv-cache-memory-bytes", "20G")`."""
+    from refimpl.cli import OneLineErrorParser
+
+    parser = OneLineErrorParser(prog="plan")
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["plan", *(str(a) for a in argv)])
+    if args.config is None:
+        raise ValueError("model_plan plans a --config")
+    refuse_v4_flags_with_config(args)
+    return build_model_plan(args)
+
+
+def derived_max_model_len(cfg) -> int:
+    """The length vLLM's ModelConfig derives from the config (with the family's defaults for
+    keys the file leaves out, as transformers fills them in)."""
+    from refimpl.models.registry import resolve_family
+
+    family = resolve_family(cfg.architecture)
+    if hasattr(family, "with_defaults"):
+        cfg = family.with_defaults(cfg)
+    return cfg.derived_max_model_len()
+
+
 def build_model_plan(args: argparse.Namespace) -> dict:
-    """Everything the --config plan prints, as plain data."""
+    """Everything the --config plan prints, as plain data.
+
+    The settings are resolved in vLLM's order: the model length (`verify_max_model_len`),
+    the scheduler's batch and async scheduling (`resolve_scheduler_settings`, for the
+    backend's platform and the GPU), the budget, then the plan (`plan_capacity`, which
+    auto-fits the length for --max-model-len -1).
+    """
     from refimpl.models import HFConfig, get_kv_cache_spec
+    from refimpl.models.engine_args import resolve_scheduler_settings, verify_max_model_len
+    from refimpl.models.weights import describe_quantization, estimate_weight_bytes
 
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ValueError(
             f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}"
         )
     cfg = HFConfig.load(args.config)
+    requested_len = args.max_model_len
+    auto_fit = requested_len == -1
+    length_notes: list[str] = []
+    if requested_len is not None and not auto_fit:
+        _, length_notes = verify_max_model_len(
+            requested_len, derived_max_model_len(cfg), cfg.get("model_max_length")
+        )
     model = get_kv_cache_spec(
         cfg,
         tensor_parallel_size=args.tensor_parallel_size,
         kv_cache_dtype=args.kv_cache_dtype,
         backend=args.backend,
         block_size=args.block_size,
-        max_model_len=args.max_model_len,
+        max_model_len=None if auto_fit else requested_len,
         enable_prefix_caching=args.enable_prefix_caching,
     )
     max_len = model.max_model_len
-    batched = args.max_num_batched_tokens or max_num_batched_tokens_default(args.gpu_memory)
-    in_flight = batched * (2 if args.async_scheduling else 1)
-    weights = None
+    platform = model.backend.platform
+    scheduler = resolve_scheduler_settings(
+        platform=platform,
+        max_model_len=max_len,
+        use_mla=model.backend.is_mla,
+        tensor_parallel_size=args.tensor_parallel_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        async_scheduling=args.async_scheduling,
+        device_memory=getattr(args, "gpu_memory", None),
+        device_name=getattr(args, "gpu_name", None),
+    )
+    batched = scheduler.max_num_batched_tokens
+    in_flight = batched * (2 if scheduler.async_scheduling else 1)
+    weights, weights_estimated = None, False
     if args.kv_cache_memory_bytes is not None:
         memory, exact = args.kv_cache_memory_bytes, True
     elif args.gpu_memory is not None:
@@ -546,9 +653,26 @@ def build_model_plan(args: argparse.Namespace) -> dict:
             )
     else:
         raise ValueError("give --kv-cache-memory-bytes, or --gpu-memory (and the utilisation)")
-    capacity = plan_capacity(
-        model.specs, memory, max_len, in_flight, kv_cache_layout=model.backend.layouts_first
-    )
+    budget_flag = "--kv-cache-memory-bytes" if exact else "--gpu-memory-utilization"
+    try:
+        capacity = plan_capacity(
+            model.specs,
+            memory,
+            max_len,
+            in_flight,
+            kv_cache_layout=model.backend.layouts_first,
+            auto_fit=auto_fit,
+            disable_hybrid_kv_cache_manager=bool(
+                getattr(args, "disable_hybrid_kv_cache_manager", None)
+            ),
+            num_gpu_blocks_override=getattr(args, "num_gpu_blocks_override", None),
+        )
+    except ValueError as exc:  # vLLM's hint names its utilisation; name the flag used here
+        raise ValueError(
+            str(exc)
+            .replace("gpu_memory_utilization or the KV cache budget", budget_flag)
+            .replace("gpu_memory_utilization", budget_flag)
+        ) from None
     return {
         "config": cfg.source,
         "architecture": model.architecture,
@@ -558,17 +682,25 @@ def build_model_plan(args: argparse.Namespace) -> dict:
         "kv_dtype": model.kv_dtype,
         "tensor_parallel_size": args.tensor_parallel_size,
         "backend": model.backend.name,
+        "platform": platform,
         "block_size": model.block_size,
-        "max_model_len": max_len,
+        "max_model_len": capacity["max_model_len"],
+        "max_model_len_requested": requested_len,
+        "derived_max_model_len": max_len,
         "max_num_batched_tokens": batched,
-        "async_scheduling": args.async_scheduling,
+        "async_scheduling": scheduler.async_scheduling,
         "max_in_flight_tokens": in_flight,
+        "disable_hybrid_kv_cache_manager": bool(
+            getattr(args, "disable_hybrid_kv_cache_manager", None)
+        ),
+        "num_gpu_blocks_override": getattr(args, "num_gpu_blocks_override", None),
         "available_memory": memory,
         "available_memory_is_estimate": not exact,
         "weights_bytes": weights,
         "weights_is_estimate": weights is not None and weights_estimated,
+        "weights_quantization": describe_quantization(cfg),
         **capacity,
-        "notes": model.notes,
+        "notes": model.notes + length_notes + scheduler.notes,
     }
 
 
@@ -578,6 +710,10 @@ def plan_capacity(
     max_model_len: int,
     in_flight: int,
     kv_cache_layout: str | None = None,
+    *,
+    auto_fit: bool = False,
+    disable_hybrid_kv_cache_manager: bool = False,
+    num_gpu_blocks_override: int | None = None,
 ) -> dict:
     """Groups, blocks, and vLLM's two startup figures for `specs` in `memory` bytes
     (`kv_cache_utils.plan_kv_cache`, vLLM 0.32's planner and capacity functions).
@@ -586,7 +722,9 @@ def plan_capacity(
     tokens for full attention, the window plus the tokens in flight for a sliding window, two
     or three states for an aligned Mamba layer); the groups draw from one pool, so concurrency
     = blocks / the sum, and the KV cache size in tokens = int(concurrency x max_model_len).
-    `in_flight` is max_num_batched_tokens x the batches in flight.
+    `in_flight` is max_num_batched_tokens x the batches in flight. `auto_fit` (vLLM's
+    `--max-model-len -1`): `max_model_len` is the config's, and the plan takes the longest
+    length up to it that fits; the length used is returned as "max_model_len".
     """
     from refimpl.hybrid.kv_cache_utils import plan_kv_cache
 
@@ -597,6 +735,9 @@ def plan_capacity(
         async_scheduling=False,
         kv_cache_memory_bytes=memory,
         kv_cache_layout=kv_cache_layout,
+        auto_fit=auto_fit,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+        num_gpu_blocks_override=num_gpu_blocks_override,
     )
     rows = [
         group_row(g, per_request)
@@ -604,6 +745,7 @@ def plan_capacity(
     ]
     return {
         "kv_cache_layout": result.kv_cache_layout,
+        "max_model_len": result.max_model_len,
         "groups": rows,
         "bytes_per_block": result.bytes_per_block,
         "num_blocks": result.num_blocks,
@@ -636,13 +778,23 @@ def merge_group_notes(notes: list[str]) -> list[str]:
     ]
 
 
+def weights_source(plan: dict) -> str:
+    """Where the weights figure came from, with the quantisation the estimate counted."""
+    if not plan["weights_is_estimate"]:
+        return "given"
+    quant = plan.get("weights_quantization")
+    return "estimated from the config" + (f": {quant}" if quant else "")
+
+
 def format_model_plan(plan: dict) -> str:
     approx = "~" if plan["available_memory_is_estimate"] else ""
     lines = [
         f"{plan['architecture']} ({plan['config']}): {plan['num_cache_layers']} cache layers, "
         f"{plan['model_dtype']} weights, KV cache {plan['kv_cache_dtype']} "
         f"({plan['kv_dtype']}), TP {plan['tensor_parallel_size']}, backend {plan['backend']}",
-        f"block size {plan['block_size']} tokens; max model len {plan['max_model_len']:,}; "
+        f"block size {plan['block_size']} tokens; max model len {plan['max_model_len']:,}"
+        + (" (auto-fit)" if plan["max_model_len_requested"] == -1 else "")
+        + "; "
         f"{plan['max_in_flight_tokens']:,} tokens in flight "
         f"({plan['max_num_batched_tokens']:,} batched x "
         f"{2 if plan['async_scheduling'] else 1} "
@@ -653,7 +805,7 @@ def format_model_plan(plan: dict) -> str:
         lines.append(
             f"KV budget {approx}{plan['available_memory']:,} B "
             f"({_gib(plan['available_memory'])}) = GPU x utilisation - weights {w:,} B "
-            f"({'estimated from the config' if plan['weights_is_estimate'] else 'given'}); "
+            f"({weights_source(plan)}); "
             "an ESTIMATE: vLLM also subtracts the activation peak it measures at startup"
         )
     else:
@@ -670,6 +822,10 @@ def format_model_plan(plan: dict) -> str:
         lines.append(
             f"{i:>5}  {g['kind']:<22}{g['block_size']:>6}{g['num_layers']:>7}"
             f"{g['page_size_bytes']:>12,}{g['padding_bytes']:>11,}{g['blocks_per_request']:>16,}"
+        )
+    if plan.get("disable_hybrid_kv_cache_manager"):
+        lines.append(
+            "hybrid KV cache manager disabled: one group, every layer keeps every token"
         )
     lines += [
         "",

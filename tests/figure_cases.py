@@ -25,6 +25,7 @@ import refimpl.viz.hybrid_layout as hybrid_layout
 import refimpl.viz.hybrid_stepper as hybrid_stepper
 import refimpl.viz.kernels as kernels
 import refimpl.viz.paged as paged
+import refimpl.viz.request_plan as request_plan
 import refimpl.viz.scheduler_stepper as scheduler_stepper
 import refimpl.viz.softmax_stepper as softmax_stepper
 import refimpl.viz.split_kv as split_kv
@@ -761,6 +762,32 @@ def engine_state_frames():
     )
 
 
+def request_plans():
+    """Chapter 14's three plans: Llama 3.1 8B, Gemma 3 27B and Granite 4.0-H Tiny at 8,192
+    tokens in 20 GiB."""
+    from refimpl.plan_cli import model_plan
+
+    configs = Path(__file__).parent / "data" / "configs"
+    return [
+        request_plan.draw_request_plan(
+            model_plan(
+                "--config",
+                configs / name,
+                "--kv-cache-memory-bytes",
+                "20G",
+                "--max-model-len",
+                "8K",
+            ),
+            title,
+        )
+        for name, title in (
+            ("llama-3.1-8b", "Llama 3.1 8B"),
+            ("gemma-3-27b-it", "Gemma 3 27B"),
+            ("granite-4.0-h-tiny", "Granite 4.0-H Tiny"),
+        )
+    ]
+
+
 CASES: dict[str, tuple[Callable, Builder]] = {
     "course_map": (course_map.draw_course_map, course_map_plain),
     "course_map_route": (course_map.draw_course_map, course_map_route),
@@ -809,6 +836,7 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "allocator_state": (hybrid_stepper.draw_allocator_state, allocator_frames),
     "hit_reads": (v4_engine.draw_hit_reads, hit_reads),
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),
+    "request_plans": (request_plan.draw_request_plan, request_plans),
 }
 
 

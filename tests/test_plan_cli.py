@@ -182,3 +182,216 @@ def test_config_path_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stderr == "False"
+
+
+def test_cpu_backend_takes_vllms_cpu_defaults(capsys):
+    """vLLM's CPU platform serves with 2,048 batched tokens per rank and turns async
+    scheduling off, so the default plan equals the one with those flags given."""
+    base = ["--config", str(CONFIGS / "gpt-oss-20b"), "--backend", "cpu_attn"]
+    base += ["--kv-cache-memory-bytes", "8GiB", "--max-model-len", "32768"]
+    default = json.loads(plan(capsys, *base, "--json"))
+    given = json.loads(
+        plan(
+            capsys,
+            *base,
+            "--max-num-batched-tokens",
+            "2048",
+            "--no-async-scheduling",
+            "--json",
+        )
+    )
+    assert default["max_in_flight_tokens"] == 2048 and not default["async_scheduling"]
+    assert default["kv_cache_size_tokens"] == given["kv_cache_size_tokens"] == 326_484
+    # asking for async scheduling on the CPU platform changes nothing: vLLM turns it off
+    asked = json.loads(plan(capsys, *base, "--async-scheduling", "--json"))
+    assert asked["max_in_flight_tokens"] == 2048
+    text = plan(capsys, *base)
+    assert "2,048 tokens in flight (2,048 batched x 1 batch)" in text
+    assert "Maximum concurrency for 32,768 tokens per request: 9.96x" in text
+
+
+def test_gpu_memory_and_name_pick_the_batch_default(capsys):
+    base = ["--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "8K", "--json"]
+    h100 = json.loads(plan(capsys, *base, "--gpu-memory", "80GiB"))
+    a100 = json.loads(
+        plan(capsys, *base, "--gpu-memory", "80GiB", "--gpu-name", "NVIDIA A100-SXM4-80GB")
+    )
+    b200 = json.loads(plan(capsys, *base, "--gpu-memory", "180GiB"))
+    assert (h100["max_num_batched_tokens"], a100["max_num_batched_tokens"]) == (8192, 2048)
+    assert b200["max_num_batched_tokens"] == 16384
+    assert h100["max_model_len"] == 8192  # 8K is binary, as vLLM reads it
+
+
+def test_vllm_size_syntax(capsys):
+    base = ["--config", str(CONFIGS / "llama-3.1-8b"), "--json"]
+    binary = json.loads(
+        plan(capsys, *base, "--kv-cache-memory-bytes", "20G", "--max-model-len", "8k")
+    )
+    assert binary["available_memory"] == 20 << 30 and binary["max_model_len"] == 8000
+    decimal = json.loads(
+        plan(capsys, *base, "--kv-cache-memory-bytes", "20g", "--max-model-len", "8K")
+    )
+    assert decimal["available_memory"] == 20 * 10**9 and decimal["max_model_len"] == 8192
+    batched = json.loads(
+        plan(
+            capsys, *base, "--kv-cache-memory-bytes", "20GiB", "--max-num-batched-tokens", "4K"
+        )
+    )
+    assert batched["max_num_batched_tokens"] == 4096
+
+
+def test_auto_fit_is_printed(capsys):
+    out = plan(
+        capsys,
+        "--config",
+        str(CONFIGS / "llama-3.1-8b"),
+        "--kv-cache-memory-bytes",
+        "8GiB",
+        "--max-model-len",
+        "auto",
+    )
+    assert "max model len 65,520 (auto-fit)" in out
+    assert "reduced from 131,072 to 65,520 tokens" in out
+
+
+def test_too_long_max_model_len_needs_vllms_variable(capsys, monkeypatch):
+    argv = [
+        "plan",
+        "--config",
+        str(CONFIGS / "llama-3.1-8b"),
+        "--kv-cache-memory-bytes",
+        "200G",
+    ]
+    argv += ["--max-model-len", "1000000"]
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "greater than the length the config allows (131,072)" in err
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "true")
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["max_model_len"] == 1_000_000
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in note for note in result["notes"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [
+        (["--num-blocks", "100"], "--num-blocks (use --num-gpu-blocks-override)"),
+        (["--memory", "10GiB"], "--memory (use --kv-cache-memory-bytes)"),
+        (["--mtp"], "--mtp"),
+        (["--layout", "B"], "--layout"),
+        (["--cache-dtype", "bf16"], "--cache-dtype (use --kv-cache-dtype)"),
+        (["--indexer", "fp4"], "--indexer"),
+        (["--grouping", "mla+swa"], "--grouping"),
+        (["--offsets", "3"], "--offsets"),
+        (["--model", "deepseek-v4-flash"], "--model"),
+    ],
+)
+def test_deepseek_v4_flags_are_refused_with_config(capsys, flag, words):
+    argv = ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "20GiB"]
+    assert main(["plan", *argv, *flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "not with" in err[0], err
+
+
+def test_num_gpu_blocks_override(capsys):
+    out = json.loads(
+        plan(
+            capsys,
+            "--config",
+            str(CONFIGS / "llama-3.1-8b"),
+            "--kv-cache-memory-bytes",
+            "20GiB",
+            "--max-model-len",
+            "8192",
+            "--num-gpu-blocks-override",
+            "1000",
+            "--json",
+        )
+    )
+    # vLLM: 1,000 blocks / (8,192 / 16 = 512 blocks per request)
+    assert out["num_blocks"] == 1000 and out["max_concurrency"] == 1000 / 512
+
+
+def test_disable_hybrid_kv_cache_manager(capsys):
+    """Gemma 3 27B: without the hybrid manager every layer is full attention in one group
+    (62 layers x 16 KV heads x 128 x 2 x 2 B x 16 tokens = 8,126,464 B a block), so 20 GiB holds
+    2,642 blocks. At 8k the hybrid manager loses: a 1,024-token window plus 16,384 tokens in
+    flight covers the whole request, and 7 groups of 10 layer slots pad 62 layers to 70. At
+    32k it wins: the windows stop at 1,089 blocks of the full layers' 2,048."""
+    base = ["--config", str(CONFIGS / "gemma-3-27b-it"), "--kv-cache-memory-bytes", "20GiB"]
+    for length, hybrid_wins in ((8192, False), (32768, True)):
+        argv = [*base, "--max-model-len", str(length), "--json"]
+        hybrid = json.loads(plan(capsys, *argv))
+        single = json.loads(plan(capsys, *argv, "--disable-hybrid-kv-cache-manager"))
+        assert len(hybrid["groups"]) == 7 and len(single["groups"]) == 1
+        assert single["bytes_per_block"] == 62 * 16 * 128 * 2 * 2 * 16
+        assert single["num_blocks"] == (20 << 30) // single["bytes_per_block"] == 2642
+        assert single["kv_cache_size_tokens"] == int(2642 / (length // 16) * length)
+        assert (hybrid["max_concurrency"] > single["max_concurrency"]) == hybrid_wins
+
+
+def test_out_of_memory_hint_names_the_flag_used(capsys):
+    argv = ["plan", "--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "131072"]
+    assert main([*argv, "--kv-cache-memory-bytes", "8GiB"]) == 2
+    err = capsys.readouterr().err
+    assert "Raise --kv-cache-memory-bytes" in err and "utilization" not in err
+    assert main([*argv, "--gpu-memory", "24GiB"]) == 2
+    assert "Raise --gpu-memory-utilization" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "tp", "low", "high"),
+    [
+        # the published checkpoints: gpt-oss-20b 13.8 GB (MXFP4 experts, the rest bf16),
+        # DeepSeek-V3 about 680 GB in fp8 (its MTP layer, which vLLM loads only for
+        # speculative decoding, is not counted), over 8 GPUs
+        ("gpt-oss-20b", 1, 13.0e9, 14.5e9),
+        ("deepseek-v3", 8, 80e9, 88e9),
+        ("llama-3.1-8b", 1, 15.5e9, 16.5e9),
+    ],
+)
+def test_weights_estimate_honours_quantisation(capsys, config, tp, low, high):
+    out = json.loads(
+        plan(
+            capsys,
+            "--config",
+            str(CONFIGS / config),
+            "--gpu-memory",
+            "141GiB",
+            "--tensor-parallel-size",
+            str(tp),
+            "--max-model-len",
+            "4096",
+            "--json",
+        )
+    )
+    assert low < out["weights_bytes"] < high and out["weights_is_estimate"]
+
+
+def test_request_plan_figure_text_twin():
+    from refimpl.plan_cli import model_plan
+    from refimpl.viz.request_plan import request_plan_text
+
+    granite = model_plan(
+        "--config",
+        CONFIGS / "granite-4.0-h-tiny",
+        "--kv-cache-memory-bytes",
+        "20G",
+        "--max-model-len",
+        "8K",
+    )
+    text = request_plan_text(granite, "Granite 4.0-H Tiny").splitlines()
+    assert len(text) == 1 + len(granite["groups"]) + 1 == 12
+    assert text[1].split()[2:] == [
+        "MambaSpec",
+        "4",
+        "layers",
+        "3",
+        "blocks",
+        "of",
+        "400",
+        "tokens",
+    ]
+    assert text[-1].startswith("6,553 blocks / 48 per request = 136.52x at 8,192 tokens")

@@ -49,7 +49,6 @@ PENDING: dict[str, set[str]] = {
         "05b_scheduler_corner_cases",
         "06_engine",
         "07_kernels",
-        "14_size_your_own_model",
     },
     "main_line": set(),
     "history": set(),

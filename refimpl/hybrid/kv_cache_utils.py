@@ -329,6 +329,35 @@ def estimate_max_model_len_from_groups(
     return best
 
 
+def auto_fit_max_model_len(
+    groups: Sequence[KVCacheGroupSpec],
+    check_memory: int,
+    *,
+    max_model_len: int,
+    max_in_flight_tokens: int,
+    kv_cache_layout: str | KVCacheLayout | None = None,
+) -> int:
+    """`--max-model-len -1` (or auto): the longest length, up to the config's
+    `max_model_len`, at which one request fits in `check_memory` (the budget less the null
+    block), as vLLM's `_auto_fit_max_model_len` picks it; a model with no cache groups keeps
+    `max_model_len`. Not even one token fitting is a ValueError, as vLLM refuses to start."""
+    if not groups:
+        return max_model_len
+    fitted = estimate_max_model_len_from_groups(
+        groups,
+        check_memory,
+        max_model_len=max_model_len,
+        max_in_flight_tokens=max_in_flight_tokens,
+        kv_cache_layout=kv_cache_layout,
+    )
+    if fitted <= 0:
+        raise NotEnoughKVCacheMemoryError(
+            "cannot auto-fit max_model_len: the KV cache budget does not hold even one token "
+            "of one request; raise gpu_memory_utilization or the KV cache budget"
+        )
+    return min(fitted, max_model_len)
+
+
 class NotEnoughKVCacheMemoryError(ValueError):
     """The budget cannot hold one request at max_model_len (vLLM refuses to start)."""
 
@@ -506,6 +535,7 @@ def plan_kv_cache(
     disable_hybrid_kv_cache_manager: bool = False,
     num_gpu_blocks_override: int | None = None,
     shared_kv_cache_layers: Mapping[str, str] | None = None,
+    auto_fit: bool = False,
 ) -> KVCachePlan:
     """Plan a model's KV cache as vLLM 0.32's engine core does, and report its capacity.
 
@@ -518,6 +548,8 @@ def plan_kv_cache(
     `weights_bytes` - `non_kv_cache_bytes` (an estimate, flagged `memory_is_estimate`).
     `max_num_batched_tokens` and `async_scheduling` give the tokens in flight that windows
     reserve for. `kv_cache_layout` as in `kv_cache_planning.get_kv_cache_groups`.
+    `auto_fit` (vLLM's `--max-model-len -1`): `max_model_len` is the config's, and the plan
+    uses the longest length up to it that fits (`auto_fit_max_model_len`).
 
     Steps, in vLLM's order: groups (`get_kv_cache_groups`), the budget (an override of the
     block count replaces it), the memory check (`check_enough_kv_cache_memory`, which raises
@@ -564,6 +596,24 @@ def plan_kv_cache(
         check_positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
         available = num_gpu_blocks_override * per_block
         notes.append(PlanNote("override", f"block count fixed at {num_gpu_blocks_override}"))
+    if auto_fit:
+        fitted = auto_fit_max_model_len(
+            groups,
+            available - per_block,
+            max_model_len=max_model_len,
+            max_in_flight_tokens=in_flight,
+            kv_cache_layout=layout,
+        )
+        notes.append(
+            PlanNote(
+                "auto_fit",
+                f"auto-fit max_model_len: the config's {max_model_len:,} tokens fit"
+                if fitted >= max_model_len
+                else f"auto-fit max_model_len: reduced from {max_model_len:,} to {fitted:,} "
+                "tokens, the longest one request at which fits the budget",
+            )
+        )
+        max_model_len = fitted
     check_enough_kv_cache_memory(
         groups,
         available,

