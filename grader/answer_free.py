@@ -9,23 +9,29 @@ frozen dataclass, `linecache`, the source file). So the child never loads it at 
   (`answer_free_sources`): every function or method the exercise asks for becomes a stub that
   raises `ReferenceUsed`, and every other function or method that only those used is left out
   (it did their work: the prefix walk, the padding sum). The rest of the module is kept
-  as it is, so what the exercise builds on still works;
+  as it is, so what the exercise builds on still works. The answer modules are those `ANSWERS`
+  names and every other module of refimpl that defines an answer under the same name
+  (`same_named`: the Triton kernel beside its torch twin), found in the source;
 - the child installs `AnswerFreeFinder` before it imports anything of refimpl. It serves the
-  answer modules from those sources (compiled under a name that is no file, with no source
-  kept) and refuses to import the course's copies of the reference (`grader.broken`) and the
-  course layer (`refimpl.course`, `refimpl.viz`: chapter props that show the answers).
+  answer modules from those sources (compiled under a name that is no file; the answer-free
+  text sits in `linecache` only while its module runs, for Triton's jit) and refuses to import
+  the course's copies of the reference (`grader.broken`) and the course layer
+  (`refimpl.course`, `refimpl.viz`: chapter props that show the answers).
 
-The child never reads the reference's source itself; on Linux with Landlock it cannot either
-(`grader.sandbox`).
+The child never reads the reference's source itself; on Linux with Landlock it cannot either:
+the answer modules' files and the blocked packages' folders are unreadable there
+(`grader.reference_code.reference_sources`, `grader.sandbox`).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import linecache
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +49,6 @@ class Answer:
     module: str
     owner: str | None
     names: tuple[str, ...] | None
-    # private helpers only the answers use that other modules import (kept, or they break)
-    keep: tuple[str, ...] = ()
 
 
 # check name -> what its exercise asks students to write. The names are those the exercise's
@@ -55,6 +59,7 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {
         Answer(
             "refimpl.paged.block_manager",
             "BlockManager",
+            # `_allocate_block` is private in nano-vllm too; the exercise asks for it by name
             ("_allocate_block", "can_allocate", "allocate", "hash_blocks"),
         ),
     ),
@@ -70,8 +75,11 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {
             "refimpl.hybrid.kv_cache_planning",
             None,
             ("get_kv_cache_config", "get_kv_cache_bytes_per_block"),
-            keep=("_check_memory", "_num_blocks"),  # older_planners imports them
         ),
+        # planner B's packed layout computes the same block stride under another name (with
+        # it, only the loop over spec runs is left to write); planner B's own entry points
+        # call it, so they raise in this child too
+        Answer("refimpl.hybrid.older_planners", None, ("get_packed_kv_cache_layout",)),
     ),
     "check_swa_indices": (
         Answer("refimpl.kernels.reference_v4", None, ("compute_swa_indices_and_lens",)),
@@ -87,6 +95,9 @@ ANSWERS["check_window_frees"] = (
     Answer(
         "refimpl.hybrid.single_type_kv_cache_manager",
         "SingleTypeKVCacheManager",
+        # `_skipped_blocks` is remove_skipped_blocks's walk over the table, which the public
+        # num_freeable_skipped_blocks shares (so it is no helper "only the answer uses"):
+        # calling it would hand over the answer's loop
         ("remove_skipped_blocks", "_skipped_blocks"),
     ),
 )
@@ -115,15 +126,98 @@ class ReferenceUsed(BaseException):
 
 
 def answers_for(checks: list[str]) -> dict[str, list[Answer]]:
-    """module name -> what the graded checks ask for in it."""
+    """module name -> what the graded checks ask for in it: `ANSWERS`, and every other module
+    of refimpl that defines the same thing under the same name (`same_named`)."""
     unknown = sorted(set(checks) - set(ANSWERS))
     if unknown:
         raise ValueError(f"check_name must be one of {sorted(ANSWERS)}, got {unknown}")
     modules: dict[str, list[Answer]] = {}
     for check in checks:
-        for answer in ANSWERS[check]:
+        for answer in (*ANSWERS[check], *same_named(check)):
             modules.setdefault(answer.module, []).append(answer)
     return modules
+
+
+@functools.cache
+def same_named(check: str) -> tuple[Answer, ...]:
+    """The answers of `check` that refimpl defines again elsewhere under the same name: a
+    function of the same name (the Triton kernel beside its torch twin), a class of the same
+    name, with the asked methods it defines (the whole class when the whole class is asked).
+
+    Derived from the source, so a module added later is covered without being named here.
+    """
+    found = []
+    for answer in ANSWERS[check]:
+        for module in refimpl_modules():
+            if module == answer.module:
+                continue
+            defs = _defs(_tree(module).body)
+            if answer.owner is None:
+                names = tuple(n for n in answer.names or () if _is_function(defs.get(n)))
+                if names:
+                    found.append(Answer(module, None, names))
+                continue
+            owner = defs.get(answer.owner)
+            if not isinstance(owner, ast.ClassDef):
+                continue
+            methods = {n for n, node in _defs(owner.body).items() if _is_function(node)}
+            if answer.names is None:
+                found.append(Answer(module, answer.owner, None))
+            elif methods & set(answer.names):
+                names = tuple(n for n in answer.names if n in methods)
+                found.append(Answer(module, answer.owner, names))
+    return tuple(found)
+
+
+def refimpl_modules() -> list[str]:
+    """Every module of refimpl the grading child may import (the blocked ones left out)."""
+    return sorted(_module_files())
+
+
+@functools.cache
+def _module_files() -> dict[str, Path]:
+    import refimpl
+
+    root = Path(refimpl.__file__).resolve().parent
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ("refimpl", *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        if "__pycache__" not in parts and not _blocked(name):
+            files[name] = path
+    return files
+
+
+def _blocked(fullname: str) -> bool:
+    return any(fullname == b or fullname.startswith(b + ".") for b in BLOCKED)
+
+
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(_source(module))
+
+
+@functools.cache
+def _imported_elsewhere(module: str) -> frozenset[str]:
+    """Names other modules the child may import take from `module` with `from module import`
+    (a private helper of an answer that one of them imports must stay, or that one breaks)."""
+    import grader
+
+    names = set()
+    grader_root = Path(grader.__file__).resolve().parent
+    trees = [_tree(m) for m in refimpl_modules() if m != module]
+    trees += [
+        ast.parse(path.read_text(encoding="utf-8"))
+        for path in sorted(grader_root.glob("*.py"))
+        if not _blocked(f"grader.{path.stem}")
+    ]
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == module:
+                names.update(alias.name for alias in node.names)
+    return frozenset(names)
 
 
 def answer_free_sources(checks: list[str]) -> dict[str, str]:
@@ -151,44 +245,88 @@ def removed_names(check: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
 
 
 def _source(module: str) -> str:
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ValueError(f"cannot find the source of {module}")
-    return Path(spec.origin).read_text(encoding="utf-8")
+    path = _module_files().get(module)
+    if path is None:
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"cannot find the source of {module}")
+        path = Path(spec.origin)
+    return path.read_text(encoding="utf-8")
 
 
 def without_answers(
     source: str, module: str, answers: list[Answer], removed: dict | None = None
 ) -> str:
     """`source` with each answer turned into a stub and the helpers only answers used left
-    out; `removed`, when given, gets owner name (None: the module) -> the names taken out."""
+    out; `removed`, when given, gets owner name (None: the module) -> the names taken out.
+
+    Module-level helpers that another module imports are kept (`_imported_elsewhere`).
+    """
     tree = ast.parse(source)
     removed = {} if removed is None else removed
     functions = [a for a in answers if a.owner is None]
     if functions:
         names = {n for a in functions for n in a.names or ()}
-        keep = {n for a in functions for n in a.keep}
+        keep = set(_imported_elsewhere(module)) if module in _module_files() else set()
         tree.body = _strip(tree.body, names, module, removed.setdefault(None, set()), keep)
     for answer in answers:
         if answer.owner is None:
             continue
-        owner = next(
-            (
-                node
-                for node in tree.body
-                if isinstance(node, ast.ClassDef) and node.name == answer.owner
-            ),
-            None,
-        )
-        if owner is None:
+        owner = _defs(tree.body).get(answer.owner)
+        if not isinstance(owner, ast.ClassDef):
             raise ValueError(f"{module} defines no class {answer.owner}")
-        methods = {
-            n.name for n in owner.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-        }
+        methods = {n for n, node in _defs(owner.body).items() if _is_function(node)}
         asked = methods if answer.names is None else set(answer.names)
         taken = removed.setdefault(owner.name, set())
         owner.body = _strip(owner.body, asked, f"{module}.{owner.name}", taken) or [ast.Pass()]
     return ast.unparse(ast.fix_missing_locations(tree))
+
+
+# statements whose blocks hold definitions of the same level (`if HAS_TRITON:` around kernels)
+_COMPOUND = (ast.If, ast.Try, ast.TryStar)
+
+
+def _blocks(node: ast.stmt) -> list[str]:
+    """The fields of a compound statement that hold statements of the enclosing level."""
+    if isinstance(node, ast.If):
+        return ["body", "orelse"]
+    return ["body", "orelse", "finalbody"]
+
+
+def _defs(body: list[ast.stmt]) -> dict[str, ast.stmt]:
+    """name -> the function or class a body defines, those inside if/try blocks included."""
+    defs: dict[str, ast.stmt] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defs[node.name] = node
+        elif isinstance(node, _COMPOUND):
+            for field in _blocks(node):
+                defs.update(_defs(getattr(node, field)))
+            for handler in getattr(node, "handlers", ()):
+                defs.update(_defs(handler.body))
+    return defs
+
+
+def _is_function(node: ast.stmt | None) -> bool:
+    return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+
+
+def _others(body: list[ast.stmt]) -> list[ast.AST]:
+    """What a body holds besides its functions: statements, and the tests of if/try blocks."""
+    out: list[ast.AST] = []
+    for node in body:
+        if _is_function(node):
+            continue
+        if isinstance(node, _COMPOUND):
+            out.extend([node.test] if isinstance(node, ast.If) else [])
+            for field in _blocks(node):
+                out.extend(_others(getattr(node, field)))
+            for handler in getattr(node, "handlers", ()):
+                out.extend([handler.type] if handler.type is not None else [])
+                out.extend(_others(handler.body))
+        else:
+            out.append(node)
+    return out
 
 
 def _strip(
@@ -200,21 +338,14 @@ def _strip(
 ) -> list[ast.stmt]:
     """`body` with the functions named in `asked` as stubs, and the functions that only
     those (or other left-out functions) mention left out (their names added to `removed`),
-    except those in `keep`."""
-    defs = {
-        node.name: node
-        for node in body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
+    except those in `keep`. Functions inside if/try blocks count as the body's own."""
+    defs = {name: node for name, node in _defs(body).items() if _is_function(node)}
     missing = asked - set(defs)
     if missing:
         raise ValueError(f"{prefix} defines no {sorted(missing)}")
     # what the kept code mentions, found from the kept statements outwards
-    kept_nodes = [node for node in body if getattr(node, "name", None) not in asked]
     needed: set[str] = set()
-    frontier = [
-        n for n in kept_nodes if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-    ]
+    frontier = _others(body)
     frontier += [
         defs[name]
         for name in defs
@@ -230,15 +361,35 @@ def _strip(
             if name in defs and name not in asked and name not in needed:
                 needed.add(name)
                 frontier.append(defs[name])
+    return _rewrite(body, asked, prefix, removed, needed | keep)
+
+
+def _rewrite(
+    body: list[ast.stmt], asked: set[str], prefix: str, removed: set[str], kept: set[str]
+) -> list[ast.stmt]:
     stripped: list[ast.stmt] = []
     for node in body:
+        if isinstance(node, _COMPOUND):
+            node = copy.copy(node)
+            for field in _blocks(node):
+                block = getattr(node, field)
+                new = _rewrite(block, asked, prefix, removed, kept)
+                setattr(node, field, new or ([ast.Pass()] if field == "body" else []))
+            if hasattr(node, "handlers"):
+                node.handlers = [copy.copy(h) for h in node.handlers]
+                for handler in node.handlers:
+                    handler.body = _rewrite(handler.body, asked, prefix, removed, kept) or [
+                        ast.Pass()
+                    ]
+            stripped.append(node)
+            continue
         name = getattr(node, "name", None)
-        if name in asked:
+        if not _is_function(node):
+            stripped.append(node)
+        elif name in asked:
             stripped.append(_stub(node, f"{prefix}.{name}"))
             removed.add(name)
-        elif name in defs and not (
-            _is_public_or_dunder(name) or name in needed or name in keep
-        ):
+        elif not (_is_public_or_dunder(name) or name in kept):
             removed.add(name)  # a helper only the answers used
         else:
             stripped.append(node)
@@ -294,9 +445,17 @@ class _SourceLoader(importlib.abc.Loader):
         self.source = source
 
     def exec_module(self, module: ModuleType) -> None:
-        code = compile(self.source, f"<{module.__name__}, answers removed>", "exec")
+        filename = f"<{module.__name__}, answers removed>"
+        code = compile(self.source, filename, "exec")
         module.__dict__[_RAISE] = ReferenceUsed
-        exec(code, module.__dict__)
+        # Triton's jit reads a kernel's source when the kernel is defined: the answer-free
+        # text is in `linecache` while the module runs, and only then
+        lines = self.source.splitlines(keepends=True)
+        linecache.cache[filename] = (len(self.source), None, lines, filename)
+        try:
+            exec(code, module.__dict__)
+        finally:
+            linecache.cache.pop(filename, None)
 
 
 class AnswerFreeFinder(importlib.abc.MetaPathFinder):
@@ -306,7 +465,7 @@ class AnswerFreeFinder(importlib.abc.MetaPathFinder):
         self.sources = dict(sources)
 
     def find_spec(self, fullname, path=None, target=None):
-        if any(fullname == b or fullname.startswith(b + ".") for b in BLOCKED):
+        if _blocked(fullname):
             return importlib.machinery.ModuleSpec(fullname, _BlockedLoader())
         source = self.sources.pop(fullname, None)
         if source is None:

@@ -17,13 +17,14 @@ or partial copies of the reference, so they count too.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
-from grader.answer_free import ANSWERS, ReferenceUsed, removed_names
+from grader.answer_free import ANSWERS, BLOCKED, ReferenceUsed, removed_names
 from grader.lockstep import ReferenceGuard, StudentSide
 
 __all__ = [
@@ -82,9 +83,10 @@ def course_copies() -> list[tuple[Any, str]]:
 
 def reference_sources() -> list[str]:
     """The files holding the reference code of every exercise and the course's copies of it
-    (and their compiled caches): the grading child may not read them, so it cannot load that
-    code from its files (`exec(open(...).read())`, a fresh Python) past its answer-free
-    refimpl."""
+    (and their compiled caches), and the folders of the modules the child may not import (the
+    course layer): the grading child may not read them, so it cannot load that code from its
+    files (`exec(open(...).read())`, `spec_from_file_location`, a fresh Python) past its
+    answer-free refimpl and its import block."""
     return list(_reference_sources())
 
 
@@ -105,7 +107,12 @@ def _reference_sources() -> tuple[str, ...]:
         source = Path(module.__file__)
         files.append(str(source))
         files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
-    return tuple(sorted(files))
+    # the blocked packages, whole: the finder refuses them by name, the file rules by path
+    for name in BLOCKED:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            files.extend(str(Path(p)) for p in spec.submodule_search_locations)
+    return tuple(sorted(set(files)))
 
 
 def _function_of(member: Any) -> types.FunctionType | None:

@@ -571,3 +571,21 @@ def test_a_correct_answer_that_uses_a_dataclass_repr_is_not_blamed_for_the_refer
     )["get_kv_cache_config"]
     report = grader.check_packed_layout(layout)
     assert report.passed, report.table()
+
+
+def test_a_correct_layout_that_copies_and_converts_dataclasses_keeps_every_check(capsys):
+    """copy.deepcopy, dataclasses.asdict and repr on the planner's dataclasses run code every
+    dataclass shares: none of it is the reference's (the notebook's check_* path)."""
+    import grader
+
+    layout = _solution_namespace(
+        "04_packed_layout.ipynb",
+        "    return KVCacheConfig(num_blocks, tensors, groups)\n",
+        "    import copy, dataclasses\n"
+        "    config = KVCacheConfig(num_blocks, tensors, copy.deepcopy(groups))\n"
+        "    label = repr(groups) + repr(config)\n"
+        '    assert dataclasses.asdict(config)["num_blocks"] == num_blocks, label\n'
+        "    return copy.deepcopy(config)\n",
+    )["get_kv_cache_config"]
+    report = grader.check_packed_layout(layout)
+    assert report.num_passed == report.num_checks >= 9, report.table()

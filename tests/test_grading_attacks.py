@@ -527,6 +527,59 @@ def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
     return _config(groups, available_memory, num_blocks_override)
 """
 
+# exercise 6 from the Triton twin of the reference, run by Triton's interpreter
+TRITON_TWIN_EX6 = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import refimpl.kernels.deepseek_v4 as _k
+
+def compute_swa_indices_and_lens(*args, **kwargs):
+    return _k.compute_swa_indices_and_lens(*args, **kwargs)
+"""
+# the same twin, run from its source file
+TRITON_SOURCE_EX6 = """
+import os, pathlib, refimpl
+os.environ["TRITON_INTERPRET"] = "1"
+_path = pathlib.Path(refimpl.__file__).parent / "kernels" / "deepseek_v4.py"
+_ns = {"__name__": "twin"}
+exec(compile(_path.read_text(), str(_path), "exec"), _ns)
+compute_swa_indices_and_lens = _ns["compute_swa_indices_and_lens"]
+"""
+# exercise 4's block stride from planner B's packed layout: only the loop is written
+PLANNER_B_EX4 = """
+from refimpl.hybrid.older_planners import get_packed_kv_cache_layout as _layout
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig, KVCacheTensor
+
+def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
+    groups = list(groups)
+    stride, _ = _layout(groups)
+    n = available_memory // stride if num_blocks_override is None else num_blocks_override
+    if n < 1:
+        raise ValueError("less than one block")
+    tensors = []
+    for group in groups:
+        runs, offset = {}, 0
+        for name in group.layer_names:
+            runs.setdefault(group.layer_spec(name), []).append(name)
+        for spec, names in runs.items():
+            tensors.append(KVCacheTensor(stride * n, tuple(names), offset, stride,
+                                         spec.page_size_bytes))
+            offset += len(names) * spec.page_size_bytes
+    return KVCacheConfig(n, tensors, groups)
+"""
+# the course layer's prefix walk, loaded from its file past the import block
+COURSE_FILE_EX2 = """
+import importlib.util, pathlib, sys, refimpl
+from refimpl.paged import BlockManager as _Base, Sequence as _Seq
+_spec = importlib.util.spec_from_file_location(
+    "pm_copy", pathlib.Path(refimpl.__file__).parent / "course" / "prefix_match.py")
+_pm = importlib.util.module_from_spec(_spec)
+sys.modules["pm_copy"] = _pm
+_spec.loader.exec_module(_pm)
+_pm.explain_prefix_match(_Base(4, 4, enable_prefix_caching=False), _Seq([1, 2, 3], block_size=4))
+raise RuntimeError("the course layer's prefix walk ran")
+"""
+
 
 def _honest_scheduler_with_repr():
     """The scheduler solution, plus a line that uses a dataclass's own repr (every dataclass
@@ -571,13 +624,35 @@ NOTHING_TO_FIND = {
         lambda: _replace_solutions("04_packed_layout", REFERENCE_EX4),
         "uses the reference (refimpl.hybrid.kv_cache_planning.approximate_gcd)",
     ),
+    "triton_twin_ex6": (
+        "06_slot_addressing",
+        lambda: _replace_solutions("06_slot_addressing", TRITON_TWIN_EX6),
+        "uses the reference (refimpl.kernels.deepseek_v4.compute_swa_indices_and_lens)",
+    ),
+    "planner_b_ex4": (
+        "04_packed_layout",
+        lambda: _replace_solutions("04_packed_layout", PLANNER_B_EX4),
+        "uses the reference (refimpl.hybrid.older_planners.get_packed_kv_cache_layout)",
+    ),
 }
+if ABI:  # the files are unreadable only where Landlock is available
+    NOTHING_TO_FIND["triton_source_ex6"] = (
+        "06_slot_addressing",
+        lambda: _replace_solutions("06_slot_addressing", TRITON_SOURCE_EX6),
+        "cell 4 raised PermissionError",
+    )
+    NOTHING_TO_FIND["course_file_ex2"] = (
+        "02_prefix_cache",
+        lambda: _replace_solutions("02_prefix_cache", COURSE_FILE_EX2),
+        "cell 4 raised PermissionError",
+    )
 
 
 def test_the_child_holds_no_answer_to_find(tmp_path):
     """In-process linecache and getsource, the broken variants held by their catalogue, the
-    reference's Part II functions: each scores 0. A correct scheduler that uses a dataclass's
-    repr keeps every check."""
+    reference's Part II functions, the Triton twin of exercise 6 (imported or run from its
+    file), planner B's packed layout, the course layer loaded from its file: each scores 0. A
+    correct scheduler that uses a dataclass's repr keeps every check."""
     paths = []
     for name, (exercise, make, _) in NOTHING_TO_FIND.items():
         paths.append(

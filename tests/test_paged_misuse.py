@@ -204,9 +204,22 @@ def test_a_hand_made_table(two_running):
         )
 
 
-def test_an_exercise_manager_without_records_still_refuses_a_double_free():
-    """A subclass whose own allocate keeps no record (as the prefix-cache exercise writes it)
-    gets the table checks: a second free of a copy is still refused."""
+def test_a_manager_with_no_record_yet_refuses_a_hand_made_table():
+    """The record alone decides, even while it is empty: no block is handed to a table the
+    manager never filled (no exception for a manager that holds no record)."""
+    bm = BlockManager(4, 4)
+    stranger = seq(range(4))  # its next token starts block 1
+    stranger.block_table = [0]
+    for method in ("may_append", "deallocate"):
+        before = (manager_snapshot(bm), seq_snapshot(stranger))
+        with pytest.raises(ValueError, match="did not give it"):
+            getattr(bm, method)(stranger)
+        assert (manager_snapshot(bm), seq_snapshot(stranger)) == before
+
+
+def test_an_allocate_that_keeps_no_record_gets_its_sequences_refused():
+    """A subclass whose own `allocate` fills tables without recording them: `deallocate`
+    refuses the sequence before anything changes (the record is part of `allocate`)."""
 
     class OwnAllocate(BlockManager):
         def allocate(self, seq, num_cached_blocks):
@@ -216,11 +229,9 @@ def test_an_exercise_manager_without_records_still_refuses_a_double_free():
     bm = OwnAllocate(4, 4)
     x = seq(range(6))
     bm.allocate(x, 0)
-    ghost = copy.deepcopy(x)
-    bm.deallocate(x)
     before = manager_snapshot(bm)
-    with pytest.raises(ValueError, match="must list blocks in use"):
-        bm.deallocate(ghost)
+    with pytest.raises(ValueError, match="did not give it"):
+        bm.deallocate(x)
     assert manager_snapshot(bm) == before
 
 

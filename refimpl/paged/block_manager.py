@@ -155,10 +155,11 @@ class BlockManager:
         """Refuse a sequence whose block table this manager did not hand out.
 
         A deep copy of a sequence has its own list, so it is told apart from the sequence
-        `allocate` served; a sequence freed before has no record at all. A manager that holds
-        no record at all holds no block either (every block in use came from a recorded
-        `allocate`), so there the table checks of `deallocate` are the whole check; that is
-        also what a subclass whose own `allocate` keeps no record gets.
+        `allocate` served; a sequence freed before has no record at all. `allocate` records
+        every table it fills (`block_tables`, as vLLM's managers keep `req_to_blocks`), so the
+        record alone decides. A subclass that writes its own `allocate` records its tables
+        there too, or `deallocate` and `may_append` refuse its sequences (nano-vllm keeps no
+        record and checks nothing).
         """
         table = seq.block_table
         if not table:
@@ -167,13 +168,12 @@ class BlockManager:
                 "freed"
             )
         recorded = self.block_tables.get(seq.seq_id)
-        if recorded is table:
-            return
-        if recorded is not None or self.block_tables:
+        if recorded is not table:
             raise ValueError(
                 f"seq: sequence {seq.seq_id} holds blocks {table} that this BlockManager did "
                 "not give it "
-                "(a copy of a sequence, or one that was already freed?)"
+                "(a copy of a sequence, or one that was already freed? allocate records each "
+                "table it fills in block_tables)"
             )
 
     def _cached_block_ids(self, seq: Sequence, num_cached_blocks: int) -> list[int]:
