@@ -70,7 +70,8 @@ def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
     for index, source in cells:
         try:
             exec(compile(source, f"<notebook cell {index}>", "exec"), namespace)
-        except BaseException as exc:  # noqa: BLE001 - the student's code may raise anything, sys.exit included
+        # the student's code may raise anything, sys.exit included
+        except BaseException as exc:  # noqa: BLE001
             return namespace, cell_problem(index, exc)
     return namespace, None
 
@@ -84,7 +85,8 @@ def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
         answer = {"ok": wire.encode(run())}
     except ReferenceUsed as used:
         return {"reference": used.qualified_name}
-    except BaseException as exc:  # noqa: BLE001 - raised by the student's code, or by its result's methods
+    # raised by the student's code, or by its result's methods
+    except BaseException as exc:  # noqa: BLE001
         return {"raised": wire.encode(exc)}
     if state is not None:
         try:
@@ -169,7 +171,8 @@ def main(argv: list[str]) -> int:
     payload = request[1]
     try:
         prepare(payload)
-    except Exception as exc:  # noqa: BLE001 - no student code has run yet: this is the grader's own problem
+    # no student code has run yet: this is the grader's own problem
+    except Exception as exc:  # noqa: BLE001
         wire.send_answer(sock, {"setup_failed": f"{type(exc).__name__}: {exc}"})
         return 2
     # everything after this may come from the student's code

@@ -337,7 +337,8 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
         eagle = "  (eagle)" if g["is_eagle_group"] else ""
         lines.append(
             f"{g['index']:>5}  {g['kind']:<17}{g['block_size']:>6}{g['num_layers']:>8}"
-            f"{g['width_bytes']:>12,}{g['unused_tail_bytes']:>11,}{g['padding_bytes']:>11,}{eagle}"
+            f"{g['width_bytes']:>12,}{g['unused_tail_bytes']:>11,}"
+            f"{g['padding_bytes']:>11,}{eagle}"
         )
     lines += [
         "",
@@ -821,7 +822,8 @@ def format_model_plan(plan: dict) -> str:
     for i, g in enumerate(plan["groups"]):
         lines.append(
             f"{i:>5}  {g['kind']:<22}{g['block_size']:>6}{g['num_layers']:>7}"
-            f"{g['page_size_bytes']:>12,}{g['padding_bytes']:>11,}{g['blocks_per_request']:>16,}"
+            f"{g['page_size_bytes']:>12,}{g['padding_bytes']:>11,}"
+            f"{g['blocks_per_request']:>16,}"
         )
     if plan.get("disable_hybrid_kv_cache_manager"):
         lines.append(
