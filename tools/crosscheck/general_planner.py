@@ -332,7 +332,8 @@ def case_causes(case: dict, plan: dict) -> set[str]:
     kinds = {x["kind"] for x in case["layers"]}
     found = {f"layout {case['layout']}", "kinds " + "+".join(sorted(kinds))}
     if "error" in plan:
-        found.add("refused: " + plan["error"])
+        error = plan["error"]
+        found.add(error if error.startswith("refused") else "refused: " + error)
         return found
     sizes = [len(g[0]) for g in plan["groups"]]
     if len(sizes) > 1 and max(sizes) != min(sizes):
