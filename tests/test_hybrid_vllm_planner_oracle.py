@@ -3,11 +3,15 @@ written from an installed vLLM by `tools.crosscheck.general_vllm.record_general`
 refimpl: no vLLM needed here.
 
 Each case is a layer mix (full attention, sliding window, chunked local, MLA, Mamba states),
-a layout, a budget, a max length and a batch size; vLLM built its own spec classes from it,
-aligned a Mamba hybrid's block size with its platform step, planned with
-`get_kv_cache_configs` and reported `get_kv_cache_capacity`. refimpl must give every group,
-page, block size, block count, tensor, token and concurrency figure, or the same refusal.
-Then each rule is undone in turn, and the replay must notice.
+a layout, a budget, a max length and a batch size, and in some cases layers that read another
+layer's cache (cross-layer KV sharing); vLLM built its own spec classes from it, aligned a
+Mamba hybrid's block size with its platform step, planned with `get_kv_cache_configs`,
+reported `get_kv_cache_capacity` and added the sharing layers to their targets' groups with
+its model runner's `add_kv_sharing_layers_to_kv_cache_groups`. refimpl must give every group,
+page, block size, block count, tensor, token and concurrency figure and every group's layer
+list, or the same refusal with the same figures (vLLM's message: max length, GiB needed and
+available, the longest length that fits; or which fixed message). Then each rule is undone in
+turn, and the replay must notice.
 """
 
 from __future__ import annotations
@@ -40,7 +44,22 @@ def test_the_recording_covers_every_kind_layout_and_outcome():
     assert any(p.get("error") == "not enough memory" for p in plans)
     assert any("refused" in p.get("error", "") for p in plans)
     ok = [p for p in plans if "groups" in p]
-    assert len(ok) > 80
+    assert len([p for p in (e["plan"] for e in ORACLE["fuzzed"]) if "groups" in p]) >= 300
+    refusals = {p["error"] for p in plans if "error" in p}
+    assert {
+        "refused: one group, several window sizes",
+        "refused: local layers cannot be promoted to one type",
+    } <= refusals
+    assert not [r for r in refusals if ":" in r.removeprefix("refused:")]  # all by name
+    memory = [p for p in plans if p.get("error") == "not enough memory"]
+    assert any(p["estimated_max_len"] > 0 for p in memory)
+    shared = [(case, p) for _, case, p in CASES if case.get("kv_sharing") and "groups" in p]
+    assert len(shared) >= 40
+    # a sharing layer costs nothing and is listed with its target's group
+    for case, p in shared:
+        assert sum(len(g[0]) for g in p["groups"]) + len(case["kv_sharing"]) == sum(
+            len(names) for names in p["layer_names"]
+        )
     assert any(len({g[2] for g in p["groups"]}) > 1 for p in ok)  # several block sizes
     assert any(g[1].startswith("UniformType") for p in ok for g in p["groups"])
     group_kinds = " ".join(g[1] for p in ok for g in p["groups"])
@@ -64,16 +83,17 @@ def test_the_issue_examples_as_vllm_planned_them():
     assert {g[2] for g in mamba["groups"] if g[1] == "FullAttentionSpec"} == {400}
 
 
-def _failures() -> int:
-    failed = 0
-    for _, case, plan in CASES:
+def _first_failure() -> tuple | None:
+    for label, case, plan in CASES:
         if plan_refimpl(case) != plan:
-            failed += 1
-    return failed
+            return label, case, plan
+    return None
 
 
 @pytest.mark.parametrize("rule", general_planner.RULES)
 def test_undoing_each_rule_breaks_the_replay(rule):
     with general_planner.undo_rule(rule):
-        assert _failures() > 0
-    assert _failures() == 0
+        failure = _first_failure()
+    assert failure is not None, f"undoing the {rule} changes no recorded case"
+    _, case, plan = failure
+    assert plan_refimpl(case) == plan  # and the rule is back afterwards

@@ -90,13 +90,40 @@ def test_qwen2_window_off_without_use_sliding_window():
     assert all(type(s) is FullAttentionSpec for s in model.specs.values())
 
 
-def test_deepseek_v3_is_mla_with_one_576_wide_row_and_flashmla_blocks():
+def test_deepseek_v3_is_mla_with_one_576_wide_row_in_flash_attn_mla_blocks():
+    # vLLM 0.32 on Hopper tries FlashAttention MLA first: any multiple of 16 tokens
     model = specs("deepseek-v3", tensor_parallel_size=8)
     spec = model.specs["model.layers.0.self_attn.attn"]
     assert isinstance(spec, MLAAttentionSpec) and len(model.specs) == 61
-    assert (spec.num_kv_heads, spec.head_size, spec.block_size) == (1, 576, 64)
-    assert spec.page_size_bytes == 64 * 576 * 2 and spec.kernel_block_size == 64
+    assert model.backend.name == "FLASH_ATTN_MLA"
+    assert (spec.num_kv_heads, spec.head_size, spec.block_size) == (1, 576, 16)
+    assert spec.page_size_bytes == 16 * 576 * 2 and spec.kernel_block_size is None
     assert model.max_model_len == 163840
+
+
+def test_an_fp8_mla_cache_goes_to_flashmla_and_its_64_token_blocks():
+    # FlashAttention MLA stores no fp8 cache; FlashMLA, next in vLLM's order, does
+    for dtype in ("fp8", "fp8_e4m3"):
+        model = specs("deepseek-v3", kv_cache_dtype=dtype)
+        spec = model.specs["model.layers.0.self_attn.attn"]
+        assert model.backend.name == "FLASHMLA"
+        assert (spec.block_size, spec.kernel_block_size) == (64, 64)
+        assert spec.page_size_bytes == 64 * 576
+
+
+def test_default_backend_follows_vllms_hopper_order_for_the_cache_dtype():
+    from refimpl.models.backends import default_backend
+
+    assert default_backend(mla=True) == "flash_attn_mla"
+    assert default_backend(mla=True, kv_cache_dtype="bfloat16") == "flash_attn_mla"
+    assert default_backend(mla=True, kv_cache_dtype="fp8") == "flashmla"
+    assert default_backend(mla=False, kv_cache_dtype="fp8") == "flash_attn"
+    assert default_backend(mla=False, kv_cache_dtype="fp8_e5m2") == "flashinfer"
+    # no Hopper MLA backend stores fp8_e5m2: vLLM finds no valid backend
+    with pytest.raises(ValueError, match="no MLA backend .* 'fp8_e5m2'.*fp8_e4m3"):
+        specs("deepseek-v3", kv_cache_dtype="fp8_e5m2")
+    with pytest.raises(ValueError, match="'flash_attn_mla' does not store a 'fp8' KV cache"):
+        specs("deepseek-v3", backend="flash_attn_mla", kv_cache_dtype="fp8")
 
 
 def test_granite_h_block_is_aligned_to_the_mamba_state():
@@ -183,7 +210,7 @@ def test_missing_file_and_bad_settings_are_value_errors(tmp_path):
     with pytest.raises(ValueError, match="cannot serve a model without MLA"):
         specs("llama-3.1-8b", backend="flashmla")
     with pytest.raises(ValueError, match="not a multiple of any kernel block FLASHMLA"):
-        specs("deepseek-v3", block_size=16)
+        specs("deepseek-v3", backend="flashmla", block_size=16)
 
 
 def test_backend_table_block_sizes():
@@ -191,6 +218,7 @@ def test_backend_table_block_sizes():
         "flash_attn": 16,
         "flashinfer": 16,
         "triton_attn": 16,
+        "flash_attn_mla": 16,
         "flashmla": 64,
         "triton_mla": 16,
         "cpu_attn": 32,

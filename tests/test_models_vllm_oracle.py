@@ -48,6 +48,7 @@ def test_the_oracle_covers_every_family_and_backend():
         "qwen3-next-80b-a3b-instruct",
         "deepseek-v2-lite",
         "deepseek-v3",
+        "deepseek-v4-flash",  # vLLM's own V4 model, built on the meta device
     }
     assert families <= configs, sorted(families - configs)
     backends = {b for _, b in ((p.values[0], p.values[1]) for p in CASES)}
@@ -56,9 +57,16 @@ def test_the_oracle_covers_every_family_and_backend():
         "FLASH_ATTN",
         "FLASHINFER",
         "TRITON_ATTN",
+        "FLASH_ATTN_MLA",
         "FLASHMLA",
         "TRITON_MLA",
     } <= backends
+    # an fp8 MLA cache, which FlashAttention MLA does not store, is recorded too
+    assert any(
+        case["kv_cache_dtype"] == "fp8"
+        and case["backends"].get("FLASH_ATTN_MLA", {}).get("supports_kv_cache_dtype") is False
+        for case in ORACLE_DATA["cases"]
+    )
     unavailable = [
         f"{case['config']} {backend}"
         for case in ORACLE_DATA["cases"]
@@ -81,7 +89,7 @@ def test_plan_tokens_and_concurrency_equal_vllms(case, backend):
 
 
 def test_tensor_parallel_heads_and_mamba_shapes_equal_vllms():
-    from refimpl.models import HFConfig
+    from refimpl.models import HFConfig, get_kv_cache_spec
     from refimpl.models.registry import resolve_family
 
     checked = 0
@@ -92,6 +100,11 @@ def test_tensor_parallel_heads_and_mamba_shapes_equal_vllms():
             if isinstance(theirs.get("mamba_shapes"), str):  # vLLM refused the split too
                 with pytest.raises(ValueError):
                     family.cache_layers(cfg, int(tp))
+                continue
+            if not hasattr(family, "cache_layers"):  # DeepSeek V4: its own spec builder
+                specs = get_kv_cache_spec(cfg, tensor_parallel_size=int(tp)).specs.values()
+                assert {s.num_kv_heads for s in specs} == {theirs["num_kv_heads"]}
+                checked += 1
                 continue
             model = family.cache_layers(cfg, int(tp))
             assert model.num_kv_heads == theirs["num_kv_heads"], (case["config"], tp)
@@ -117,6 +130,43 @@ def test_backend_table_equals_vllms_backend_classes():
             fixed,
         ), name
         assert ours.preferred_block_size() == theirs["preferred_block_size"], name
+        if ours.platform == "cuda":
+            assert list(ours.kv_cache_dtypes) == theirs["kv_cache_dtypes"], name
+
+
+def vllm_hopper_choice(mla: bool, kv_cache_dtype: str) -> str | None:
+    """The backend vLLM 0.32 selects on a Hopper GPU, from what it recorded: the first in its
+    priority order whose class serves the model kind, is not sparse, runs on SM90 and lists
+    the dtype (the hardware probes a Hopper GPU with FlashAttention 3 passes are not asked)."""
+    hopper = ORACLE_DATA["hopper"]
+    for name in hopper["order"]["mla" if mla else "attention"][kv_cache_dtype]:
+        facts = hopper["facts"][name]
+        assert "unavailable" not in facts, name
+        if (
+            facts["is_mla"] == mla
+            and not facts["is_sparse"]
+            and facts["sm90"]
+            and kv_cache_dtype in facts["kv_cache_dtypes"]
+        ):
+            return name
+    return None
+
+
+@pytest.mark.parametrize("mla", [False, True], ids=["attention", "mla"])
+def test_default_backend_is_vllms_hopper_choice_for_each_cache_dtype(mla):
+    from refimpl.models.backends import BACKENDS, VLLM_CACHE_DTYPES, default_backend
+
+    assert set(ORACLE_DATA["hopper"]["order"]["mla"]) == set(VLLM_CACHE_DTYPES)
+    for dtype in VLLM_CACHE_DTYPES:
+        theirs = vllm_hopper_choice(mla, dtype)
+        if theirs is None:  # vLLM finds no valid backend and refuses to start
+            with pytest.raises(ValueError, match="no .* backend"):
+                default_backend(mla=mla, kv_cache_dtype=dtype)
+            continue
+        assert BACKENDS[default_backend(mla=mla, kv_cache_dtype=dtype)].name == theirs, dtype
+    # the cases the audit was about: 16-token FlashAttention MLA unless the cache is fp8
+    assert vllm_hopper_choice(True, "auto") == "FLASH_ATTN_MLA"
+    assert vllm_hopper_choice(True, "fp8") == "FLASHMLA"
 
 
 def _case(config, backend="FLASH_ATTN", dtype="auto"):

@@ -50,38 +50,101 @@ class DeepseekV4Config:
         """The cache sizes of a Hugging Face DeepSeek V4 config (a `DeepseekV4Config` object or
         a config.json dict); ValueError when it is not one this package can cache.
 
+        The layers' kinds come in one of two spellings. transformers' is `layer_types` (one
+        name per layer) with `compress_rates` (the ratio of each compressed kind). The
+        published checkpoints and vLLM's model use `compress_ratios`, one number per layer
+        (0 or 1: sliding window only, 4: CSA, 128: HCA), which may run one entry past
+        `num_hidden_layers` for the MTP layer; vLLM reads the first `num_hidden_layers`
+        entries (`config.compress_ratios[layer_id]`), and transformers folds the same list
+        into `layer_types`. A config that spells it both ways must say the same thing.
+
         A compress ratio other than 4 (CSA) or 128 (HCA) is refused: the state block sizes (4
         and 8 tokens) and the two-series overlap are defined only for those two.
         """
 
+        def find(key: str) -> Any:
+            return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
         def get(key: str) -> Any:
-            value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+            value = find(key)
             if value is None:
                 raise ValueError(f"the config has no {key!r}: it is not a DeepSeek V4 config")
             return value
 
-        rates = dict(get("compress_rates"))
-        ratios = []
-        for i, kind in enumerate(get("layer_types")):
-            if kind == "sliding_attention":
-                ratios.append(0)
-                continue
-            if kind not in HF_RATIO_OF_LAYER_TYPE:
-                raise ValueError(f"layer {i} has unknown layer type {kind!r}")
-            ratio, expected = rates.get(kind), HF_RATIO_OF_LAYER_TYPE[kind]
-            if ratio != expected:
+        per_layer = find("compress_ratios")
+        if find("layer_types") is None and per_layer is not None:
+            ratios = _ratios_from_compress_ratios(per_layer, find("num_hidden_layers"))
+        else:
+            if find("layer_types") is None:
                 raise ValueError(
-                    f"layer {i} ({kind}) has compress ratio {ratio!r}; only ratio {expected} "
-                    f"is supported for {kind}"
+                    "the config has no 'layer_types' and no 'compress_ratios': it is not a "
+                    "DeepSeek V4 config"
                 )
-            ratios.append(ratio)
+            ratios = _ratios_from_layer_types(get("layer_types"), dict(get("compress_rates")))
+            n = find("num_hidden_layers")
+            if n is not None and int(n) != len(ratios):
+                raise ValueError(
+                    f"num_hidden_layers is {n} but layer_types lists {len(ratios)} layers"
+                )
+            if per_layer is not None:
+                listed = _ratios_from_compress_ratios(per_layer, len(ratios))
+                if listed != ratios:
+                    at = next(i for i, (a, b) in enumerate(zip(listed, ratios)) if a != b)
+                    raise ValueError(
+                        f"compress_ratios and layer_types disagree at layer {at} (ratio "
+                        f"{listed[at]} against {ratios[at]}): vLLM reads compress_ratios, "
+                        "transformers layer_types"
+                    )
         return cls(
             str(get("model_type")),
-            tuple(ratios),
+            ratios,
             head_dim=int(get("head_dim")),
             index_head_dim=int(get("index_head_dim")),
             sliding_window=int(get("sliding_window")),
         )
+
+
+def _ratios_from_layer_types(layer_types: Any, rates: dict) -> tuple[int, ...]:
+    """transformers' spelling: a layer type per layer, a ratio per compressed type."""
+    ratios = []
+    for i, kind in enumerate(layer_types):
+        if kind == "sliding_attention":
+            ratios.append(0)
+            continue
+        if kind not in HF_RATIO_OF_LAYER_TYPE:
+            raise ValueError(f"layer {i} has unknown layer type {kind!r}")
+        ratio, expected = rates.get(kind), HF_RATIO_OF_LAYER_TYPE[kind]
+        if ratio != expected:
+            raise ValueError(
+                f"layer {i} ({kind}) has compress ratio {ratio!r}; only ratio {expected} "
+                f"is supported for {kind}"
+            )
+        ratios.append(ratio)
+    return tuple(ratios)
+
+
+def _ratios_from_compress_ratios(values: Any, num_hidden_layers: Any) -> tuple[int, ...]:
+    """The checkpoints' (and vLLM's) spelling: one ratio per layer, the MTP entry past the
+    last decoder layer ignored, 1 read as 0 (vLLM's `max(1, ratio)`: no compression)."""
+    if num_hidden_layers is None:
+        raise ValueError("a config with compress_ratios needs num_hidden_layers")
+    if not isinstance(values, (list, tuple)) or not all(is_integer(v) for v in values):
+        raise ValueError(f"compress_ratios must be a list of whole numbers, got {values!r}")
+    n = int(num_hidden_layers)
+    if len(values) < n:
+        raise ValueError(
+            f"compress_ratios lists {len(values)} layers, fewer than num_hidden_layers {n}"
+        )
+    ratios = []
+    for i, ratio in enumerate(values[:n]):
+        ratio = int(ratio)
+        if ratio not in (0, 1, *HF_RATIO_OF_LAYER_TYPE.values()):
+            raise ValueError(
+                f"layer {i} has compress ratio {ratio}; allowed: 0 or 1 (sliding window "
+                "only), 4 (CSA), 128 (HCA)"
+            )
+        ratios.append(0 if ratio == 1 else ratio)
+    return tuple(ratios)
 
 
 #: transformers' layer type names and the one compress ratio each is defined for.

@@ -100,6 +100,12 @@ class SpecMergeError(ValueError):
     """Layers whose specs cannot be merged into one group spec."""
 
 
+class WindowSizeMismatchError(ValueError):
+    """Full-attention layers of one group that compute with different windows or chunks (not
+    a `SpecMergeError`: vLLM's uniformity test lets such layers through, and its merge then
+    refuses the model)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class AttentionSpec(KVCacheSpec):
     """A layer that stores per-token rows of `num_kv_heads x (head_size + head_size_v)`
@@ -270,9 +276,9 @@ class FullAttentionSpec(AttentionSpec):
         windows = {s.sliding_window for s in specs} - {None}
         chunks = {s.attention_chunk_size for s in specs} - {None}
         if len(windows) > 1 or len(chunks) > 1:
-            # a plain ValueError, as vLLM raises: its uniformity test lets it through, so
-            # vLLM refuses such a model with the hybrid manager disabled
-            raise ValueError(
+            # vLLM's uniformity test lets it through, so vLLM refuses such a model with the
+            # hybrid manager disabled
+            raise WindowSizeMismatchError(
                 "all attention layers of one KV cache group must have the same window size, "
                 f"got {sorted(windows or chunks)}"
             )

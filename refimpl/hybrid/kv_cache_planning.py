@@ -254,6 +254,11 @@ class UnsplittableBucketError(ValueError):
     """A state bucket that must be split across groups but has no repeating pattern."""
 
 
+class SpecPromotionError(ValueError):
+    """With the hybrid manager disabled, layers that promoting windows to full attention
+    still cannot make one type of (vLLM refuses the model)."""
+
+
 class PageSizeUnifyError(ValueError):
     """Pages that neither bigger blocks nor padding can make equal (vLLM raises
     NotImplementedError; `get_kv_cache_groups` then tries the full-allocation fallback)."""
@@ -426,7 +431,7 @@ def unify_hybrid_kv_cache_specs(specs: Mapping[str, KVCacheSpec]) -> dict[str, K
     if not (
         is_kv_cache_spec_uniform(promoted) or UniformTypeKVCacheSpecs.is_uniform_type(promoted)
     ):
-        raise ValueError(
+        raise SpecPromotionError(
             "cannot manage these layers as one type with the hybrid KV cache manager "
             "disabled: failed to promote local KV cache specs to one unified type"
         )

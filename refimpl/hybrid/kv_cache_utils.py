@@ -359,7 +359,26 @@ def auto_fit_max_model_len(
 
 
 class NotEnoughKVCacheMemoryError(ValueError):
-    """The budget cannot hold one request at max_model_len (vLLM refuses to start)."""
+    """The budget cannot hold one request at max_model_len (vLLM refuses to start).
+
+    The figures of the message are kept as attributes (None when the check did not get that
+    far): `available_bytes` (after the null block), `needed_bytes` (one request at
+    `max_model_len`) and `estimated_max_model_len` (the longest that fits, 0 for none)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        available_bytes: int | None = None,
+        needed_bytes: int | None = None,
+        max_model_len: int | None = None,
+        estimated_max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.available_bytes = available_bytes
+        self.needed_bytes = needed_bytes
+        self.max_model_len = max_model_len
+        self.estimated_max_model_len = estimated_max_model_len
 
 
 def format_gib(num_bytes: int) -> str:
@@ -387,7 +406,8 @@ def check_enough_kv_cache_memory(
         raise NotEnoughKVCacheMemoryError(
             f"no memory is left for KV cache blocks ({available_memory} B available, one "
             "block is held back for the null block); raise gpu_memory_utilization or the KV "
-            "cache budget"
+            "cache budget",
+            available_bytes=check_memory,
         )
     needed = max_memory_usage_bytes_from_groups(
         groups,
@@ -407,7 +427,11 @@ def check_enough_kv_cache_memory(
         raise NotEnoughKVCacheMemoryError(
             f"one request at max_model_len {max_model_len} needs {format_gib(needed)} GiB of "
             f"KV cache, more than the {format_gib(check_memory)} GiB available.{hint} Raise "
-            "gpu_memory_utilization or lower max_model_len."
+            "gpu_memory_utilization or lower max_model_len.",
+            available_bytes=check_memory,
+            needed_bytes=needed,
+            max_model_len=max_model_len,
+            estimated_max_model_len=longest,
         )
 
 

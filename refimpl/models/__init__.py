@@ -137,8 +137,10 @@ def get_kv_cache_spec(
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
-    `backend`: "flash_attn" (default for attention), "flashmla" (default for MLA),
-    "flashinfer", "triton_attn", "triton_mla" or "cpu_attn" (vLLM's CPU platform).
+    `backend`: "flash_attn", "flashinfer", "triton_attn", "flash_attn_mla", "flashmla",
+    "triton_mla" or "cpu_attn" (vLLM's CPU platform); None picks what vLLM picks on a Hopper
+    GPU for this KV cache dtype (`backends.default_backend`: FlashAttention, or FlashAttention
+    MLA, whose 16-token blocks give way to FlashMLA's 64 for an fp8 MLA cache).
     `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
     the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
     otherwise one state per request, a block of `max_model_len` tokens).
@@ -167,7 +169,7 @@ def get_kv_cache_spec(
     if backend is not None and backend.lower() in ("cpu", "cpu_attn") and model.use_mla:
         info = _CPU_MLA
     else:
-        info = get_backend(backend, mla=model.use_mla)
+        info = get_backend(backend, mla=model.use_mla, kv_cache_dtype=kv_cache_dtype)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type

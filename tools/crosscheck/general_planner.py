@@ -13,11 +13,11 @@ size), tokens and concurrency, or the refusal and the longest length vLLM sugges
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
+from refimpl.hybrid import kv_cache_utils
 from refimpl.hybrid.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -25,9 +25,18 @@ from refimpl.hybrid.kv_cache_interface import (
     MLAAttentionSpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
+    WindowSizeMismatchError,
 )
-from refimpl.hybrid.kv_cache_planning import UnsplittableBucketError, align_hybrid_block_size
-from refimpl.hybrid.kv_cache_utils import NotEnoughKVCacheMemoryError, plan_kv_cache
+from refimpl.hybrid.kv_cache_planning import (
+    SpecPromotionError,
+    UnsplittableBucketError,
+    align_hybrid_block_size,
+)
+from refimpl.hybrid.kv_cache_utils import (
+    NotEnoughKVCacheMemoryError,
+    format_gib,
+    plan_kv_cache,
+)
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1}
 LAYOUTS = ["LBNHC", "LBHNC", "BLHNC", "BLNHC"]
@@ -121,16 +130,63 @@ def random_case(seed: int) -> dict:
             "cache_mode": rng.choice(["none", "align"]),
             "min_kernel_block": rng.choice([16, 32, 64]),
         }
-    # the budget: from a fraction of one request to a few hundred requests
-    one = sum(_rough_layer_bytes(x, case) for x in layers) * max_model_len
-    scale = rng.choice([0.5, 1.2, 2, 3, 17.5, 250, rng.random() * 60, rng.random() * 200])
+    if rng.random() < 0.25:
+        sharing = kv_sharing_layers(rng, layers)
+        if sharing:
+            case["kv_sharing"] = sharing
+    # the budget: mostly one to a few hundred requests (`_generous_request_bytes` errs high,
+    # so these fit); one case in ten gets half a request and is refused
+    one = _generous_request_bytes(case)
+    scale = rng.choice(
+        [0.5, 1.5, 2, 3, 5, 17.5, 250, 1.5 + rng.random() * 60, 1.5 + rng.random() * 200, 3]
+    )
     case["memory"] = max(1, int(one * scale))
     return case
 
 
-def _rough_layer_bytes(layer: dict, case: dict) -> int:
-    if layer["kind"] == "mamba":
-        return 1
+def kv_sharing_layers(rng: random.Random, layers: list[dict]) -> dict[str, str]:
+    """Cross-layer KV sharing as Gemma 3n and YOCO-style models declare it: some of the last
+    attention layers read the cache of an earlier layer of the same kind (vLLM's
+    `validate_kv_sharing_target`: an earlier layer, the same attention type) and own none.
+    Returns {layer name: target layer name}."""
+    attention = [i for i, x in enumerate(layers) if x["kind"] != "mamba"]
+    if len(attention) < 3:
+        return {}
+    tail = attention[len(attention) - rng.randrange(1, len(attention) // 2 + 1) :]
+    owners = [i for i in attention if i not in tail]
+    sharing = {}
+    for i in tail:
+        same = [j for j in owners if j < i and layers[j] == layers[i]]
+        if same:
+            j = rng.choice(same)
+            sharing[layer_name(i, layers[i])] = layer_name(j, layers[j])
+    return sharing
+
+
+def layer_name(i: int, layer: dict) -> str:
+    return f"layers.{i}.{layer['kind']}"
+
+
+def _generous_request_bytes(case: dict) -> int:
+    """More than one request at max_model_len costs: every attention layer at the widest
+    page, whole blocks of the largest block size it may grow to, the Mamba states several
+    times over. Only for picking budgets; the planners' own figures are what is compared."""
+    layers = [x for x in case["layers"] if x["kind"] != "mamba"]
+    per_token = max((_rough_layer_bytes(x) for x in layers), default=0)
+    block = case["block_size"] * 8
+    state = 0
+    if "mamba" in case:
+        m = case["mamba"]
+        conv = m["conv"][0] * m["conv"][1] * 2
+        ssm = m["ssm"][0] * m["ssm"][1] * m["ssm"][2] * DTYPE_BYTES[m["ssm_dtype"]]
+        state = conv + ssm
+        block = max(block, 2 * -(-state // max(per_token, 1)))
+    tokens = case["max_model_len"] + 2 * block
+    n_mamba = len(case["layers"]) - len(layers)
+    return len(layers) * per_token * tokens + 4 * (n_mamba + len(layers)) * state
+
+
+def _rough_layer_bytes(layer: dict) -> int:
     v = layer.get("head_size_v", layer["head_size"]) if layer["kind"] != "mla" else 0
     return layer["heads"] * (layer["head_size"] + v) * DTYPE_BYTES[layer["dtype"]]
 
@@ -159,9 +215,12 @@ def refimpl_specs(case: dict) -> dict:
         )
     kernel = case["kernel_block"]
     specs = {}
+    sharing = case.get("kv_sharing", {})
     for i, layer in enumerate(case["layers"]):
         kind = layer["kind"]
         name = f"layers.{i}.{kind}"
+        if name in sharing:  # reads another layer's cache: no spec of its own
+            continue
         if kind == "mamba":
             shapes, dtypes = mamba_state(case)
             mode = case["mamba"]["cache_mode"]
@@ -208,19 +267,16 @@ def plan_refimpl(case: dict) -> dict:
             async_scheduling=case["async_scheduling"],
             kv_cache_layout=case["layout"],
             disable_hybrid_kv_cache_manager=case["disable_hybrid"],
+            shared_kv_cache_layers=case.get("kv_sharing"),
         )
     except NotEnoughKVCacheMemoryError as e:
-        found = re.search(r"longest max_model_len that fits is (\d+)", str(e))
-        return {
-            "error": "not enough memory",
-            "estimated_max_len": int(found[1]) if found else 0,
-        }
-    except UnsplittableBucketError:
-        return {"error": "refused: unsplittable bucket"}
-    except ValueError as e:
-        return {"error": f"refused: {type(e).__name__}"}
+        return memory_refusal(e)
+    except (UnsplittableBucketError, WindowSizeMismatchError, SpecPromotionError) as e:
+        return {"error": REFUSALS[type(e).__name__]}
+    except ValueError as e:  # no counterpart in vLLM's messages: never equal to its answer
+        return {"error": f"refused: {type(e).__name__}: {e}"}
     config = plan.kv_cache_config
-    return {
+    out = {
         "groups": [group_summary(g.layer_names, g.kv_cache_spec) for g in plan.groups],
         "bytes_per_block": plan.bytes_per_block,
         "num_blocks": config.num_blocks,
@@ -230,6 +286,32 @@ def plan_refimpl(case: dict) -> dict:
         ],
         "num_tokens": plan.num_tokens,
         "max_concurrency": plan.max_concurrency,
+    }
+    if case.get("kv_sharing"):
+        out["layer_names"] = [list(names) for names in plan.layer_names]
+    return out
+
+
+#: The refusals both planners can give, by the name each side's reason gets (vLLM's side:
+#: `general_vllm.refusal`, from its deterministic messages; refimpl's: its error classes).
+REFUSALS = {
+    "UnsplittableBucketError": "refused: unsplittable bucket",
+    "WindowSizeMismatchError": "refused: one group, several window sizes",
+    "SpecPromotionError": "refused: local layers cannot be promoted to one type",
+}
+
+
+def memory_refusal(e: NotEnoughKVCacheMemoryError) -> dict:
+    """refimpl's memory refusal with the figures vLLM's message prints: the max length, the
+    GiB needed and available (two decimals, as vLLM's `format_gib`), the longest that fits."""
+    if e.needed_bytes is None:
+        return {"error": "no memory for blocks"}
+    return {
+        "error": "not enough memory",
+        "max_model_len": e.max_model_len,
+        "needed_gib": format_gib(e.needed_bytes),
+        "available_gib": format_gib(e.available_bytes),
+        "estimated_max_len": e.estimated_max_model_len,
     }
 
 
@@ -250,7 +332,8 @@ def case_causes(case: dict, plan: dict) -> set[str]:
     kinds = {x["kind"] for x in case["layers"]}
     found = {f"layout {case['layout']}", "kinds " + "+".join(sorted(kinds))}
     if "error" in plan:
-        found.add("refused: " + plan["error"])
+        error = plan["error"]
+        found.add(error if error.startswith("refused") else "refused: " + error)
         return found
     sizes = [len(g[0]) for g in plan["groups"]]
     if len(sizes) > 1 and max(sizes) != min(sizes):
@@ -263,6 +346,8 @@ def case_causes(case: dict, plan: dict) -> set[str]:
         found.add(f"mamba {case['mamba']['type']} ({case['mamba']['cache_mode']})")
     if case["disable_hybrid"]:
         found.add("hybrid manager disabled")
+    if case.get("kv_sharing"):
+        found.add("cross-layer KV sharing")
     return found
 
 
@@ -325,6 +410,7 @@ RULES = (
     "page padding",
     "Mamba block alignment",
     "window reservation",
+    "cross-layer KV sharing",
 )
 
 
@@ -363,6 +449,12 @@ def undo_rule(rule: str) -> Iterator[None]:
             lambda self, in_flight, max_len: (
                 -(-min(self.sliding_window, max_len) // self.block_size)
             ),
+        ),
+        # a layer that reads another's cache is not added to its target's group
+        "cross-layer KV sharing": mock.patch.object(
+            kv_cache_utils,
+            "add_kv_sharing_layers_to_kv_cache_groups",
+            lambda shared, groups: [tuple(g.layer_names) for g in groups],
         ),
     }
     with patches[rule]:

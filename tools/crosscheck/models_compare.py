@@ -9,6 +9,7 @@ tests/test_models_vllm_oracle.py (vLLM's answers from tests/data/vllm_models_ora
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
@@ -19,11 +20,26 @@ BACKEND_NAMES = {
     "FLASH_ATTN": "flash_attn",
     "FLASHINFER": "flashinfer",
     "TRITON_ATTN": "triton_attn",
+    "FLASH_ATTN_MLA": "flash_attn_mla",
     "FLASHMLA": "flashmla",
     "TRITON_MLA": "triton_mla",
 }
 #: vLLM's Mamba backend enum names -> refimpl's mamba_type
 MAMBA_TYPES = {"MAMBA2": "mamba2", "GDN_ATTN": "gdn_attn", "MAMBA1": "mamba1"}
+
+
+def vllm_layer_name(architecture: str, name: str) -> str:
+    """refimpl's layer name as vLLM's model registers it. Only DeepSeek V4 differs: refimpl
+    keeps the short names of the vLLM KV-cache article (`layers.2.indexer.k_cache`,
+    `layers.2.attn`), vLLM's V4 model nests every cache under the layer's attention module
+    (`model.layers.2.attn.indexer.k_cache`, `model.layers.2.attn`)."""
+    if architecture != "DeepseekV4ForCausalLM":
+        return name
+    found = re.fullmatch(r"layers\.(\d+)\.(.+)", name)
+    if found is None:
+        return name
+    index, rest = found.groups()
+    return f"model.layers.{index}.attn" + ("" if rest == "attn" else f".{rest}")
 
 
 def spec_record(spec) -> dict:
@@ -46,6 +62,7 @@ def spec_record(spec) -> dict:
             dtype=spec.dtype,
             sliding_window=getattr(spec, "sliding_window", None),
             kernel_block_size=spec.kernel_block_size,
+            page_size_padded=spec.page_size_padded,
         )
     out["page_size_bytes"] = spec.page_size_bytes
     return out
@@ -65,31 +82,52 @@ def comparable(record: dict) -> dict:
 
 def refimpl_case(case: dict, backend: str) -> dict:
     """refimpl's specs and plan for one recorded case at one backend."""
+    from refimpl.hybrid.kv_cache_utils import plan_kv_cache
     from refimpl.models import get_kv_cache_spec
     from refimpl.plan_cli import plan_capacity
 
     recorded = case["backends"][backend]
-    model = get_kv_cache_spec(
-        CONFIG_DIR / case["config"],
-        backend=BACKEND_NAMES[backend],
-        kv_cache_dtype=case["kv_cache_dtype"],
-        max_model_len=case["max_model_len"],
-        enable_prefix_caching=case["enable_prefix_caching"],
-    )
+    try:
+        model = get_kv_cache_spec(
+            CONFIG_DIR / case["config"],
+            backend=BACKEND_NAMES[backend],
+            kv_cache_dtype=case["kv_cache_dtype"],
+            max_model_len=case["max_model_len"],
+            enable_prefix_caching=case["enable_prefix_caching"],
+        )
+    except ValueError as exc:  # vLLM refuses such a backend too, when its class says so
+        return {"refused": str(exc)}
+    rename = lambda name: vllm_layer_name(model.architecture, name)  # noqa: E731
     out = {
         "block_size": model.block_size,
         "mamba_block_size": model.mamba_block_size,
-        "layers": [[name, spec_record(spec)] for name, spec in model.specs.items()],
+        "layers": [[rename(name), spec_record(spec)] for name, spec in model.specs.items()],
     }
     plan = recorded.get("plan")
     if plan is not None:
         capacity = plan_capacity(
             model.specs, plan["memory"], case["max_model_len"], plan["max_in_flight_tokens"]
         )
+        # the group specs' own classes (a group of unlike layers is vLLM's
+        # UniformTypeKVCacheSpecs; `plan --config` prints its members' kind instead)
+        kinds = [
+            type(g.kv_cache_spec).__name__
+            for g in plan_kv_cache(
+                model.specs,
+                max_model_len=case["max_model_len"],
+                max_num_batched_tokens=plan["max_in_flight_tokens"],
+                async_scheduling=False,
+                kv_cache_memory_bytes=plan["memory"],
+            ).groups
+        ]
         out["plan"] = {
             "groups": [
-                {"type": g["kind"], "block_size": g["block_size"], "layers": g["layer_names"]}
-                for g in capacity["groups"]
+                {
+                    "type": kind,
+                    "block_size": g["block_size"],
+                    "layers": [rename(n) for n in g["layer_names"]],
+                }
+                for g, kind in zip(capacity["groups"], kinds, strict=True)
             ],
             "num_blocks": capacity["num_blocks"],
             "block_stride": capacity["bytes_per_block"],
@@ -103,6 +141,15 @@ def spec_differences(case: dict, backend: str, ours: dict) -> list[str]:
     """Every per-layer field where refimpl's specs differ from vLLM's, as readable lines."""
     theirs = case["backends"][backend]
     where = f"{case['config']} ({case['kv_cache_dtype']}, {backend})"
+    supported = theirs.get("supports_kv_cache_dtype", True)
+    if not supported or "refused" in ours:
+        if supported:
+            return [
+                f"{where}: vLLM's class stores this cache, refimpl refuses: {ours['refused']}"
+            ]
+        if "refused" not in ours:
+            return [f"{where}: vLLM's class does not store this cache dtype, refimpl plans it"]
+        return []
     out = []
     if theirs["block_size"] != ours["block_size"]:
         out.append(
@@ -130,7 +177,7 @@ def spec_differences(case: dict, backend: str, ours: dict) -> list[str]:
 def plan_differences(case: dict, backend: str, ours: dict) -> list[str]:
     """Every planned figure (groups, blocks, stride, tokens, concurrency) that differs."""
     theirs = case["backends"][backend].get("plan")
-    if theirs is None:
+    if theirs is None or "refused" in ours:  # a refusal is judged by spec_differences
         return []
     where = f"{case['config']} ({case['kv_cache_dtype']}, {backend}) plan"
     out = []

