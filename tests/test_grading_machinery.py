@@ -617,7 +617,25 @@ def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
     from grader import processes
 
     me = [os.getpid()]
+    real_stat = os.stat
+
+    def no_map_files(path, *args, **kwargs):
+        if "/map_files/" in str(path):
+            raise PermissionError(1, "Operation not permitted", path)
+        return real_stat(path, *args, **kwargs)
+
+    def measured_without_map_files() -> int:
+        monkeypatch.setattr(os, "stat", no_map_files)
+        try:
+            return processes.held_after_deletion(me)
+        finally:
+            monkeypatch.setattr(os, "stat", real_stat)
+
+    # what this process already holds (a test worker may map deleted files of its own), once
+    # per way of measuring
     baseline = processes.held_after_deletion(me)
+    baseline_open = processes.held_after_deletion(me, with_mappings=False)
+    baseline_mapped_part = measured_without_map_files()
     named = os.open(tmp_path / "named.bin", os.O_RDWR | os.O_CREAT)
     os.write(named, b"x" * 2**20)
     opened = os.open(tmp_path / "opened.bin", os.O_RDWR | os.O_CREAT)
@@ -635,17 +653,10 @@ def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
     os.unlink(tmp_path / "mapped.bin")
     try:
         assert processes.held_after_deletion(me) - baseline == 5 * 2**20
-        assert processes.held_after_deletion(me, with_mappings=False) - baseline == 3 * 2**20
-        real_stat = os.stat
-
-        def no_map_files(path, *args, **kwargs):
-            if "/map_files/" in str(path):
-                raise PermissionError(1, "Operation not permitted", path)
-            return real_stat(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "stat", no_map_files)
-        assert processes.held_after_deletion(me) - baseline == 4 * 2**20
-        monkeypatch.setattr(os, "stat", real_stat)
+        assert (
+            processes.held_after_deletion(me, with_mappings=False) - baseline_open == 3 * 2**20
+        )
+        assert measured_without_map_files() - baseline_mapped_part == 4 * 2**20
 
         def closed(path):
             raise PermissionError(13, "Permission denied", path)
