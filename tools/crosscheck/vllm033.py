@@ -126,6 +126,10 @@ def model_cases() -> list[tuple[str, dict, dict]]:
     oracle = json.loads(ORACLE.read_text())
     out = []
     for case in oracle["cases"]:
+        if case["vllm_model"] == "DeepseekV4ForCausalLM":
+            # its specs carry fields a spec record does not keep (the compression ratio that
+            # sizes a page); DeepSeek V4 is compared between releases by its own cases below
+            continue
         for backend, rec in case["backends"].items():
             if "layers" not in rec:
                 continue
