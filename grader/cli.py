@@ -148,23 +148,6 @@ def running_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def expand_folders(paths: list[Path], error) -> list[Path]:
-    """Folders stand for the notebooks directly inside them (sorted); files are kept as given.
-
-    `error(message)` reports a folder with no notebook (the parser's one-line error).
-    """
-    expanded: list[Path] = []
-    for path in paths:
-        if not path.is_dir():
-            expanded.append(path)
-            continue
-        notebooks = sorted(p for p in path.glob("*.ipynb") if p.is_file())
-        if not notebooks:
-            error(f"folder {path} holds no .ipynb notebooks")
-        expanded.extend(notebooks)
-    return expanded
-
-
 class GradeSheet:
     """The CSV file: its header at once, then one row per notebook, each flushed as it is
     written.
@@ -218,21 +201,6 @@ def _signature(path: Path) -> tuple | None:
     except OSError:
         return None
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _read_all(paths: list[Path]) -> list[bytes | str]:
-    """Every notebook's bytes, read before any student code runs (so none can change
-    another's), or why it cannot be graded (a file given twice is refused the second time)."""
-    from grader.grading import read_submission
-
-    contents: list[bytes | str] = []
-    seen: dict[tuple[int, int], str] = {}
-    for path in paths:
-        try:
-            contents.append(read_submission(path, seen))
-        except ValueError as exc:
-            contents.append(str(exc))
-    return contents
 
 
 def _jobs(asked: int | None, settings, notebooks: int) -> int:
@@ -349,10 +317,12 @@ def main(args: argparse.Namespace) -> int:
             "refusing to grade as root: the graded code could raise its own limits; run as an "
             "unprivileged user (in a throwaway container), or pass --allow-root"
         )
+    from grader.intake import expand_folders, read_all
+
     paths = expand_folders(args.notebooks, args.parser_error)
     if args.csv is not None and _same_file(args.csv, paths):
         args.parser_error(f"--csv {args.csv} is one of the notebooks to grade")
-    contents = _read_all(paths)
+    contents = read_all(paths)
     watched = [p for p in paths if p.is_file()]
     protected = {str(p.resolve().parent) for p in paths if p.parent.is_dir()}
     if args.csv is not None:
@@ -382,8 +352,9 @@ def main(args: argparse.Namespace) -> int:
         print(grade.score_line(), flush=True)
         if sheet is not None:
             sheet.write(_csv_row(grade))
-    if len(paths) > 1:
-        total = sum(g.num_checks for g in grades)
-        passed = sum(g.num_passed for g in grades)
-        print(f"== total: {passed}/{total} checks passed over {len(paths)} notebooks")
+    # always: a run whose one notebook was refused still ends with its count
+    total = sum(g.num_checks for g in grades)
+    passed = sum(g.num_passed for g in grades)
+    notebooks = "1 notebook" if len(paths) == 1 else f"{len(paths)} notebooks"
+    print(f"== total: {passed}/{total} checks passed over {notebooks}")
     return 0 if all(g.passed for g in grades) else 1

@@ -140,6 +140,42 @@ def notebook_program(notebook) -> list[tuple[int, str]]:
     return program
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A notebook's bytes as intake read them, with what tells its names apart: the opened
+    file's status and the status of the folder its name sits in (both read through the open
+    descriptors, so they describe what was read)."""
+
+    path: Path
+    content: bytes
+    file: os.stat_result
+    folder: os.stat_result
+
+    @property
+    def inode(self) -> tuple[int, int]:
+        """The file, whatever it is called."""
+        return (self.file.st_dev, self.file.st_ino)
+
+    @property
+    def entry(self) -> tuple[int, int, str]:
+        """The name: its folder and its last component (equal for one name given twice)."""
+        return (self.folder.st_dev, self.folder.st_ino, self.path.name)
+
+
+def open_submission(path: Path) -> Submission:
+    """The regular file at `path`, read without following any link; ValueError (naming what the
+    path is, never what it holds) for a link anywhere on the path, a folder, a device, a pipe.
+    A file with several names (hard links) is read: which name to grade is the caller's
+    decision (`grader.intake`)."""
+    fd, folder = _open_without_links(path)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        # the file may have been swapped between the checks and the open: check what was opened
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"it is {_kind(info.st_mode)}, not a regular file")
+        return Submission(Path(path), handle.read(MAX_NOTEBOOK_BYTES + 1), info, folder)
+
+
 def read_submission(path: Path, seen: dict[tuple[int, int], str] | None = None) -> bytes:
     """The bytes of the regular file at `path`, reached without following any link; ValueError
     (naming what the path is, never what it holds) for a link anywhere on the path, a file with
@@ -147,30 +183,40 @@ def read_submission(path: Path, seen: dict[tuple[int, int], str] | None = None) 
 
     A link would let one student hand in another's notebook (or any file the grader can read).
     `seen` maps (device, inode) to the path of every file read so far in this run: a file given
-    twice is refused the second time.
+    twice is refused the second time. (A class run tells hard-linked names apart instead:
+    `grader.intake.read_all`.)
     """
-    fd = _open_without_links(path)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        # the file may have been swapped between the checks and the open: check what was opened
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file")
-        if info.st_nlink > 1:
-            raise ValueError(
-                f"it has {info.st_nlink} names (hard links); hand in a file of its own"
-            )
-        if seen is not None:
-            key = (info.st_dev, info.st_ino)
-            if key in seen:
-                raise ValueError(f"it is the same file as {seen[key]}")
-            seen[key] = str(path)
-        return handle.read(MAX_NOTEBOOK_BYTES + 1)
+    submission = open_submission(path)
+    if submission.file.st_nlink > 1:
+        raise ValueError(
+            f"it has {submission.file.st_nlink} names (hard links); hand in a file of its own"
+        )
+    if seen is not None:
+        if submission.inode in seen:
+            raise ValueError(f"it is the same file as {seen[submission.inode]}")
+        seen[submission.inode] = str(path)
+    return submission.content
 
 
-def _open_without_links(path: Path) -> int:
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    return next((words for test, words in _KINDS if test(mode)), "a special file")
+
+
+def _open_without_links(path: Path) -> tuple[int, os.stat_result]:
     """A read-only descriptor for `path`, opened one component at a time, each without
-    following a link (a relative path starts at the working folder, however it was reached);
-    ValueError naming the first link, or what else is in the way."""
+    following a link (a relative path starts at the working folder, however it was reached),
+    and the status of the folder it was opened in; ValueError naming the first link, or what
+    else is in the way."""
     text = os.fspath(path)
     parts = [part for part in text.split(os.sep) if part not in ("", ".")]
     if not parts:
@@ -194,11 +240,13 @@ def _open_without_links(path: Path) -> int:
                     "notebook file itself, in a real folder"
                 )
             if last and not stat.S_ISREG(info.st_mode):
-                raise ValueError("it is not a regular file")
+                raise ValueError(f"it is {_kind(info.st_mode)}, not a regular file")
             if not last and not stat.S_ISDIR(info.st_mode):
                 raise ValueError(f"cannot read it ({shown} is not a folder)")
             flags = os.O_RDONLY | no_follow
             flags |= getattr(os, "O_NONBLOCK", 0) if last else getattr(os, "O_DIRECTORY", 0)
+            if last:
+                folder = os.fstat(fd)
             try:
                 inner = os.open(part, flags, dir_fd=fd)
             except OSError as exc:
@@ -208,7 +256,7 @@ def _open_without_links(path: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, folder
 
 
 def _cannot_read(exc: OSError) -> str:
@@ -223,6 +271,13 @@ def warm_up() -> None:
     from grader.reference_code import reference_sources
 
     reference_sources()
+
+
+# the submission's fault: a notebook is a few levels deep, a nesting bomb is thousands
+TOO_DEEP = (
+    "cannot read it as a notebook: its JSON nests deeper than Python's recursion limit "
+    "(a nesting bomb, not a notebook)"
+)
 
 
 def read_notebook(path: Path, content: bytes | None = None):
@@ -247,9 +302,13 @@ def read_notebook(path: Path, content: bytes | None = None):
             f"cannot read it as a notebook: it is not JSON (line {exc.lineno}, column "
             f"{exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
     try:
         # capture_validation_error: a schema problem is ours to report (below), not a log line
         notebook = nbformat.reads(text, as_version=4, capture_validation_error={})
+    except RecursionError:  # shallow enough for json, too deep for the schema's walk
+        raise ValueError(TOO_DEEP) from None
     except Exception as exc:  # not a notebook: nbformat raises many kinds, some quoting it
         raise ValueError(f"cannot read it as a notebook: {type(exc).__name__}") from None
     cells = notebook.get("cells")
@@ -274,7 +333,7 @@ def exercise_hint(path: Path, content: bytes | None) -> Exercise | None:
     try:
         metadata = json.loads((content or b"").decode("utf-8")).get("metadata", {})
         claimed = metadata.get("refimpl_course", {}).get("exercise")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     if path.stem in EXERCISES:
         return EXERCISES[path.stem]  # handed in as this exercise

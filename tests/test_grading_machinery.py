@@ -558,7 +558,7 @@ def test_intake_refuses_links_anywhere_hard_links_and_a_file_given_twice(
         f"({tmp_path / 'bob'})",
         tmp_path / "carol" / "01_block_manager.ipynb": "it has 2 names (hard links)",
         real / "01_block_manager.ipynb": "it has 2 names (hard links)",
-        tmp_path / "dave": "it is not a regular file",
+        tmp_path / "dave": "it is a folder, not a regular file",
         tmp_path / "nobody" / "x.ipynb": "cannot read it (No such file or directory)",
     }
     for path, words in cases.items():
@@ -668,3 +668,98 @@ def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
         libc.munmap(address, 2**20)
         os.close(opened)
         os.close(named)
+
+
+def _grade_quietly(capsys, *paths: Path) -> tuple[int, dict[str, str], list[str]]:
+    """`python -m refimpl grade --quiet PATHS`: its status, each notebook's score line by path,
+    and every line it printed."""
+    from refimpl.__main__ import main as refimpl_main
+
+    status = refimpl_main(["grade", "--quiet", *map(str, paths)])
+    lines = capsys.readouterr().out.splitlines()
+    scores = {
+        head[3:].rsplit(" (", 1)[0]: score
+        for head, score in zip(lines, lines[1:])
+        if head.startswith("== ") and not head.startswith("== total")
+    }
+    return status, scores, lines
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_intake_gives_every_entry_named_like_a_notebook_a_row_and_a_reason(tmp_path, capsys):
+    """A FIFO, a folder and a link named like exercises each get a row saying what they are
+    (their exercises' checks still count), and the total line is printed."""
+    folder = tmp_path / "bob"
+    folder.mkdir()
+    os.mkfifo(folder / "02_prefix_cache.ipynb")
+    (folder / "03_scheduler.ipynb").mkdir()
+    (folder / "04_packed_layout.ipynb").symlink_to(tmp_path / "elsewhere.ipynb")
+    status, scores, lines = _grade_quietly(capsys, folder)
+    assert status == 1
+    assert scores == {
+        f"{folder}/02_prefix_cache.ipynb": "score: 0/15 checks passed (0.0%): it is a FIFO "
+        "(named pipe), not a regular file",
+        f"{folder}/03_scheduler.ipynb": "score: 0/11 checks passed (0.0%): it is a folder, "
+        "not a regular file",
+        f"{folder}/04_packed_layout.ipynb": "score: 0/26 checks passed (0.0%): it is a "
+        "symbolic link; hand in the notebook file itself",
+    }
+    assert lines[-1] == "== total: 0/52 checks passed over 3 notebooks"
+    # one notebook alone still ends with the total
+    _, _, lines = _grade_quietly(capsys, folder / "03_scheduler.ipynb")
+    assert lines[-1] == "== total: 0/11 checks passed over 1 notebook"
+
+
+def test_a_hard_link_is_blamed_on_the_name_made_later(tmp_path, capsys):
+    """Mallory hard-links Alice's notebook (handed in an hour earlier) into her own folder:
+    Alice's is graded, Mallory's is refused as the later name, whatever the order given. Names
+    the times cannot tell apart (one folder, or a name outside the graded notebooks) are all
+    refused, with a reason that blames none."""
+    alice, mallory = tmp_path / "alice", tmp_path / "mallory"
+    for folder in (alice, mallory):
+        folder.mkdir()
+    (alice / "01_block_manager.ipynb").write_text("{}")  # graded: it is not a notebook
+    an_hour_ago = time.time() - 3600
+    os.utime(alice, (an_hour_ago, an_hour_ago))
+    os.link(alice / "01_block_manager.ipynb", mallory / "01_block_manager.ipynb")
+    for order in ((alice, mallory), (mallory, alice)):
+        _, scores, _ = _grade_quietly(capsys, *order)
+        assert scores == {
+            f"{alice}/01_block_manager.ipynb": "score: 0/10 checks passed (0.0%): cannot "
+            "read it as a notebook: ValidationError",
+            f"{mallory}/01_block_manager.ipynb": "score: 0/10 checks passed (0.0%): it is a "
+            f"second name (hard link) of {alice}/01_block_manager.ipynb, made later; hand in "
+            "a file of its own",
+        }
+    # a second name in Alice's own folder: the folder's time is the same for both names
+    os.link(alice / "01_block_manager.ipynb", alice / "02_prefix_cache.ipynb")
+    (mallory / "01_block_manager.ipynb").unlink()
+    _, scores, _ = _grade_quietly(capsys, alice)
+    assert len(scores) == 2 and all(
+        "the folders' times cannot tell which name came first" in s for s in scores.values()
+    ), scores
+    # a name outside what is graded: its owner cannot be told
+    _, scores, _ = _grade_quietly(capsys, alice / "01_block_manager.ipynb")
+    assert "2 names (hard links), not all among the notebooks graded" in "".join(
+        scores.values()
+    )
+
+
+def test_a_nesting_bomb_is_the_submissions_fault(tmp_path, capsys):
+    """A notebook nested 100,000 levels deep costs its own row, with a reason that says what it
+    is (not a grader failure), and the run goes on to the next notebook."""
+    bomb = tmp_path / "01_block_manager.ipynb"
+    bomb.write_text("[" * 100_000 + "]" * 100_000)
+    deep_metadata = tmp_path / "02_prefix_cache.ipynb"  # shallow for json, deep for nbformat
+    deep_metadata.write_text(
+        '{"cells": [], "metadata": {"a": ' + "[" * 900 + "]" * 900 + "}, "
+        '"nbformat": 4, "nbformat_minor": 5}'
+    )
+    status, scores, lines = _grade_quietly(capsys, bomb, deep_metadata)
+    assert status == 1
+    assert scores == {
+        str(path): f"score: 0/{checks} checks passed (0.0%): cannot read it as a notebook: "
+        "its JSON nests deeper than Python's recursion limit (a nesting bomb, not a notebook)"
+        for path, checks in ((bomb, 10), (deep_metadata, 15))
+    }
+    assert lines[-1] == "== total: 0/25 checks passed over 2 notebooks"
