@@ -4,11 +4,12 @@ A checkout of this repository holds the solution notebooks (`notebooks/exercises
 and its git history holds them too. Students get a bundle instead: every tracked file of the
 checkout except the solutions, the instructor guide (replaced by a short student guide) and the
 tests that read the solutions, as a folder and a zip, with no git history. The builder refuses
-to write a bundle when a student copy is stale (`make exercises` first) or when any bundled
-code cell still holds a solution region.
+to write a bundle when a bundled file has local changes (unless `--allow-dirty`), when a student
+copy is stale (`make exercises` first) or when any bundled code cell still holds a solution
+region.
 
     # writes dist/student-bundle/ and dist/student-bundle.zip
-    python -m grader.bundle dist/student-bundle
+    python -m grader.bundle dist/student-bundle [--allow-dirty]
 """
 
 from __future__ import annotations
@@ -65,6 +66,21 @@ def bundled_files(root: Path) -> list[str]:
     )
 
 
+def changed_files(root: Path, files: list[str]) -> list[str]:
+    """The bundled files whose working copy differs from the last commit (staged or not): a
+    chapter an instructor ran, an edit not yet committed."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "diff", "--name-only", "-z", "HEAD", "--"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ValueError(f"cannot compare the checkout with its last commit ({exc})") from None
+    changed = {name for name in listed.decode().split("\0") if name}
+    return [name for name in files if name in changed]
+
+
 def solution_leaks(root: Path, files: list[str]) -> list[str]:
     """Bundled notebooks with a code cell that still holds a solution region."""
     leaks = []
@@ -80,16 +96,30 @@ def solution_leaks(root: Path, files: list[str]) -> list[str]:
     return leaks
 
 
-def build(root: Path, out: Path) -> Path:
+def build(root: Path, out: Path, *, allow_dirty: bool = False) -> Path:
     """Write the bundle folder `out` and `out`.zip (stable file order and times); return the
-    zip's path."""
+    zip's path.
+
+    A tracked file with local changes is refused (a bundle is the committed course), naming
+    each one, unless `allow_dirty`: then the working copies go in and a note names them.
+    """
     root = root.resolve()
+    files = bundled_files(root)
+    changed = changed_files(root, files)
+    if changed and not allow_dirty:
+        raise ValueError(
+            f"{len(changed)} tracked file{'s' if len(changed) > 1 else ''} with local changes "
+            f"would be bundled as they are now: {', '.join(changed)}; commit or restore them "
+            "(git restore FILE), or pass --allow-dirty (make student-bundle "
+            "BUNDLE_ARGS=--allow-dirty) to bundle the working copies"
+        )
+    if changed:
+        print(f"note: bundling local changes to {', '.join(changed)}", file=sys.stderr)
     stale = stale_copies(root)
     if stale:
         raise ValueError(
             f"stale student copies (run `make exercises` first): {', '.join(stale)}"
         )
-    files = bundled_files(root)
     leaks = solution_leaks(root, files)
     if leaks:
         raise ValueError(f"these notebooks still hold solution code: {', '.join(leaks)}")
@@ -126,9 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("."),
         help="repository root (default: current directory)",
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="bundle tracked files with local changes as they are (refused otherwise)",
+    )
     args = parser.parse_args(argv)
     try:
-        archive = build(args.root, args.out)
+        archive = build(args.root, args.out, allow_dirty=args.allow_dirty)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

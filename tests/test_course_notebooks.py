@@ -212,7 +212,9 @@ def test_grade_cli_scores_a_student_mistake(tmp_path, capsys):
     assert "check_block_manager(BlockManager): 3/10 checks passed" in out
     assert "FAIL  free_last_block_first" in out
     assert "first difference at step 6: deallocate(A: 12 tokens)" in out
-    assert out.rstrip().endswith("score: 3/10 checks passed (30.0%)")
+    assert out.rstrip().endswith(
+        "score: 3/10 checks passed (30.0%)\n== total: 3/10 checks passed over 1 notebook"
+    )
     rows = csv_path.read_text().splitlines()
     assert rows[0] == "notebook,exercise,passed,checks,failed_checks,reason"
     assert rows[1].startswith(
@@ -405,7 +407,8 @@ def test_grade_cli_reports_a_broken_cell_and_a_timeout(tmp_path, capsys):
         "':'))" in out
     )
     assert out.rstrip().endswith(
-        "score: 0/26 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')"
+        "score: 0/26 checks passed (0.0%): syntax error in cell 4 (line 1: expected ':')\n"
+        "== total: 0/26 checks passed over 1 notebook"
     )
     # the cell after never ran
     assert "check_packed_layout(get_kv_cache_config): 9/9 checks passed" not in out
@@ -437,7 +440,8 @@ def test_grade_cli_is_not_fooled_by_reused_or_replaced_code(tmp_path, capsys):
     assert "the reference's refimpl.paged.scheduler.Scheduler.schedule" in out
     assert out.rstrip().endswith(
         "score: 0/11 checks passed (0.0%): uses the reference "
-        "(refimpl.paged.scheduler.Scheduler.schedule)"
+        "(refimpl.paged.scheduler.Scheduler.schedule)\n"
+        "== total: 0/11 checks passed over 1 notebook"
     )
 
     swap = _with_solution_edit(

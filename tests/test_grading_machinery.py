@@ -462,7 +462,8 @@ def test_the_student_bundle_has_no_solutions(tmp_path):
 
     from grader.bundle import STUDENT_GUIDE, build, solution_leaks
 
-    archive = build(ROOT, tmp_path / "student-bundle")
+    # a developer's checkout may hold local edits: this test is about the solutions
+    archive = build(ROOT, tmp_path / "student-bundle", allow_dirty=True)
     folder = tmp_path / "student-bundle"
     names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert not any(name.startswith("notebooks/exercises/solutions") for name in names)
@@ -763,3 +764,44 @@ def test_a_nesting_bomb_is_the_submissions_fault(tmp_path, capsys):
         for path, checks in ((bomb, 10), (deep_metadata, 15))
     }
     assert lines[-1] == "== total: 0/25 checks passed over 2 notebooks"
+
+
+def test_the_student_bundle_refuses_local_changes_unless_allowed(tmp_path, capsys):
+    """A chapter run and saved after the last commit is not bundled silently: the builder names
+    it and stops, and `--allow-dirty` (`make student-bundle BUNDLE_ARGS=--allow-dirty`)
+    bundles the working copy with a note."""
+    from grader.bundle import main as bundle_main
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-C", str(tmp_path / "repo"), *args], check=True, capture_output=True
+        )
+
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "notebooks" / "05_scheduler.ipynb").write_text('{"cells": []}')
+    (repo / "README.md").write_text("course")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "course")
+    run = '{"cells": [], "metadata": {"run": true}}'
+    (repo / "notebooks" / "05_scheduler.ipynb").write_text(run)
+    out = tmp_path / "bundle"
+    assert bundle_main([str(out), "--root", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(
+            "error: 1 tracked file with local changes would be bundled as they are now: "
+            "notebooks/05_scheduler.ipynb;"
+        )
+        and "--allow-dirty" in err
+    )
+    assert not out.exists()
+    assert bundle_main([str(out), "--root", str(repo), "--allow-dirty"]) == 0
+    assert "note: bundling local changes to notebooks/05_scheduler.ipynb" in (
+        capsys.readouterr().err
+    )
+    assert (out / "notebooks" / "05_scheduler.ipynb").read_text() == run
+    # the Makefile hands the flag on
+    makefile = (ROOT / "Makefile").read_text()
+    assert "python -m grader.bundle dist/student-bundle $(BUNDLE_ARGS)" in makefile
