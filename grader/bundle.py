@@ -4,9 +4,9 @@ A checkout of this repository holds the solution notebooks (`notebooks/exercises
 and its git history holds them too. Students get a bundle instead: every tracked file of the
 checkout except the solutions, the instructor guide (replaced by a short student guide) and the
 tests that read the solutions, as a folder and a zip, with no git history. The builder refuses
-to write a bundle when a bundled file has local changes (unless `--allow-dirty`), when a student
-copy is stale (`make exercises` first) or when any bundled code cell still holds a solution
-region.
+to write a bundle when a bundled file has local changes (unless `--allow-dirty`), when a
+student copy is stale (`make exercises` first) or when any bundled code cell still holds a
+solution region.
 
     # writes dist/student-bundle/ and dist/student-bundle.zip
     python -m grader.bundle dist/student-bundle [--allow-dirty]
