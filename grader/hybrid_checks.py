@@ -37,6 +37,7 @@ from grader.lockstep import (
     StudentSide,
     WorldSpec,
     describe_exception,
+    described_difference,
     render,
     timeout_divergence,
 )
@@ -183,7 +184,9 @@ def _grade(
         _run_cases(name, desc, reference, side, cases, compare, time_limit, world)
         for name, desc, cases in checks
     ]
-    report = GradeReport(f"{check_name}({getattr(student, '__name__', 'fn')})", results)
+    report = GradeReport(
+        f"{check_name}({getattr(student, '__name__', 'fn')})", results, one_function=True
+    )
     if verbose:
         print(report.table())
     return report
@@ -226,7 +229,7 @@ def dsv4_gcd_calls() -> tuple[tuple[str, tuple[int, ...], int | None], ...]:
 def _compare_value(expected: Any, found: Any) -> tuple[str, str, str] | None:
     if expected == found and type(found) is not bool:
         return None
-    return "return value", render(expected), render(found)
+    return described_difference("return value", expected, found)
 
 
 def _random_gcd_pairs(seed: int, n: int) -> list[tuple[list[int], int | None]]:
@@ -371,7 +374,7 @@ def _first_difference(expected: Any, found: Any, path: str) -> tuple[str, str, s
         return None
     if expected == found and type(found) is type(expected):
         return None
-    return path, render(expected), render(found)
+    return described_difference(path, expected, found)
 
 
 def _compare_groups(expected: Any, found: Any) -> tuple[str, str, str] | None:
@@ -604,6 +607,16 @@ def aligned_groups() -> list[KVCacheGroupSpec]:
     ]
 
 
+def coprime_alignment_groups() -> list[KVCacheGroupSpec]:
+    """Two kernels of 8-token blocks whose kernel pages (2,048 B and 1,536 B) do not divide
+    each other: the stride is a multiple of their least common multiple, 6,144 B, not of the
+    larger one (4,096 B would split a 1,536 B kernel page)."""
+    return [
+        KVCacheGroupSpec(["k.0"], _spec(64, kernel_block_size=8)),
+        KVCacheGroupSpec(["j.0"], _spec(48, kernel_block_size=8)),
+    ]
+
+
 def random_groups(seed: int) -> list[KVCacheGroupSpec]:
     """Groups of uniform-type layers with mixed page sizes (head sizes), as a packed plan sees
     them."""
@@ -668,15 +681,22 @@ def packed_layout_checks() -> CheckCases:
         ),
         (
             "kernel_block_alignment",
-            "the stride is a whole number of every layer's kernel pages",
-            [_config_case("a kernel of 8-token blocks", aligned_groups(), 1 << 20)],
+            "the stride is a whole number of every layer's kernel pages (their lcm)",
+            [
+                _config_case("a kernel of 8-token blocks", aligned_groups(), 1 << 20),
+                _config_case(
+                    "kernel pages 2,048 B and 1,536 B", coprime_alignment_groups(), 1 << 20
+                ),
+            ],
         ),
         (
             "budget_and_override",
-            "blocks = budget // stride, or the override; under one block: ValueError",
+            "blocks = budget // stride, or the override (even above the budget); under one "
+            "block: ValueError",
             [
                 _config_case("DeepSeek-V4-Pro", pro, 3 * 1_435_968 - 1),
                 _config_case("DeepSeek-V4-Pro", pro, GIB, 12),
+                _config_case("DeepSeek-V4-Pro", pro, 3 * 1_435_968, 12),
                 _config_case("DeepSeek-V4-Pro", pro, 1_435_967),
             ],
         ),

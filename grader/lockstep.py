@@ -94,16 +94,76 @@ class Diverged(Exception):
 
 def render(value: Any) -> str:
     """A short deterministic text for a value (no memory addresses)."""
-    if isinstance(value, BaseException):
-        text = f"{type(value).__name__}: {value}"
-    elif isinstance(value, (set, frozenset)):
-        text = "{" + ", ".join(repr(v) for v in sorted(value)) + "}" if value else "set()"
-    else:
-        text = repr(value)
+    text = _full_text(value)
     if len(text) > MAX_RENDER:
         half = MAX_RENDER // 2 - 3
         text = text[:half] + " ... " + text[-half:]
     return text
+
+
+CONTEXT = 3  # elements shown on each side of the first difference of two long lists
+
+
+def difference_index(expected: Any, found: Any) -> tuple[int, ...] | None:
+    """The index of the first element where two lists (or tuples) differ, descending into
+    nested lists (`(1, 0)`: element 0 of element 1); the shorter one's length when it is a
+    prefix of the other; None when they are not both sequences or do not differ by element."""
+    path: list[int] = []
+    try:
+        while isinstance(expected, (list, tuple)) and isinstance(found, (list, tuple)):
+            index = next(
+                (i for i, (a, b) in enumerate(zip(expected, found)) if a != b),
+                min(len(expected), len(found)),
+            )
+            if index == len(expected) == len(found):
+                break  # equal elements (a list against a tuple)
+            path.append(index)
+            if index >= min(len(expected), len(found)):
+                break
+            expected, found = expected[index], found[index]
+    except Exception:  # an element whose == has no single truth value
+        return None
+    return tuple(path) or None
+
+
+def render_around(value: Any, path: tuple[int, ...]) -> str:
+    """`render(value)`, or when that is too long for a list, the elements around the first
+    difference at `path` (`difference_index`) in the innermost list that holds it, with their
+    positions: never an elision that hides them."""
+    if len(_full_text(value)) <= MAX_RENDER or not isinstance(value, (list, tuple)):
+        return render(value)
+    depth = 0
+    while depth < len(path) - 1 and isinstance(value[path[depth]], (list, tuple)):
+        value, depth = value[path[depth]], depth + 1
+    inside = "".join(f"[{i}] " for i in path[:depth]).replace("] [", "][")
+    index = path[depth]  # at most len(value): the shorter list ends there
+    start, stop = max(0, index - CONTEXT), min(len(value), index + CONTEXT + 1)
+    shown = ", ".join(render(item) for item in value[start:stop])
+    head = "..., " if start > 0 else ""
+    tail = ", ..." if stop < len(value) else ""
+    return f"{inside}items {start}-{stop - 1} of {len(value)}: [{head}{shown}{tail}]"
+
+
+def described_difference(where: str, expected: Any, found: Any) -> tuple[str, str, str]:
+    """(where, expected text, found text) for two values that differ: for lists, `where` names
+    the first index that differs and long lists show the elements around it."""
+    path = difference_index(expected, found)
+    if path is None:
+        return where, render(expected), render(found)
+    at = f"index {path[0]}" if len(path) == 1 else "".join(f"[{i}]" for i in path)
+    return (
+        f"{where}, first difference at {at}",
+        render_around(expected, path),
+        render_around(found, path),
+    )
+
+
+def _full_text(value: Any) -> str:
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(repr(v) for v in sorted(value)) + "}" if value else "set()"
+    return repr(value)
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -124,7 +184,7 @@ def first_difference(expected: StateFields, found: StateFields) -> tuple[str, st
         if value != other:
             if isinstance(value, dict) and isinstance(other, dict):
                 return name, *_dict_difference(value, other)
-            return name, render(value), render(other)
+            return described_difference(name, value, other)
     extra = [name for name, _ in found if name not in dict(expected)]
     return "state", "no other fields", f"extra fields {extra}"
 
@@ -286,7 +346,7 @@ class Lockstep:
             label, lambda: self.side.run(action), f"returns {render(expected)}"
         )
         if compare_result and not _same_result(expected, found):
-            self._diverge(label, "return value", render(expected), render(found))
+            self._diverge(label, *described_difference("return value", expected, found))
         self._compare_state(label)
         return expected
 

@@ -3,6 +3,7 @@ score."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class GradeReport:
 
     title: str
     results: list[CheckResult] = field(default_factory=list)
+    # a grader of one function: every row calls it, so naming the call shared says nothing
+    one_function: bool = False
 
     @property
     def num_passed(self) -> int:
@@ -82,12 +85,37 @@ class GradeReport:
     def failed_checks(self) -> list[str]:
         return [r.name for r in self.results if not r.passed]
 
+    def common_calls(self) -> str | None:
+        """One line naming the calls where several failing rows first go wrong, in different
+        ways (a hint at one cause behind many rows), or None when no call is shared so."""
+        failing = [r.divergence for r in self.results if r.divergence is not None]
+        calls = Counter(_call_name(d.action) for d in failing)
+        # rows with one and the same difference are already shown once (`table`)
+        keys: dict[str, set] = {}
+        for d in failing:
+            keys.setdefault(_call_name(d.action), set()).add(d.key)
+        shared = [(n, call) for call, n in calls.most_common() if len(keys[call]) > 1]
+        if not shared or self.one_function:
+            return None
+        failing = sum(calls.values())
+        first, *others = shared
+        more = "".join(f", {n} in {call}" for n, call in others)
+        rows = "all" if first[0] == failing else f"{first[0]} of"
+        return (
+            f"  {rows} {failing} failing rows first go wrong in a call to {first[1]}{more}: "
+            "one mistake there may explain them all"
+        )
+
     def table(self) -> str:
-        """The header line and one row per check. A first difference that several rows share
-        (one wrong return type fails them all) is shown once, with the number of rows it fails;
-        the other rows point back to it."""
+        """The header line, the calls several failing rows share (`common_calls`), and one row
+        per check. A first difference that several rows share (one wrong return type fails
+        them all) is shown once, with the number of rows it fails; the other rows point back
+        to it."""
         width = max((len(r.name) for r in self.results), default=0)
         lines = [f"{self.title}: {self.num_passed}/{self.num_checks} checks passed"]
+        common = self.common_calls()
+        if common is not None:
+            lines.append(common)
         counts = Counter(r.divergence.key for r in self.results if r.divergence is not None)
         first_row: dict[tuple[str, str, str], str] = {}
         for result in self.results:
@@ -106,6 +134,13 @@ class GradeReport:
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _call_name(action: str) -> str:
+    """The method or function a step called: `allocate_slots` in `allocate_slots(A, 16 new
+    tokens)` or in `group 1: allocate_slots(...)`; the whole action when it calls nothing."""
+    match = re.match(r"(?:[^(]*: )?([A-Za-z_][\w.]*)\(", action)
+    return match.group(1) if match else action
 
 
 def seeded_checks(

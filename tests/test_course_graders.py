@@ -157,7 +157,7 @@ def test_failure_names_first_step_expected_and_found():
     assert (d.step, d.action, d.where) == (
         6,
         "deallocate(A: 12 tokens)",
-        "free_block_ids (head first)",
+        "free_block_ids (head first), first difference at index 3",
     )
     assert (d.expected, d.found) == ("[5, 6, 7, 2, 1, 0]", "[5, 6, 7, 0, 1, 2]")
     table = report.table()
@@ -486,7 +486,10 @@ def test_block_size_1_catches_nano_vllms_literal_append_test():
     )
     d = next(r for r in report.results if r.name == "block_size_1").divergence
     assert d.action.startswith("may_append(A: 3 tokens)")
-    assert d.where == "free_block_ids (head first)" and (d.expected, d.found) == (
+    assert d.where == "free_block_ids (head first), first difference at index 0" and (
+        d.expected,
+        d.found,
+    ) == (
         "[3, 4, 5]",
         "[2, 3, 4, 5]",
     )
@@ -497,7 +500,7 @@ def test_waiting_head_scenario_names_the_jumped_queue():
         broken.SkipBlockedWaitingHead, verbose=False, allow_reference=True
     )
     d = next(r for r in report.results if r.name == "waiting_head_does_not_fit").divergence
-    assert d.action == "schedule()" and d.where == "return value"
+    assert d.action == "schedule()" and d.where == "return value, first difference at [0][0]"
     assert (d.expected, d.found) == ("(['A'], False)", "(['C'], True)")
 
 
@@ -538,7 +541,7 @@ def test_groups_grader_names_the_first_differing_group():
         broken.packed_groups_mla_first, verbose=False, allow_reference=True
     )
     d = next(r for r in report.results if r.name == "deepseek_v4_pro").divergence
-    assert d.where == "groups[0].layer_names"
+    assert d.where == "groups[0].layer_names, first difference at index 0"
     assert d.expected.startswith("['layers.0.swa_cache', 'layers.2.swa_cache'")
     assert d.found.startswith("['layers.0.attn', 'layers.1.attn'")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -180,6 +181,85 @@ def test_a_shared_first_difference_is_shown_once_with_its_count():
     assert lines[6].strip() == "(the same difference fails 2 rows)"
     assert lines[7].endswith("second (1 step): same difference as a")
     assert "expected 1" in "\n".join(lines[8:])
+
+
+def test_a_long_list_is_shown_around_its_first_difference():
+    """The element that differs is never hidden: `where` names its index, and a list too long
+    for a line shows its neighbours with their positions."""
+    from grader.lockstep import first_difference
+
+    expected = list(range(60))
+    found = [*expected[:40], 99, *expected[41:]]
+    assert first_difference([("free queue", expected)], [("free queue", found)]) == (
+        "free queue, first difference at index 40",
+        "items 37-43 of 60: [..., 37, 38, 39, 40, 41, 42, 43, ...]",
+        "items 37-43 of 60: [..., 37, 38, 39, 99, 41, 42, 43, ...]",
+    )
+    # one list a prefix of the other; a short list is shown whole
+    assert first_difference([("q", expected)], [("q", expected[:-1])]) == (
+        "q, first difference at index 59",
+        "items 56-59 of 60: [..., 56, 57, 58, 59]",
+        "items 56-58 of 59: [..., 56, 57, 58]",
+    )
+    assert first_difference([("q", [[], [3, 2]])], [("q", [[], [2, 3]])]) == (
+        "q, first difference at [1][0]",
+        "[[], [3, 2]]",
+        "[[], [2, 3]]",
+    )
+
+
+def test_failing_rows_that_first_go_wrong_in_one_call_are_named_once_at_the_top():
+    """A deallocate that frees first to last fails 7 rows, each in its own way: the line under
+    the header points at the call they share."""
+    from refimpl.paged import BlockManager
+
+    class FreesFirstToLast(BlockManager):  # a student's slip: the table walked forwards
+        def deallocate(self, seq):
+            for block_id in seq.block_table:
+                block = self.blocks[block_id]
+                block.ref_count -= 1
+                if block.ref_count == 0:
+                    self._deallocate_block(block_id)
+            seq.num_cached_tokens = 0
+            seq.block_table.clear()
+
+    lines = (
+        course.check_block_manager(FreesFirstToLast, verbose=False, allow_reference=True)
+        .table()
+        .splitlines()
+    )
+    # (6 of 7 here: the slip also leaves the reference's own table of tables behind)
+    assert re.fullmatch(
+        r"  (all|\d of) 7 failing rows first go wrong in a call to deallocate: one mistake "
+        r"there may explain them all",
+        lines[1],
+    ), lines[1]
+    assert sum("first go wrong" in line for line in lines) == 1
+
+    def row(name: str, action: str, found: str) -> CheckResult:
+        return CheckResult(
+            name, "", False, 3, Divergence(3, action, "return value", "1", found)
+        )
+
+    report = GradeReport(
+        "check",
+        [
+            row("a", "allocate_slots(A, 16 new tokens)", "2"),
+            row("b", "allocate_slots(R0, 9 new tokens)", "3"),
+            row("c", "group 1: allocate_slots(R0, 7 new tokens)", "4"),
+            row("d", "remove_skipped_blocks(A, total_computed_tokens=8)", "5"),
+            row("e", "remove_skipped_blocks(A, total_computed_tokens=12)", "6"),
+            row("f", "get_num_skipped_tokens(8)", "7"),
+            CheckResult("g", "", True, 4),
+        ],
+    )
+    assert report.table().splitlines()[1] == (
+        "  3 of 6 failing rows first go wrong in a call to allocate_slots, 2 in "
+        "remove_skipped_blocks: one mistake there may explain them all"
+    )
+    # a grader of one function calls nothing else: the line would say nothing
+    report.one_function = True
+    assert "first go wrong" not in report.table()
 
 
 @pytest.mark.parametrize(
