@@ -3,10 +3,13 @@ variant that cover it.
 
 A grader is only as good as its scenarios: a rule no scenario exercises is a rule a wrong
 submission may break and still pass. So every rule below names the scenario (a row of the
-grader's table) that fails when the rule is broken, and a variant in `grader.broken`
-that breaks exactly that rule. The test suite checks both: the scenario exists, and the variant
-fails it while the reference and the exercise solutions pass. The instructor guide
-(`notebooks/exercises/README.md`) shows the same list as a table (`rules_table()` writes it).
+grader's table) that fails when the rule is broken, and a wrong version that breaks exactly
+that rule: a variant in `grader.broken`, or (`planted`) a student's slip that
+`tests/test_exercise_rules.py` plants in the exercise's solution notebook. The test suite
+checks both: the scenario exists, and the wrong version fails it while the reference and the
+exercise solutions pass. `tests/test_exercise_rules.py` also plants a student-style slip for
+many of the broken variants. The instructor guide (`notebooks/exercises/README.md`) shows the
+same list as a table (`rules_table()` writes it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ class Rule:
 
     rule: str
     scenario: str  # a row name of the grader's table
-    variant: str  # a BrokenVariant name in grader.broken
+    variant: str  # a BrokenVariant name in grader.broken, or (planted) a slip's name
+    # True: the wrong version is a student's slip planted in the solution notebook by
+    # tests/test_exercise_rules.py, not a variant in grader.broken
+    planted: bool = False
 
 
 GRADER_RULES: dict[str, tuple[Rule, ...]] = {
@@ -297,9 +303,23 @@ GRADER_RULES: dict[str, tuple[Rule, ...]] = {
             "layout_ignores_alignment",
         ),
         Rule(
+            "... a multiple of their least common multiple, not of the largest (kernel pages "
+            "that do not divide each other)",
+            "kernel_block_alignment",
+            "stride_to_largest_alignment",
+            planted=True,
+        ),
+        Rule(
             "num_blocks_override replaces the blocks the budget gives",
             "budget_and_override",
             "layout_ignores_override",
+        ),
+        Rule(
+            "... even above what the budget holds: it is not capped (vLLM's "
+            "num_gpu_blocks_override)",
+            "budget_and_override",
+            "override_capped_by_budget",
+            planted=True,
         ),
         Rule(
             "a budget smaller than one block is a ValueError",
@@ -412,15 +432,14 @@ GRADER_RULES["check_fixed_point_hit"] = (
 
 
 def rules_table() -> str:
-    """The rules as a Markdown table (grader, rule, scenario, broken variant), as the
-    instructor guide shows it."""
+    """The rules as a Markdown table (grader, rule, scenario, wrong version), as the
+    instructor guide shows it; a slip planted only in the tests is marked so."""
     lines = [
         "| grader | rule of the reference | scenario | broken variant |",
         "|---|---|---|---|",
     ]
     for grader, rules in GRADER_RULES.items():
         for rule in rules:
-            lines.append(
-                f"| `{grader}` | {rule.rule} | `{rule.scenario}` | `{rule.variant}` |"
-            )
+            variant = f"`{rule.variant}`" + (" (a planted slip)" if rule.planted else "")
+            lines.append(f"| `{grader}` | {rule.rule} | `{rule.scenario}` | {variant} |")
     return "\n".join(lines)
