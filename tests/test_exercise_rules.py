@@ -41,10 +41,21 @@ def slip(exercise: str, grader: str, name: str, *edits: tuple[str, str]) -> Slip
     return Slip(exercise, grader, name, edits)
 
 
-E1, E4, E6 = "01_block_manager", "04_packed_layout", "06_slot_addressing"
+E1, E2, E3 = "01_block_manager", "02_prefix_cache", "03_scheduler"
+E4, E5, E6 = "04_packed_layout", "05_hybrid_allocator", "06_slot_addressing"
+PREFIX, SCHEDULER = "check_prefix_cache", "check_scheduler"
+WINDOW, HIT = "check_window_frees", "check_fixed_point_hit"
 LAYOUT, GCD, GROUPS = "check_packed_layout", "check_approximate_gcd", "check_packed_groups"
 LCM = "math.lcm(*(s.block_stride_alignment() for s in specs))"
 OVERRIDE = "        num_blocks = num_blocks_override\n"
+IN_USE = (
+    "            if block_id in self.used_block_ids:\n                num_new_blocks -= 1\n"
+)
+STALE_GUARD = (
+    "        if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:\n"
+    "            del self.hash_to_block_id[block.hash]\n"
+)
+SKIPPED = "num_computed_tokens - self.sliding_window + 1)"
 
 SLIPS = (
     # exercise 1: the block manager
@@ -84,6 +95,176 @@ SLIPS = (
             "return len(self.free_block_ids) >= ((len(seq) - 1) % self.block_size == 0)",
             "return len(self.free_block_ids) > 0",
         ),
+    ),
+    # exercise 2: the prefix cache
+    slip(
+        E2,
+        PREFIX,
+        "hash_without_chain",
+        ("compute_hash(token_ids, h)", "compute_hash(token_ids)"),
+        ("compute_hash(seq.block(i), h)", "compute_hash(seq.block(i))"),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "registers_partial_block",
+        (
+            "(seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size",
+            "(seq.num_cached_tokens + seq.num_scheduled_tokens + self.block_size - 1)"
+            " // self.block_size",
+        ),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "look_up_last_block",
+        ("for i in range(seq.num_blocks - 1):", "for i in range(seq.num_blocks):"),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "skip_token_double_check",
+        (
+            "if block_id == -1 or self.blocks[block_id].token_ids != token_ids:",
+            "if block_id == -1:",
+        ),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "confirm_hit_by_hash",
+        (
+            "if block_id == -1 or self.blocks[block_id].token_ids != token_ids:",
+            "if block_id == -1 or self.blocks[block_id].hash != h:",
+        ),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "keep_matching_after_miss",
+        (
+            "                break\n            num_cached_blocks += 1",
+            "                continue\n            num_cached_blocks += 1",
+        ),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "in_use_hits_need_free_blocks",
+        (IN_USE, ""),
+    ),
+    slip(
+        E2,
+        PREFIX,
+        "free_hits_cost_nothing",
+        (IN_USE, "            num_new_blocks -= 1\n"),
+    ),
+    slip(E2, PREFIX, "hit_resets_ref_count", ("block.ref_count += 1", "block.ref_count = 1")),
+    slip(E2, PREFIX, "keeps_reused_block_entry", (STALE_GUARD, "")),
+    slip(
+        E2,
+        PREFIX,
+        "no_stale_hash_guard",
+        (
+            "self.hash_to_block_id.get(block.hash) == block_id:",
+            "block.hash in self.hash_to_block_id:",
+        ),
+    ),
+    # exercise 3: the scheduler
+    slip(
+        E3,
+        SCHEDULER,
+        "chunk_any_waiting",
+        (
+            "                if (\n"
+            "                    remaining < seq.num_tokens - num_cached_blocks * self.block_size\n"
+            "                    and scheduled_seqs\n"
+            "                ):\n"
+            "                    break\n",
+            "",
+        ),
+        (
+            "            if remaining < num_tokens and scheduled_seqs:\n                break\n",
+            "",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "keep_token_after_chunk",
+        (
+            "            if is_prefill and seq.num_cached_tokens < seq.num_tokens:\n"
+            "                continue\n",
+            "",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "budget_counts_cached_tokens",
+        (
+            "remaining < seq.num_tokens - num_cached_blocks * self.block_size",
+            "remaining < seq.num_tokens",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "one_seq_too_many",
+        (
+            "len(scheduled_seqs) < self.max_num_seqs",
+            "len(scheduled_seqs) <= self.max_num_seqs",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "batch_to_back_of_running",
+        (
+            "self.running.extendleft(reversed(scheduled_seqs))",
+            "self.running.extend(scheduled_seqs)",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "preempt_first_running",
+        ("self.preempt(self.running.pop())", "self.preempt(self.running.popleft())"),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "preempt_to_back",
+        ("self.waiting.appendleft(seq)", "self.waiting.append(seq)"),
+    ),
+    slip(
+        E3, SCHEDULER, "keep_decode_flag_on_preempt", ("        seq.is_prefill = True\n", "")
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "drop_instead_of_self_preempt",
+        (
+            "                    self.preempt(seq)\n                    break",
+            "                    break",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "register_after_commit",
+        (
+            "            self.block_manager.hash_blocks(seq)\n"
+            "            seq.num_cached_tokens += seq.num_scheduled_tokens\n",
+            "            seq.num_cached_tokens += seq.num_scheduled_tokens\n"
+            "            self.block_manager.hash_blocks(seq)\n",
+        ),
+    ),
+    slip(
+        E3,
+        SCHEDULER,
+        "eos_despite_ignore_eos",
+        ("not seq.ignore_eos and token_id == self.eos", "token_id == self.eos"),
     ),
     # exercise 4: approximate_gcd
     slip(E4, GCD, "gcd_smaller_wins_ties", ("pad <= best_pad", "pad < best_pad")),
@@ -219,6 +400,87 @@ SLIPS = (
         (
             "widest = max(sum(g.page_size_of(n) for n in g.layer_names) for g in groups)",
             "widest = max([sum(g.page_size_of(n) for n in g.layer_names) for g in groups] or [0])",
+        ),
+    ),
+    # exercise 5: the window's frees
+    slip(
+        E5,
+        WINDOW,
+        "skip_one_token_too_few",
+        (SKIPPED, "num_computed_tokens - self.sliding_window)"),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "skip_one_token_too_many",
+        (SKIPPED, "num_computed_tokens - self.sliding_window + 2)"),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "skip_without_floor",
+        (
+            "max(0, num_computed_tokens - self.sliding_window + 1)",
+            "num_computed_tokens - self.sliding_window + 1",
+        ),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "frees_partly_skipped_block",
+        (
+            "self.get_num_skipped_tokens(total_computed_tokens) // self.block_size",
+            "cdiv(self.get_num_skipped_tokens(total_computed_tokens), self.block_size)",
+        ),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "no_cap_at_table",
+        ("range(min(skipped, len(table)) - 1, -1, -1)", "range(skipped - 1, -1, -1)"),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "frees_the_null_block",
+        ("            if table[i].is_null:\n                break\n", ""),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "frees_first_to_last",
+        ("self.block_pool.free_blocks(removed)", "self.block_pool.free_blocks(removed[::-1])"),
+    ),
+    slip(
+        E5,
+        WINDOW,
+        "drops_freed_entries",
+        ("            table[i] = self.block_pool.null_block\n", "            del table[i]\n"),
+    ),
+    slip(
+        E5, WINDOW, "forgets_to_free", ("        self.block_pool.free_blocks(removed)\n", "")
+    ),
+    # exercise 5: the fixed-point hit
+    slip(
+        E5,
+        HIT,
+        "looks_up_in_group_order",
+        ("in self.attention_groups:", "in reversed(self.attention_groups):"),
+    ),
+    slip(
+        E5,
+        HIT,
+        "stops_after_one_round",
+        ("            if hit_length == start:\n                break", "            break"),
+    ),
+    slip(E5, HIT, "no_uncached_prefix", ("longest - hit_length", "0")),
+    slip(
+        E5,
+        HIT,
+        "looks_up_whole_prompt",
+        (
+            "hit_length = max_cache_hit_length\n",
+            "hit_length = len(block_hashes) * self.hash_block_size\n",
         ),
     ),
     # exercise 6: slot addressing
