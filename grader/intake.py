@@ -91,8 +91,8 @@ def link_verdicts(names: list[Submission]) -> list[str | None]:
     changed = max(n.file.st_ctime_ns for n in names)
     if len(names) < links:
         why = (
-            f"its file has {links} names (hard links), not all among the notebooks graded, "
-            "so whose it is cannot be told; hand in a file of its own"
+            f"it has {links} names (hard links), not all among the notebooks graded, so "
+            "whose it is cannot be told; hand in a file of its own"
         )
         return [why] * len(names)
     older = [n for n in names if n.folder.st_mtime_ns < changed - SAME_TIME_NS]

@@ -821,7 +821,7 @@ def test_a_hard_link_is_blamed_on_the_name_made_later(tmp_path, capsys):
     ), scores
     # a name outside what is graded: its owner cannot be told
     _, scores, _ = _grade_quietly(capsys, alice / "01_block_manager.ipynb")
-    assert "2 names (hard links), not all among the notebooks graded" in "".join(
+    assert "it has 2 names (hard links), not all among the notebooks graded" in "".join(
         scores.values()
     )
 
