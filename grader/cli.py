@@ -106,7 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=Path,
         metavar="NOTEBOOK",
-        help="exercise notebooks (.ipynb), or folders whose .ipynb files are all graded",
+        help="exercise notebooks (.ipynb), or folders: every entry named *.ipynb in one gets "
+        "a row (a score, or why it is not graded)",
     )
     parser.add_argument(
         "--timeout", type=positive_seconds, default=120.0, help="seconds allowed per notebook"

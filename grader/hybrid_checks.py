@@ -691,7 +691,8 @@ def packed_layout_checks() -> CheckCases:
         ),
         (
             "budget_and_override",
-            "blocks = budget // stride, or the override, uncapped; under one block: ValueError",
+            "blocks = budget // stride, or the override, uncapped; under one block: "
+            "ValueError",
             [
                 _config_case("DeepSeek-V4-Pro", pro, 3 * 1_435_968 - 1),
                 _config_case("DeepSeek-V4-Pro", pro, GIB, 12),
