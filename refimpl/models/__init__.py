@@ -31,6 +31,7 @@ from refimpl.models.backends import (
 from refimpl.models.config import HFConfig, kv_cache_element_dtype
 from refimpl.models.layers import CacheContext, MambaLayer
 from refimpl.models.registry import ARCHITECTURES, ModelLayers, resolve_family
+from refimpl.validation import check_bool, check_positive_int, check_str
 
 #: vLLM's CPU MLA path forces this backend's block size; it is described like the others.
 _CPU_MLA = AttentionBackendInfo("CPU_MLA", None, (CPU_MLA_BLOCK_SIZE,), True, "cpu")
@@ -145,9 +146,16 @@ def get_kv_cache_spec(
     the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
     otherwise one state per request, a block of `max_model_len` tokens).
     """
+    check_positive_int("tensor_parallel_size", tensor_parallel_size)
+    if block_size is not None:
+        check_positive_int("block_size", block_size)
+    if max_model_len is not None:
+        check_positive_int("max_model_len", max_model_len)
+    check_str("kv_cache_dtype", kv_cache_dtype)
+    check_str("dtype", dtype)
+    check_str("backend", backend, optional=True)
+    check_bool("enable_prefix_caching", enable_prefix_caching)
     cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
-    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
-        raise ValueError(f"block_size must be a positive whole number, got {block_size!r}")
     family = resolve_family(cfg.architecture)
     if hasattr(family, "with_defaults"):  # keys transformers fills in when the file omits them
         cfg = family.with_defaults(cfg)
