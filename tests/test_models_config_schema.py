@@ -151,6 +151,7 @@ def test_a_billion_layers_is_refused_fast_and_small(tmp_path, capsys):
         ("tensor_parallel_size", 0),
         ("block_size", True),
         ("max_model_len", 4096.0),
+        ("max_model_len", 10**12),
         ("kv_cache_dtype", 8),
         ("backend", 1),
     ],

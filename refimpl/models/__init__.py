@@ -20,6 +20,7 @@ from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
+from refimpl.models import schema
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -173,7 +174,7 @@ def get_kv_cache_spec(
     if block_size is not None:
         check_positive_int("block_size", block_size)
     if max_model_len is not None:
-        check_positive_int("max_model_len", max_model_len)
+        schema.check_config_int("max_model_len", max_model_len, source="get_kv_cache_spec")
     check_str("kv_cache_dtype", kv_cache_dtype)
     check_str("dtype", dtype)
     check_str("backend", backend, optional=True)
