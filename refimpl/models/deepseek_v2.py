@@ -18,13 +18,14 @@ ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
     n = cfg.get_int("num_hidden_layers")
-    cfg.check_divides(
-        "num_attention_heads",
-        cfg.get_int("num_attention_heads"),
-        "hidden_size",
-        cfg.get_int("hidden_size"),
-        "transformers' DeepseekV2Config: the hidden size must be a multiple of the heads",
-    )
+    if cfg.text_model_type == "deepseek_v2":  # (DeepseekV3Config states no such rule)
+        cfg.check_divides(
+            "num_attention_heads",
+            cfg.get_int("num_attention_heads"),
+            "hidden_size",
+            cfg.get_int("hidden_size"),
+            "transformers' DeepseekV2Config: the hidden size must be a multiple of the heads",
+        )
     rope = cfg.get_int("qk_rope_head_dim", None)
     nope = cfg.get_int("qk_nope_head_dim", None)
     if rope is None or nope is None:

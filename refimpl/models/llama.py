@@ -45,18 +45,18 @@ def attention_heads(cfg: HFConfig) -> tuple[int, int]:
 
 
 def head_dim(cfg: HFConfig) -> int:
-    """`head_dim`, or hidden_size / num_attention_heads when the config gives none (an
+    """`head_dim`, or hidden_size // num_attention_heads when the config gives none (an
     explicit 0 is refused, not replaced). LlamaConfig also requires the hidden size to be a
-    multiple of the heads (its `validate_architecture`)."""
+    multiple of the heads (its `validate_architecture`; Mistral's and Qwen's do not)."""
     heads = cfg.get_int("num_attention_heads")
     hidden = cfg.get_int("hidden_size")
-    if cfg.text_model_type == "llama" or cfg.get("head_dim") is None:
+    if cfg.text_model_type == "llama":
         cfg.check_divides(
             "num_attention_heads",
             heads,
             "hidden_size",
             hidden,
-            "transformers: the hidden size must be a multiple of the attention heads",
+            "transformers' LlamaConfig: the hidden size must be a multiple of the heads",
         )
     return cfg.get_int("head_dim", hidden // heads)
 
