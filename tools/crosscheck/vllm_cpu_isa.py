@@ -11,8 +11,10 @@ hybrid alignment, the layers' own specs, and its planner and capacity functions.
 
     PYTHONPATH=. .venv-vllm/bin/python -m tools.crosscheck.vllm_cpu_isa [run|record]
 
-`record` writes tests/data/vllm_cpu_isa_oracle.json, which tests/test_models_cpu_platform.py
-replays through refimpl (`get_kv_cache_spec(..., cpu_isa=...)`) without vLLM.
+`run` compares the meta-device cases with refimpl at once; `record` also starts a real engine
+per `ENGINE_CASES` config on this host and writes tests/data/vllm_cpu_isa_oracle.json, which
+tests/test_models_cpu_platform.py replays through refimpl (`get_kv_cache_spec(...,
+cpu_isa=...)`) without vLLM.
 """
 
 from __future__ import annotations
@@ -155,14 +157,17 @@ def record_engines() -> list[dict]:
     return runs
 
 
-def record_all() -> dict:
+def record_all(*, engines: bool) -> dict:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     cases = []
     for name in CASES:
         for cpu_isa in ISA_PROBES:
             print(f"  vLLM builds {name} for a {cpu_isa} CPU", flush=True)
             cases.append(record_case(name, cpu_isa))
-    return {"isa_probes": ISA_PROBES, "cases": cases, "engines": record_engines()}
+    out = {"isa_probes": ISA_PROBES, "cases": cases}
+    if engines:  # a few minutes per engine on two cores
+        out["engines"] = record_engines()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.crosscheck.vllm_cpu_isa")
     parser.add_argument("command", nargs="?", choices=["run", "record"], default="run")
     args = parser.parse_args(argv)
-    oracle = record_all()
+    oracle = record_all(engines=args.command == "record")
     oracle["vllm_version"] = vllm.__version__
     if args.command == "record":
         ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
