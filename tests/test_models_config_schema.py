@@ -36,7 +36,11 @@ def broken(name: str, **fields) -> dict:
 # (config, broken fields, words the one-line message must hold)
 PROBES = [
     # integers are integers: no floats, bools or strings
-    ("tiny-llama", {"num_hidden_layers": 1e9}, ["num_hidden_layers", "1000000000.0", "float"]),
+    (
+        "tiny-llama",
+        {"num_hidden_layers": 1e9},
+        ["num_hidden_layers", "1000000000.0", "1 to 512"],
+    ),
     ("tiny-llama", {"num_hidden_layers": 10**9}, ["num_hidden_layers", "1,000,000,000"]),
     ("tiny-llama", {"num_hidden_layers": 3.5}, ["num_hidden_layers", "3.5", "integer"]),
     ("tiny-llama", {"num_hidden_layers": True}, ["num_hidden_layers", "True", "bool"]),
@@ -109,6 +113,18 @@ def test_weights_estimate_reads_the_same_schema(name, fields):
     with pytest.raises(ValueError) as excinfo:
         estimate_weight_bytes(HFConfig.load(broken(name, **fields)), "bfloat16", 1)
     assert next(iter(fields)) in refusal(excinfo)
+
+
+def test_an_oversized_config_file_is_not_parsed(tmp_path):
+    """A 1M-entry layer_types (17 MB of JSON) is refused by its size, before parsing it."""
+    raw = broken("tiny-llama", layer_types=["full_attention"] * 10**6)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as excinfo:
+        get_kv_cache_spec(path)
+    assert time.perf_counter() - start < 0.5
+    assert "at most 4,194,304 B" in refusal(excinfo)
 
 
 def test_a_missing_key_still_takes_transformers_default():

@@ -78,6 +78,12 @@ class HFConfig:
                 path = path / "config.json"
             if not path.is_file():
                 raise ValueError(f"no config.json at {str(path)!r} (give a local file)")
+            size = path.stat().st_size
+            if size > schema.MAX_CONFIG_BYTES:
+                raise ValueError(
+                    f"{path} holds {size:,} B; a config.json is at most "
+                    f"{schema.MAX_CONFIG_BYTES:,} B (public ones are a few KB)"
+                )
             try:
                 raw = json.loads(path.read_text())
             except json.JSONDecodeError as exc:

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 
 from refimpl.validation import is_integer
 
+#: The largest config.json read: public ones are a few KB (a long `layer_types` or a
+#: quantisation config's module list included), so a bigger file is not a model's config.
+MAX_CONFIG_BYTES = 4 << 20
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -34,8 +38,8 @@ class Bound:
 
 
 #: Bounds by kind; the largest public models use under 200 layers, 128 heads per layer, a
-#: hidden size of 25,600 and 10.5M-token contexts.
-LAYERS = Bound("a layer count", 1024)
+#: hidden size of 25,600 and 10.5M-token contexts. 512 layers plan in a third of a second.
+LAYERS = Bound("a layer count", 512)
 HEADS = Bound("a head or group count", 4096)
 SIZE = Bound("a size", 1 << 20)
 CONTEXT = Bound("a token count", (1 << 31) - 1)
@@ -125,15 +129,15 @@ def check_layer_types(
 ) -> list[str]:
     """`layer_types` as transformers' `validate_layer_type` takes it: a list of names from
     `allowed` (the kinds this family's vLLM model builds), one per layer."""
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+    if not isinstance(value, list):
         raise ValueError(f"{source}: layer_types = {_shown(value)} must be a list of names")
-    if len(value) != num_layers:
+    if len(value) != num_layers:  # checked first: a long list costs nothing to refuse
         raise ValueError(
             f"{source}: layer_types lists {len(value):,} layers; it must list one entry per "
             f"layer (num_hidden_layers = {num_layers:,})"
         )
     for i, kind in enumerate(value):
-        if kind not in allowed:
+        if not isinstance(kind, str) or kind not in allowed:
             raise ValueError(
                 f"{source}: layer_types[{i}] = {_shown(kind)} is not a layer kind this model "
                 f"has; allowed: {', '.join(sorted(allowed))}"
