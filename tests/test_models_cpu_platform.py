@@ -54,6 +54,19 @@ def test_float32_ssm_state_grows_a_hybrids_blocks():
     assert fp32.cpu_isa == "avx512_bf16"
 
 
+def test_ssm_dtype_reset_follows_vllms_rule():
+    """vLLM 0.32 under AVX512-BF16 probes (checked with `vllm_cpu_isa.host_isa`): "auto"
+    becomes float32; Qwen3-Next and Granite 4.0-H keep an explicit bfloat16 or float16."""
+    from refimpl.models.cpu_platform import mamba_ssm_cache_dtype
+
+    bf16, plain = CPU_ISAS["avx512_bf16"], CPU_ISAS["avx512"]
+    assert mamba_ssm_cache_dtype(bf16) == "float32"
+    assert mamba_ssm_cache_dtype(bf16, "bfloat16", keeps_requested=True) == "bfloat16"
+    assert mamba_ssm_cache_dtype(bf16, "float16", keeps_requested=False) == "float32"
+    assert mamba_ssm_cache_dtype(plain) == "auto"
+    assert mamba_ssm_cache_dtype(plain, "float16") == "float16"
+
+
 def test_amx_runs_mla_on_128_token_blocks():
     """DeepSeek V2's 576-value latent row: 128 tokens x 576 x 2 B = 147,456 B pages on AMX,
     the reference kernel's 16-token blocks elsewhere, or where CPU_MLA is named."""

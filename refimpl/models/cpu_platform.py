@@ -122,10 +122,12 @@ def cpu_attention_backend(
 def mamba_ssm_cache_dtype(
     isa: CpuIsa, requested: str = "auto", *, keeps_requested: bool = False
 ) -> str:
-    """The SSM state dtype vLLM's CPU platform settles on: on an AVX512-BF16 CPU its
-    accelerated kernels reset anything but float32 to float32, except a float16/bfloat16
-    state the gated-delta-net kernel takes as it is (`keeps_requested`: the model's
-    `linear_attention` layers hold that dtype); elsewhere `requested` stands."""
+    """The SSM state dtype (`--mamba-ssm-cache-dtype`) vLLM's CPU platform settles on: on an
+    AVX512-BF16 CPU "auto" becomes float32, and so does an explicit float16/bfloat16 unless
+    its accelerated gated-delta-net path takes it as it is (`keeps_requested`: the model's
+    `layer_types`, as transformers 5 names them, include "linear_attention", which is true
+    of Qwen3-Next and of Granite 4.0-H, whose "mamba" layers transformers renames so);
+    elsewhere `requested` stands."""
     if not isa.avx512_bf16 or requested == "float32":
         return requested
     if requested in ("float16", "bfloat16") and keeps_requested:
