@@ -82,6 +82,23 @@ def test_amx_runs_mla_on_128_token_blocks():
         get_kv_cache_spec(path, backend="cpu_attn", cpu_isa="avx512_bf16_amx", block_size=48)
 
 
+def test_the_default_plans_for_the_detected_host(monkeypatch):
+    """cpu_isa None (the default) and "auto" plan for what host detection answers."""
+    from refimpl.models import cpu_platform
+
+    amx = CPU_ISAS["avx512_bf16_amx"]
+    monkeypatch.setattr(cpu_platform, "detect_cpu_isa", lambda cpuinfo=None: amx)
+    for cpu_isa in (None, "auto"):
+        model = get_kv_cache_spec(CONFIGS / "tiny-deepseek-v2", backend="cpu", cpu_isa=cpu_isa)
+        assert (model.cpu_isa, model.backend.name, model.block_size) == (
+            amx.name,
+            "AMX_MLA",
+            128,
+        )
+    cuda = get_kv_cache_spec(CONFIGS / "tiny-deepseek-v2", cpu_isa="auto")
+    assert cuda.cpu_isa is None and cuda.block_size == 16  # no CPU platform, no detection
+
+
 @pytest.mark.parametrize(
     ("flags", "name"),
     [
