@@ -23,6 +23,9 @@ BUILT = [
     "01_why_paging",
     "02_blocks_and_sequences",
     "03_block_manager",
+    "04_prefix_cache",
+    "05_scheduler",
+    "05b_scheduler_corner_cases",
 ]
 STUB_LINE = "is still a stub: write it, then run this cell again."
 

@@ -156,21 +156,21 @@ def check_build(
         expected = list(reference(case))
         found: Iterator[Step] = iter(run(built, case))
         previous = "the start"
-        for number, want in enumerate(expected, start=1):
+        for want in expected:
             try:
                 got = next(found, None)
             except Exception as error:
                 message = (
-                    f"case {label!r}, step {number} (after {previous}): your version raised "
+                    f"case {label!r}, {want[0]} (after {previous}): your version raised "
                     f"{type(error).__name__}: {error}"
                 )
                 print(message)
                 raise AssertionError(message) from error
             if got is None:
-                message = f"case {label!r}: your version stopped after step {number - 1}"
+                message = f"case {label!r}: your version stopped before {want[0]}"
                 print(message)
                 raise AssertionError(message)
-            _fail_if_different(label, number, want, got)
+            _fail_if_different(label, want, got)
             previous = repr(want[0])
         extra = next(found, None)
         if extra is not None:
@@ -182,7 +182,7 @@ def check_build(
     print(f"{_names(built)} matches the package: {cases_text}, {num_steps} steps.")
 
 
-def _fail_if_different(label: str, number: int, want: Step, got: Step) -> None:
+def _fail_if_different(label: str, want: Step, got: Step) -> None:
     (step, expected), (got_step, found) = want, got
     lines = []
     if got_step != step:
@@ -190,7 +190,7 @@ def _fail_if_different(label: str, number: int, want: Step, got: Step) -> None:
     lines += ["  " + line for line in describe_difference(expected, found)]
     if not lines:
         return
-    header = f"case {label!r}, step {number} ({step}): your version differs"
+    header = f"case {label!r}, {step}: your version differs"
     message = "\n".join([header, *lines])
     print(message)
-    raise AssertionError(f"case {label!r}, step {number} ({step}): expected != found")
+    raise AssertionError(f"case {label!r}, {step}: expected != found (printed above)")
