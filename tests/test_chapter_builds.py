@@ -26,6 +26,7 @@ BUILT = [
     "04_prefix_cache",
     "05_scheduler",
     "05b_scheduler_corner_cases",
+    "06_engine",
 ]
 STUB_LINE = "is still a stub: write it, then run this cell again."
 
