@@ -176,3 +176,22 @@ def test_wide_elements_keep_the_lines_under_100_columns():
     lines = describe_difference(expected, found)
     assert max(len(line) for line in lines) <= 96, lines
     assert ">[2] ('C', 11" in "\n".join(lines)
+
+
+def test_atol_lets_float_results_of_another_summation_order_match():
+    from refimpl.course.build_check import same
+
+    assert same([0.1 + 0.2, {"x": 1.0}], [0.3, {"x": 1.0 + 1e-9}], atol=1e-6)
+    assert not same([0.1 + 0.2], [0.3])  # exact by default
+    assert not same([1.0, 2.0], [1.0, 2.1], atol=1e-6)
+    assert not same([1.0], [1.0, 2.0], atol=1e-6)
+    lines = describe_difference([1.0, 2.0, 3.0], [1.0 + 1e-9, 2.5, 3.0], atol=1e-6)
+    assert lines[0] == "list: first difference at index 1"
+    with pytest.raises(AssertionError):
+        check_build(
+            lambda x: x + 1.5,
+            {"a": [1]},
+            run=steps_of(None),
+            reference=reference,
+            atol=1e-6,
+        )
