@@ -27,6 +27,7 @@ BUILT = [
     "05_scheduler",
     "05b_scheduler_corner_cases",
     "06_engine",
+    "07_kernels",
 ]
 STUB_LINE = "is still a stub: write it, then run this cell again."
 
