@@ -13,6 +13,9 @@ WRONG = {
         ("table[pos // block_size].long()", "(pos // block_size)")
     ],
     "the last tile read past the context": [
-        ("torch.arange(start, min(start + block_n, seqlen))", "torch.arange(start, start + block_n)")
+        (
+            "torch.arange(start, min(start + block_n, seqlen))",
+            "torch.arange(start, start + block_n)",
+        )
     ],
 }
