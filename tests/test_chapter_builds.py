@@ -9,8 +9,8 @@
   Compare cell.
 
 The cells run in this process (tests/chapter_builds.py), not in a kernel per chapter.
-`BUILT` lists the chapters whose build follows this structure; the others are converted by
-their owners (and added here with their wrong_builds file).
+`BUILT` is every chapter with a tests/data/wrong_builds/<chapter>.py file; a chapter whose
+Compare cell calls check_build must have one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 
 from tests.chapter_builds import (
     NOTEBOOKS,
+    WRONG_BUILDS,
     Build,
     builds,
     load,
@@ -30,17 +31,26 @@ from tests.chapter_builds import (
     wrong_versions,
 )
 
-BUILT = [
-    "01_why_paging",
-    "02_blocks_and_sequences",
-    "03_block_manager",
-    "04_prefix_cache",
-    "05_scheduler",
-    "05b_scheduler_corner_cases",
-    "06_engine",
-    "07_kernels",
-]
+# The chapters whose build follows this structure: those with a wrong-versions file. A chapter
+# joins by adding tests/data/wrong_builds/<chapter stem>.py (nothing to edit here).
+BUILT = sorted(path.stem for path in WRONG_BUILDS.glob("[0-9]*.py"))
 STUB_LINE = "is still a stub: write it, then run this cell again."
+
+
+def test_every_chapter_that_checks_the_reader_plants_wrong_versions():
+    checking = {
+        path.stem
+        for path in NOTEBOOKS.glob("[0-9]*.ipynb")
+        if any(
+            source(cell).startswith("# Compare:") and "check_build(" in source(cell)
+            for cell in load(path)
+        )
+    }
+    assert checking, "no chapter's Compare cell calls check_build"
+    assert checking <= set(BUILT), (
+        f"no tests/data/wrong_builds file for {sorted(checking - set(BUILT))}"
+    )
+    assert set(BUILT) <= {p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")}
 
 
 def path_of(stem: str):
