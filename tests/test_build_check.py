@@ -195,3 +195,18 @@ def test_atol_lets_float_results_of_another_summation_order_match():
             reference=reference,
             atol=1e-6,
         )
+
+
+def test_other_keys_of_a_state_that_also_differ_get_one_line_each(capsys):
+    def run(built, case):
+        yield "A decodes", {"tables": {"A": [0, 1, 2, 5]}, "free": [6, 7], "refused": False}
+
+    def package(case):
+        yield "A decodes", {"tables": {"A": [0, 1, 2]}, "free": [5, 6, 7], "refused": False}
+
+    with pytest.raises(AssertionError):
+        check_build(written, {"a": None}, run=run, reference=package)
+    out = capsys.readouterr().out
+    assert "['tables']['A']: first difference at index 3" in out
+    assert "also 'free': expected [5, 6, 7], found [6, 7]" in out
+    assert "refused" not in out

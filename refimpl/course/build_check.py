@@ -217,10 +217,26 @@ def _fail_if_different(label: str, want: Step, got: Step, atol: float) -> None:
     lines = []
     if got_step != step:
         lines.append(f"  step label: expected {step!r}, found {got_step!r}")
-    lines += ["  " + line for line in describe_difference(expected, found, atol=atol)]
+    first = describe_difference(expected, found, atol=atol)
+    lines += ["  " + line for line in first]
     if not lines:
         return
+    lines += _other_differences(expected, found, atol)
     header = f"case {label!r}, {step}: your version differs"
     message = "\n".join([header, *lines])
     print(message)
     raise AssertionError(f"case {label!r}, {step}: expected != found (printed above)")
+
+
+def _other_differences(expected: Any, found: Any, atol: float) -> list[str]:
+    """For a state that is a dict: one short line for each key after the first that also
+    differs (a wrong block table usually comes with a wrong free queue)."""
+    if not (isinstance(expected, Mapping) and isinstance(found, Mapping)):
+        return []
+    differing = [
+        key for key in expected if key in found and not same(expected[key], found[key], atol)
+    ]
+    return [
+        f"  also {key!r}: expected {_short(expected[key], 36)}, found {_short(found[key], 36)}"
+        for key in differing[1:]
+    ]
