@@ -12,6 +12,19 @@ A chapter's Compare cell calls `check_build(your_x, cases, run=..., reference=..
   index of a list with the elements around it, and raises AssertionError. On success it
   prints one short line.
 
+A state is any value `==` compares (dicts of lists read best: the message names the key and the
+index); `atol=` lets float results of another summation order match. A minimal Compare cell:
+
+    def your_steps(built, lens):            # the reader's side
+        for bs in (1, 4):
+            yield f"blocks of {bs}", built(lens, bs)
+
+    def package_steps(lens):                # the package's side, the same steps
+        for bs in (1, 4):
+            yield f"blocks of {bs}", blocks_needed(lens, bs).tolist()
+
+    check_build(your_blocks, {"toy": [1, 4, 5]}, run=your_steps, reference=package_steps)
+
 Stubs are told apart by their bytecode, not their source text: a body of a docstring and `...`
 compiles to the same code as an empty function, and anything the reader writes does not.
 """
