@@ -5,6 +5,9 @@
     model.specs          # {layer name: spec}, in vLLM's registration order
     model.block_size     # what the platform settled on, and model.notes says why
 
+The whole pipeline, typed: `plan_model(EngineArgs(config, ...))` resolves `vllm serve`'s
+settings once (`engine_args`), builds the specs and plans them (`planning`).
+
 One small module per family lists the cache layers its vLLM model registers (llama.py: Llama,
 Mistral, Qwen2, Qwen3; gemma.py; gpt_oss.py; deepseek_v2.py: V2/V3 MLA; deepseek_v4.py;
 granitemoehybrid.py: Mamba2 hybrid; qwen3_next.py: gated delta net hybrid). `layers.py` turns a
@@ -205,11 +208,30 @@ def get_kv_cache_spec(
     )
 
 
+def __getattr__(name: str):
+    """The typed pipeline (`EngineArgs`, `ServeConfig`, `plan_model`, `ModelKVCachePlan`),
+    imported on first use: those modules import this one."""
+    if name in ("EngineArgs", "ServeConfig"):
+        from refimpl.models import engine_args
+
+        return getattr(engine_args, name)
+    if name in ("plan_model", "ModelKVCachePlan", "GroupRow"):
+        from refimpl.models import planning
+
+        return getattr(planning, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ARCHITECTURES",
+    "EngineArgs",
+    "GroupRow",
     "HFConfig",
+    "ModelKVCachePlan",
     "ModelKVCacheSpecs",
+    "ServeConfig",
     "align_hybrid_block_size",
     "get_kv_cache_spec",
+    "plan_model",
     "resolve_block_size",
 ]

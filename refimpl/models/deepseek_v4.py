@@ -50,6 +50,11 @@ def model_kv_cache_specs(
             f"DeepSeek V4's kernels take {DEEPSEEK_V4_BLOCK_SIZE}-token blocks only, "
             f"got block size {block_size}"
         )
+    if backend is not None:
+        raise ValueError(
+            f"DeepSeek V4 runs only on its own sparse MLA backend ({V4_BACKEND.name}); "
+            f"--attention-backend {backend} cannot serve it (leave the flag out)"
+        )
     row = CACHE_DTYPES[kv_cache_dtype]
     specs = deepseek_v4.kv_cache_specs(
         deepseek_v4.DeepseekV4Config.from_hf_config(cfg.raw),
