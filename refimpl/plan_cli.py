@@ -209,7 +209,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "serve_command",
         nargs="*",
-        help="after --: a `vllm serve MODEL [flags]` command, pasted as it is",
+        help="after --: a vllm serve MODEL [flags] command, pasted as it is",
     )
     model = parser.add_argument_group("model and budget")
     model.add_argument(
@@ -777,19 +777,18 @@ def format_v4_view(view: dict, max_offsets: int = 10, width: int | None = WIDTH)
     for row in shown:
         names = row["shared_by"]
         if row["layer_stride"] is None:
-            text = f"  {row['offset']:>10,}  {', '.join(names)}"
+            text = f"{row['offset']:>10,}  {', '.join(names)}"
         else:
             listed = (
                 ", ".join(names)
                 if len(names) <= 3
                 else f"{names[0]}, {names[1]}, ... {names[-1]}"
             )
-            text = f"  {row['offset']:>10,}  {len(names)} x {row['layer_stride']:,} B: {listed}"
-        lines += (
-            [text]
-            if width is None
-            else textwrap.wrap(text, width, subsequent_indent=" " * 14, drop_whitespace=False)
-        )
+            text = f"{row['offset']:>10,}  {len(names)} x {row['layer_stride']:,} B: {listed}"
+        if width is None:
+            lines.append("  " + text)
+        else:
+            lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent=" " * 14)
     if len(shown) < len(view["offsets"]):
         lines.append(
             f"  ... {len(view['offsets']) - len(shown)} more (--offsets -1 prints all)"

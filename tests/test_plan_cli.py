@@ -85,10 +85,15 @@ def test_gpu_memory_gives_a_labelled_estimate(capsys):
     assert result["available_memory_is_estimate"] and result["weights_is_estimate"]
     # Llama-3.1-8B has 8.03 B parameters; bf16 weights are about 16 GB
     assert 15.5e9 < result["weights_bytes"] < 16.5e9
-    assert result["available_memory"] == int(80 * 2**30 * 0.9) - result["weights_bytes"]
+    top = int(80 * 2**30 * 0.9) - result["weights_bytes"]
+    estimate = result["estimate"]
+    allowance = sum(estimate[k] for k in ("activation_bytes", "logits_bytes", "cudagraph_bytes"))
+    assert estimate["no_overhead_memory"] == top
+    assert result["available_memory"] == top - allowance and allowance > 0
+    assert estimate["no_overhead_kv_cache_size_tokens"] > result["kv_cache_size_tokens"]
     assert result["max_model_len"] == 131072 and result["max_num_batched_tokens"] == 8192
     text = plan(capsys, "--config", str(CONFIGS / "llama-3.1-8b"), "--gpu-memory", "80GiB")
-    assert "ESTIMATE" in text and "KV cache size: ~" in text
+    assert "ESTIMATED" in text and "KV cache size: ~" in text
 
 
 def test_sliding_window_reservation_follows_async_scheduling(capsys):
@@ -126,7 +131,7 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
     ("argv", "words"),
     [
         (["--config", "/nonexistent/config.json", "--gpu-memory", "80GiB"], "no config.json"),
-        (["--config", str(CONFIGS / "llama-3.1-8b")], "give --kv-cache-memory-bytes"),
+        (["--kv-cache-memory-bytes", "8GiB"], "give --config"),
         (
             ["--config", str(CONFIGS / "llama-3.1-8b"), "--gpu-memory", "8GiB"],
             "leaves nothing for the KV cache",
@@ -145,7 +150,7 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
         (
             ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "8GiB"],
             # vLLM refuses to start: 131,072 tokens need 16 GiB; it names the longest that fits
-            "The longest --max-model-len that fits is 65520",
+            "the longest --max-model-len that fits is 65,520",
         ),
         (
             [
@@ -166,9 +171,13 @@ def test_bad_input_is_one_line(capsys, argv, words):
     assert len(err) == 1 and words in err[0], err
 
 
-def test_deepseek_v4_model_flag_still_works(capsys):
-    out = plan(capsys, "--model", "deepseek-v4-pro", "--json", "--offsets", "0")
-    assert json.loads(out)["num_blocks"] == 7477
+def test_deepseek_v4_plans_through_config(capsys):
+    out = plan(
+        capsys,
+        *["--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "10GiB"],
+        *["--max-model-len", "8192", "--json", "--offsets", "0"],
+    )
+    assert json.loads(out)["deepseek_v4"]["num_blocks"] == 7477
 
 
 def test_config_path_does_not_import_torch():
@@ -277,22 +286,21 @@ def test_too_long_max_model_len_needs_vllms_variable(capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("flag", "words"),
     [
-        (["--num-blocks", "100"], "--num-blocks (use --num-gpu-blocks-override)"),
-        (["--memory", "10GiB"], "--memory (use --kv-cache-memory-bytes)"),
-        (["--mtp"], "--mtp"),
-        (["--layout", "B"], "--layout"),
-        (["--cache-dtype", "bf16"], "--cache-dtype (use --kv-cache-dtype)"),
-        (["--indexer", "fp4"], "--indexer"),
-        (["--grouping", "mla+swa"], "--grouping"),
-        (["--offsets", "3"], "--offsets"),
-        (["--model", "deepseek-v4-flash"], "--model"),
+        # DeepSeek V4's old second set of budget flags: gone, with the flag to use instead
+        (["--memory", "10GiB"], "unknown flag --memory; did you mean --gpu-memory?"),
+        (["--num-blocks", "100"], "unknown flag --num-blocks; did you mean"),
+        (["--mtp"], "unknown flag --mtp"),
+        # the V4 slab's views are options of a V4 plan only
+        (["--layout", "B"], "views of a DeepSeek V4 plan"),
+        (["--grouping", "mla+swa"], "views of a DeepSeek V4 plan"),
+        (["--offsets", "3"], "views of a DeepSeek V4 plan"),
     ],
 )
-def test_deepseek_v4_flags_are_refused_with_config(capsys, flag, words):
+def test_deepseek_v4_views_and_old_flags_are_refused_for_other_models(capsys, flag, words):
     argv = ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "20GiB"]
-    assert main(["plan", *argv, *flag]) == 2
+    assert main(["plan", *argv, "--max-model-len", "8192", *flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0] and "not with" in err[0], err
+    assert len(err) == 1 and words in err[0], err
 
 
 def test_num_gpu_blocks_override(capsys):
@@ -371,19 +379,16 @@ def test_weights_estimate_honours_quantisation(capsys, config, tp, low, high):
 
 
 def test_request_plan_figure_text_twin():
-    from refimpl.plan_cli import model_plan
+    from refimpl.models import EngineArgs, plan_model
     from refimpl.viz.request_plan import request_plan_text
 
-    granite = model_plan(
-        "--config",
-        CONFIGS / "granite-4.0-h-tiny",
-        "--kv-cache-memory-bytes",
-        "20G",
-        "--max-model-len",
-        "8K",
+    granite = plan_model(
+        EngineArgs(
+            CONFIGS / "granite-4.0-h-tiny", kv_cache_memory_bytes=20 << 30, max_model_len=8192
+        )
     )
     text = request_plan_text(granite, "Granite 4.0-H Tiny").splitlines()
-    assert len(text) == 1 + len(granite["groups"]) + 1 == 12
+    assert len(text) == 1 + len(granite.groups) + 1 == 12
     assert text[1].split()[2:] == [
         "MambaSpec",
         "4",

@@ -249,6 +249,10 @@ def find_config(config: str | Path | dict | HFConfig) -> HFConfig:
         packaged = PACKAGED_CONFIGS / str(config) / "config.json"
         if packaged.is_file():
             return HFConfig.load(packaged)
+        raise ValueError(
+            f"no config.json at {str(config)!r}: give a local file or its directory, or a "
+            f"packaged config ({', '.join(packaged_config_names())})"
+        )
     return HFConfig.load(config)
 
 
