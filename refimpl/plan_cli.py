@@ -18,7 +18,6 @@ the views of its packed slab that the chapters use.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import re
@@ -141,7 +140,9 @@ def fraction_of_one(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number in (0, 1], got {text!r}"
+        ) from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
@@ -400,7 +401,10 @@ def add_no_effect_flags(parser: argparse.ArgumentParser) -> None:
         if arity != "switch":
             kwargs["nargs"] = nargs[arity]
         parser.add_argument(
-            *free, dest=_IGNORED + dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+            *free,
+            dest=_IGNORED + dest,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
             **kwargs,
         )
 
@@ -502,8 +506,8 @@ def out_of_memory_message(exc, args: argparse.Namespace, *, tp_helps: bool) -> s
     )
     if exc.needed_bytes is None:
         return (
-            f"the budget leaves no memory for KV cache blocks ({exc.available_bytes:,} B after "
-            f"the null block); raise {budget}"
+            "the budget leaves no memory for KV cache blocks "
+            f"({exc.available_bytes:,} B after the null block); raise {budget}"
             + (" or --tensor-parallel-size" if tp_helps else "")
         )
     longest = exc.estimated_max_model_len
@@ -513,7 +517,8 @@ def out_of_memory_message(exc, args: argparse.Namespace, *, tp_helps: bool) -> s
         else "; no --max-model-len fits"
     )
     split = (
-        f", or split the KV heads with --tensor-parallel-size (now {args.tensor_parallel_size})"
+        ", or split the KV heads with --tensor-parallel-size "
+        f"(now {args.tensor_parallel_size})"
         if tp_helps
         else ""
     )
@@ -553,7 +558,11 @@ def _bullets(items: list[str], width: int | None) -> list[str]:
     lines = []
     for item in items:
         lines += textwrap.wrap(
-            item, width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False
+            item,
+            width,
+            initial_indent="  - ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
         )
     return lines
 
@@ -568,7 +577,8 @@ def budget_lines(plan, width: int | None) -> list[str]:
     """Where the budget came from; for an estimate, the range and the flag that pins it."""
     b = plan.config.budget
     if not b.is_estimate:
-        return [f"KV budget {b.kv_cache_memory_bytes:,} B ({_gib(b.kv_cache_memory_bytes)}), exact"]
+        exact = b.kv_cache_memory_bytes
+        return [f"KV budget {exact:,} B ({_gib(exact)}), exact"]
     a, top = b.allowance, plan.no_overhead
     quant = f": {b.weights_quantization}" if b.weights_quantization else ""
     weights = "given" if not b.weights_is_estimate else f"estimated from the config{quant}"
@@ -727,7 +737,11 @@ def v4_view(plan, args: argparse.Namespace) -> dict:
         "num_usable_blocks": config.num_usable_blocks,
         "slab_bytes": config.block_stride * config.num_blocks,
         "offsets": [
-            {"offset": t.offset, "shared_by": list(t.shared_by), "layer_stride": t.layer_stride}
+            {
+                "offset": t.offset,
+                "shared_by": list(t.shared_by),
+                "layer_stride": t.layer_stride,
+            }
             for t in config.kv_cache_tensors
         ],
     }
@@ -743,8 +757,8 @@ def format_v4_view(view: dict, max_offsets: int = 10, width: int | None = WIDTH)
     planned = sum(g["num_layers"] for g in view["groups"])
     if planned != view["num_cache_layers"]:
         lines += _wrap(
-            f"this layout plans {planned} of them; {view['num_cache_layers'] - planned} caches "
-            "(the compressor states) are left out, as in the article's example",
+            f"this layout plans {planned} of them; "
+            f"{view['num_cache_layers'] - planned} caches (the compressor states) are left out, as in the article's example",
             width,
         )
     lines += [
@@ -788,11 +802,11 @@ def format_v4_view(view: dict, max_offsets: int = 10, width: int | None = WIDTH)
         if width is None:
             lines.append("  " + text)
         else:
-            lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent=" " * 14)
+            lines += textwrap.wrap(
+                text, width, initial_indent="  ", subsequent_indent=" " * 14
+            )
     if len(shown) < len(view["offsets"]):
         lines.append(
             f"  ... {len(view['offsets']) - len(shown)} more (--offsets -1 prints all)"
         )
     return "\n".join(lines)
-
-

@@ -87,7 +87,9 @@ def test_gpu_memory_gives_a_labelled_estimate(capsys):
     assert 15.5e9 < result["weights_bytes"] < 16.5e9
     top = int(80 * 2**30 * 0.9) - result["weights_bytes"]
     estimate = result["estimate"]
-    allowance = sum(estimate[k] for k in ("activation_bytes", "logits_bytes", "cudagraph_bytes"))
+    allowance = sum(
+        estimate[k] for k in ("activation_bytes", "logits_bytes", "cudagraph_bytes")
+    )
     assert estimate["no_overhead_memory"] == top
     assert result["available_memory"] == top - allowance and allowance > 0
     assert estimate["no_overhead_kv_cache_size_tokens"] > result["kv_cache_size_tokens"]

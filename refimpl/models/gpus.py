@@ -7,8 +7,8 @@ overrides the table for a card that is not in it.
 
 Sources: the totals are those recorded for these devices in
 `tools/crosscheck/vllm_serve_defaults.py` (`GPUS`), where vLLM's own `get_batch_defaults` is
-asked about each; in MiB, as `nvidia-smi` prints them: H100 80GB HBM3 81,559 MiB, A100-SXM4-80GB
-81,153 MiB, H200 143,157 MiB, B200 182,642 MiB, L4 22,488 MiB.
+asked about each; in MiB, as `nvidia-smi` prints them: H100 80GB HBM3 81,559 MiB,
+A100-SXM4-80GB 81,153 MiB, H200 143,157 MiB, B200 182,642 MiB, L4 22,488 MiB.
 """
 
 from __future__ import annotations

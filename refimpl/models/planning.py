@@ -158,9 +158,7 @@ def _plan(config: ServeConfig, memory: int) -> KVCachePlan:
 
 def plan_model(settings: EngineArgs | ServeConfig) -> ModelKVCachePlan:
     """The KV cache plan vLLM 0.32 makes for these serve settings (see the module doc)."""
-    config = (
-        settings if isinstance(settings, ServeConfig) else settings.create_engine_config()
-    )
+    config = settings if isinstance(settings, ServeConfig) else settings.create_engine_config()
     kv = _plan(config, config.budget.kv_cache_memory_bytes)
     groups = tuple(
         GroupRow.of(g, n)
