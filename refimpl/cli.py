@@ -13,8 +13,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     A parser with `refuse_unknown_options = True` names the nearest known flag for an unknown
     one (difflib). Plain argparse prints the whole usage before the error, and reads
-    `--memory -5GiB` as a missing value followed by an unknown option `-5GiB`; here that value goes to `--memory`'s
-    own check, which can then say what is wrong with it.
+    `--memory -5GiB` as a missing value followed by an unknown option `-5GiB`; here that value
+    goes to `--memory`'s own check, which can then say what is wrong with it.
     """
 
     def error(self, message: str):

@@ -758,7 +758,8 @@ def format_v4_view(view: dict, max_offsets: int = 10, width: int | None = WIDTH)
     if planned != view["num_cache_layers"]:
         lines += _wrap(
             f"this layout plans {planned} of them; "
-            f"{view['num_cache_layers'] - planned} caches (the compressor states) are left out, as in the article's example",
+            f"{view['num_cache_layers'] - planned} caches (the compressor states) are left "
+            "out, as in the article's example",
             width,
         )
     lines += [

@@ -3,8 +3,8 @@ in each group, with its text twin.
 
 `draw_request_plan(plan, title)` / `request_plan_text(plan, title)` take the typed plan
 `refimpl.models.plan_model` returns (or the dict of `plan --config ... --json`). One bar per
-group, as long as the blocks it reserves for a request at the maximum length and coloured by the kind of
-layer; the title gives what the startup line reports (blocks / blocks per request).
+group, as long as the blocks it reserves for a request at the maximum length and coloured by
+the kind of layer; the title gives what the startup line reports (blocks / blocks per request).
 """
 
 from __future__ import annotations
