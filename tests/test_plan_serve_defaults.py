@@ -130,3 +130,40 @@ def test_auto_fit_picks_vllms_length(capsys, case):
         assert got["num_blocks"] == case["num_blocks"]
         assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
         assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
+
+
+def test_every_vllm_serve_flag_is_known_with_its_arity():
+    """`plan` reads a pasted serve command whole: refimpl's flag table is vLLM's parser's."""
+    from refimpl.models.serve_flags import VLLM_SERVE_FLAGS
+
+    ours = {dest: [list(options), arity] for dest, (options, arity) in VLLM_SERVE_FLAGS.items()}
+    assert ours == ORACLE["flags"]
+
+
+@pytest.mark.parametrize("case", ORACLE["serve_settings"], ids=lambda c: str(c["flags"]))
+def test_scheduler_flags_resolve_as_vllms(capsys, case):
+    """--max-num-seqs, --enable-chunked-prefill and --dtype, as vLLM's create_engine_config
+    resolves them on its CPU platform (or refuses them)."""
+    flag_names = {
+        "max_num_seqs": "--max-num-seqs",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "dtype": "--dtype",
+    }
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--kv-cache-memory-bytes", "256G", "--max-model-len", str(case["max_model_len"])]
+    for key, value in case["flags"].items():
+        if key == "enable_chunked_prefill":
+            argv.append("--enable-chunked-prefill" if value else "--no-enable-chunked-prefill")
+        else:
+            argv += [flag_names[key], str(value)]
+    if "refused" in case:
+        assert main(["plan", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "--max-num-batched-tokens" in err and "raise --max-num-batched-tokens" in err
+        return
+    got = plan_json(capsys, *argv)
+    want = case["resolved"]
+    assert got["max_num_batched_tokens"] == want["max_num_batched_tokens"]
+    assert got["max_num_seqs"] == want["max_num_seqs"]
+    assert got["enable_chunked_prefill"] == want["enable_chunked_prefill"]
+    assert got["model_dtype"] == want["model_dtype"]

@@ -16,7 +16,13 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   scheduler ends with, or vLLM's refusal of a too long --max-model-len (with and without
   VLLM_ALLOW_LONG_MAX_MODEL_LEN);
 - `auto_fit`: `--max-model-len -1`: vLLM's model on the meta device, its specs, and
-  `get_kv_cache_configs`, which runs `_auto_fit_max_model_len` at a given budget.
+  `get_kv_cache_configs`, which runs `_auto_fit_max_model_len` at a given budget;
+- `serve_settings`: `--max-num-seqs`, `--enable-chunked-prefill` and `--dtype` through
+  `create_engine_config` on the CPU platform (or vLLM's refusal);
+- `flags`: every option of vLLM's `vllm serve` parser and how many values it reads, which
+  `refimpl.models.serve_flags` must list exactly.
+
+`record SECTION ...` re-records only those sections into the stored oracle.
 """
 
 from __future__ import annotations
@@ -60,6 +66,16 @@ ENGINE = [
     ("deepseek-v2-lite", 1024, 512, None, 1),
     ("llama-3.1-8b", -1, None, None, 1),
     ("llama-3.1-8b", 1_000_000, None, None, 1),
+]
+#: (config, --max-model-len, other EngineArgs): `plan`'s further serve flags on the CPU platform
+SERVE = [
+    ("llama-3.1-8b", 32768, {"max_num_seqs": 64}),
+    ("llama-3.1-8b", 8192, {"enable_chunked_prefill": False}),
+    ("llama-3.1-8b", 1024, {"enable_chunked_prefill": False}),
+    ("llama-3.1-8b", 8192, {"enable_chunked_prefill": False, "max_num_batched_tokens": 4096}),
+    ("llama-3.1-8b", 8192, {"max_num_seqs": 4096, "max_num_batched_tokens": 2048}),
+    ("llama-3.1-8b", 8192, {"max_num_seqs": 300, "max_num_batched_tokens": 2048}),
+    ("llama-3.1-8b", 8192, {"dtype": "float16"}),
 ]
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
@@ -230,6 +246,64 @@ def engine_cases() -> list:
     return out
 
 
+def serve_setting_cases() -> list:
+    """`create_engine_config` on the CPU platform for the scheduler flags `plan` takes
+    (--max-num-seqs, --enable-chunked-prefill, --dtype): what the scheduler ends with, or
+    vLLM's refusal."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from tools.crosscheck.vllm_models import model_dir
+
+    out = []
+    for name, max_len, kwargs in SERVE:
+        row = {"config": name, "max_model_len": max_len, "flags": kwargs}
+        try:
+            vc = EngineArgs(
+                model=model_dir(name),
+                load_format="dummy",
+                skip_tokenizer_init=True,
+                max_model_len=max_len,
+                enforce_eager=True,
+                **kwargs,
+            ).create_engine_config(UsageContext.OPENAI_API_SERVER)
+        except Exception as exc:  # vLLM refuses the settings
+            row["refused"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        else:
+            sc = vc.scheduler_config
+            row["resolved"] = {
+                "max_num_batched_tokens": sc.max_num_batched_tokens,
+                "max_num_seqs": sc.max_num_seqs,
+                "enable_chunked_prefill": sc.enable_chunked_prefill,
+                "model_dtype": str(vc.model_config.dtype).removeprefix("torch."),
+            }
+        out.append(row)
+    return out
+
+
+def serve_flag_cases() -> dict:
+    """Every option `vllm serve` takes: {destination: [option strings, arity]}, from vLLM's
+    own parser (`make_arg_parser`); arity "switch" (no value), "value", "values" (nargs +
+    or *) or "optional" (nargs ?)."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    out = {}
+    for action in make_arg_parser(FlexibleArgumentParser())._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        if action.nargs == 0:
+            arity = "switch"
+        elif action.nargs in ("+", "*"):
+            arity = "values"
+        elif action.nargs == "?":
+            arity = "optional"
+        else:
+            arity = "value"
+        out[action.dest] = [list(action.option_strings), arity]
+    return dict(sorted(out.items()))
+
+
 def auto_fit_cases() -> list:
     from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
@@ -279,10 +353,22 @@ def auto_fit_cases() -> list:
     return out
 
 
-def record() -> dict:
+def record(sections: list[str] | None = None) -> dict:
     import vllm
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    if sections:
+        makers = {
+            "serve_settings": serve_setting_cases,
+            "flags": serve_flag_cases,
+            "engine": engine_cases,
+            "auto_fit": auto_fit_cases,
+        }
+        oracle = json.loads(ORACLE.read_text())
+        with vllm_quiet():
+            oracle.update({name: makers[name]() for name in sections})
+        oracle["vllm_version"] = vllm.__version__
+        return oracle
     with vllm_quiet():
         return {
             "vllm_version": vllm.__version__,
@@ -291,6 +377,8 @@ def record() -> dict:
             "small_len_defaults": small_len_cases(),
             "engine": engine_cases(),
             "auto_fit": auto_fit_cases(),
+            "serve_settings": serve_setting_cases(),
+            "flags": serve_flag_cases(),
         }
 
 
@@ -302,7 +390,7 @@ def vllm_quiet():
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    oracle = record()
+    oracle = record(argv[1:] if argv[:1] == ["record"] else None)
     if argv[:1] == ["record"]:
         ORACLE.write_text(json.dumps(oracle, indent=1) + "\n")
         print(f"wrote {ORACLE}")
