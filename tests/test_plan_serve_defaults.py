@@ -136,7 +136,9 @@ def test_every_vllm_serve_flag_is_known_with_its_arity():
     """`plan` reads a pasted serve command whole: refimpl's flag table is vLLM's parser's."""
     from refimpl.models.serve_flags import VLLM_SERVE_FLAGS
 
-    ours = {dest: [list(options), arity] for dest, (options, arity) in VLLM_SERVE_FLAGS.items()}
+    ours = {
+        dest: [list(options), arity] for dest, (options, arity) in VLLM_SERVE_FLAGS.items()
+    }
     assert ours == ORACLE["flags"]
 
 
