@@ -412,8 +412,7 @@ def test_settings_are_resolved_once_and_typed():
     """`derived_max_model_len` is the config's length, not the requested one; the plan's
     figures are the planner's, and the planner runs once, with async scheduling as resolved."""
     from refimpl.hybrid import kv_cache_utils
-    from refimpl.models import EngineArgs, ModelKVCachePlan, plan_model
-    from refimpl.models import planning
+    from refimpl.models import EngineArgs, ModelKVCachePlan, plan_model, planning
 
     calls = []
 

@@ -67,7 +67,7 @@ ENGINE = [
     ("llama-3.1-8b", -1, None, None, 1),
     ("llama-3.1-8b", 1_000_000, None, None, 1),
 ]
-#: (config, --max-model-len, other EngineArgs): `plan`'s further serve flags on the CPU platform
+#: (config, --max-model-len, other EngineArgs): `plan`'s scheduler flags on the CPU platform
 SERVE = [
     ("llama-3.1-8b", 32768, {"max_num_seqs": 64}),
     ("llama-3.1-8b", 8192, {"enable_chunked_prefill": False}),
