@@ -266,7 +266,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "-pp",
         type=int_in_range(1, 1 << 16, "stages"),
         default=1,
-        help="pipeline stages (planned: 1 only, for now)",
+        help="pipeline stages: each plans its own layers in the whole budget, and all keep "
+        "the smallest block count",
     )
     serve.add_argument(
         "--decode-context-parallel-size",

@@ -169,3 +169,21 @@ def test_scheduler_flags_resolve_as_vllms(capsys, case):
     assert got["max_num_seqs"] == want["max_num_seqs"]
     assert got["enable_chunked_prefill"] == want["enable_chunked_prefill"]
     assert got["model_dtype"] == want["model_dtype"]
+
+
+@pytest.mark.parametrize(
+    "case", ORACLE["pipeline"], ids=lambda c: f"{c['config']}-pp{c['pp']}"
+)
+def test_pipeline_stages_plan_as_vllms(capsys, case):
+    """Each stage plans its own layers in the whole budget, every stage keeps the smallest
+    block count, and vLLM reports the first stage's figures."""
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--kv-cache-memory-bytes", str(case["memory"]), "-pp", str(case["pp"])]
+    argv += ["--max-model-len", str(case["max_model_len"]), "--max-num-batched-tokens", "2048"]
+    got = plan_json(capsys, *argv)
+    assert got["max_model_len"] == case["fitted_max_model_len"]
+    assert got["num_blocks"] == case["num_blocks"]
+    assert len(got["groups"]) == case["num_groups"]
+    assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
+    assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
+    assert got["pipeline_stage_layers"] == case["stage_layers"]

@@ -301,6 +301,7 @@ class ServeConfig:
     scheduler: SchedulerSettings
     budget: KVBudget
     notes: tuple[str, ...] = ()
+    pipeline_stages: tuple[tuple[str, ...], ...] | None = None  # layers per stage (PP > 1)
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -313,9 +314,55 @@ class ServeConfig:
 #: Settings vLLM accepts whose other values refimpl does not plan yet; each is refused with
 #: this reason rather than silently planned as the default.
 _NOT_PLANNED = {
-    "pipeline_parallel_size": (1, "pipeline stages"),
     "decode_context_parallel_size": (1, "decode context parallelism"),
 }
+#: The environment variable vLLM reads for an uneven split of layers over pipeline stages.
+PP_LAYER_PARTITION = "VLLM_PP_LAYER_PARTITION"
+
+
+def get_pp_indices(num_hidden_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
+    """[start, end) of the decoder layers pipeline stage `pp_rank` holds, as vLLM splits
+    them: evenly, the remainder going one each to the stages before the last (the last holds
+    the output norm and head), or as VLLM_PP_LAYER_PARTITION lists them."""
+    listed = os.environ.get(PP_LAYER_PARTITION)
+    if listed is not None:
+        try:
+            partitions = [int(n) for n in listed.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"{PP_LAYER_PARTITION}={listed!r} is not a list of counts"
+            ) from None
+        if len(partitions) != pp_size or sum(partitions) != num_hidden_layers:
+            raise ValueError(
+                f"{PP_LAYER_PARTITION}={listed!r} must list {pp_size} counts summing to "
+                f"{num_hidden_layers} layers"
+            )
+    else:
+        partitions = [num_hidden_layers // pp_size] * pp_size
+        for i in range(2, num_hidden_layers % pp_size + 2):
+            partitions[-i] += 1
+    start = sum(partitions[:pp_rank])
+    return start, start + partitions[pp_rank]
+
+
+def layer_index(name: str) -> int:
+    """The decoder layer a cache layer belongs to: the one whole number in its name
+    (vLLM's `extract_layer_index`)."""
+    numbers = [int(part) for part in name.split(".") if part.isdigit()]
+    if len(numbers) != 1:
+        raise ValueError(f"cannot tell which decoder layer {name!r} belongs to")
+    return numbers[0]
+
+
+def pipeline_stages(specs, num_hidden_layers: int, pp_size: int) -> list[list[str]]:
+    """The cache layers each pipeline stage holds, in registration order."""
+    if pp_size > num_hidden_layers:
+        raise ValueError(
+            f"--pipeline-parallel-size {pp_size} is more than the {num_hidden_layers} decoder "
+            "layers"
+        )
+    bounds = [get_pp_indices(num_hidden_layers, rank, pp_size) for rank in range(pp_size)]
+    return [[n for n in specs if lo <= layer_index(n) < hi] for lo, hi in bounds]
 
 
 @dataclass(frozen=True)
@@ -437,6 +484,16 @@ class EngineArgs:
             device_name=device_name,
         )
         budget = self._budget(cfg, model, scheduler, device_name, device_memory)
+        stages = None
+        if self.pipeline_parallel_size > 1:
+            stages = tuple(
+                tuple(names)
+                for names in pipeline_stages(
+                    model.specs,
+                    int(cfg.require("num_hidden_layers")),
+                    self.pipeline_parallel_size,
+                )
+            )
         return ServeConfig(
             engine_args=self,
             hf_config=cfg,
@@ -447,6 +504,7 @@ class EngineArgs:
             scheduler=scheduler,
             budget=budget,
             notes=tuple(notes),
+            pipeline_stages=stages,
         )
 
     def _device(self) -> tuple[str | None, int | None]:

@@ -94,6 +94,10 @@ class ModelKVCachePlan:
             "kv_cache_dtype": c.engine_args.kv_cache_dtype,
             "kv_dtype": m.kv_dtype,
             "tensor_parallel_size": m.tensor_parallel_size,
+            "pipeline_parallel_size": c.engine_args.pipeline_parallel_size,
+            "pipeline_stage_layers": [len(stage) for stage in c.pipeline_stages]
+            if c.pipeline_stages
+            else [len(m.specs)],
             "backend": m.backend.name,
             "platform": m.backend.platform,
             "block_size": m.block_size,
@@ -153,6 +157,7 @@ def _plan(config: ServeConfig, memory: int) -> KVCachePlan:
         auto_fit=config.auto_fit,
         disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager,
         num_gpu_blocks_override=args.num_gpu_blocks_override,
+        pipeline_stages=config.pipeline_stages,
     )
 
 

@@ -19,6 +19,7 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   `get_kv_cache_configs`, which runs `_auto_fit_max_model_len` at a given budget;
 - `serve_settings`: `--max-num-seqs`, `--enable-chunked-prefill` and `--dtype` through
   `create_engine_config` on the CPU platform (or vLLM's refusal);
+- `pipeline`: `--pipeline-parallel-size`: per-stage specs through `get_kv_cache_configs`;
 - `flags`: every option of vLLM's `vllm serve` parser and how many values it reads, which
   `refimpl.models.serve_flags` must list exactly.
 
@@ -77,6 +78,17 @@ SERVE = [
     ("llama-3.1-8b", 8192, {"max_num_seqs": 300, "max_num_batched_tokens": 2048}),
     ("llama-3.1-8b", 8192, {"dtype": "float16"}),
 ]
+#: (config, budget, --max-model-len, --pipeline-parallel-size): per-stage plans on the CPU
+#: platform, with 2,048 batched tokens
+PIPELINE = [
+    ("llama-3.1-8b", 8 * GIB, 8192, 2),
+    ("llama-3.1-8b", 8 * GIB, -1, 3),
+    ("gemma-3-27b-it", 8 * GIB, 8192, 2),
+    ("gemma-3-27b-it", 4 * GIB, 8192, 4),
+    ("gpt-oss-20b", 2 * GIB, 32768, 2),
+]
+# (Mamba hybrids are left out: on an AVX512-BF16 host vLLM's CPU platform keeps their states
+# in float32, which refimpl models only with the host's CPU ISA, issue 36 Deliver 3.)
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
 
@@ -246,6 +258,72 @@ def engine_cases() -> list:
     return out
 
 
+def pipeline_cases() -> list:
+    """`--pipeline-parallel-size`: vLLM's model on the meta device, its specs split over the
+    stages by its own `get_pp_indices` and `extract_layer_index`, and `get_kv_cache_configs`
+    on the list of per-stage specs (each stage with the whole budget); the figures are those
+    of the scheduler's config (`generate_scheduler_kv_cache_config`)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.utils import get_pp_indices
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.model_executor.models.utils import extract_layer_index
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+    from vllm.v1.core import kv_cache_utils
+
+    from tools.crosscheck import vllm_models
+
+    out = []
+    for name, memory, max_len, pp in PIPELINE:
+        vc = EngineArgs(
+            model=vllm_models.model_dir(name),
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            max_model_len=max_len,
+            max_num_batched_tokens=2048,
+            enforce_eager=True,
+        ).create_engine_config(UsageContext.OPENAI_API_SERVER)
+        layers = vllm_models.build_layers(vc)
+        specs = vllm_models.layer_spec_objects(vc, layers)
+        n = vc.model_config.hf_text_config.num_hidden_layers
+        stages = []
+        for rank in range(pp):
+            lo, hi = get_pp_indices(n, rank, pp)
+            stages.append(
+                {k: v for k, v in specs.items() if lo <= extract_layer_index(k) < hi}
+            )
+        backends = []
+        for layer in layers.values():
+            if layer.get_attn_backend() not in backends:
+                backends.append(layer.get_attn_backend())
+        names = [layout.name for layout in get_supported_kv_cache_layouts(backends)]
+        row = {"config": name, "memory": memory, "max_model_len": max_len, "pp": pp}
+        row["stage_layers"] = [len(stage) for stage in stages]
+        try:
+            with set_current_vllm_config(vc):
+                layout = resolve_kv_cache_layout(vc, [names], specs.values())
+                vc.cache_config.kv_cache_layout = layout.name
+                configs = kv_cache_utils.get_kv_cache_configs(vc, stages, [memory] * pp)
+                scheduler = kv_cache_utils.generate_scheduler_kv_cache_config(configs)
+                tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vc, scheduler)
+        except Exception as exc:  # vLLM refuses the plan
+            row["refused"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            row.update(
+                fitted_max_model_len=vc.model_config.max_model_len,
+                max_num_batched_tokens=vc.scheduler_config.max_num_batched_tokens,
+                num_blocks=scheduler.num_blocks,
+                num_groups=len(scheduler.kv_cache_groups),
+                kv_cache_size_tokens=tokens,
+                max_concurrency=concurrency,
+            )
+        out.append(row)
+    return out
+
+
 def serve_setting_cases() -> list:
     """`create_engine_config` on the CPU platform for the scheduler flags `plan` takes
     (--max-num-seqs, --enable-chunked-prefill, --dtype): what the scheduler ends with, or
@@ -360,6 +438,7 @@ def record(sections: list[str] | None = None) -> dict:
     if sections:
         makers = {
             "serve_settings": serve_setting_cases,
+            "pipeline": pipeline_cases,
             "flags": serve_flag_cases,
             "engine": engine_cases,
             "auto_fit": auto_fit_cases,
@@ -378,6 +457,7 @@ def record(sections: list[str] | None = None) -> dict:
             "engine": engine_cases(),
             "auto_fit": auto_fit_cases(),
             "serve_settings": serve_setting_cases(),
+            "pipeline": pipeline_cases(),
             "flags": serve_flag_cases(),
         }
 
