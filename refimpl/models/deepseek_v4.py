@@ -26,6 +26,9 @@ CACHE_DTYPES = {
 V4_BACKEND = AttentionBackendInfo(
     "DEEPSEEK_V4_SPARSE_MLA", None, (DEEPSEEK_V4_BLOCK_SIZE,), True, "cuda"
 )
+#: On vLLM's CPU platform (`--attention-backend cpu_attn`) V4 keeps its 256-token caches; the
+#: platform's scheduler rules (no async scheduling, MLA without chunked prefill) apply.
+CPU_V4_BACKEND = AttentionBackendInfo("CPU_ATTN", None, (DEEPSEEK_V4_BLOCK_SIZE,), True, "cpu")
 
 
 def model_kv_cache_specs(
@@ -50,10 +53,13 @@ def model_kv_cache_specs(
             f"DeepSeek V4's kernels take {DEEPSEEK_V4_BLOCK_SIZE}-token blocks only, "
             f"got block size {block_size}"
         )
-    if backend is not None:
+    info = V4_BACKEND
+    if backend is not None and backend.lower() in ("cpu", "cpu_attn"):
+        info = CPU_V4_BACKEND  # vLLM's CPU platform: the same 256-token caches
+    elif backend is not None:
         raise ValueError(
-            f"DeepSeek V4 runs only on its own sparse MLA backend ({V4_BACKEND.name}); "
-            f"--attention-backend {backend} cannot serve it (leave the flag out)"
+            f"DeepSeek V4 runs only on its own sparse MLA backend ({V4_BACKEND.name}, or "
+            f"cpu_attn for vLLM's CPU platform); --attention-backend {backend} cannot serve it"
         )
     row = CACHE_DTYPES[kv_cache_dtype]
     specs = deepseek_v4.kv_cache_specs(
@@ -65,7 +71,7 @@ def model_kv_cache_specs(
         architecture=cfg.architecture,
         specs=specs,
         block_size=DEEPSEEK_V4_BLOCK_SIZE,
-        backend=V4_BACKEND,
+        backend=info,
         model_dtype=model_dtype,
         kv_dtype=row,
         max_model_len=max_model_len,
