@@ -360,7 +360,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--speculative-config",
         "-sc",
         type=json_object,
-        help="speculative decoding, as JSON (planned: not yet)",
+        help='speculative decoding, as JSON; planned so far: {"method": "mtp", '
+        '"num_speculative_tokens": 1} (DeepSeek V4)',
     )
     v4 = parser.add_argument_group("DeepSeek V4 configs: views of the packed slab")
     v4.add_argument(
@@ -692,7 +693,7 @@ def v4_view(plan, args: argparse.Namespace) -> dict:
     planner_b = layout == "B"
     if grouping == "grouped":
         groups = (older_planners.get_kv_cache_groups_b if planner_b else get_kv_cache_groups)(
-            specs
+            specs, use_eagle=plan.config.use_eagle
         )
     else:
         groups = older_planners.two_group_layout(specs)

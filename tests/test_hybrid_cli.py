@@ -222,3 +222,45 @@ def test_plan_piped_into_a_reader_that_stops_early():
     cmd = f"{sys.executable} -m refimpl plan {argv} --json --offsets -1 | true"
     result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+MTP = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']
+
+
+def test_plan_mtp_marks_the_eagle_group(capsys):
+    """--speculative-config with MTP adds V4's MTP layer (one SWA cache, registered last)
+    and marks its group as the drafter's, as the old --mtp flag did."""
+    plan = view(capsys, *PRO, *MTP, "--layout", "B")
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, False, True, False, False]
+    assert [g["num_layers"] for g in plan["groups"]][1:3] == [31, 31]
+    # planner C puts the two SWA groups first; the MTP layer's SWA cache lands in the second
+    plan = view(capsys, *PRO, *MTP)
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, True, False, False, False]
+    assert [g["num_layers"] for g in plan["groups"]] == [31, 31, 91, 31, 60]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--speculative-config", '{"method": "eagle", "model": "x"}'],
+            "method 'eagle' is not planned yet",
+        ),
+        (
+            ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}'],
+            "num_speculative_tokens 3 is not planned yet",
+        ),
+    ],
+)
+def test_speculative_settings_not_planned_are_refused_by_name(capsys, argv, words):
+    assert main(["plan", *PRO, *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_mtp_needs_mtp_layers(capsys):
+    from pathlib import Path
+
+    llama = Path(__file__).parent / "data" / "configs" / "llama-3.1-8b"
+    assert main(["plan", "--config", str(llama), "--kv-cache-memory-bytes", "20G", *MTP]) == 2
+    assert "has no MTP layers" in capsys.readouterr().err

@@ -137,6 +137,7 @@ def get_kv_cache_spec(
     max_model_len: int | None = None,
     dtype: str = "auto",
     enable_prefix_caching: bool = True,
+    num_mtp_layers: int = 0,
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -146,7 +147,9 @@ def get_kv_cache_spec(
     MLA, whose 16-token blocks give way to FlashMLA's 64 for an fp8 MLA cache).
     `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
     the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
-    otherwise one state per request, a block of `max_model_len` tokens).
+    otherwise one state per request, a block of `max_model_len` tokens). `num_mtp_layers`:
+    the multi-token-prediction layers a speculative config adds from the same checkpoint
+    (planned for DeepSeek V4 only, so far).
     """
     cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
     if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
@@ -167,6 +170,12 @@ def get_kv_cache_spec(
             block_size=block_size,
             max_model_len=max_model_len or cfg.derived_max_model_len(),
             model_dtype=model_dtype,
+            num_mtp_layers=num_mtp_layers,
+        )
+    if num_mtp_layers:
+        raise ValueError(
+            f"MTP speculative decoding is planned for DeepSeek V4 only so far, not for "
+            f"{cfg.architecture}"
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
     if backend is not None and backend.lower() in ("cpu", "cpu_attn") and model.use_mla:

@@ -40,6 +40,7 @@ def model_kv_cache_specs(
     block_size: int | None,
     max_model_len: int,
     model_dtype: str,
+    num_mtp_layers: int = 0,
 ):
     from refimpl.models import ModelKVCacheSpecs
 
@@ -61,11 +62,14 @@ def model_kv_cache_specs(
             f"DeepSeek V4 runs only on its own sparse MLA backend ({V4_BACKEND.name}, or "
             f"cpu_attn for vLLM's CPU platform); --attention-backend {backend} cannot serve it"
         )
+    if num_mtp_layers > 1:
+        raise ValueError(f"DeepSeek V4 has one MTP layer; {num_mtp_layers} were asked for")
     row = CACHE_DTYPES[kv_cache_dtype]
     specs = deepseek_v4.kv_cache_specs(
         deepseek_v4.DeepseekV4Config.from_hf_config(cfg.raw),
         cache_dtype=row,
         block_size=DEEPSEEK_V4_BLOCK_SIZE,
+        mtp=num_mtp_layers > 0,
     )
     return ModelKVCacheSpecs(
         architecture=cfg.architecture,

@@ -304,6 +304,12 @@ class ServeConfig:
     pipeline_stages: tuple[tuple[str, ...], ...] | None = None  # layers per stage (PP > 1)
 
     @property
+    def use_eagle(self) -> bool:
+        """Speculative decoding by an EAGLE-style drafter (MTP is one): its layers' group
+        drops its last block on a prefix-cache hit (vLLM's `use_eagle`)."""
+        return self.engine_args.speculative_config is not None
+
+    @property
     def max_in_flight_tokens(self) -> int:
         """Tokens the scheduler may have in flight: one batch, two with async scheduling."""
         return self.scheduler.max_num_batched_tokens * (
@@ -432,10 +438,7 @@ class EngineArgs:
                 "refimpl keeps each family's own state dtypes (allowed: auto)"
             )
         if self.speculative_config is not None:
-            raise ValueError(
-                "speculative_config is not planned yet (draft layers' caches and the "
-                "lookahead); plan without it"
-            )
+            _check_speculative_config(self.speculative_config)
         for name, (default, what) in _NOT_PLANNED.items():
             if getattr(self, name) != default:
                 raise ValueError(f"{name} {getattr(self, name)}: {what} are not planned yet")
@@ -459,8 +462,17 @@ class EngineArgs:
         prefix_caching = self.enable_prefix_caching
         if self.mamba_cache_mode is not None:
             prefix_caching = self.mamba_cache_mode == "align"
+        num_mtp_layers = 0
+        if self.speculative_config is not None:  # method "mtp": the checkpoint's own layers
+            num_mtp_layers = int(cfg.get("num_nextn_predict_layers") or 0)
+            if not num_mtp_layers:
+                raise ValueError(
+                    f"{cfg.source} has no MTP layers (num_nextn_predict_layers) for "
+                    "--speculative-config method mtp"
+                )
         model = get_kv_cache_spec(
             cfg,
+            num_mtp_layers=num_mtp_layers,
             tensor_parallel_size=self.tensor_parallel_size,
             kv_cache_dtype=self.kv_cache_dtype,
             backend=self.attention_backend,
@@ -563,6 +575,25 @@ class EngineArgs:
             weights_is_estimate=self.weights_memory is None,
             weights_quantization=describe_quantization(cfg),
             allowance=allowance,
+        )
+
+
+def _check_speculative_config(spec: Any) -> None:
+    """What refimpl plans of `--speculative-config` so far: MTP from the model's own
+    checkpoint with one speculative token; anything else is refused by name."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"speculative_config must be a JSON object, got {spec!r}")
+    method, n = spec.get("method"), spec.get("num_speculative_tokens", 1)
+    if method != "mtp":
+        raise ValueError(
+            f"speculative_config method {method!r} is not planned yet (a draft model's or "
+            "EAGLE head's layers); planned: mtp"
+        )
+    _check_int("num_speculative_tokens", n, 1)
+    if n != 1:
+        raise ValueError(
+            f"num_speculative_tokens {n} is not planned yet (a longer lookahead keeps more "
+            "sliding-window tokens); planned: 1"
         )
 
 

@@ -158,6 +158,7 @@ def _plan(config: ServeConfig, memory: int) -> KVCachePlan:
         disable_hybrid_kv_cache_manager=args.disable_hybrid_kv_cache_manager,
         num_gpu_blocks_override=args.num_gpu_blocks_override,
         pipeline_stages=config.pipeline_stages,
+        use_eagle=config.use_eagle,
     )
 
 
