@@ -32,7 +32,7 @@ from refimpl.models.engine_args import (
     human_readable_int,
     human_readable_int_or_auto,
 )
-from refimpl.models.serve_flags import VLLM_SERVE_FLAGS
+from refimpl.models.serve_flags import NOT_PLANNED, VLLM_SERVE_FLAGS
 from refimpl.plan_summary import summarize_groups
 
 #: Printed lines fit this many columns unless --wide is given.
@@ -432,8 +432,18 @@ def serve_command_argv(words: list[str]) -> list[str]:
 
 
 def engine_args(args: argparse.Namespace):
-    """The typed settings for these flags (`refimpl.models.EngineArgs`)."""
+    """The typed settings for these flags (`refimpl.models.EngineArgs`); a serve flag that
+    changes the plan in a way refimpl does not plan yet is refused by name."""
     from refimpl.models import EngineArgs
+
+    for name in vars(args):
+        dest = name.removeprefix(_IGNORED)
+        if name.startswith(_IGNORED) and dest in NOT_PLANNED:
+            flag = VLLM_SERVE_FLAGS[dest][0][0]
+            raise ValueError(
+                f"{flag} changes the plan ({NOT_PLANNED[dest]}) in a way refimpl does not "
+                "plan yet; plan without it"
+            )
 
     if args.config is None:
         raise ValueError(

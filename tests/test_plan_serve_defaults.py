@@ -187,3 +187,14 @@ def test_pipeline_stages_plan_as_vllms(capsys, case):
     assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
     assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
     assert got["pipeline_stage_layers"] == case["stage_layers"]
+
+
+def test_flags_that_change_the_plan_are_refused_not_ignored(capsys):
+    from refimpl.models.serve_flags import NOT_PLANNED, VLLM_SERVE_FLAGS
+
+    assert set(NOT_PLANNED) <= set(VLLM_SERVE_FLAGS)
+    argv = ["--config", str(CONFIGS / "gemma-3-27b-it"), "--kv-cache-memory-bytes", "20G"]
+    assert main(["plan", *argv, "--disable-sliding-window"]) == 2
+    err = capsys.readouterr().err
+    assert "--disable-sliding-window changes the plan (sliding-window layers" in err
+    assert "plan without it" in err and len(err.splitlines()) == 1
