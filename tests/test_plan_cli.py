@@ -620,3 +620,18 @@ def test_plan_answers_within_a_second(capsys):
     plan(capsys, *argv)
     plan(capsys, "--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "20G")
     assert time.perf_counter() - start < 2.0
+
+
+def test_mamba_cache_mode_is_vllms_name_for_the_prefix_caching_choice(capsys):
+    """'align' keeps a state block per attention block (vLLM's default with prefix caching),
+    'none' one state per request, a block as long as the request."""
+    base = ["--config", str(CONFIGS / "granite-4.0-h-tiny"), "--kv-cache-memory-bytes", "20G"]
+    base += ["--max-model-len", "8K", "--json"]
+    none = json.loads(plan(capsys, *base, "--mamba-cache-mode", "none"))
+    off = json.loads(plan(capsys, *base, "--no-enable-prefix-caching"))
+    align = json.loads(plan(capsys, *base, "--mamba-cache-mode", "align"))
+    default = json.loads(plan(capsys, *base))
+    assert none["groups"] == off["groups"] and align["groups"] == default["groups"]
+    assert none["groups"] != align["groups"]
+    mamba = [g for g in none["groups"] if g["kind"] == "MambaSpec"]
+    assert {g["block_size"] for g in mamba} == {8192}
