@@ -201,8 +201,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "block size, pages, blocks, the KV cache size in tokens and the maximum "
             "concurrency, and why. Flags, short forms, syntax (8k = 8,000, 8K = 8,192, "
             "20G = 20 GiB) and defaults are vllm serve's; its other flags are accepted and "
-            "listed as having no effect on the KV plan."
+            "listed as having no effect on the KV plan, or refused by name where they change "
+            "it in a way refimpl does not plan yet."
         ),
+        usage="%(prog)s --config CONFIG [vllm serve flags]\n"
+        "       %(prog)s -- vllm serve MODEL [vllm serve flags]",
         epilog="A pasted serve command works too: plan -- vllm serve ./model-dir [flags]",
         formatter_class=DefaultsHelpFormatter,
     )
@@ -222,11 +225,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     model.add_argument(
         "--kv-cache-memory-bytes",
         type=memory_flag,
+        metavar="SIZE",
         help="the KV cache budget per GPU, exact (e.g. 20G, 20GiB); else estimated from the "
         "GPU's memory",
     )
     model.add_argument(
         "--gpu-name",
+        metavar="NAME",
         help="the GPU planned for, from refimpl.models.gpus (h100, a100-80gb, h200, b200, "
         "l4): its reported memory and vllm serve's batch default for it (default: "
         "NVIDIA H100 80GB HBM3)",
@@ -234,23 +239,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     model.add_argument(
         "--gpu-memory",
         type=memory_flag,
+        metavar="SIZE",
         help="the memory of one GPU that is not in the table (e.g. 79.6GiB)",
     )
     model.add_argument(
         "--gpu-memory-utilization",
         type=fraction_of_one,
+        metavar="SHARE",
         default=GPU_MEMORY_UTILIZATION,
         help="share of the GPU vLLM may use",
     )
     model.add_argument(
         "--weights-memory",
         type=memory_flag,
+        metavar="SIZE",
         help="bytes of weights per GPU (default: estimated from the config, quantisation "
         "included)",
     )
     model.add_argument(
         "--num-gpu-blocks-override",
         type=int_in_range(2, MAX_NUM_BLOCKS, "block 0 is the null block; ids are int32"),
+        metavar="N",
         help="use this many blocks instead of filling the budget",
     )
     serve = parser.add_argument_group("vllm serve's settings")
@@ -258,6 +267,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--tensor-parallel-size",
         "-tp",
         type=int_in_range(1, 1 << 16, "GPUs"),
+        metavar="N",
         default=1,
         help="GPUs one model is split over",
     )
@@ -265,6 +275,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--pipeline-parallel-size",
         "-pp",
         type=int_in_range(1, 1 << 16, "stages"),
+        metavar="N",
         default=1,
         help="pipeline stages: each plans its own layers in the whole budget, and all keep "
         "the smallest block count",
@@ -273,6 +284,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--decode-context-parallel-size",
         "-dcp",
         type=int_in_range(1, 1 << 16, "ranks"),
+        metavar="N",
         default=1,
         help="decode context parallel ranks (planned: 1 only, for now)",
     )
@@ -284,6 +296,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     serve.add_argument(
         "--kv-cache-dtype",
+        metavar="DTYPE",
         default="auto",
         help="auto (the model dtype), fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16",
     )
@@ -302,17 +315,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     serve.add_argument(
         "--block-size",
         type=int_in_range(1, 1 << 20, "tokens per block"),
+        metavar="TOKENS",
         help="tokens per block (default: vLLM's choice for the backend)",
     )
     serve.add_argument(
         "--max-model-len",
         type=argparse_type(human_readable_int_or_auto, 1, "tokens"),
+        metavar="TOKENS",
         help="tokens per request (e.g. 32768, 32K = 32,768, 32k = 32,000); -1 or auto: the "
         "longest that fits the KV budget (default: the config's)",
     )
     serve.add_argument(
         "--max-num-batched-tokens",
         type=argparse_type(human_readable_int, 1, "tokens per step"),
+        metavar="TOKENS",
         help="tokens scheduled per step (default: vllm serve's for the device: 8,192 on an "
         "H100/H200, 2,048 on an A100 or under 70 GiB, 16,384 from 160 GiB, 2,048 x ranks "
         "on the CPU platform)",
@@ -320,6 +336,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     serve.add_argument(
         "--max-num-seqs",
         type=argparse_type(human_readable_int, 1, "requests"),
+        metavar="N",
         help="requests scheduled at once (default: vllm serve's for the device)",
     )
     for flag, default, text in (
@@ -353,6 +370,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     serve.add_argument(
         "--attention-backend",
         "--backend",
+        metavar="NAME",
         help="flash_attn, flashinfer, triton_attn, flash_attn_mla, flashmla, triton_mla, "
         "cpu_attn (vLLM's CPU platform) (default: vLLM's Hopper choice for the cache dtype)",
     )
@@ -360,6 +378,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--speculative-config",
         "-sc",
         type=json_object,
+        metavar="JSON",
         help='speculative decoding, as JSON; planned so far: {"method": "mtp", '
         '"num_speculative_tokens": 1} (DeepSeek V4)',
     )
@@ -380,6 +399,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     v4.add_argument(
         "--offsets",
         type=int_in_range(-1, 1 << 20, "-1 prints all"),
+        metavar="ROWS",
         help="byte-offset rows to print, -1 for all (default: 10 when a view is asked)",
     )
     out = parser.add_argument_group("output")
