@@ -26,6 +26,7 @@ import textwrap
 from fractions import Fraction
 
 from refimpl.cli import DefaultsHelpFormatter
+from refimpl.models.cpu_platform import CPU_ISAS
 from refimpl.models.engine_args import (
     GPU_MEMORY_UTILIZATION,
     argparse_type,
@@ -184,6 +185,7 @@ ENGINE_ARGS = {
     "gpu_memory_utilization": "gpu_memory_utilization",
     "attention_backend": "attention_backend",
     "speculative_config": "speculative_config",
+    "cpu_isa": "cpu_isa",
     "gpu_memory": "gpu_memory",
     "gpu_name": "gpu_name",
     "weights_memory": "weights_memory",
@@ -381,6 +383,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="JSON",
         help='speculative decoding, as JSON; planned so far: {"method": "mtp", '
         '"num_speculative_tokens": 1} (DeepSeek V4)',
+    )
+    serve.add_argument(
+        "--cpu-isa",
+        choices=("auto", *CPU_ISAS),
+        help="with --attention-backend cpu_attn: the CPU vLLM's CPU platform runs on (its "
+        "float32 Mamba states on AVX512-BF16, its AMX MLA kernels) (default: auto, this host)",
     )
     v4 = parser.add_argument_group("DeepSeek V4 configs: views of the packed slab")
     v4.add_argument(

@@ -198,3 +198,29 @@ def test_flags_that_change_the_plan_are_refused_not_ignored(capsys):
     err = capsys.readouterr().err
     assert "--disable-sliding-window changes the plan (sliding-window layers" in err
     assert "plan without it" in err and len(err.splitlines()) == 1
+
+
+CPU_ISA = json.loads((DATA / "vllm_cpu_isa_oracle.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CPU_ISA["cases"] if (CONFIGS / c["config"]).is_dir()],
+    ids=lambda c: f"{c['config']}-{c['cpu_isa']}",
+)
+def test_cpu_isa_plans_as_vllms_cpu_platform(capsys, case):
+    """`--cpu-isa` reaches the specs and the scheduler: on an AMX CPU vLLM runs MLA on its AMX
+    kernels and keeps chunked prefill (2,048 batched tokens), elsewhere its reference MLA
+    kernel turns chunked prefill off (max(max model len, 2,048) batched tokens)."""
+    want = case["backends"]["CPU_ATTN"]
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--cpu-isa", case["cpu_isa"], "--kv-cache-dtype", case["kv_cache_dtype"]]
+    argv += ["--kv-cache-memory-bytes", str(want["plan"]["memory"])]
+    argv += ["--max-model-len", str(case["max_model_len"])]
+    if not case["enable_prefix_caching"]:
+        argv.append("--no-enable-prefix-caching")
+    got = plan_json(capsys, *argv)
+    assert got["block_size"] == want["block_size"]
+    for key in ("max_num_batched_tokens", "num_blocks", "kv_cache_size_tokens"):
+        assert got[key] == want["plan"][key], key
+    assert got["max_concurrency"] == pytest.approx(want["plan"]["max_concurrency"], rel=1e-12)

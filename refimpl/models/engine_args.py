@@ -376,9 +376,10 @@ class EngineArgs:
     """What the user typed, in `vllm serve`'s names (None: not given, vLLM's default applies).
 
     `model`: a config.json path, its directory, a parsed dict or a packaged config's name.
-    `gpu_memory`, `gpu_name` and `weights_memory` are refimpl's own: the device vLLM would
-    measure at startup, for planning before there is one. `attention_backend` is vLLM's
-    `--attention-backend` (refimpl's lower-case names, `backends.BACKENDS`)."""
+    `gpu_memory`, `gpu_name`, `weights_memory` and `cpu_isa` are refimpl's own: the device
+    vLLM would measure or probe at startup, for planning before there is one.
+    `attention_backend` is vLLM's `--attention-backend` (refimpl's lower-case names,
+    `backends.BACKENDS`)."""
 
     model: str | Path | dict | HFConfig
     tensor_parallel_size: int = 1
@@ -401,6 +402,7 @@ class EngineArgs:
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     attention_backend: str | None = None
     speculative_config: dict | None = None
+    cpu_isa: str | None = None  # vLLM's CPU platform: which CPU (None / "auto": this host)
     gpu_memory: int | None = None
     gpu_name: str | None = None
     weights_memory: int | None = None
@@ -480,12 +482,13 @@ class EngineArgs:
             max_model_len=max_len,
             dtype=self.dtype,
             enable_prefix_caching=True if prefix_caching is None else prefix_caching,
+            cpu_isa=self.cpu_isa,
         )
         device_name, device_memory = self._device()
         scheduler = resolve_scheduler_settings(
             platform=model.backend.platform,
             max_model_len=max_len,
-            use_mla=model.backend.is_mla,
+            use_mla=model.backend.is_mla and not self._amx_runs_mla(cfg, model),
             tensor_parallel_size=self.tensor_parallel_size,
             pipeline_parallel_size=self.pipeline_parallel_size,
             max_num_batched_tokens=self.max_num_batched_tokens,
@@ -518,6 +521,17 @@ class EngineArgs:
             notes=tuple(notes),
             pipeline_stages=stages,
         )
+
+    def _amx_runs_mla(self, cfg: HFConfig, model) -> bool:
+        """vLLM's CPU platform keeps chunked prefill for MLA where its AMX kernels run it: the
+        AMX MLA backend, and DeepSeek V4 on an AMX CPU."""
+        from refimpl.models.cpu_platform import resolve_cpu_isa
+
+        if model.backend.platform != "cpu":
+            return False
+        if cfg.text_model_type == "deepseek_v4":
+            return resolve_cpu_isa(self.cpu_isa).amx_tile
+        return model.backend.name == "AMX_MLA"
 
     def _device(self) -> tuple[str | None, int | None]:
         """(name, memory) of the GPU planned for: --gpu-memory as given, else the table's
