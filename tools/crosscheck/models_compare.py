@@ -1,7 +1,7 @@
 """refimpl's side of the model crosscheck: the same records as `vllm_models`, from refimpl.
 
 `refimpl_case(case, backend)` rebuilds one recorded case (a config, a kv cache dtype, a
-backend) with `refimpl.models.get_kv_cache_spec` and `refimpl.plan_cli.plan_capacity`, in the
+backend) with `refimpl.models.get_kv_cache_spec` and `kv_cache_utils.plan_kv_cache`, in the
 shape vLLM's side recorded, so `differences` can list every field that differs. Used by
 `python -m tools.crosscheck.vllm_models run` (vLLM's answers fresh) and by
 tests/test_models_vllm_oracle.py (vLLM's answers from tests/data/vllm_models_oracle.json).
