@@ -306,7 +306,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--mamba-ssm-cache-dtype",
         default="auto",
         choices=("auto", "float32", "float16", "bfloat16"),
-        help="Mamba SSM state dtype (planned: auto only, for now)",
+        help="the Mamba SSM state's dtype (auto: the model's, or vLLM's CPU platform's "
+        "float32 on AVX512-BF16)",
     )
     serve.add_argument(
         "--mamba-cache-mode",

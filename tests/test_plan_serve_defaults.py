@@ -224,3 +224,33 @@ def test_cpu_isa_plans_as_vllms_cpu_platform(capsys, case):
     for key in ("max_num_batched_tokens", "num_blocks", "kv_cache_size_tokens"):
         assert got[key] == want["plan"][key], key
     assert got["max_concurrency"] == pytest.approx(want["plan"]["max_concurrency"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ORACLE["mamba_ssm"],
+    ids=lambda c: f"{c['config']}-{c['cpu_isa']}-{c['mamba_ssm_cache_dtype']}",
+)
+def test_mamba_ssm_cache_dtype_is_vllms(capsys, case):
+    """--mamba-ssm-cache-dtype stores the SSM state in the dtype given (a float32 state
+    doubles the Qwen3-Next page, so its block grows to 256 tokens), as vLLM's CPU platform
+    ends up doing on both CPU kinds."""
+    from refimpl.models import get_kv_cache_spec
+
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--cpu-isa", case["cpu_isa"], "--max-model-len", str(case["max_model_len"])]
+    argv += ["--mamba-ssm-cache-dtype", case["mamba_ssm_cache_dtype"]]
+    argv += ["--kv-cache-memory-bytes", str(case["plan"]["memory"])]
+    got = plan_json(capsys, *argv)
+    assert got["block_size"] == case["block_size"]
+    assert got["num_blocks"] == case["plan"]["num_blocks"]
+    assert got["kv_cache_size_tokens"] == case["plan"]["kv_cache_size_tokens"]
+    model = get_kv_cache_spec(
+        CONFIGS / case["config"],
+        backend="cpu_attn",
+        cpu_isa=case["cpu_isa"],
+        max_model_len=case["max_model_len"],
+        mamba_ssm_cache_dtype=case["mamba_ssm_cache_dtype"],
+    )
+    states = sorted({tuple(s.dtypes) for s in model.specs.values() if hasattr(s, "dtypes")})
+    assert [list(s) for s in states] == case["state_dtypes"]

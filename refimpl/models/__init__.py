@@ -23,6 +23,7 @@ from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
+from refimpl.models import cpu_platform
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -36,7 +37,6 @@ from refimpl.models.cpu_platform import (
     CPU_MLA_BACKENDS,
     check_cpu_isa,
     cpu_attention_backend,
-    mamba_ssm_cache_dtype,
     resolve_cpu_isa,
     with_ssm_dtype,
 )
@@ -158,6 +158,7 @@ def get_kv_cache_spec(
     enable_prefix_caching: bool = True,
     cpu_isa: str | None = None,
     num_mtp_layers: int = 0,
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -173,7 +174,9 @@ def get_kv_cache_spec(
     (`cpu_platform.CPU_ISAS`), or None / "auto" for this host's. vLLM keeps Mamba SSM states
     in float32 on AVX512-BF16 CPUs and runs MLA on its AMX backend where there is AMX.
     `num_mtp_layers`: the multi-token-prediction layers a speculative config adds from the
-    same checkpoint (planned for DeepSeek V4 only, so far).
+    same checkpoint (planned for DeepSeek V4 only, so far). `mamba_ssm_cache_dtype`:
+    vLLM's `--mamba-ssm-cache-dtype`; a dtype given stores every SSM (temporal) state in it,
+    on either platform; "auto" keeps the family's, or vLLM's CPU platform's choice.
     """
     check_positive_int("tensor_parallel_size", tensor_parallel_size)
     if block_size is not None:
@@ -214,8 +217,12 @@ def get_kv_cache_spec(
     if backend is not None and backend.lower() in _CPU_BACKENDS:
         isa = resolve_cpu_isa(cpu_isa)
         info, platform_notes = cpu_attention_backend(backend, use_mla=model.use_mla, isa=isa)
-        ssm_dtype = mamba_ssm_cache_dtype(isa)
-        if ssm_dtype != "auto" and any(isinstance(x, MambaLayer) for x in model.layers):
+        ssm_dtype = cpu_platform.mamba_ssm_cache_dtype(isa)
+        if (
+            mamba_ssm_cache_dtype == "auto"
+            and ssm_dtype != "auto"
+            and any(isinstance(x, MambaLayer) for x in model.layers)
+        ):
             model.layers = with_ssm_dtype(model.layers, ssm_dtype)
             platform_notes.append(
                 f"vLLM keeps Mamba SSM states in {ssm_dtype} on an AVX512-BF16 CPU "
@@ -223,6 +230,13 @@ def get_kv_cache_spec(
             )
     else:
         info = get_backend(backend, mla=model.use_mla, kv_cache_dtype=kv_cache_dtype)
+    if mamba_ssm_cache_dtype not in ("auto", "float32", "float16", "bfloat16"):
+        raise ValueError(
+            f"mamba_ssm_cache_dtype must be auto, float32, float16 or bfloat16, got "
+            f"{mamba_ssm_cache_dtype!r}"
+        )
+    if mamba_ssm_cache_dtype != "auto":  # the user's dtype stands, on every platform
+        model.layers = with_ssm_dtype(model.layers, mamba_ssm_cache_dtype)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type

@@ -434,11 +434,6 @@ class EngineArgs:
             raise ValueError(
                 f"mamba_cache_mode must be 'align' or 'none', got {self.mamba_cache_mode!r}"
             )
-        if self.mamba_ssm_cache_dtype != "auto":
-            raise ValueError(
-                f"mamba_ssm_cache_dtype {self.mamba_ssm_cache_dtype!r} is not planned yet: "
-                "refimpl keeps each family's own state dtypes (allowed: auto)"
-            )
         if self.speculative_config is not None:
             _check_speculative_config(self.speculative_config)
         for name, (default, what) in _NOT_PLANNED.items():
@@ -483,6 +478,7 @@ class EngineArgs:
             dtype=self.dtype,
             enable_prefix_caching=True if prefix_caching is None else prefix_caching,
             cpu_isa=self.cpu_isa,
+            mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype,
         )
         device_name, device_memory = self._device()
         scheduler = resolve_scheduler_settings(

@@ -19,6 +19,7 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   `get_kv_cache_configs`, which runs `_auto_fit_max_model_len` at a given budget;
 - `serve_settings`: `--max-num-seqs`, `--enable-chunked-prefill` and `--dtype` through
   `create_engine_config` on the CPU platform (or vLLM's refusal);
+- `mamba_ssm`: `--mamba-ssm-cache-dtype` on vLLM's CPU platform for two CPU kinds;
 - `pipeline`: `--pipeline-parallel-size`: per-stage specs through `get_kv_cache_configs`;
 - `flags`: every option of vLLM's `vllm serve` parser and how many values it reads, which
   `refimpl.models.serve_flags` must list exactly.
@@ -89,6 +90,13 @@ PIPELINE = [
 ]
 # (Mamba hybrids are left out: on an AVX512-BF16 host vLLM's CPU platform keeps their states
 # in float32, which refimpl models only with the host's CPU ISA, issue 36 Deliver 3.)
+#: --mamba-ssm-cache-dtype on the CPU platform: (config, CPU kind, dtype)
+MAMBA_SSM = [
+    (name, isa, dtype)
+    for name in ("tiny-granite-h", "tiny-qwen3-next")
+    for isa in ("avx512", "avx512_bf16")
+    for dtype in ("float32", "float16", "bfloat16")
+]
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
 
@@ -324,6 +332,43 @@ def pipeline_cases() -> list:
     return out
 
 
+def mamba_ssm_cases() -> list:
+    """`--mamba-ssm-cache-dtype`: vLLM's engine config on its CPU platform with torch's probes
+    answered as each CPU kind would (`vllm_cpu_isa.host_isa`: on AVX512-BF16 the platform
+    resets the state to float32, except a 16-bit state its gated-delta-net kernel takes), its
+    model on the meta device, the Mamba layers' own specs, and its planner."""
+    from tools.crosscheck import vllm_models
+    from tools.crosscheck.vllm_cpu_isa import host_isa
+
+    out = []
+    for name, isa, dtype in MAMBA_SSM:
+        with vllm_models.quiet(), host_isa(isa):
+            vc = vllm_models.engine_config(name, "auto", mamba_ssm_cache_dtype=dtype)
+            layers = vllm_models.build_layers(vc)
+            specs = vllm_models.layer_spec_objects(vc, layers)
+            states = sorted(
+                {
+                    tuple(str(d).removeprefix("torch.") for d in spec.dtypes)
+                    for spec in specs.values()
+                    if hasattr(spec, "dtypes")
+                }
+            )
+            plan = vllm_models.plan_record(vc, layers, specs)
+        out.append(
+            {
+                "config": name,
+                "cpu_isa": isa,
+                "mamba_ssm_cache_dtype": dtype,
+                "resolved": vc.cache_config.mamba_ssm_cache_dtype,
+                "max_model_len": vc.model_config.max_model_len,
+                "block_size": vc.cache_config.block_size,
+                "state_dtypes": [list(s) for s in states],
+                "plan": {k: plan[k] for k in ("memory", "num_blocks", "kv_cache_size_tokens")},
+            }
+        )
+    return out
+
+
 def serve_setting_cases() -> list:
     """`create_engine_config` on the CPU platform for the scheduler flags `plan` takes
     (--max-num-seqs, --enable-chunked-prefill, --dtype): what the scheduler ends with, or
@@ -439,6 +484,7 @@ def record(sections: list[str] | None = None) -> dict:
         makers = {
             "serve_settings": serve_setting_cases,
             "pipeline": pipeline_cases,
+            "mamba_ssm": mamba_ssm_cases,
             "flags": serve_flag_cases,
             "engine": engine_cases,
             "auto_fit": auto_fit_cases,
@@ -458,6 +504,7 @@ def record(sections: list[str] | None = None) -> dict:
             "auto_fit": auto_fit_cases(),
             "serve_settings": serve_setting_cases(),
             "pipeline": pipeline_cases(),
+            "mamba_ssm": mamba_ssm_cases(),
             "flags": serve_flag_cases(),
         }
 
