@@ -146,6 +146,17 @@ def align_hybrid_block_size(
     return block_size, padded, notes
 
 
+def resolve_config(config: str | Path | dict | HFConfig) -> HFConfig:
+    """The config as vLLM's ModelConfig sees it: loaded, with the keys transformers fills in
+    when the file leaves them out (the family's `with_defaults`), done once: a config that
+    already carries its defaults is returned as it is."""
+    cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
+    if cfg.defaults:
+        return cfg
+    family = resolve_family(cfg.architecture)
+    return family.with_defaults(cfg) if hasattr(family, "with_defaults") else cfg
+
+
 def get_kv_cache_spec(
     config: str | Path | dict | HFConfig,
     *,
@@ -188,10 +199,8 @@ def get_kv_cache_spec(
     check_str("backend", backend, optional=True)
     check_bool("enable_prefix_caching", enable_prefix_caching)
     check_cpu_isa(cpu_isa)
-    cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
+    cfg = resolve_config(config)
     family = resolve_family(cfg.architecture)
-    if hasattr(family, "with_defaults"):  # keys transformers fills in when the file omits them
-        cfg = family.with_defaults(cfg)
     model_dtype = cfg.model_dtype(dtype)
     kv_dtype = kv_cache_element_dtype(kv_cache_dtype, model_dtype)
     from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
@@ -299,4 +308,5 @@ __all__ = [
     "get_kv_cache_spec",
     "plan_model",
     "resolve_block_size",
+    "resolve_config",
 ]

@@ -444,13 +444,9 @@ class EngineArgs:
         """Resolve every setting once, in vLLM's order: the config and its length
         (`ModelConfig`), the specs the workers build, the scheduler for the backend's platform
         and the device, then the budget (exact, or estimated from the GPU's memory)."""
-        from refimpl.models import get_kv_cache_spec
-        from refimpl.models.registry import resolve_family
+        from refimpl.models import get_kv_cache_spec, resolve_config
 
-        cfg = find_config(self.model)
-        family = resolve_family(cfg.architecture)
-        if hasattr(family, "with_defaults"):  # keys transformers fills in for a short file
-            cfg = family.with_defaults(cfg)
+        cfg = resolve_config(find_config(self.model))
         derived = cfg.derived_max_model_len()
         auto_fit = self.max_model_len == -1
         max_len, notes = verify_max_model_len(
