@@ -33,7 +33,7 @@ from refimpl.models.engine_args import (
     human_readable_int,
     human_readable_int_or_auto,
 )
-from refimpl.models.serve_flags import NOT_PLANNED, VLLM_SERVE_FLAGS
+from refimpl.models.serve_flags import ESTIMATE_ONLY, NOT_PLANNED, VLLM_SERVE_FLAGS
 from refimpl.plan_summary import summarize_groups
 
 #: Printed lines fit this many columns unless --wide is given.
@@ -465,13 +465,17 @@ def engine_args(args: argparse.Namespace):
     changes the plan in a way refimpl does not plan yet is refused by name."""
     from refimpl.models import EngineArgs
 
+    refused = dict(NOT_PLANNED)
+    if args.kv_cache_memory_bytes is None:  # the budget is estimated from GPU memory
+        refused.update(ESTIMATE_ONLY)
     for name in vars(args):
         dest = name.removeprefix(_IGNORED)
-        if name.startswith(_IGNORED) and dest in NOT_PLANNED:
+        if name.startswith(_IGNORED) and dest in refused:
             flag = VLLM_SERVE_FLAGS[dest][0][0]
+            fix = "" if dest in NOT_PLANNED else " or give --kv-cache-memory-bytes"
             raise ValueError(
-                f"{flag} changes the plan ({NOT_PLANNED[dest]}) in a way refimpl does not "
-                "plan yet; plan without it"
+                f"{flag} changes the plan ({refused[dest]}) in a way refimpl does not plan "
+                f"yet; plan without it{fix}"
             )
 
     if args.config is None:

@@ -254,3 +254,11 @@ def test_mamba_ssm_cache_dtype_is_vllms(capsys, case):
     )
     states = sorted({tuple(s.dtypes) for s in model.specs.values() if hasattr(s, "dtypes")})
     assert [list(s) for s in states] == case["state_dtypes"]
+
+
+def test_flags_that_change_only_the_estimate_pass_with_an_exact_budget(capsys):
+    argv = ["--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "8K"]
+    assert main(["plan", *argv, "--enforce-eager"]) == 2
+    assert "or give --kv-cache-memory-bytes" in capsys.readouterr().err
+    exact = plan_json(capsys, *argv, "--kv-cache-memory-bytes", "20G", "--enforce-eager")
+    assert exact["no_effect_flags"] == ["--enforce-eager"]

@@ -504,9 +504,9 @@ VLLM_SERVE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "worker_extension_cls": (("--worker-extension-cls",), "value"),
 }
 
-#: vllm serve flags that change the KV plan, or the budget estimated from GPU memory, in ways
-#: refimpl does not plan yet: `plan` refuses them by name rather than list them as having no
-#: effect. (Destination name -> what it changes.)
+#: vllm serve flags that change the KV plan in ways refimpl does not plan yet: `plan` refuses
+#: them by name rather than list them as having no effect. (Destination name -> what it
+#: changes.)
 NOT_PLANNED: dict[str, str] = {
     "hf_overrides": "the config's fields",
     "hf_config_path": "which config is read",
@@ -532,6 +532,15 @@ NOT_PLANNED: dict[str, str] = {
     "spec_method": "speculative decoding (use --speculative-config)",
     "spec_model": "speculative decoding (use --speculative-config)",
     "spec_tokens": "speculative decoding (use --speculative-config)",
+    "runner": "whether the model keeps a KV cache at all",
+    "convert": "whether the model keeps a KV cache at all",
+    "model_impl": "which model code registers the cache layers",
+}
+
+#: vllm serve flags that change only what vLLM's profiler subtracts from the GPU's memory: they
+#: are refused when the budget is estimated from GPU memory, and have no effect on the plan
+#: with an exact `--kv-cache-memory-bytes`. (Destination name -> what it changes.)
+ESTIMATE_ONLY: dict[str, str] = {
     "quantization": "the weights, so the estimated budget",
     "quantization_config": "the weights, so the estimated budget",
     "cpu_offload_gb": "the weights on the GPU, so the estimated budget",
@@ -541,7 +550,4 @@ NOT_PLANNED: dict[str, str] = {
     "cudagraph_capture_sizes": "the CUDA graphs, so the estimated budget",
     "max_cudagraph_capture_size": "the CUDA graphs, so the estimated budget",
     "limit_mm_per_prompt": "the multimodal profiling, so the estimated budget",
-    "runner": "whether the model keeps a KV cache at all",
-    "convert": "whether the model keeps a KV cache at all",
-    "model_impl": "which model code registers the cache layers",
 }
