@@ -168,3 +168,11 @@ def test_nested_tables_name_the_innermost_difference():
     assert "['B']: first difference at index 2" in text
     assert describe_difference({"A": [1]}, {}) == ["['A']: expected [1], found no key"]
     assert describe_difference(expected, expected) == []
+
+
+def test_wide_elements_keep_the_lines_under_100_columns():
+    expected = [("A", 11, list(range(20))), ("B", 13, list(range(30)))]
+    found = expected + [("C", 11, list(range(40)))]
+    lines = describe_difference(expected, found)
+    assert max(len(line) for line in lines) <= 96, lines
+    assert ">[2] ('C', 11" in "\n".join(lines)

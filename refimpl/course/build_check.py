@@ -78,16 +78,22 @@ def _short(value: Any, width: int = WIDTH) -> str:
     return text if len(text) <= width else text[: width - 5] + " ..."
 
 
-def _window(items: list, index: int) -> str:
-    """The elements AROUND each side of `index`, numbered, the one at `index` marked `>`."""
-    low, high = max(0, index - AROUND), min(len(items), index + AROUND + 1)
-    shown = [
-        (">" if i == index else "") + f"[{i}] {_short(items[i], 40)}" for i in range(low, high)
-    ]
-    if index >= len(items):
-        shown.append(f">[{index}] (nothing: the list ends before it)")
-    before, after = "... " if low > 0 else "", " ..." if high < len(items) else ""
-    return before + ", ".join(shown) + after
+def _window(items: list, index: int, width: int = WIDTH - 16) -> str:
+    """The elements around `index`, numbered, the one at `index` marked `>`: AROUND on each
+    side when they fit in `width` columns, fewer (or shortened) when they do not."""
+    for around, element_width in ((AROUND, 40), (1, 40), (1, 24), (0, width - 8)):
+        low, high = max(0, index - around), min(len(items), index + around + 1)
+        shown = [
+            (">" if i == index else "") + f"[{i}] {_short(items[i], element_width)}"
+            for i in range(low, high)
+        ]
+        if index >= len(items):
+            shown.append(f">[{index}] (nothing: the list ends before it)")
+        before, after = "... " if low > 0 else "", " ..." if high < len(items) else ""
+        text = before + ", ".join(shown) + after
+        if len(text) <= width:
+            break
+    return text
 
 
 def _container(value: Any) -> bool:
