@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from refimpl.course.v4_buckets import by_page_size, find_buckets
 from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec, UniformTypeKVCacheSpecs
 from refimpl.hybrid.kv_cache_manager import KVCacheManager
@@ -39,20 +40,6 @@ class GlossaryStep:
     term: str
     meaning: str
     example: str
-
-
-def _buckets(specs: Mapping[str, KVCacheSpec]) -> list[dict[str, KVCacheSpec]]:
-    """vLLM's packed path's buckets: in registration order, a cache joins the first bucket it
-    keeps uniform-type, or opens a new one (chapter 09, section 2)."""
-    buckets: list[dict[str, KVCacheSpec]] = []
-    for name, spec in specs.items():
-        for bucket in buckets:
-            if UniformTypeKVCacheSpecs.is_uniform_type({**bucket, name: spec}):
-                bucket[name] = spec
-                break
-        else:
-            buckets.append({name: spec})
-    return buckets
 
 
 def _names(names, specs) -> str:
@@ -79,7 +66,7 @@ def follow_cache(
         )
     ]
 
-    buckets = _buckets(specs)
+    buckets = find_buckets(specs)
     b = next(i for i, bucket in enumerate(buckets) if layer in bucket)
     bucket = buckets[b]
     merged = UniformTypeKVCacheSpecs.from_specs(bucket)
@@ -94,11 +81,11 @@ def follow_cache(
         )
     )
 
-    by_page = _page_lists(bucket)
+    by_page = by_page_size(bucket)
     position = by_page[spec.page_size_bytes].index(layer)
     tup = [names[position] for names in by_page.values() if position < len(names)]
     balanced = len(set(counts.values())) == 1
-    mixed = next((_page_lists(o) for o in buckets if _balanced_mix(o)), None)
+    mixed = next((by_page_size(o) for o in buckets if _balanced_mix(o)), None)
     other = ""
     if mixed and len(by_page) == 1:
         first = [names[0] for names in mixed.values()]
@@ -159,16 +146,9 @@ def follow_cache(
     return steps
 
 
-def _page_lists(bucket: Mapping[str, KVCacheSpec]) -> dict[int, list[str]]:
-    by_page: dict[int, list[str]] = {}
-    for name, s in bucket.items():
-        by_page.setdefault(s.page_size_bytes, []).append(name)
-    return by_page
-
-
 def _balanced_mix(bucket: Mapping[str, KVCacheSpec]) -> bool:
     """Whether a bucket has several page sizes, each with the same count."""
-    counts = list(_page_lists(bucket).values())
+    counts = list(by_page_size(bucket).values())
     return len(counts) > 1 and len({len(names) for names in counts}) == 1
 
 
