@@ -32,6 +32,7 @@ from tests.chapter_builds import (
 matplotlib.use("Agg")
 
 BUILT = [
+    "09_v4_grouping",
     "10_v4_memory_slab",
 ]
 #: Chapters whose cells before the build take more than a few seconds (a model, Triton's
