@@ -32,6 +32,7 @@ from tests.chapter_builds import (
 matplotlib.use("Agg")
 
 BUILT = [
+    "08b_v4_specs",
     "09_v4_grouping",
     "10_v4_memory_slab",
 ]
