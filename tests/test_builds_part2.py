@@ -36,6 +36,7 @@ BUILT = [
     "08b_v4_specs",
     "09_v4_grouping",
     "10_v4_memory_slab",
+    "11_v4_addressing",
 ]
 #: Chapters whose cells before the build take more than a few seconds (a model, Triton's
 # interpreter): left to `make test`.
