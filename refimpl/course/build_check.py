@@ -25,7 +25,7 @@ from typing import Any
 
 Step = tuple[str, Any]  # (what just happened, the state to compare after it)
 
-__all__ = ["check_build", "describe_difference", "first_stub", "is_stub"]
+__all__ = ["check_build", "describe_difference", "first_stub", "is_stub", "same"]
 
 AROUND = 2  # list elements shown on each side of the first difference
 WIDTH = 96  # printed lines stay under the 100 columns a laptop screen shows
@@ -74,7 +74,7 @@ def _names(built: Any) -> str:
 
 
 def _short(value: Any, width: int = WIDTH) -> str:
-    text = repr(value)
+    text = f"{value:.7g}" if isinstance(value, float) else repr(value)
     return text if len(text) <= width else text[: width - 5] + " ..."
 
 
@@ -96,16 +96,38 @@ def _window(items: list, index: int, width: int = WIDTH - 16) -> str:
     return text
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def same(expected: Any, found: Any, atol: float = 0.0) -> bool:
+    """Equal, except that two numbers within `atol` of each other count as equal (at any depth
+    of lists, tuples and dicts): float results of a different summation order still match."""
+    if atol and _number(expected) and _number(found):
+        return abs(expected - found) <= atol
+    if atol and isinstance(expected, Mapping) and isinstance(found, Mapping):
+        return expected.keys() == found.keys() and all(
+            same(expected[k], found[k], atol) for k in expected
+        )
+    if atol and isinstance(expected, list | tuple) and isinstance(found, list | tuple):
+        return len(expected) == len(found) and all(
+            same(e, f, atol) for e, f in zip(expected, found, strict=True)
+        )
+    return expected == found
+
+
 def _container(value: Any) -> bool:
     return isinstance(value, list | tuple | Mapping)
 
 
-def describe_difference(expected: Any, found: Any, where: str = "") -> list[str]:
+def describe_difference(
+    expected: Any, found: Any, where: str = "", atol: float = 0.0
+) -> list[str]:
     """Lines that show the first place where `found` differs from `expected`: the key of a
     dict, the first differing index of a list or tuple (with the elements around it, so
     nothing that differs is elided), down to the innermost differing value. Empty when the
-    two are equal."""
-    if expected == found:
+    two are equal (numbers within `atol` count as equal)."""
+    if same(expected, found, atol):
         return []
     if isinstance(expected, Mapping) and isinstance(found, Mapping):
         for key in list(expected) + [k for k in found if k not in expected]:
@@ -113,18 +135,24 @@ def describe_difference(expected: Any, found: Any, where: str = "") -> list[str]
                 return [f"{where}[{key!r}]: expected {_short(expected[key])}, found no key"]
             if key not in expected:
                 return [f"{where}[{key!r}]: not expected, found {_short(found[key])}"]
-            inner = describe_difference(expected[key], found[key], f"{where}[{key!r}]")
+            inner = describe_difference(expected[key], found[key], f"{where}[{key!r}]", atol)
             if inner:
                 return inner
     if isinstance(expected, list | tuple) and isinstance(found, list | tuple):
         expected, found = list(expected), list(found)
         index = next(
-            (i for i, (e, f) in enumerate(zip(expected, found, strict=False)) if e != f),
+            (
+                i
+                for i, (e, f) in enumerate(zip(expected, found, strict=False))
+                if not same(e, f, atol)
+            ),
             min(len(expected), len(found)),
         )
         both = index < len(expected) and index < len(found)
         if both and _container(expected[index]) and _container(found[index]):
-            return describe_difference(expected[index], found[index], f"{where}[{index}]")
+            return describe_difference(
+                expected[index], found[index], f"{where}[{index}]", atol
+            )
         return [
             f"{where or 'list'}: first difference at index {index}",
             f"  expected {_window(expected, index)}",
@@ -139,13 +167,15 @@ def check_build(
     *,
     run: Callable[[Any, Any], Iterable[Step]],
     reference: Callable[[Any], Iterable[Step]],
+    atol: float = 0.0,
 ) -> None:
     """Check the reader's `built` (a function, a class, or a tuple of them) on every case.
 
     `run(built, case)` and `reference(case)` yield `(step label, state)` pairs: the same
     steps, on the reader's version and on the package's. A stub prints one line and returns;
     the first differing step (or an exception the reader's version raises) prints the
-    expected state against the found one and raises AssertionError.
+    expected state against the found one and raises AssertionError. With `atol`, numbers
+    within it of each other count as equal (for float results).
     """
     stub = first_stub(built)
     if stub is not None:
@@ -156,21 +186,21 @@ def check_build(
         expected = list(reference(case))
         found: Iterator[Step] = iter(run(built, case))
         previous = "the start"
-        for number, want in enumerate(expected, start=1):
+        for want in expected:
             try:
                 got = next(found, None)
             except Exception as error:
                 message = (
-                    f"case {label!r}, step {number} (after {previous}): your version raised "
+                    f"case {label!r}, {want[0]} (after {previous}): your version raised "
                     f"{type(error).__name__}: {error}"
                 )
                 print(message)
                 raise AssertionError(message) from error
             if got is None:
-                message = f"case {label!r}: your version stopped after step {number - 1}"
+                message = f"case {label!r}: your version stopped before {want[0]}"
                 print(message)
                 raise AssertionError(message)
-            _fail_if_different(label, number, want, got)
+            _fail_if_different(label, want, got, atol)
             previous = repr(want[0])
         extra = next(found, None)
         if extra is not None:
@@ -182,15 +212,15 @@ def check_build(
     print(f"{_names(built)} matches the package: {cases_text}, {num_steps} steps.")
 
 
-def _fail_if_different(label: str, number: int, want: Step, got: Step) -> None:
+def _fail_if_different(label: str, want: Step, got: Step, atol: float) -> None:
     (step, expected), (got_step, found) = want, got
     lines = []
     if got_step != step:
         lines.append(f"  step label: expected {step!r}, found {got_step!r}")
-    lines += ["  " + line for line in describe_difference(expected, found)]
+    lines += ["  " + line for line in describe_difference(expected, found, atol=atol)]
     if not lines:
         return
-    header = f"case {label!r}, step {number} ({step}): your version differs"
+    header = f"case {label!r}, {step}: your version differs"
     message = "\n".join([header, *lines])
     print(message)
-    raise AssertionError(f"case {label!r}, step {number} ({step}): expected != found")
+    raise AssertionError(f"case {label!r}, {step}: expected != found (printed above)")

@@ -5,7 +5,9 @@ WRONG = {
     "one block too many when a request fills its last block exactly": [
         ("-(-n // block_size) * block_size", "(n // block_size + 1) * block_size")
     ],
-    "whole blocks rounded down": [("-(-n // block_size) * block_size", "n // block_size * block_size")],
+    "whole blocks rounded down": [
+        ("-(-n // block_size) * block_size", "n // block_size * block_size")
+    ],
     "later, smaller requests overtake the first that does not fit": [
         ("break  # arrival order", "continue  # arrival order")
     ],

@@ -3,7 +3,10 @@ must make the Compare cell fail."""
 
 WRONG = {
     "num_blocks one too many on a full last block": [
-        ("-(-len(self.token_ids) // self.block_size)", "len(self.token_ids) // self.block_size + 1")
+        (
+            "-(-len(self.token_ids) // self.block_size)",
+            "len(self.token_ids) // self.block_size + 1",
+        )
     ],
     "last_block_num_tokens 0 on a full last block": [
         (
@@ -18,6 +21,9 @@ WRONG = {
         )
     ],
     "the slot ignores the block table": [
-        ("block_table[p // self.block_size] * self.block_size", "p // self.block_size * self.block_size")
+        (
+            "block_table[p // self.block_size] * self.block_size",
+            "p // self.block_size * self.block_size",
+        )
     ],
 }

@@ -11,11 +11,14 @@ WRONG = {
     "freeing first block first": [
         ("reversed(self.tables.pop(name))", "self.tables.pop(name)")
     ],
-    "fresh blocks from the tail of the queue": [("self.free_ids.popleft()", "self.free_ids.pop()")],
+    "fresh blocks from the tail of the queue": [
+        ("self.free_ids.popleft()", "self.free_ids.pop()")
+    ],
     "every hit counted as a fresh block": [
-        ("needed = num_blocks - sum(self.ref_count[b] > 0 for b in hits)", "needed = num_blocks")
+        (
+            "needed = num_blocks - sum(self.ref_count[b] > 0 for b in hits)",
+            "needed = num_blocks",
+        )
     ],
-    "a freed hit left in the free queue": [
-        ("self.free_ids.remove(block_id)", "pass")
-    ],
+    "a freed hit left in the free queue": [("self.free_ids.remove(block_id)", "pass")],
 }
