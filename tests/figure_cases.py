@@ -25,6 +25,7 @@ import refimpl.viz.hybrid_layout as hybrid_layout
 import refimpl.viz.hybrid_stepper as hybrid_stepper
 import refimpl.viz.kernels as kernels
 import refimpl.viz.paged as paged
+import refimpl.viz.pipeline_glossary as pipeline_glossary
 import refimpl.viz.request_plan as request_plan
 import refimpl.viz.scheduler_stepper as scheduler_stepper
 import refimpl.viz.softmax_stepper as softmax_stepper
@@ -783,6 +784,16 @@ def request_plans():
     ]
 
 
+def pipeline_glossary_08b():
+    """Chapter 08b's closing picture: Part II's six words on L2.swa of the running example."""
+    from refimpl.course.hybrid_toy import toy_v4_specs
+
+    steps = pipeline_glossary.follow_cache(toy_v4_specs(), "layers.2.swa_cache")
+    return pipeline_glossary.draw_pipeline_glossary(
+        steps, "From a cache to its bytes: L2.swa of the running example"
+    )
+
+
 CASES: dict[str, tuple[Callable, Builder]] = {
     "course_map": (course_map.draw_course_map, course_map_plain),
     "course_map_route": (course_map.draw_course_map, course_map_route),
@@ -832,6 +843,7 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "hit_reads": (v4_engine.draw_hit_reads, hit_reads),
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),
     "request_plans": (request_plan.draw_request_plan, request_plans),
+    "pipeline_glossary": (pipeline_glossary.draw_pipeline_glossary, pipeline_glossary_08b),
 }
 
 
