@@ -328,7 +328,7 @@ def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
         "get_kv_cache_groups ran",
         "grader.broken refused",
         "refimpl.course.prefix_match refused",
-        "refimpl.viz refused",
+        "refimpl.viz imported",
         "source in linecache False",
         "file None",
         "scheduler refimpl.paged.scheduler -1",
