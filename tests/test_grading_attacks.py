@@ -821,63 +821,126 @@ def _site_packages_of_this_python() -> list[str]:
     return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
 
 
-@pytest.fixture(scope="module")
-def installed_bundle():
-    """The student bundle of this checkout, installed (not editable) into a fresh venv made by
-    `python -m venv` (with its lib64 link), in a folder any user can read; its python."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    from grader import bundle
-
-    folder = Path(tempfile.mkdtemp(prefix="refimpl-bundle-"))
-    folder.chmod(0o755)
-    try:
-        # a checkout with local changes is bundled as it is (the intake helper's check)
-        dirty = ["--allow-dirty"] if "allow-dirty" in Path(bundle.__file__).read_text() else []
-        subprocess.run(
-            [sys.executable, "-m", "grader.bundle", str(folder / "bundle"), *dirty],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        venv = folder / "venv"
-        subprocess.run(
-            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-            check=True,
-            capture_output=True,
-        )
-        python = venv / "bin" / "python"
-        packages = subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        Path(packages, "project-dependencies.pth").write_text(
-            "\n".join(_site_packages_of_this_python()) + "\n"
-        )
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
-            + ["--no-index", "--ignore-installed", str(folder / "bundle")],
-            cwd=folder,
-            env=_clean_env(),
-            check=True,
-            capture_output=True,
-        )
-        yield python
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _clean_env() -> dict[str, str]:
     """This environment without PYTHONPATH (it names the checkout)."""
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
-def _unprivileged_user() -> tuple[int, int] | None:
-    """(uid, gid) of a user to grade as when this process runs as root (None if none)."""
+def _as_user(ids: tuple[int, int] | None) -> dict:
+    """subprocess arguments that run a command as the user `ids` (uid, gid); {}: as this one."""
+    return {} if ids is None else {"user": ids[0], "group": ids[1], "extra_groups": []}
+
+
+def _runs(
+    python: str, ids: tuple[int, int] | None, env: dict | None = None, code="pass"
+) -> bool:
+    """Whether the user `ids` can run `code` with `python`."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-c", code],
+            cwd="/",
+            env=env or _clean_env(),
+            capture_output=True,
+            timeout=120,
+            **_as_user(ids),
+        )
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _base_python(ids: tuple[int, int] | None) -> str | None:
+    """An interpreter of this Python version that the user `ids` can run: this venv's own, or
+    one of the system's (this one may sit in a folder only its owner can enter, as pyenv's
+    under /root)."""
+    import shutil
+
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [getattr(sys, "_base_executable", sys.executable)]
+    candidates += [shutil.which(version, path=p) for p in ("/usr/local/bin", "/usr/bin")]
+    for candidate in filter(None, candidates):
+        if ids is None or _runs(candidate, ids):
+            return candidate
+    return None
+
+
+class _Venvs:
+    """Fresh venvs made by `python -m venv` (lib64 link included) in folders any user can read,
+    seeing this interpreter's packages through a .pth file; the student bundle of this
+    checkout installed (not editable) where asked."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="refimpl-venvs-"))
+        self.folder.chmod(0o755)
+        self.made: dict[tuple[str, bool], Path] = {}
+
+    def python(self, base: str, with_bundle: bool) -> Path:
+        import subprocess
+
+        key = (base, with_bundle)
+        if key in self.made:
+            return self.made[key]
+        venv = self.folder / f"venv{len(self.made)}"
+        subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = venv / "bin" / "python"
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        Path(purelib, "project-dependencies.pth").write_text(
+            "\n".join(_site_packages_of_this_python()) + "\n"
+        )
+        if with_bundle:
+            pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+            pip += ["--no-build-isolation", "--ignore-installed", "--ignore-requires-python"]
+            subprocess.run(
+                [*pip, str(self._bundle())],
+                cwd=self.folder,
+                env=_clean_env(),
+                check=True,
+                capture_output=True,
+            )
+        self.made[key] = python
+        return python
+
+    def _bundle(self) -> Path:
+        import subprocess
+
+        from grader import bundle
+
+        out = self.folder / "bundle"
+        if not out.exists():
+            # a checkout with local changes is bundled as it is (the intake's dirty check)
+            source = Path(bundle.__file__).read_text()
+            dirty = ["--allow-dirty"] if "--allow-dirty" in source else []
+            subprocess.run(
+                [sys.executable, "-m", "grader.bundle", str(out), *dirty],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
+        return out
+
+
+@pytest.fixture(scope="module")
+def venvs():
+    import shutil
+
+    made = _Venvs()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.folder, ignore_errors=True)
+
+
+def _unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) of `nobody`, to grade as when this process runs as root (None if none)."""
     import pwd
 
     try:
@@ -891,7 +954,7 @@ def _unprivileged_user() -> tuple[int, int] | None:
     ("setup", "user"),
     [("bundle", "root"), ("bundle", "unprivileged"), ("checkout", "unprivileged")],
 )
-def test_a_class_graded_as_instructors_do(request, setup, user):
+def test_a_class_graded_as_instructors_do(venvs, setup, user):
     """Every attack of this file and every honest import, graded by `python -m refimpl grade`
     from the student bundle installed in a fresh venv (as root and as a plain user) and from
     this checkout as a plain user (as root, the tests above grade it): the attacks score 0,
@@ -905,13 +968,20 @@ def test_a_class_graded_as_instructors_do(request, setup, user):
     root = os.geteuid() == 0
     if user == "root" and not root:
         pytest.skip("not root: the run as root cannot be checked here")
-    drop = _unprivileged_user() if user == "unprivileged" and root else None
-    if user == "unprivileged" and root and drop is None:
-        pytest.skip("running as root and there is no user 'nobody' to grade as")
-    if setup == "bundle":
-        python, env = request.getfixturevalue("installed_bundle"), _clean_env()
-    else:
-        python, env = Path(sys.executable), {**_clean_env(), "PYTHONPATH": str(ROOT)}
+    ids = _unprivileged_ids() if user == "unprivileged" and root else None
+    if user == "unprivileged" and root and ids is None:
+        pytest.skip("running as root, and there is no user 'nobody' to grade as")
+    base = _base_python(ids)
+    if base is None:
+        pytest.skip(
+            f"user {user} can run no python{sys.version_info[0]}.{sys.version_info[1]}"
+        )
+    env = _clean_env()
+    python = venvs.python(base, with_bundle=setup == "bundle")
+    if setup == "checkout":
+        env["PYTHONPATH"] = str(ROOT)
+        if not _runs(str(python), ids, env, "import refimpl, torch"):
+            pytest.skip(f"user {user} cannot read this checkout ({ROOT})")
     folder = Path(tempfile.mkdtemp(prefix="refimpl-class-"))
     try:
         submissions, grades = folder / "submissions", folder / "grades"
@@ -931,11 +1001,9 @@ def test_a_class_graded_as_instructors_do(request, setup, user):
         for name, (exercise, make, _) in NOTHING_TO_FIND.items():
             nb = nbformat.writes(make()).encode()
             paths[name] = _write(submissions / name / f"{exercise}.ipynb", nb)
-        kwargs: dict = {}
-        if drop is not None:
+        if ids is not None:
             for path in [folder, *folder.rglob("*")]:
-                os.chown(path, *drop)
-            kwargs = {"user": drop[0], "group": drop[1], "extra_groups": []}
+                os.chown(path, *ids)
         else:
             env["GRADER_ALLOW_ROOT"] = "1"
         done = subprocess.run(
@@ -946,7 +1014,7 @@ def test_a_class_graded_as_instructors_do(request, setup, user):
             capture_output=True,
             text=True,
             timeout=900,
-            **kwargs,
+            **_as_user(ids),
         )
         assert done.returncode == 1, done.stderr[-2000:]
         rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}

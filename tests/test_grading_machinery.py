@@ -668,3 +668,30 @@ def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
         libc.munmap(address, 2**20)
         os.close(opened)
         os.close(named)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_an_exiting_process_whose_entries_close_is_not_hiding(monkeypatch):
+    """A process that let go of its memory (exiting, here a zombie) has its /proc entries
+    owned by root, closed to a grader that is not root: that is no hiding; a live process
+    with closed entries is."""
+    from grader import processes
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # exited, not reaped yet
+        if Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+
+    def closed(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "listdir", closed)
+    try:
+        assert processes.held_after_deletion([zombie.pid]) == 0
+        with pytest.raises(processes.HiddenFiles):
+            processes.held_after_deletion([os.getpid()])
+    finally:
+        monkeypatch.undo()
+        zombie.wait()

@@ -111,9 +111,10 @@ def test_every_exercises_child_serves_every_answer_module():
     stub = "__reference_used__('refimpl.kernels.deepseek_v4.compute_swa_indices_and_lens')"
     assert stub in ex1["refimpl.kernels.deepseek_v4"]
     assert "__reference_used__(" not in ex3["refimpl.paged.block_manager"]
-    assert "__reference_used__('refimpl.paged.scheduler.Scheduler." in ex3[
-        "refimpl.paged.scheduler"
-    ]
+    assert (
+        "__reference_used__('refimpl.paged.scheduler.Scheduler."
+        in ex3["refimpl.paged.scheduler"]
+    )
 
 
 @pytest.mark.skipif(landlock_abi() == 0, reason="needs Landlock")
