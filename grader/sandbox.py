@@ -10,8 +10,10 @@ The command-line grader runs a student's code in a child process
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
   inside Python's installation, the refimpl and grader packages, the system folders and its own
-  `/proc` entries (`file_rules`), so the solution notebooks, the other submissions, the grade
-  file and the grader's environment are out of reach; TCP is refused (Landlock ABI 4), and
+  `/proc` entries (`file_rules`, made on resolved paths), so the solution notebooks, the other
+  submissions, the grade file, the grader's environment and the reference's source (by any
+  route: `hidden_routes`, which the child tries itself before any student cell,
+  `readable_routes`) are out of reach; TCP is refused (Landlock ABI 4), and
   signals to processes outside the sandbox (the grader) are refused (ABI 6);
 - on Linux (x86-64, arm64), allows itself Unix sockets only (`deny_sockets`, seccomp): no UDP,
   TCP, raw or packet socket, no io_uring.
