@@ -5,18 +5,21 @@ scheduler exercise uses the reference BlockManager, the prefix-cache exercise su
 Traps put over the reference's code after it was loaded leave it to be found (in a closure, a
 frozen dataclass, `linecache`, the source file). So the child never loads it at all:
 
-- the grader (the parent) writes, for the exercise being graded, each *answer module* again
-  (`answer_free_sources`): every function or method the exercise asks for becomes a stub that
-  raises `ReferenceUsed`, and every other function or method that only those used is left out
-  (it did their work: the prefix walk, the padding sum). The rest of the module is kept
-  as it is, so what the exercise builds on still works. The answer modules are those `ANSWERS`
-  names and every other module of refimpl that defines an answer under the same name
+- the grader (the parent) writes each *answer module* of every exercise again
+  (`answer_free_sources`): every function or method the graded exercise asks for, and every one
+  a later exercise asks for, becomes a stub that raises `ReferenceUsed`, and every other
+  function or method that only those used is left out (it did their work: the prefix walk, the
+  padding sum). The rest of the module is kept as it is, so what the exercise builds on (the
+  earlier exercises' answers: the scheduler's BlockManager) still works, and every public
+  module imports (`import refimpl.kernels` in exercise 1). The answer modules are those
+  `ANSWERS` names and every other module of refimpl that defines an answer under the same name
   (`same_named`: the Triton kernel beside its torch twin), found in the source;
 - the child installs `AnswerFreeFinder` before it imports anything of refimpl. It serves the
   answer modules from those sources (compiled under a name that is no file; the answer-free
   text sits in `linecache` only while its module runs, for Triton's jit) and refuses to import
-  the course's copies of the reference (`grader.broken`) and the course layer
-  (`refimpl.course`, `refimpl.viz`: chapter props that show the answers).
+  the course's copies of the reference (`grader.broken`) and the course layer's props
+  (`refimpl.course`: the prefix walk and other chapter props that show the answers;
+  `refimpl.viz` imports, its drawings that use those props do not).
 
 The child never reads the reference's source itself; on Linux with Landlock it cannot either:
 the answer modules' files and the blocked packages' folders are unreadable there
@@ -38,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 
 # modules (and everything beneath them) the grading child may not import
-BLOCKED = ("grader.broken", "refimpl.course", "refimpl.viz")
+BLOCKED = ("grader.broken", "refimpl.course")
 
 
 @dataclass(frozen=True)
@@ -221,15 +224,32 @@ def _imported_elsewhere(module: str) -> frozenset[str]:
 
 
 def answer_free_sources(checks: list[str]) -> dict[str, str]:
-    """module name -> the source the grading child imports for it (run in the grader)."""
+    """module name -> the source the grading child of the exercise graded by `checks` imports
+    for it (run in the grader): every answer module of every exercise, without the answers of
+    `stripped_checks`."""
     return dict(_sources(tuple(sorted(set(checks)))))
+
+
+def stripped_checks(checks: list[str]) -> list[str]:
+    """The checks whose answers the grading child lacks: `checks`, and every check of a later
+    exercise. An exercise builds on the earlier ones (the scheduler on the block manager), so
+    their answers stay."""
+    from grader.exercises import EXERCISES
+
+    unknown = sorted(set(checks) - set(ANSWERS))
+    if unknown:
+        raise ValueError(f"check_name must be one of {sorted(ANSWERS)}, got {unknown}")
+    order = [[check for check, _ in exercise.checks] for exercise in EXERCISES.values()]
+    last = max(i for i, group in enumerate(order) if set(group) & set(checks))
+    return sorted({*checks, *(c for group in order[last + 1 :] for c in group)})
 
 
 @functools.cache
 def _sources(checks: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    stripped = answers_for(stripped_checks(list(checks)))
     return tuple(
-        (module, without_answers(_source(module), module, answers))
-        for module, answers in answers_for(list(checks)).items()
+        (module, without_answers(_source(module), module, stripped.get(module, [])))
+        for module in answers_for(list(ANSWERS))
     )
 
 

@@ -5,7 +5,8 @@ grader's calls.
 talks to it over a socket (`grader.wire`). Before any student cell runs, the child
 installs the finder that serves a refimpl without the exercise's answers
 (`grader.answer_free`), lowers its resource limits and closes itself off
-(`grader.sandbox`).
+(`grader.sandbox`); then it checks that it can read none of the reference's hidden files, by
+any route, and refuses to run anything if it can.
 Then it runs the cells and serves requests: build a world around the student's class or
 function, apply a `Call` to it, report the world's state, enter or leave a patch. It never sees
 the reference's answers and never decides whether anything passed; everything it sends back is
@@ -140,12 +141,23 @@ def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
         wire.send_answer(sock, answer)
 
 
+class SandboxHole(Exception):
+    """A file the sandbox should hide can be read: nothing is graded in this process."""
+
+
 def prepare(payload: dict) -> None:
     """Everything that happens before the first student cell: the answer-free refimpl, limits,
     imports, sandbox."""
     from grader import answer_free
     from grader.processes import die_with_parent
-    from grader.sandbox import FileRules, Limits, deny_sockets, restrict
+    from grader.sandbox import (
+        FileRules,
+        Limits,
+        deny_sockets,
+        hidden_routes,
+        readable_routes,
+        restrict,
+    )
 
     # first: nothing below may load an answer module from its file
     answer_free.install(payload.pop("sources"))
@@ -160,7 +172,17 @@ def prepare(payload: dict) -> None:
     for check in payload["checks"]:
         getattr(grader, check)
     if payload["files"] is not None:
-        restrict(FileRules(**payload["files"]))
+        rules = FileRules(**payload["files"])
+        # the routes the grader found, and those this process finds from its own sys.path
+        routes = sorted(hidden_routes(list(rules.hidden)))
+        restrict(rules)
+        readable = readable_routes(routes)
+        if readable:
+            raise SandboxHole(
+                f"refused to grade: its code could read {len(readable)} of the reference's "
+                f"hidden files despite the sandbox ({readable[0]}); grade in a container "
+                "(see notebooks/exercises/README.md)"
+            )
     if payload["deny_sockets"]:
         deny_sockets()
 
@@ -171,6 +193,9 @@ def main(argv: list[str]) -> int:
     payload = request[1]
     try:
         prepare(payload)
+    except SandboxHole as hole:
+        wire.send_answer(sock, {"refused": str(hole)})
+        return 2
     # no student code has run yet: this is the grader's own problem
     except Exception as exc:  # noqa: BLE001
         wire.send_answer(sock, {"setup_failed": f"{type(exc).__name__}: {exc}"})

@@ -289,6 +289,8 @@ def held_after_deletion(pids: list[int], with_mappings: bool = True) -> int:
         try:
             names = os.listdir(folder)
         except PermissionError:
+            if _exiting(pid):
+                continue
             raise HiddenFiles(pid) from None
         except OSError:
             continue  # it ended
@@ -305,6 +307,17 @@ def held_after_deletion(pids: list[int], with_mappings: bool = True) -> int:
         if with_mappings:
             total += _mapped_after_deletion(pid, seen)
     return total
+
+
+def _exiting(pid: int) -> bool:
+    """Whether process `pid` has let go of its memory: it is exiting (or gone). Its /proc
+    entries then belong to root, which is no hiding (only a live process can make itself not
+    dumpable, and it keeps its memory)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            return not any(line.startswith("VmSize:") for line in handle)
+    except OSError:
+        return True
 
 
 def _on_disk(info: os.stat_result) -> int:

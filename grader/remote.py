@@ -127,6 +127,8 @@ class GradingChild:
         self.last_error = ""
         # why the child was stopped for what it wrote (it scores 0, and is not started again)
         self.overflow: str | None = None
+        # why the child refused to run its code (it could read a hidden file)
+        self.refused: str | None = None
         self._cgroup: PidsCgroup | None = None
         self._stderr: Any = None  # the latest child's stderr file, held open here
         self._watcher: threading.Thread | None = None
@@ -158,6 +160,8 @@ class GradingChild:
             raise StartFailed(f"timed out after {self.timeout:g} s")
         if self.overflow is not None:
             raise StartFailed(self.overflow)
+        if self.refused is not None:  # the sandbox leaks here: the same for every start
+            raise StartFailed(self.refused)
         if self.starts >= MAX_STARTS:
             raise StartFailed(
                 f"the process running its code ended {MAX_STARTS} times; not started again"
@@ -172,6 +176,10 @@ class GradingChild:
             self._spawn(self._sources)
             # sent before any student code runs
             prepared = wire.read_answer(self.sock, self.deadline)
+            if "refused" in prepared:
+                self._end(1.0)
+                self.refused = clean_text(prepared["refused"], limit=500)
+                raise StartFailed(self.refused)
             if "setup_failed" in prepared:
                 self._end(1.0)
                 raise StartFailed(

@@ -10,8 +10,10 @@ The command-line grader runs a student's code in a child process
 - on Linux with Landlock (5.13 and later; `landlock_abi() > 0`), restricts itself for good
   (`restrict`): files can be written only inside its throwaway working directory, read only
   inside Python's installation, the refimpl and grader packages, the system folders and its own
-  `/proc` entries (`file_rules`), so the solution notebooks, the other submissions, the grade
-  file and the grader's environment are out of reach; TCP is refused (Landlock ABI 4), and
+  `/proc` entries (`file_rules`, made on resolved paths), so the solution notebooks, the other
+  submissions, the grade file, the grader's environment and the reference's source (by any
+  route: `hidden_routes`, which the child tries itself before any student cell,
+  `readable_routes`) are out of reach; TCP is refused (Landlock ABI 4), and
   signals to processes outside the sandbox (the grader) are refused (ABI 6);
 - on Linux (x86-64, arm64), allows itself Unix sockets only (`deny_sockets`, seccomp): no UDP,
   TCP, raw or packet socket, no io_uring.
@@ -26,7 +28,9 @@ instructor guide, `notebooks/exercises/README.md`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import re
 import site
 import sys
 from dataclasses import dataclass
@@ -154,6 +158,9 @@ class FileRules:
     # folders whose entries may be listed, not read (they hold hidden files)
     list_only: tuple[str, ...] = ()
     note: str = ""  # why reads are not restricted, when they are not
+    # every path under which a hidden file could be reached (`hidden_routes`): the child tries
+    # them all once the rules hold, and refuses to grade if it can read one
+    hidden: tuple[str, ...] = ()
 
 
 _SYSTEM_READ = (
@@ -182,16 +189,10 @@ _SYSTEM_READ = (
 )
 
 
-def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> FileRules:
-    """The child's file rules: write in `workdir`; read Python, refimpl, the system and
-    `workdir`.
-
-    `protected` are folders the child must not read (the solutions, the submissions, the grade
-    file's folder). If one of them lies inside a folder Python needs, reads cannot be
-    restricted without breaking Python; then only writes are, and `note` says why. `hidden` are
-    files inside the readable folders that stay unreadable (the source of the reference code an
-    exercise asks for: the child's refimpl lacks it, and must not load it from its file).
-    """
+def python_roots() -> list[str]:
+    """The folders Python needs to run refimpl, as they are named: its installation, its
+    site-packages folders (those a `.pth` file or PYTHONPATH adds too), the refimpl and grader
+    packages, the system folders."""
     packages = [str(Path(p.__file__).resolve().parent) for p in (refimpl, grader)]
     roots = {
         sys.prefix,
@@ -205,14 +206,31 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
     user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     if user_site and user_site in sys.path:
         roots.add(user_site)
+    # an installed package's folder on sys.path, wherever it was added from (never a checkout:
+    # its notebooks hold the solutions, and only its two packages are needed)
+    roots.update(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))
+    return sorted(r for r in roots if r and Path(r).exists())
+
+
+def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> FileRules:
+    """The child's file rules: write in `workdir`; read Python, refimpl, the system and
+    `workdir`.
+
+    `protected` are folders the child must not read (the solutions, the submissions, the grade
+    file's folder). If one of them lies inside a folder Python needs, reads cannot be
+    restricted without breaking Python; then only writes are, and `note` says why. `hidden` are
+    files inside the readable folders that stay unreadable (the source of the reference code an
+    exercise asks for: the child's refimpl lacks it, and must not load it from its file).
+
+    Every rule is made on resolved paths, since a rule holds for what its path resolves to: a
+    link (a venv's `lib64 -> lib`) or a bind mount that leads to a hidden file is never granted
+    whole. Deny by default: a folder is readable whole only if no hidden file, under any of its
+    names (`hidden_routes`), lies beneath it.
+    """
+    roots = python_roots()
     # /proc/self stays a link here: the child resolves it to its own folder
-    resolved = sorted(
-        {
-            r if r.startswith("/proc/") else str(Path(r).resolve())
-            for r in roots
-            if Path(r).exists()
-        }
-    )
+    resolved = sorted({r if r.startswith("/proc/") else os.path.realpath(r) for r in roots})
+    workdir = os.path.realpath(workdir)
     for folder in protected:
         inside = [r for r in resolved if Path(folder).resolve().is_relative_to(r)]
         if inside:
@@ -220,20 +238,38 @@ def file_rules(workdir: str, protected: list[str], hidden: list[str] = ()) -> Fi
                 f"graded code can read {folder} "
                 f"(it lies inside {inside[0]}, which Python needs)"
             )
-            return FileRules(None, (workdir,), note)
-    hidden_set = {str(Path(h).resolve()) for h in hidden}
+            return FileRules(None, (workdir,), note=note)
+    read, list_only, routes = _read_rules(tuple(roots), tuple(sorted(hidden)))
+    return FileRules(read + (workdir,), (workdir,), list_only, hidden=routes)
+
+
+@functools.cache  # the same for every child of a run
+def _read_rules(
+    roots: tuple[str, ...], hidden: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(folders and files to read, folders to list, every route to a hidden file)."""
+    routes = hidden_routes(list(hidden), list(roots))
+    # what a rule can name: real paths, and the same files seen through other mounts
+    real = {r for r in routes if r == os.path.realpath(r) or not os.path.exists(r)}
+    resolved = sorted({r if r.startswith("/proc/") else os.path.realpath(r) for r in roots})
     read: list[str] = []
     list_only: list[str] = []
+    seen: set[str] = set()
     for root in resolved:
-        _allow_around(root, hidden_set, read, list_only)
-    return FileRules(tuple(read) + (workdir,), (workdir,), tuple(list_only))
+        _allow_around(root, real, read, list_only, seen)
+    return tuple(read), tuple(list_only), tuple(sorted(routes))
 
 
-def _allow_around(path: str, hidden: set[str], read: list[str], list_only: list[str]) -> None:
+def _allow_around(
+    path: str, hidden: set[str], read: list[str], list_only: list[str], seen: set[str]
+) -> None:
     """Allow reading `path` whole, or, if hidden files lie beneath it, everything beside
-    them."""
-    if path in hidden:
+    them. A link is followed (a rule holds for its target): its target is judged instead."""
+    if not path.startswith("/proc/"):
+        path = os.path.realpath(path)
+    if path in seen or path in hidden:
         return
+    seen.add(path)
     if not any(h.startswith(path.rstrip("/") + "/") for h in hidden):
         read.append(path)
         return
@@ -243,7 +279,173 @@ def _allow_around(path: str, hidden: set[str], read: list[str], list_only: list[
     except OSError:
         return
     for entry in entries:
-        _allow_around(os.path.join(path, entry), hidden, read, list_only)
+        _allow_around(os.path.join(path, entry), hidden, read, list_only, seen)
+
+
+def hidden_routes(hidden: list[str], roots: list[str] = ()) -> set[str]:
+    """Every path under which a hidden file (or folder, with the files beneath it) could be
+    opened:
+
+    - the path given and its resolved path;
+    - another copy of the same package file on sys.path, in a site-packages folder or in one
+      of `roots` (a site-packages copy of refimpl beside a checkout);
+    - its compiled caches in `__pycache__`, those that exist and those Python would write;
+    - the same file through a link (a venv's `lib64 -> lib`, a link on sys.path) or through
+      another mount of its folder (a bind mount), found in /proc/self/mountinfo.
+    """
+    files: set[str] = set()
+    for path in hidden:
+        files.add(path)
+        real = os.path.realpath(path)
+        files.add(real)
+        if os.path.isdir(real):
+            files.update(str(p) for p in Path(real).rglob("*") if p.is_file())
+    files.update(_copies(files, roots))
+    files.update(_compiled(files))
+    mounts = _mounts()
+    real_files = {os.path.realpath(f) for f in files}
+    for f in list(real_files):
+        files.update(_mount_aliases(f, mounts))
+    files.update(_link_aliases(files, roots))
+    return files
+
+
+def _package_parents() -> list[str]:
+    return [str(Path(p.__file__).resolve().parent.parent) for p in (refimpl, grader)]
+
+
+def _copies(files: set[str], roots: list[str]) -> set[str]:
+    """The same package files (refimpl/..., grader/...) in every other folder packages are
+    imported from."""
+    relative = set()
+    for parent in _package_parents():
+        for f in files:
+            real = Path(os.path.realpath(f))
+            if real.is_relative_to(parent):
+                relative.add(real.relative_to(parent))
+    folders = {*sys.path, *roots}
+    folders.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    copies = set()
+    for folder in folders:
+        if not folder or not os.path.isdir(folder):
+            continue
+        for rel in relative:
+            candidate = Path(folder) / rel
+            if candidate.exists():
+                copies.add(str(candidate))
+                copies.add(os.path.realpath(candidate))
+    return copies
+
+
+def _compiled(files: set[str]) -> set[str]:
+    """The `__pycache__` files of every source in `files`: those there now, and those Python
+    would write (a rule made now must cover a cache written later)."""
+    tag = sys.implementation.cache_tag
+    caches = set()
+    for f in files:
+        path = Path(f)
+        if path.suffix != ".py":
+            continue
+        cache = path.parent / "__pycache__"
+        caches.update(
+            str(cache / f"{path.stem}.{tag}{opt}.pyc") for opt in ("", ".opt-1", ".opt-2")
+        )
+        if cache.is_dir():
+            caches.update(str(p) for p in cache.glob(f"{path.stem}.*.pyc"))
+    return caches
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes space, tab, newline and backslash in octal
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    """(device, folder of that file system it shows, mount point) of every mount this
+    process sees, in mount order (empty where there is no /proc/self/mountinfo)."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 5:
+            rows.append((fields[2], _unescape(fields[3]), _unescape(fields[4])))
+    return rows
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _mount_aliases(path: str, mounts: list[tuple[str, str, str]]) -> set[str]:
+    """The other paths of `path` (a resolved path) through other mounts of its file system
+    that show it (bind mounts)."""
+    holding = [(len(m[2]), i) for i, m in enumerate(mounts) if _under(path, m[2])]
+    if not holding:
+        return set()
+    device, root, point = mounts[max(holding)[1]]
+    inside = root.rstrip("/") + "/" + path[len(point) :].lstrip("/")
+    aliases = set()
+    for other_device, other_root, other_point in mounts:
+        if other_device == device and _under(inside, other_root):
+            rest = inside[len(other_root.rstrip("/")) :].lstrip("/")
+            aliases.add(other_point.rstrip("/") + "/" + rest if rest else other_point)
+    aliases.discard(path)
+    return aliases
+
+
+def _link_aliases(files: set[str], roots: list[str]) -> set[str]:
+    """The same files through a link that leads into one of their folders: an entry of the
+    folders Python is installed in (a venv's `lib64 -> lib`), a link on sys.path or among
+    `roots`."""
+    places = {
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        *sys.path,
+        *roots,
+    }
+    places.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    links: set[str] = set()
+    for place in places:
+        if not place or place.startswith("/proc/"):
+            continue
+        path = Path(place)
+        candidates = [path, *path.parents]
+        for folder in [path, path.parent]:
+            try:
+                candidates += [e for e in folder.iterdir() if e.is_symlink()]
+            except OSError:
+                pass
+        # a link, or a path with a link above it (macOS's /tmp)
+        links.update(str(c) for c in candidates if str(c) != os.path.realpath(c))
+    aliases = set()
+    real_files = {os.path.realpath(f) for f in files}
+    for link in links:
+        target = os.path.realpath(link)
+        for f in real_files:
+            if _under(f, target) and f != target:
+                aliases.add(link.rstrip("/") + f[len(target) :])
+    return aliases
+
+
+def readable_routes(routes: list[str]) -> list[str]:
+    """The routes to files this process can read a byte through (a hidden folder's names may
+    be listed: a rule to list a folder holds beneath it; its files are routes of their own)."""
+    readable = []
+    for route in routes:
+        try:
+            if os.path.isdir(route):
+                continue
+            with open(route, "rb") as handle:
+                handle.read(1)
+        except OSError:
+            continue
+        readable.append(route)
+    return readable
 
 
 def restrict(rules: FileRules) -> int:

@@ -6,7 +6,8 @@ derives: the test must not trust what it checks), and looks at everything they d
 function named like an answer (or a private one named after it, such as a Triton kernel behind
 its wrapper) must be a stub that raises `ReferenceUsed`; so must every method of a class named
 like a class the exercise asks for whole, and the asked methods of a class named like one it
-asks methods of. The blocked packages must refuse to import.
+asks methods of (a later exercise's answers are stubs too). The blocked packages must refuse
+to import.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ for path in sorted(root.rglob("*.py")):
     try:
         module = importlib.import_module(name)
     except ImportError as exc:
-        if any(name == b or name.startswith(b + ".") for b in spec["blocked"]):
+        # blocked, or built on a blocked module (a drawing of refimpl.viz on a course prop)
+        blocked = any(name == b or name.startswith(b + ".") for b in spec["blocked"])
+        if blocked or "is not available while an exercise is graded" in str(exc):
             refused.append(name)
             continue
         raise
@@ -139,4 +142,5 @@ def test_no_module_of_the_childs_refimpl_defines_an_answer(exercise, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     assert found["problems"] == [], found
-    assert {"refimpl.course", "refimpl.viz"} <= set(found["refused"])
+    # the course layer is refused; refimpl.viz imports (its drawings on course props do not)
+    assert "refimpl.course" in found["refused"] and "refimpl.viz" not in found["refused"]

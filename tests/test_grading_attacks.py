@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -675,6 +676,355 @@ def test_the_child_holds_no_answer_to_find(tmp_path):
         if rows[name]["passed"] != "0" or NOTHING_TO_FIND[name][2] not in rows[name]["reason"]
     ]
     assert problems == []
+
+
+# --- the reference read from its installed file, by every route a student might try
+SITE_PACKAGES_READ = """
+import marshal, os, sys, refimpl
+def _load(rel):
+    # refimpl/<rel> run from its file: the package's folder, its resolved path, the lib64
+    # link of a venv, every folder on sys.path (a site-packages copy), their compiled caches
+    base = os.path.dirname(refimpl.__file__)
+    folders = [base, os.path.realpath(base)]
+    folders += [f.replace("/lib/", "/lib64/") for f in list(folders)]
+    folders += [os.path.join(p, "refimpl") for p in sys.path if p]
+    stem = os.path.splitext(os.path.basename(rel))[0]
+    tag = sys.implementation.cache_tag
+    tried = set()
+    for folder in folders:
+        path = os.path.join(folder, rel)
+        cache = os.path.join(os.path.dirname(path), "__pycache__", f"{stem}.{tag}.pyc")
+        for candidate in (path, cache):
+            try:
+                with open(candidate, "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                tried.add(type(exc).__name__)
+                continue
+            code = marshal.loads(data[16:]) if candidate == cache else compile(data, path, "exec")
+            ns = {"__name__": "refimpl." + rel[:-3].replace("/", ".")}
+            exec(code, ns)
+            return ns
+    raise PermissionError(f"{rel}: " + ", ".join(sorted(tried)))
+"""
+# name -> (exercise, the solution cells' code after SITE_PACKAGES_READ)
+SITE_PACKAGES = {
+    "site_packages_ex1": (
+        "01_block_manager",
+        'ns = _load("paged/block_manager.py")\n' + EX1_FROM_NS,
+    ),
+    "site_packages_ex2": (
+        "02_prefix_cache",
+        'PrefixCachingBlockManager = _load("paged/block_manager.py")["BlockManager"]\n',
+    ),
+    "site_packages_ex3": (
+        "03_scheduler",
+        '_ns = _load("paged/scheduler.py")\n'
+        "import refimpl.paged.scheduler as _module\n"
+        '_ns["SchedulerConfig"] = _module.SchedulerConfig  # the class the grader passes\n'
+        'Scheduler = _ns["Scheduler"]\n',
+    ),
+    "site_packages_ex4": (
+        "04_packed_layout",
+        '_ns = _load("hybrid/kv_cache_planning.py")\n'
+        'approximate_gcd = _ns["approximate_gcd"]\n'
+        'get_packed_kv_cache_groups = lambda specs: _ns["get_packed_kv_cache_groups"](specs, "BLHNC")\n'
+        "def get_kv_cache_config(groups, available_memory, num_blocks_override=None):\n"
+        '    return _ns["get_kv_cache_config"](groups, available_memory, num_blocks_override,'
+        ' kv_cache_layout="BLHNC")\n',
+    ),
+    "site_packages_ex5": (
+        "05_hybrid_allocator",
+        'SlidingWindowManager = _load("hybrid/single_type_kv_cache_manager.py")'
+        '["SlidingWindowManager"]\n'
+        'HybridKVCacheCoordinator = _load("hybrid/kv_cache_coordinator.py")'
+        '["HybridKVCacheCoordinator"]\n',
+    ),
+    "site_packages_ex6": (
+        "06_slot_addressing",
+        'compute_swa_indices_and_lens = _load("kernels/reference_v4.py")'
+        '["compute_swa_indices_and_lens"]\n',
+    ),
+}
+# name -> (exercise, imports put before the solution): every public package imports
+HONEST_IMPORTS = {
+    "imports_ex1": (
+        "01_block_manager",
+        "import refimpl.engine, refimpl.hybrid, refimpl.kernels, refimpl.models, refimpl.viz",
+    ),
+    "imports_ex2": ("02_prefix_cache", "import refimpl.kernels"),
+    "imports_ex3": ("03_scheduler", "from refimpl.engine import LLM"),
+    "imports_ex4": ("04_packed_layout", "import refimpl.models, refimpl.viz"),
+    "imports_ex5": ("05_hybrid_allocator", "import refimpl.kernels, refimpl.models"),
+    "imports_ex6": ("06_slot_addressing", "import refimpl.engine, refimpl.hybrid"),
+}
+
+
+def _site_packages_attack(exercise: str, code: str) -> nbformat.NotebookNode:
+    return _replace_solutions(exercise, SITE_PACKAGES_READ + code)
+
+
+def _honest_with_imports(exercise: str, imports: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(ROOT / SOLUTIONS_DIR / f"{exercise}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if cell_role(c) == "solution")
+    cell.source = imports + "\n" + cell.source
+    return nb
+
+
+def _write_read_and_import_class(folder: Path) -> dict[str, Path]:
+    """The site-packages attacks and the honest solutions that import public packages,
+    written into `folder`: {name: path}."""
+    paths = {}
+    for name, (exercise, code) in SITE_PACKAGES.items():
+        nb = _site_packages_attack(exercise, code)
+        paths[name] = _write(folder / name / f"{exercise}.ipynb", nbformat.writes(nb).encode())
+    for name, (exercise, imports) in HONEST_IMPORTS.items():
+        nb = _honest_with_imports(exercise, imports)
+        paths[name] = _write(folder / name / f"{exercise}.ipynb", nbformat.writes(nb).encode())
+    return paths
+
+
+def _problems(rows: dict[str, dict], attacks: list[str], honest: list[str]) -> list[str]:
+    """What went wrong: an attack that scored, an honest solution that lost a check."""
+    problems = [
+        f"{name} scored {rows[name]['passed']}/{rows[name]['checks']}: {rows[name]['reason']}"
+        for name in attacks
+        if rows[name]["passed"] != "0" or rows[name]["checks"] == "0"
+    ]
+    problems += [
+        f"{name} (honest) scored {rows[name]['passed']}/{rows[name]['checks']}: "
+        f"{rows[name]['reason']}"
+        for name in honest
+        if rows[name]["passed"] != rows[name]["checks"] or rows[name]["checks"] == "0"
+    ]
+    return problems
+
+
+@pytest.mark.skipif(ABI == 0, reason="the files are unreadable only where Landlock is")
+def test_the_installed_reference_is_unreadable_and_every_public_package_imports(tmp_path):
+    """From this checkout: the answer module of each exercise, run from its file by any route
+    (site-packages, lib64, a cache), scores 0; a solution that imports refimpl.engine,
+    .hybrid, .kernels, .models or .viz keeps every check."""
+    paths = _write_read_and_import_class(tmp_path)
+    csv_path = tmp_path / "grades.csv"
+    refimpl_main(["grade", "--quiet", "--csv", str(csv_path), *map(str, paths.values())])
+    rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+    assert _problems(rows, list(SITE_PACKAGES), list(HONEST_IMPORTS)) == []
+    for name in SITE_PACKAGES:
+        assert "raised PermissionError" in rows[name]["reason"], rows[name]["reason"]
+
+
+# --- CI grades as instructors do: a student bundle installed into a fresh venv, a plain user
+def _site_packages_of_this_python() -> list[str]:
+    """The folders this interpreter imports its installed packages from (torch, nbformat):
+    a fresh venv sees them through a .pth file instead of installing them again."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without PYTHONPATH (it names the checkout)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _as_user(ids: tuple[int, int] | None) -> dict:
+    """subprocess arguments that run a command as the user `ids` (uid, gid); {}: as this one."""
+    return {} if ids is None else {"user": ids[0], "group": ids[1], "extra_groups": []}
+
+
+def _runs(
+    python: str, ids: tuple[int, int] | None, env: dict | None = None, code="pass"
+) -> bool:
+    """Whether the user `ids` can run `code` with `python`."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [python, "-c", code],
+            cwd="/",
+            env=env or _clean_env(),
+            capture_output=True,
+            timeout=120,
+            **_as_user(ids),
+        )
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _base_python(ids: tuple[int, int] | None) -> str | None:
+    """An interpreter of this Python version that the user `ids` can run: this venv's own, or
+    one of the system's (this one may sit in a folder only its owner can enter, as pyenv's
+    under /root)."""
+    import shutil
+
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [getattr(sys, "_base_executable", sys.executable)]
+    candidates += [shutil.which(version, path=p) for p in ("/usr/local/bin", "/usr/bin")]
+    for candidate in filter(None, candidates):
+        if ids is None or _runs(candidate, ids):
+            return candidate
+    return None
+
+
+class _Venvs:
+    """Fresh venvs made by `python -m venv` (lib64 link included) in folders any user can read,
+    seeing this interpreter's packages through a .pth file; the student bundle of this
+    checkout installed (not editable) where asked."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="refimpl-venvs-"))
+        self.folder.chmod(0o755)
+        self.made: dict[tuple[str, bool], Path] = {}
+
+    def python(self, base: str, with_bundle: bool) -> Path:
+        import subprocess
+
+        key = (base, with_bundle)
+        if key in self.made:
+            return self.made[key]
+        venv = self.folder / f"venv{len(self.made)}"
+        subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = venv / "bin" / "python"
+        purelib = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        Path(purelib, "project-dependencies.pth").write_text(
+            "\n".join(_site_packages_of_this_python()) + "\n"
+        )
+        if with_bundle:
+            pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+            pip += ["--no-build-isolation", "--ignore-installed", "--ignore-requires-python"]
+            subprocess.run(
+                [*pip, str(self._bundle())],
+                cwd=self.folder,
+                env=_clean_env(),
+                check=True,
+                capture_output=True,
+            )
+        self.made[key] = python
+        return python
+
+    def _bundle(self) -> Path:
+        import subprocess
+
+        from grader import bundle
+
+        out = self.folder / "bundle"
+        if not out.exists():
+            # a checkout with local changes is bundled as it is (the intake's dirty check)
+            source = Path(bundle.__file__).read_text()
+            dirty = ["--allow-dirty"] if "--allow-dirty" in source else []
+            subprocess.run(
+                [sys.executable, "-m", "grader.bundle", str(out), *dirty],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
+        return out
+
+
+@pytest.fixture(scope="module")
+def venvs():
+    import shutil
+
+    made = _Venvs()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made.folder, ignore_errors=True)
+
+
+def _unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) of `nobody`, to grade as when this process runs as root (None if none)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.mark.parametrize(
+    ("setup", "user"),
+    [("bundle", "root"), ("bundle", "unprivileged"), ("checkout", "unprivileged")],
+)
+def test_a_class_graded_as_instructors_do(venvs, setup, user):
+    """Every attack of this file and every honest import, graded by `python -m refimpl grade`
+    from the student bundle installed in a fresh venv (as root and as a plain user) and from
+    this checkout as a plain user (as root, the tests above grade it): the attacks score 0,
+    the honest solutions everything."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if ABI == 0:
+        pytest.skip("without Landlock the graded code can read the reference's files")
+    root = os.geteuid() == 0
+    if user == "root" and not root:
+        pytest.skip("not root: the run as root cannot be checked here")
+    ids = _unprivileged_ids() if user == "unprivileged" and root else None
+    if user == "unprivileged" and root and ids is None:
+        pytest.skip("running as root, and there is no user 'nobody' to grade as")
+    base = _base_python(ids)
+    if base is None:
+        pytest.skip(
+            f"user {user} can run no python{sys.version_info[0]}.{sys.version_info[1]}"
+        )
+    env = _clean_env()
+    python = venvs.python(base, with_bundle=setup == "bundle")
+    if setup == "checkout":
+        env["PYTHONPATH"] = str(ROOT)
+        if not _runs(str(python), ids, env, "import refimpl, torch"):
+            pytest.skip(f"user {user} cannot read this checkout ({ROOT})")
+    folder = Path(tempfile.mkdtemp(prefix="refimpl-class-"))
+    try:
+        submissions, grades = folder / "submissions", folder / "grades"
+        grades.mkdir()
+        csv_path = grades / "grades.csv"
+        paths = _write_read_and_import_class(submissions)
+        fill = {
+            "{csv!r}": repr(str(csv_path)),
+            "{outside!r}": repr(str(folder / "outside.txt")),
+            "{classmate!r}": repr(str(paths["imports_ex1"])),
+        }
+        for name, (before, after) in ATTACKS.items():
+            for key, value in fill.items():
+                before = before.replace(key, value)
+            nb = nbformat.writes(_with_attack(before, after)).encode()
+            paths[name] = _write(submissions / name / "01_block_manager.ipynb", nb)
+        for name, (exercise, make, _) in NOTHING_TO_FIND.items():
+            nb = nbformat.writes(make()).encode()
+            paths[name] = _write(submissions / name / f"{exercise}.ipynb", nb)
+        if ids is not None:
+            for path in [folder, *folder.rglob("*")]:
+                os.chown(path, *ids)
+        else:
+            env["GRADER_ALLOW_ROOT"] = "1"
+        done = subprocess.run(
+            [str(python), "-m", "refimpl", "grade", "--quiet", "--timeout", "60"]
+            + ["--csv", str(csv_path), *map(str, paths.values())],
+            cwd=folder,
+            env={**env, "HOME": str(folder)},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            **_as_user(ids),
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        rows = {Path(r["notebook"]).parent.name: r for r in csv.DictReader(csv_path.open())}
+        attacks = [*SITE_PACKAGES, *ATTACKS, *NOTHING_TO_FIND]
+        assert _problems(rows, attacks, list(HONEST_IMPORTS)) == []
+        for name in SITE_PACKAGES:
+            assert "raised PermissionError" in rows[name]["reason"], rows[name]["reason"]
+        assert not (folder / "outside.txt").exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():

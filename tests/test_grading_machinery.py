@@ -408,7 +408,7 @@ def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
         "get_kv_cache_groups ran",
         "grader.broken refused",
         "refimpl.course.prefix_match refused",
-        "refimpl.viz refused",
+        "refimpl.viz imported",
         "source in linecache False",
         "file None",
         "scheduler refimpl.paged.scheduler -1",
@@ -885,3 +885,30 @@ def test_the_student_bundle_refuses_local_changes_unless_allowed(tmp_path, capsy
     # the Makefile hands the flag on
     makefile = (ROOT / "Makefile").read_text()
     assert "python -m grader.bundle dist/student-bundle $(BUNDLE_ARGS)" in makefile
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_an_exiting_process_whose_entries_close_is_not_hiding(monkeypatch):
+    """A process that let go of its memory (exiting, here a zombie) has its /proc entries
+    owned by root, closed to a grader that is not root: that is no hiding; a live process
+    with closed entries is."""
+    from grader import processes
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # exited, not reaped yet
+        if Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+
+    def closed(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "listdir", closed)
+    try:
+        assert processes.held_after_deletion([zombie.pid]) == 0
+        with pytest.raises(processes.HiddenFiles):
+            processes.held_after_deletion([os.getpid()])
+    finally:
+        monkeypatch.undo()
+        zombie.wait()
