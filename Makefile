@@ -66,7 +66,9 @@ test-notebooks: $(STAMP)
 	$(NO_GPU) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
 
 # Re-execute every chapter and exercise solution in place (outputs committed), store each notebook
-# as JupyterLab would save it, and regenerate the student copies.
+# as JupyterLab would save it (a figure that shows the same picture as the committed one, within
+# refimpl/course/same_picture.py's pixel tolerance, keeps the committed bytes), and regenerate the
+# student copies.
 # NB="notebooks/03_block_manager.ipynb ..." re-executes only those.
 # `make figures` does the same and also rewrites figures/ (the README's pictures): the chapters'
 # save_figure calls write only when REFIMPL_WRITE_FIGURES is set, so a reader's Run All writes nothing.

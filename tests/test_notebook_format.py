@@ -8,7 +8,9 @@ outputs, and the Jupyter server's own open-and-save round trip of the file's byt
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import json
 import re
 import shutil
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import start_new_kernel
@@ -482,3 +485,122 @@ def test_the_hook_keeps_a_timing_only_while_its_cell_is_unchanged(tmp_path, monk
     edited = json.loads(save_as_jupyterlab(tmp_path, "t.ipynb", nb))
     assert edited["cells"][0]["outputs"][0]["text"] == ["2.0 ms\n"]  # an edit: the new one
     assert not ignores_output("print(1)  # NBVAL_IGNORE_OUTPUT is explained below")
+
+
+# --- figures drawn on another machine: same picture, other bytes
+# --------------------------------
+
+
+def _png_of(draw) -> bytes:
+    """A PNG of a small figure drawn by `draw(ax)`, at twice the dpi as the chapters store."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 2.5))
+    draw(fig.add_subplot())
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=200)
+    return buffer.getvalue()
+
+
+def _bars(ax, height=3, label="3 blocks"):
+    ax.bar([0, 1], [2, height], color=["#4c72b0", "#dd8452"])
+    ax.axvline(0.5, color="black", lw=1)
+    ax.set_title(label)
+
+
+def _nudged(png: bytes) -> bytes:
+    """The same picture as another machine draws it: anti-aliasing shades off by up to 17/255
+    and one edge moved over by one pixel (as the 05, 05b and 10 figures were)."""
+    from PIL import Image
+
+    from refimpl.course.same_picture import decode
+
+    pixels = decode(png)
+    rng = np.random.default_rng(0)
+    shade = rng.integers(-17, 18, size=pixels.shape[:2])
+    edges = (pixels[..., :3].min(axis=2) > 20) & (pixels[..., :3].max(axis=2) < 235)
+    pixels[..., :3] += np.where(edges, shade, 0)[..., None]
+    column = int(np.argmin(pixels[:, :, :3].sum(axis=2).sum(axis=0)))  # the black line
+    pixels[:, column + 1] = pixels[:, column]
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGBA").save(buffer, "png")
+    return buffer.getvalue()
+
+
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
+
+
+def test_same_picture_tolerates_another_machine_but_not_a_change():
+    from refimpl.course.same_picture import decode, same_picture
+
+    png = _png_of(_bars)
+    nudged = _nudged(png)
+    assert nudged != png
+    difference = np.abs(decode(nudged) - decode(png)).max(axis=2)
+    assert difference.max() > 200 and 0 < (difference > 32).mean() < 0.01
+    assert same_picture(_b64(png), _b64(nudged)) and same_picture(nudged, png)
+    # real changes: a number in a label, a bar one unit taller, a colour
+    assert not same_picture(png, _png_of(lambda ax: _bars(ax, label="4 blocks")))
+    assert not same_picture(png, _png_of(lambda ax: _bars(ax, height=4)))
+    assert not same_picture(
+        png, _png_of(lambda ax: ax.bar([0, 1], [2, 3], color=["#4c72b0", "#c44e52"]))
+    )
+    assert not same_picture(png, b"not a png")
+
+
+def _figure_notebook(png: bytes, source: str = "draw()"):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, id="fig")])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output(
+            "display_data", data={"image/png": _b64(png), "text/plain": "<Figure>"}
+        )
+    ]
+    return nb
+
+
+def _stored_png(data: bytes) -> str:
+    return "".join(json.loads(data)["cells"][0]["outputs"][0]["data"]["image/png"]).strip()
+
+
+def test_the_hook_keeps_a_figure_drawn_the_same_elsewhere(tmp_path, monkeypatch):
+    """Run All + save on another machine: the figure's new bytes show the same picture, so the
+    committed bytes stay; a figure that changed, or a cell that was edited, saves the new one."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    png = _png_of(_bars)
+    committed = save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(png))
+    assert save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(_nudged(png))) == committed
+    changed = _png_of(lambda ax: _bars(ax, label="4 blocks"))
+    saved = save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(changed))
+    assert _stored_png(saved) == _b64(changed)
+    edited = save_as_jupyterlab(
+        tmp_path, "f.ipynb", _figure_notebook(_nudged(changed), "draw()  # edited")
+    )
+    assert _stored_png(edited) == _b64(_nudged(changed))
+
+
+def test_make_notebooks_keeps_the_committed_figure_bytes(tmp_path):
+    """`python -m refimpl.course.notebook_format` after a re-execution compares with the
+    committed version: the same picture keeps the committed bytes, a changed one is written."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    path = tmp_path / "f.ipynb"
+    png = _png_of(_bars)
+    nbformat.write(_figure_notebook(png), path)
+    assert main([str(path)]) == 0
+    git("add", "f.ipynb")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "figure")
+    committed = path.read_bytes()
+    nbformat.write(_figure_notebook(_nudged(png)), path)  # what nbconvert --inplace wrote
+    assert main([str(path)]) == 0
+    assert path.read_bytes() == committed
+    changed = _png_of(lambda ax: _bars(ax, height=4))
+    nbformat.write(_figure_notebook(changed), path)
+    assert main([str(path)]) == 0
+    assert _stored_png(path.read_bytes()) == _b64(changed)
