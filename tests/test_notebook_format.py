@@ -12,6 +12,7 @@ import base64
 import copy
 import io
 import json
+import os
 import re
 import shutil
 import sys
@@ -213,20 +214,24 @@ def test_pre_save_hook_leaves_other_files_alone():
     assert model == {"type": "file", "format": "text", "content": "x"}
 
 
-def test_make_lab_installs_the_hook_and_silences_the_news():
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    options = makefile.split("LAB_OPTIONS :=")[1].split("\nLAB_OVERRIDES")[0]
-    assert f"--ContentsManager.pre_save_hook={HOOK}" in options
-    assert "--LabApp.news_url=None" in options and "NeverCheckForUpdate" in options
-    assert re.search(
-        r"^lab: .*\$\(LAB_OVERRIDES\)\n\t\$\(BIN\)/jupyter lab \$\(LAB_FLAGS\) "
-        r"\$\(LAB_OPTIONS\)$",
-        makefile,
-        flags=re.M,
+def _lab_config() -> tuple[dict, dict]:
+    """(the server options, the settings defaults) of the course's Jupyter configuration."""
+    from refimpl.course.lab import CONFIG_DIR
+
+    server = json.loads((CONFIG_DIR / "jupyter_server_config.json").read_text("utf-8"))
+    settings = json.loads(
+        (CONFIG_DIR / "labconfig" / "default_setting_overrides.json").read_text("utf-8")
     )
-    overrides = json.loads(
-        (ROOT / "tools" / "jupyterlab_overrides.json").read_text(encoding="utf-8")
-    )
+    return server, settings
+
+
+def test_the_lab_config_installs_the_hook_and_silences_the_news():
+    server, overrides = _lab_config()
+    assert server["ContentsManager"] == {"pre_save_hook": HOOK}
+    assert server["LabApp"] == {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+    }
     import jupyterlab
 
     schema_path = (
@@ -259,6 +264,30 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
         "@jupyterlab/apputils-extension:notification",
         "@jupyterlab/notebook-extension:tracker",
     }
+
+
+def test_every_route_to_the_lab_is_python_m_refimpl_lab(monkeypatch):
+    """`make lab` runs `python -m refimpl lab`, which starts this Python's JupyterLab on the
+    notebooks with the course's configuration folder first on JUPYTER_CONFIG_PATH (and copies
+    nothing into the environment); the README gives conda users the same command."""
+    import refimpl.course.lab as lab
+    from refimpl.__main__ import main as refimpl_main
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^lab: \$\(STAMP\)\n\t\$\(BIN\)/python -m refimpl lab ", makefile, re.M)
+    assert "share/jupyter" not in makefile
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "python -m refimpl lab" in readme.split("Conda users")[1].split("\n\n")[0]
+    started = []
+    monkeypatch.setattr(lab.subprocess, "call", lambda cmd, env: started.append((cmd, env)))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
+    monkeypatch.chdir(ROOT)
+    assert refimpl_main(["lab", "--no-browser", "--port=8890"]) == 0
+    [(command, env)] = started
+    assert command[:3] == [sys.executable, "-m", "jupyterlab"]
+    assert f"--notebook-dir={ROOT / 'notebooks'}" in command
+    assert command[-2:] == ["--no-browser", "--port=8890"]
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(lab.CONFIG_DIR), "/elsewhere"]
 
 
 @pytest.mark.slow
@@ -325,26 +354,16 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(
 
 @pytest.mark.slow
 def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
-    """A real JupyterLab with `make lab`'s options: the news question is answered "never" and
-    no update check runs, and a notebook saved through its REST API (as the browser saves) is
-    stored with the stepper's placeholder."""
+    """A real JupyterLab started by `python -m refimpl lab` (what `make lab` runs): the news
+    question is answered "never", no update check runs, closing a tab shuts its kernel down, a
+    notebook saved through its REST API (as the browser saves) is stored with the stepper's
+    placeholder, and no file of the environment was written or changed."""
     import os
     import socket
     import subprocess
     import time
     import urllib.request
 
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    options = (
-        makefile.split("LAB_OPTIONS :=")[1]
-        .split("\nLAB_OVERRIDES")[0]
-        .replace("\\\n", " ")
-        .split()
-    )
-    options = [o for o in options if not o.startswith("--notebook-dir")]
-    settings = tmp_path / "settings" / "overrides.d"
-    settings.mkdir(parents=True)
-    shutil.copy(ROOT / "tools" / "jupyterlab_overrides.json", settings / "refimpl.json")
     root = tmp_path / "notebooks"
     root.mkdir()
     with socket.socket() as s:
@@ -360,18 +379,17 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        "refimpl",
+        "lab",
         "--no-browser",
         f"--port={port}",
         "--ip=127.0.0.1",
         "--IdentityProvider.token=",
         "--ServerApp.disable_check_xsrf=True",
         f"--notebook-dir={root}",
-        f"--LabApp.app_settings_dir={tmp_path / 'settings'}",
-        *options,
     ]
-    if os.getuid() == 0:
-        command.append("--allow-root")
+    environment = Path(sys.prefix)
+    before = _tree(environment / "share" / "jupyter") | _tree(environment / "etc" / "jupyter")
     server = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -415,6 +433,13 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    after = _tree(environment / "share" / "jupyter") | _tree(environment / "etc" / "jupyter")
+    assert after == before, f"written into the environment: {sorted(after - before)[:5]}"
+
+
+def _tree(folder: Path) -> set[tuple[str, int]]:
+    """(path, modification time in ns) of every file under `folder`."""
+    return {(str(p), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
 
 
 def as_run_all_leaves_it(nb: dict) -> dict:
