@@ -11,6 +11,7 @@ that each frame equals the state of freshly stepped real objects.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -44,6 +45,30 @@ def record_frames(
     return frames
 
 
+class ShownFigure:
+    """A frame's picture already rendered: the PNG and text a notebook stores for a Figure
+    (refimpl.viz.hidpi's picture, the Figure's repr), shown by `display` without drawing
+    again."""
+
+    def __init__(self, figure) -> None:
+        from refimpl.viz.hidpi import hidpi_png
+
+        self.png, self.size = hidpi_png(figure)
+        self.text = repr(figure)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"image/png": self.png, "text/plain": self.text}, {"image/png": self.size}
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+#: Play's pace: one step every PLAY_INTERVAL_MS. A shown frame costs only sending its cached
+# PNG (a few ms), and a frame not yet rendered is drawn before the next step is taken (the
+# slider's observer runs one change at a time), so Play never queues frames faster than they
+# draw.
+PLAY_INTERVAL_MS = 1200
+
 # What each control of `Stepper.widget()` does, shown when the pointer rests on it.
 TOOLTIPS = {
     "play": "Play the steps one after another (pause, stop, loop)",
@@ -68,6 +93,9 @@ class Stepper(Generic[State]):
         self.frames = list(frames)
         self.draw = draw
         self.describe = describe
+        self._shown: dict[int, ShownFigure] = {}
+        self._rendering = threading.Lock()  # one frame drawn at a time, each drawn once
+        self._prerender: threading.Thread | None = None
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -87,6 +115,36 @@ class Stepper(Generic[State]):
             y=1.0 + 0.05 / figure.get_figheight(),
         )
         return figure
+
+    def shown(self, index: int) -> ShownFigure:
+        """Frame `index`'s picture as a notebook shows it, drawn once and then cached: the
+        widget and the strip display the same rendered PNG, so a click never redraws."""
+        if not -len(self.frames) <= index < len(self.frames):
+            raise ValueError(f"no step {index}: steps are 0..{len(self.frames) - 1}")
+        index %= len(self.frames)
+        with self._rendering:
+            if index not in self._shown:
+                self._shown[index] = ShownFigure(self.figure(index))
+            return self._shown[index]
+
+    def prerender(self) -> threading.Thread:
+        """Render every frame not yet cached, in a background thread (started once), so the
+        kernel stays free for the next cells while the reader looks at the first frame."""
+        if self._prerender is None:
+            self._prerender = threading.Thread(
+                target=lambda: [self.shown(i) for i in range(len(self.frames))],
+                name="stepper-prerender",
+                daemon=True,
+            )
+            self._prerender.start()
+        return self._prerender
+
+    def rendered(self, timeout: float | None = None) -> bool:
+        """Wait up to `timeout` seconds (None: for ever) for `prerender` to finish; whether
+        every frame is cached."""
+        if self._prerender is not None:
+            self._prerender.join(timeout)
+        return len(self._shown) == len(self.frames)
 
     def caption(self, index: int) -> str:
         return f"step {index}/{len(self.frames) - 1}: {self.frames[index].label}"
@@ -114,14 +172,21 @@ class Stepper(Generic[State]):
         if indices[-1] != len(self.frames) - 1:
             indices.append(len(self.frames) - 1)
         for index in indices:
-            display(self.figure(index))
+            display(self.shown(index))
 
     def widget(self):
         """An ipywidgets player: Play, a slider and the picture and text of the current
-        frame."""
+        frame.
+
+        Each frame is drawn once: the first frame here, the others by `prerender` in the
+        background while the reader looks at it (the strip shares the same cache), so a click
+        or a Play step only sends a cached PNG: milliseconds instead of a redraw's second or
+        more.
+        """
         import ipywidgets as widgets
         from IPython.display import display
 
+        texts = [self.describe(frame.state) for frame in self.frames]
         last = len(self.frames) - 1
         slider = widgets.IntSlider(
             value=0,
@@ -135,7 +200,7 @@ class Stepper(Generic[State]):
             value=0,
             min=0,
             max=last,
-            interval=1200,
+            interval=PLAY_INTERVAL_MS,
             description="play",
             tooltip=TOOLTIPS["play"],
         )
@@ -150,11 +215,12 @@ class Stepper(Generic[State]):
         def render(index: int) -> None:
             output.clear_output(wait=True)
             with output:
-                display(self.figure(index))
-                print(self.describe(self.frames[index].state))
+                display(self.shown(index))
+                print(texts[index])
 
         previous.on_click(lambda _: setattr(slider, "value", max(0, slider.value - 1)))
         following.on_click(lambda _: setattr(slider, "value", min(last, slider.value + 1)))
         slider.observe(lambda change: render(change["new"]), names="value")
         render(0)
+        self.prerender()
         return widgets.VBox([widgets.HBox([play, previous, following, slider]), output])
