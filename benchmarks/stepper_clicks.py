@@ -27,7 +27,16 @@ LIMIT_S = 0.3
 def stepper_cells(path: Path) -> tuple[list[str], list[tuple[int, str]]]:
     """(every code cell's source, [(cell index, stepper variable)] of the widget cells)."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    # `%matplotlib inline` needs a kernel's GUI hook; refimpl's figures draw without pyplot
+    sources = [
+        "\n".join(
+            line
+            for line in "".join(c["source"]).splitlines()
+            if not line.startswith("%matplotlib")
+        )
+        for c in cells
+        if c["cell_type"] == "code"
+    ]
     found = [(i, m.group(1)) for i, s in enumerate(sources) if (m := WIDGET.search(s))]
     return sources, found
 

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 from fractions import Fraction
 
 from refimpl.cli import DefaultsHelpFormatter
@@ -314,12 +315,11 @@ def build_plan(args: argparse.Namespace) -> dict:
 def format_plan(plan: dict, max_offsets: int = 10) -> str:
     lines = [
         f"{plan['model']}: cache {plan['cache_dtype']}, indexer {plan['indexer']}, "
-        f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}, grouping "
-        f"{plan['grouping']}, "
-        f"planner {plan['layout']}",
-        f"{plan['num_cache_layers']} cache layers; layer tuples per bucket (planner B's "
-        "buckets) "
-        f"{plan['layer_tuples_per_bucket']}, approximate gcd d = {plan['approximate_gcd']}",
+        f"mtp {'on' if plan['mtp'] else 'off'}, block size {plan['block_size']}",
+        f"  grouping {plan['grouping']}, planner {plan['layout']}",
+        f"{plan['num_cache_layers']} cache layers; approximate gcd d = "
+        f"{plan['approximate_gcd']} of the layer tuples per bucket (planner B's buckets)",
+        f"  {plan['layer_tuples_per_bucket']}",
     ]
     planned = sum(g["num_layers"] for g in plan["groups"])
     if planned != plan["num_cache_layers"]:
@@ -369,7 +369,20 @@ def format_plan(plan: dict, max_offsets: int = 10) -> str:
         lines.append(
             f"  ... {len(plan['offsets']) - len(shown)} more (--offsets -1 prints all)"
         )
-    return "\n".join(lines)
+    return "\n".join(folded(lines))
+
+
+def folded(lines: list[str]) -> list[str]:
+    """Every line longer than TEXT_WIDTH broken between words, its continuation indented four
+    columns deeper than the line itself."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= TEXT_WIDTH:
+            out.append(line)
+        else:
+            indent = line[: len(line) - len(line.lstrip())]
+            out += _wrapped(line.lstrip(), indent, indent + "    ")
+    return out
 
 
 #: DeepSeek V4's flags (`--model`'s), with their defaults; --config refuses them.
@@ -790,13 +803,15 @@ def weights_source(plan: dict) -> str:
 
 def format_model_plan(plan: dict) -> str:
     approx = "~" if plan["available_memory_is_estimate"] else ""
+    # the header on short lines: a terminal or a notebook column never wraps them
     lines = [
-        f"{plan['architecture']} ({plan['config']}): {plan['num_cache_layers']} cache layers, "
-        f"{plan['model_dtype']} weights, KV cache {plan['kv_cache_dtype']} "
-        f"({plan['kv_dtype']}), TP {plan['tensor_parallel_size']}, backend {plan['backend']}",
+        f"{plan['architecture']}: {plan['num_cache_layers']} cache layers, "
+        f"{plan['model_dtype']} weights",
+        f"  config {plan['config']}",
+        f"  KV cache {plan['kv_cache_dtype']} ({plan['kv_dtype']}), "
+        f"TP {plan['tensor_parallel_size']}, backend {plan['backend']}",
         f"block size {plan['block_size']} tokens; max model len {plan['max_model_len']:,}"
-        + (" (auto-fit)" if plan["max_model_len_requested"] == -1 else "")
-        + "; "
+        + (" (auto-fit)" if plan["max_model_len_requested"] == -1 else ""),
         f"{plan['max_in_flight_tokens']:,} tokens in flight "
         f"({plan['max_num_batched_tokens']:,} batched x "
         f"{2 if plan['async_scheduling'] else 1} "
@@ -804,11 +819,13 @@ def format_model_plan(plan: dict) -> str:
     ]
     if plan["available_memory_is_estimate"]:
         w = plan["weights_bytes"]
-        lines.append(
+        lines += _wrapped(
             f"KV budget {approx}{plan['available_memory']:,} B "
             f"({_gib(plan['available_memory'])}) = GPU x utilisation - weights {w:,} B "
             f"({weights_source(plan)}); "
-            "an ESTIMATE: vLLM also subtracts the activation peak it measures at startup"
+            "an ESTIMATE: vLLM also subtracts the activation peak it measures at startup",
+            "",
+            "  ",
         )
     else:
         lines.append(
@@ -845,5 +862,23 @@ def format_model_plan(plan: dict) -> str:
     why = list(plan["notes"]) + merge_group_notes(plan["planner_notes"])
     if all(g["kind"] in ("FullAttentionSpec", "MLAAttentionSpec") for g in plan["groups"]):
         why.insert(0, "every layer keeps every token (no windows, no recurrent states)")
-    lines += [f"  - {w}" for w in why]
+    for w in why:
+        lines += _wrapped(w, "  - ", "    ")
     return "\n".join(lines)
+
+
+#: The widest line `plan` prints: a laptop's terminal or notebook column shows it unwrapped.
+TEXT_WIDTH = 95
+
+
+def _wrapped(text: str, first: str, then: str) -> list[str]:
+    """`text` in lines of at most TEXT_WIDTH columns, broken between words, the first line
+    starting with `first` and the others with `then`."""
+    return textwrap.wrap(
+        text,
+        TEXT_WIDTH,
+        initial_indent=first,
+        subsequent_indent=then,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -395,3 +395,18 @@ def test_request_plan_figure_text_twin():
         "tokens",
     ]
     assert text[-1].startswith("6,553 blocks / 48 per request = 136.52x at 8,192 tokens")
+
+
+@pytest.mark.parametrize(
+    "config", sorted(p.name for p in CONFIGS.iterdir() if (p / "config.json").is_file())
+)
+def test_plan_text_fits_a_laptop(capsys, monkeypatch, config):
+    """Every line `plan` prints fits a notebook column or an 100-column terminal on a laptop
+    (chapter 14 prints it): the header on short lines, long notes folded between words."""
+    monkeypatch.chdir(CONFIGS.parents[1])
+    for argv in (["--gpu-memory", "2TiB"], ["--kv-cache-memory-bytes", "20GiB"]):
+        out = plan(
+            capsys, "--config", f"data/configs/{config}", "--max-model-len", "4K", *argv
+        )
+        too_long = [line for line in out.splitlines() if len(line) > 95]
+        assert not too_long, too_long[0]
