@@ -27,7 +27,7 @@ def test_show_source_numbers_are_the_files_own():
     assert (
         text[0] == f"# refimpl/paged/block_manager.py, lines {first}-{first + len(lines) - 1}"
     )
-    assert text[1].startswith(f" {first}  def deallocate(")
+    assert text[1].startswith(f" {first} def deallocate(")
 
 
 def test_show_source_excerpt_marks_and_docstring():
