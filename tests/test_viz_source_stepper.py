@@ -141,6 +141,31 @@ def test_saved_widget_views_become_one_fixed_line():
     ]
 
 
+def test_background_rendering_waits_for_the_cells_to_finish():
+    """While a cell runs (a Run All's next cells), the prerender thread draws nothing; it
+    draws the frames once the shell has been quiet for a moment."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from refimpl.viz.stepper import _ACTIVITY
+
+    shell = InteractiveShell.instance()
+    drawn: list[int] = []
+
+    def draw(state):
+        drawn.append(len(state))
+        return _draw(state)
+
+    stepper = Stepper([Frame(f"step {i}", tuple(range(i))) for i in range(3)], draw, str)
+    stepper.prerender()
+    shell.events.trigger("pre_run_cell", None)  # the next cell starts
+    try:
+        assert not stepper.rendered(timeout=2 * _ACTIVITY.QUIET_S + 0.5)
+        assert drawn == []
+    finally:
+        shell.events.trigger("post_run_cell", None)
+    assert stepper.rendered(timeout=60) and sorted(drawn) == [0, 1, 2]
+
+
 def test_every_frame_is_drawn_once_and_a_click_only_sends_it():
     """The widget draws frame 0, renders the others ahead in the background, and a click (or
     Play's step, which moves the same slider) shows the cached picture: no frame is drawn

@@ -12,6 +12,7 @@ that each frame equals the state of freshly stepped real objects.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -62,6 +63,52 @@ class ShownFigure:
     def __repr__(self) -> str:
         return self.text
 
+
+class _KernelActivity:
+    """Whether the IPython shell is between cells: the background rendering of a stepper's
+    frames waits for a quiet moment, so a Run All's later cells do not share the CPU with it
+    (it added a third to chapter 12's Run All when it did)."""
+
+    QUIET_S = 0.5  # idle this long after a cell before a frame is drawn in the background
+
+    def __init__(self) -> None:
+        self.running = False
+        self.last_end = 0.0
+        self.watching = False
+
+    def watch(self) -> None:
+        """Follow the shell's cells (once), if there is a shell."""
+        if self.watching:
+            return
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return
+        shell = get_ipython()
+        if shell is None:
+            return
+        shell.events.register("pre_run_cell", self._start)
+        shell.events.register("post_run_cell", self._end)
+        # the cell that made the widget ends right after it; count the quiet from now
+        self.last_end = time.monotonic()
+        self.watching = True
+
+    def _start(self, *_args) -> None:
+        self.running = True
+
+    def _end(self, *_args) -> None:
+        self.running = False
+        self.last_end = time.monotonic()
+
+    def wait_quiet(self) -> None:
+        """Return once no cell has run for QUIET_S seconds (at once outside IPython)."""
+        while self.watching and (
+            self.running or time.monotonic() - self.last_end < self.QUIET_S
+        ):
+            time.sleep(0.1)
+
+
+_ACTIVITY = _KernelActivity()
 
 #: Play's pace: one step every PLAY_INTERVAL_MS. A shown frame costs only sending its cached
 # PNG (a few ms), and a frame not yet rendered is drawn before the next step is taken (the
@@ -128,13 +175,19 @@ class Stepper(Generic[State]):
             return self._shown[index]
 
     def prerender(self) -> threading.Thread:
-        """Render every frame not yet cached, in a background thread (started once), so the
-        kernel stays free for the next cells while the reader looks at the first frame."""
+        """Render every frame not yet cached, in a background thread (started once) that draws
+        only while no cell runs, so the kernel stays free for the next cells and the frames
+        are ready while the reader looks at the first one."""
         if self._prerender is None:
+            _ACTIVITY.watch()
+
+            def render_all() -> None:
+                for index in range(len(self.frames)):
+                    _ACTIVITY.wait_quiet()
+                    self.shown(index)
+
             self._prerender = threading.Thread(
-                target=lambda: [self.shown(i) for i in range(len(self.frames))],
-                name="stepper-prerender",
-                daemon=True,
+                target=render_all, name="stepper-prerender", daemon=True
             )
             self._prerender.start()
         return self._prerender
