@@ -12,14 +12,13 @@ JOBS ?= 2
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 # Notebooks checked by strict nbval (student copies of exercises are checked by tests instead).
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb)) $(sort $(wildcard notebooks/exercises/solutions/*.ipynb))
-LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
-# `make lab`: notebooks are saved in the form `make notebooks` commits (a Run All leaves the checkout
-# clean and a stepper reopens as its placeholder, not as a widget whose model is gone), and
-# JupyterLab neither asks to fetch news nor checks for updates (settings defaults in the venv).
-LAB_OPTIONS := --notebook-dir=notebooks \
-  --ContentsManager.pre_save_hook=refimpl.course.notebook_format.pre_save_hook \
-  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
-LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/refimpl.json
+# `make lab` is `python -m refimpl lab` (refimpl/course/lab.py): JupyterLab on notebooks/ with the
+# course's Jupyter configuration folder (refimpl/course/lab_config/) first on its search path, so
+# notebooks are saved in the form `make notebooks` commits (a Run All leaves the checkout clean and
+# a stepper reopens as its placeholder), closing a tab shuts its kernel down, and JupyterLab
+# neither asks to fetch news nor checks for updates. Nothing is written into the environment.
+# LAB_ARGS="--no-browser --port=8890" passes options on to jupyter lab.
+LAB_ARGS ?=
 
 .PHONY: lab test test-python test-notebooks notebooks figures bench setup clean check-install
 
@@ -38,12 +37,8 @@ $(STAMP): pyproject.toml constraints.txt
 check-install: $(STAMP)
 	$(BIN)/python tools/check_install.py
 
-lab: $(STAMP) $(LAB_OVERRIDES)
-	$(BIN)/jupyter lab $(LAB_FLAGS) $(LAB_OPTIONS)
-
-$(LAB_OVERRIDES): tools/jupyterlab_overrides.json $(STAMP)
-	mkdir -p $(dir $@)
-	cp tools/jupyterlab_overrides.json $@
+lab: $(STAMP)
+	$(BIN)/python -m refimpl lab $(LAB_ARGS)
 
 test: lint test-python test-notebooks
 
@@ -66,7 +61,9 @@ test-notebooks: $(STAMP)
 	$(NO_GPU) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadfile $(NBVAL) $(NOTEBOOKS)
 
 # Re-execute every chapter and exercise solution in place (outputs committed), store each notebook
-# as JupyterLab would save it, and regenerate the student copies.
+# as JupyterLab would save it (a figure that shows the same picture as the committed one, within
+# refimpl/course/same_picture.py's pixel tolerance, keeps the committed bytes), and regenerate the
+# student copies.
 # NB="notebooks/03_block_manager.ipynb ..." re-executes only those.
 # `make figures` does the same and also rewrites figures/ (the README's pictures): the chapters'
 # save_figure calls write only when REFIMPL_WRITE_FIGURES is set, so a reader's Run All writes nothing.

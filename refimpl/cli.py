@@ -69,7 +69,12 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse `argv` and run the chosen command's `func(args)`; the exit status, also for
     argparse's errors and --help (handed back to the caller instead of exiting)."""
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        # a command that hands its arguments on to another program (`lab`) takes the rest
+        if unknown and isinstance(getattr(args, "passed_on", None), list):
+            args.passed_on = args.passed_on + unknown
+        elif unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         return int(args.func(args) or 0)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1

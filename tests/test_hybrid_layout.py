@@ -15,6 +15,7 @@ from refimpl.hybrid.kv_cache_interface import (
 from refimpl.hybrid.kv_cache_planning import (
     GIB,
     get_kv_cache_config,
+    get_kv_cache_groups,
 )
 from refimpl.hybrid.older_planners import (
     bytes_per_block_b,
@@ -298,3 +299,22 @@ def test_groups_in_layout_order_walk_the_planned_offsets(variant, planner):
     if (variant, planner) == ("pro", "C"):
         mla = next(g for g in ordered if len(g.layer_names) == 91)
         assert planned[mla.layer_names[31]] == 31 * 1728 and "indexer" in mla.layer_names[31]
+
+
+@pytest.mark.parametrize("upto", [None, 60_000])
+def test_slab_reads_without_a_key(upto):
+    """Chapter 10's slab (planner C's groups in layout order): no "1e6" in the corner (the
+    full block is in MB), every colour in the legend, and no page so thin that only its black
+    border shows (V4-Pro's 31 c128a pages, 1,728 B each, are one outlined run with a count)."""
+    from refimpl.course.layout_summary import groups_in_layout_order
+    from refimpl.viz import hybrid_layout
+    from tests.figure_rules import bordered_slivers, colours_without_legend, offset_texts
+
+    laid_out = groups_in_layout_order(get_kv_cache_config(get_kv_cache_groups(PRO), 10 * GIB))
+    fig = hybrid_layout.draw_slab(PRO, laid_out, upto=upto)
+    assert offset_texts(fig) == []
+    assert colours_without_legend(fig) == set()
+    assert bordered_slivers(fig) == []
+    if upto is None:
+        assert "MB" in fig.axes[0].get_xlabel()
+        assert "31 c128a pages" in [t.get_text() for t in fig.axes[0].texts]

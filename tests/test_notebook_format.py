@@ -8,14 +8,18 @@ outputs, and the Jupyter server's own open-and-save round trip of the file's byt
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import json
+import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import start_new_kernel
@@ -210,20 +214,24 @@ def test_pre_save_hook_leaves_other_files_alone():
     assert model == {"type": "file", "format": "text", "content": "x"}
 
 
-def test_make_lab_installs_the_hook_and_silences_the_news():
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    options = makefile.split("LAB_OPTIONS :=")[1].split("\nLAB_OVERRIDES")[0]
-    assert f"--ContentsManager.pre_save_hook={HOOK}" in options
-    assert "--LabApp.news_url=None" in options and "NeverCheckForUpdate" in options
-    assert re.search(
-        r"^lab: .*\$\(LAB_OVERRIDES\)\n\t\$\(BIN\)/jupyter lab \$\(LAB_FLAGS\) "
-        r"\$\(LAB_OPTIONS\)$",
-        makefile,
-        flags=re.M,
+def _lab_config() -> tuple[dict, dict]:
+    """(the server options, the settings defaults) of the course's Jupyter configuration."""
+    from refimpl.course.lab import CONFIG_DIR
+
+    server = json.loads((CONFIG_DIR / "jupyter_server_config.json").read_text("utf-8"))
+    settings = json.loads(
+        (CONFIG_DIR / "labconfig" / "default_setting_overrides.json").read_text("utf-8")
     )
-    overrides = json.loads(
-        (ROOT / "tools" / "jupyterlab_overrides.json").read_text(encoding="utf-8")
-    )
+    return server, settings
+
+
+def test_the_lab_config_installs_the_hook_and_silences_the_news():
+    server, overrides = _lab_config()
+    assert server["ContentsManager"] == {"pre_save_hook": HOOK}
+    assert server["LabApp"] == {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+    }
     import jupyterlab
 
     schema_path = (
@@ -256,6 +264,30 @@ def test_make_lab_installs_the_hook_and_silences_the_news():
         "@jupyterlab/apputils-extension:notification",
         "@jupyterlab/notebook-extension:tracker",
     }
+
+
+def test_every_route_to_the_lab_is_python_m_refimpl_lab(monkeypatch):
+    """`make lab` runs `python -m refimpl lab`, which starts this Python's JupyterLab on the
+    notebooks with the course's configuration folder first on JUPYTER_CONFIG_PATH (and copies
+    nothing into the environment); the README gives conda users the same command."""
+    import refimpl.course.lab as lab
+    from refimpl.__main__ import main as refimpl_main
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^lab: \$\(STAMP\)\n\t\$\(BIN\)/python -m refimpl lab ", makefile, re.M)
+    assert "share/jupyter" not in makefile
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "python -m refimpl lab" in readme.split("Conda users")[1].split("\n\n")[0]
+    started = []
+    monkeypatch.setattr(lab.subprocess, "call", lambda cmd, env: started.append((cmd, env)))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
+    monkeypatch.chdir(ROOT)
+    assert refimpl_main(["lab", "--no-browser", "--port=8890"]) == 0
+    [(command, env)] = started
+    assert command[:3] == [sys.executable, "-m", "jupyterlab"]
+    assert f"--notebook-dir={ROOT / 'notebooks'}" in command
+    assert command[-2:] == ["--no-browser", "--port=8890"]
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(lab.CONFIG_DIR), "/elsewhere"]
 
 
 @pytest.mark.slow
@@ -322,26 +354,16 @@ def test_run_all_then_save_from_jupyterlab_leaves_the_chapter_unchanged(
 
 @pytest.mark.slow
 def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
-    """A real JupyterLab with `make lab`'s options: the news question is answered "never" and
-    no update check runs, and a notebook saved through its REST API (as the browser saves) is
-    stored with the stepper's placeholder."""
+    """A real JupyterLab started by `python -m refimpl lab` (what `make lab` runs): the news
+    question is answered "never", no update check runs, closing a tab shuts its kernel down, a
+    notebook saved through its REST API (as the browser saves) is stored with the stepper's
+    placeholder, and no file of the environment was written or changed."""
     import os
     import socket
     import subprocess
     import time
     import urllib.request
 
-    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    options = (
-        makefile.split("LAB_OPTIONS :=")[1]
-        .split("\nLAB_OVERRIDES")[0]
-        .replace("\\\n", " ")
-        .split()
-    )
-    options = [o for o in options if not o.startswith("--notebook-dir")]
-    settings = tmp_path / "settings" / "overrides.d"
-    settings.mkdir(parents=True)
-    shutil.copy(ROOT / "tools" / "jupyterlab_overrides.json", settings / "refimpl.json")
     root = tmp_path / "notebooks"
     root.mkdir()
     with socket.socket() as s:
@@ -357,18 +379,17 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        "refimpl",
+        "lab",
         "--no-browser",
         f"--port={port}",
         "--ip=127.0.0.1",
         "--IdentityProvider.token=",
         "--ServerApp.disable_check_xsrf=True",
         f"--notebook-dir={root}",
-        f"--LabApp.app_settings_dir={tmp_path / 'settings'}",
-        *options,
     ]
-    if os.getuid() == 0:
-        command.append("--allow-root")
+    environment = Path(sys.prefix)
+    before = _tree(environment / "share" / "jupyter") | _tree(environment / "etc" / "jupyter")
     server = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -412,6 +433,13 @@ def test_jupyter_lab_started_as_make_lab_starts_it(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    after = _tree(environment / "share" / "jupyter") | _tree(environment / "etc" / "jupyter")
+    assert after == before, f"written into the environment: {sorted(after - before)[:5]}"
+
+
+def _tree(folder: Path) -> set[tuple[str, int]]:
+    """(path, modification time in ns) of every file under `folder`."""
+    return {(str(p), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
 
 
 def as_run_all_leaves_it(nb: dict) -> dict:
@@ -482,3 +510,122 @@ def test_the_hook_keeps_a_timing_only_while_its_cell_is_unchanged(tmp_path, monk
     edited = json.loads(save_as_jupyterlab(tmp_path, "t.ipynb", nb))
     assert edited["cells"][0]["outputs"][0]["text"] == ["2.0 ms\n"]  # an edit: the new one
     assert not ignores_output("print(1)  # NBVAL_IGNORE_OUTPUT is explained below")
+
+
+# --- figures drawn on another machine: same picture, other bytes
+# --------------------------------
+
+
+def _png_of(draw) -> bytes:
+    """A PNG of a small figure drawn by `draw(ax)`, at twice the dpi as the chapters store."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 2.5))
+    draw(fig.add_subplot())
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=200)
+    return buffer.getvalue()
+
+
+def _bars(ax, height=3, label="3 blocks"):
+    ax.bar([0, 1], [2, height], color=["#4c72b0", "#dd8452"])
+    ax.axvline(0.5, color="black", lw=1)
+    ax.set_title(label)
+
+
+def _nudged(png: bytes) -> bytes:
+    """The same picture as another machine draws it: anti-aliasing shades off by up to 17/255
+    and one edge moved over by one pixel (as the 05, 05b and 10 figures were)."""
+    from PIL import Image
+
+    from refimpl.course.same_picture import decode
+
+    pixels = decode(png)
+    rng = np.random.default_rng(0)
+    shade = rng.integers(-17, 18, size=pixels.shape[:2])
+    edges = (pixels[..., :3].min(axis=2) > 20) & (pixels[..., :3].max(axis=2) < 235)
+    pixels[..., :3] += np.where(edges, shade, 0)[..., None]
+    column = int(np.argmin(pixels[:, :, :3].sum(axis=2).sum(axis=0)))  # the black line
+    pixels[:, column + 1] = pixels[:, column]
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGBA").save(buffer, "png")
+    return buffer.getvalue()
+
+
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
+
+
+def test_same_picture_tolerates_another_machine_but_not_a_change():
+    from refimpl.course.same_picture import decode, same_picture
+
+    png = _png_of(_bars)
+    nudged = _nudged(png)
+    assert nudged != png
+    difference = np.abs(decode(nudged) - decode(png)).max(axis=2)
+    assert difference.max() > 200 and 0 < (difference > 32).mean() < 0.01
+    assert same_picture(_b64(png), _b64(nudged)) and same_picture(nudged, png)
+    # real changes: a number in a label, a bar one unit taller, a colour
+    assert not same_picture(png, _png_of(lambda ax: _bars(ax, label="4 blocks")))
+    assert not same_picture(png, _png_of(lambda ax: _bars(ax, height=4)))
+    assert not same_picture(
+        png, _png_of(lambda ax: ax.bar([0, 1], [2, 3], color=["#4c72b0", "#c44e52"]))
+    )
+    assert not same_picture(png, b"not a png")
+
+
+def _figure_notebook(png: bytes, source: str = "draw()"):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, id="fig")])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output(
+            "display_data", data={"image/png": _b64(png), "text/plain": "<Figure>"}
+        )
+    ]
+    return nb
+
+
+def _stored_png(data: bytes) -> str:
+    return "".join(json.loads(data)["cells"][0]["outputs"][0]["data"]["image/png"]).strip()
+
+
+def test_the_hook_keeps_a_figure_drawn_the_same_elsewhere(tmp_path, monkeypatch):
+    """Run All + save on another machine: the figure's new bytes show the same picture, so the
+    committed bytes stay; a figure that changed, or a cell that was edited, saves the new one."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    png = _png_of(_bars)
+    committed = save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(png))
+    assert save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(_nudged(png))) == committed
+    changed = _png_of(lambda ax: _bars(ax, label="4 blocks"))
+    saved = save_as_jupyterlab(tmp_path, "f.ipynb", _figure_notebook(changed))
+    assert _stored_png(saved) == _b64(changed)
+    edited = save_as_jupyterlab(
+        tmp_path, "f.ipynb", _figure_notebook(_nudged(changed), "draw()  # edited")
+    )
+    assert _stored_png(edited) == _b64(_nudged(changed))
+
+
+def test_make_notebooks_keeps_the_committed_figure_bytes(tmp_path):
+    """`python -m refimpl.course.notebook_format` after a re-execution compares with the
+    committed version: the same picture keeps the committed bytes, a changed one is written."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    path = tmp_path / "f.ipynb"
+    png = _png_of(_bars)
+    nbformat.write(_figure_notebook(png), path)
+    assert main([str(path)]) == 0
+    git("add", "f.ipynb")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "figure")
+    committed = path.read_bytes()
+    nbformat.write(_figure_notebook(_nudged(png)), path)  # what nbconvert --inplace wrote
+    assert main([str(path)]) == 0
+    assert path.read_bytes() == committed
+    changed = _png_of(lambda ax: _bars(ax, height=4))
+    nbformat.write(_figure_notebook(changed), path)
+    assert main([str(path)]) == 0
+    assert _stored_png(path.read_bytes()) == _b64(changed)

@@ -64,3 +64,30 @@ def test_layout_table_lists_every_top_level_package_and_folder():
     assert packages | {"tests", "benchmarks", "tools"} <= listed, sorted(
         packages | {"tools"} - listed
     )
+
+
+def test_install_minutes_are_stated_once():
+    """The paragraph under the two commands and the download table give the same first-install
+    minutes (they once said "about 2 more" and "4 min")."""
+    text = README.replace("\n", " ")
+    default = re.search(r"\| Linux x86_64 \(default\) \|[^|]+\|[^|]+\| (\d+) min ", README)
+    cpu = re.search(r"\| Linux x86_64, `make lab CPU=1` \|[^|]+\|[^|]+\| (\d+) min ", README)
+    claim = re.search(
+        r"first install takes about (\d+) more on Linux, (\d+) with `CPU=1`", text
+    )
+    assert default and cpu and claim
+    assert claim.groups() == (default.group(1), cpu.group(1))
+    assert "about 2 more" not in text
+
+
+def test_chapter_parts_agree_with_the_course_map():
+    """The README's parts are the course map's: each chapter number the README puts in a part
+    is in that part of refimpl.viz.course_map (chapter 14 was "Part IV" in the map only)."""
+    from refimpl.viz.course_map import CHAPTERS
+
+    parts = {c.part for c in CHAPTERS} - {"Start"}
+    text = README.replace("\n", " ")
+    named = set(re.findall(r"Part (I{1,3}|IV)\b", text))
+    assert {f"Part {p}" for p in named} == parts
+    assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
+    assert "chapter 14 plans any model's cache" in text

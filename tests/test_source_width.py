@@ -1,7 +1,7 @@
 """Every line of the code students read fits a listing on a laptop screen.
 
 ruff's E501 stops at 95 columns but lets through a line it cannot split (one long string, a
-comment after code); `show_source` prints such a line with its 7-column gutter, and past 102
+comment after code); `show_source` prints such a line with its 5-column gutter, and past 102
 columns JupyterLab wraps it mid-word (tests/screen.py). So the packages a reader opens are
 held to ruff's limit with no exception.
 """

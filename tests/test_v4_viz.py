@@ -98,3 +98,17 @@ def test_engine_stepper_frames_equal_a_fresh_engine_stepped_by_hand():
     assert [f.state for f in stepper.frames] == states
     assert all(status == "finished" for _, status, *_ in states[-1][0])
     assert isinstance(stepper.figure(3), Figure)
+
+
+def test_engine_state_text_fits_a_laptop():
+    """One line per request within 95 columns, even with three-digit counts and five groups
+    (chapter 13's strip printed lines of 108 characters)."""
+    from refimpl.viz.v4_engine import engine_state_text
+
+    rows = (("A", "running", 276, 256, 2, (2, 2, 1, 24, 18)),) * 2
+    text = engine_state_text((rows, 123))
+    assert max(len(line) for line in text.splitlines()) <= 95
+    assert text.splitlines()[0] == (
+        "A: running  prompt 276, kv computed or cached 256, generated 2, "
+        "live blocks/group 2/2/1/24/18"
+    )

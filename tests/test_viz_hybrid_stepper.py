@@ -188,3 +188,23 @@ def test_long_runs_of_null_blocks_fold_into_one_cell():
     assert table_cells([0] * 9 + [3, 0, 4]) == ["(9 nulls)", "3", ".", "4"]
     assert table_cells([5] + [0] * 20) == ["5", "(20 nulls)"]
     assert table_cells([]) == ["(empty)"]
+
+
+def test_a_long_hashed_list_folds_and_keeps_every_id():
+    """Chapter 12's strip lists 46 hashed blocks: folded under the first id, every id kept,
+    no line over 95 columns (it was one 158-column line)."""
+    hashed = tuple(range(100, 146))
+    state = AllocatorState(
+        labels=("MLA",),
+        owners=("null",) + ("cached",) * 63,
+        tables=(),
+        free_queue=(),
+        hashed=hashed,
+        usage=0.0,
+    )
+    lines = allocator_state_text(state).splitlines()
+    assert max(len(line) for line in lines) <= 95
+    start = next(i for i, line in enumerate(lines) if line.startswith("hashed blocks (46): "))
+    ids = " ".join(lines[start:]).split(": ", 1)[1].split()
+    assert ids == [str(b) for b in hashed]
+    assert lines[start + 1].startswith(" " * len("hashed blocks (46): "))

@@ -27,7 +27,7 @@ def test_show_source_numbers_are_the_files_own():
     assert (
         text[0] == f"# refimpl/paged/block_manager.py, lines {first}-{first + len(lines) - 1}"
     )
-    assert text[1].startswith(f" {first}  def deallocate(")
+    assert text[1].startswith(f" {first} def deallocate(")
 
 
 def test_show_source_excerpt_marks_and_docstring():
@@ -139,3 +139,63 @@ def test_saved_widget_views_become_one_fixed_line():
         },
         outputs[1],
     ]
+
+
+def test_background_rendering_waits_for_the_cells_to_finish():
+    """While a cell runs (a Run All's next cells), the prerender thread draws nothing; it
+    draws the frames once the shell has been quiet for a moment."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from refimpl.viz.stepper import _ACTIVITY
+
+    shell = InteractiveShell.instance()
+    drawn: list[int] = []
+
+    def draw(state):
+        drawn.append(len(state))
+        return _draw(state)
+
+    stepper = Stepper([Frame(f"step {i}", tuple(range(i))) for i in range(3)], draw, str)
+    stepper.prerender()
+    shell.events.trigger("pre_run_cell", None)  # the next cell starts
+    try:
+        assert not stepper.rendered(timeout=2 * _ACTIVITY.QUIET_S + 0.5)
+        assert drawn == []
+    finally:
+        shell.events.trigger("post_run_cell", None)
+    assert stepper.rendered(timeout=60) and sorted(drawn) == [0, 1, 2]
+
+
+def test_every_frame_is_drawn_once_and_a_click_only_sends_it():
+    """The widget draws frame 0, renders the others ahead in the background, and a click (or
+    Play's step, which moves the same slider) shows the cached picture: no frame is drawn
+    twice, whether the widget, the strip or both show it."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from refimpl.viz import stepper as stepper_module
+    from refimpl.viz.hidpi import register
+
+    drawn: list[int] = []
+
+    def draw(state):
+        drawn.append(len(state))
+        return _draw(state)
+
+    frames = [Frame(f"step {i}", tuple(range(i))) for i in range(6)]
+    stepper = Stepper(frames, draw, str)
+    widget = stepper.widget()
+    assert stepper.rendered(timeout=60)
+    slider = widget.children[0].children[3]
+    for index in [1, 2, 3, 4, 5, 0, 3, 1]:
+        slider.value = index
+    stepper.strip()
+    assert sorted(drawn) == [0, 1, 2, 3, 4, 5]  # each frame drawn exactly once
+    # the cached picture is what displaying the Figure itself stores in a notebook
+    shell = InteractiveShell.instance()
+    register(shell)
+    formatter = shell.display_formatter
+    assert formatter.format(stepper.shown(2)) == formatter.format(stepper.figure(2))
+    play = widget.children[0].children[0]
+    assert play.interval == stepper_module.PLAY_INTERVAL_MS >= 1000
+    with pytest.raises(ValueError, match="no step 6: steps are 0..5"):
+        stepper.shown(6)

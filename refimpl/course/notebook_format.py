@@ -16,14 +16,24 @@ Jupyter server's pre-save hook, so a Run All (whose autosave would otherwise sto
 naming models that no longer exist when the notebook is reopened) leaves the committed file
 unchanged. Cells whose output differs at every run (a timing, marked `# NBVAL_IGNORE_OUTPUT`
 for the test runner) keep the output already in the file, as long as their source is unchanged.
+
+Figures: the same code draws PNG bytes that differ a little from machine to machine. A cell
+whose source is unchanged keeps the stored PNG when the new one shows the same picture within
+`refimpl.course.same_picture`'s tolerance (a channel off by at most 32/255, an edge moved by at
+most one pixel); a figure that really changed is saved. The hook compares with the file being
+saved over; the command line compares with the version committed in git (`git show HEAD:`), so
+`make notebooks` on another machine leaves the committed figures' bytes alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import subprocess
 import sys
 from pathlib import Path
+
+from refimpl.course.same_picture import same_picture
 
 
 def kernel_metadata() -> tuple[dict, dict]:
@@ -122,9 +132,12 @@ def pre_save_hook(model: dict, path: str = "", contents_manager=None, **kwargs) 
     stored = Path(root, path) if root is not None and path else None
     if stored is not None and stored.is_file():
         try:
-            keep_stored_outputs(content, nbformat.read(stored, as_version=4))
+            before = nbformat.read(stored, as_version=4)
         except (OSError, ValueError, KeyError):  # not a notebook we can read: save as is
-            pass
+            before = None
+        if before is not None:
+            keep_stored_outputs(content, before)
+            keep_same_pictures(content, before)
     model["content"] = content
 
 
@@ -144,25 +157,80 @@ def keep_stored_outputs(notebook, stored) -> None:
     `# NBVAL_IGNORE_OUTPUT`) gets back the outputs of the stored cell with the same id and
     source, so Run All then save leaves the file as it was; an edited cell keeps its new
     output."""
-    before = {cell.get("id"): cell for cell in stored.cells if cell.cell_type == "code"}
-    for cell in notebook.cells:
-        old = before.get(cell.get("id"))
-        source = _text(cell.get("source", ""))  # a model may hold it as a list of lines
-        if (
-            cell.cell_type == "code"
-            and old is not None
-            and _text(old.source) == source
-            and ignores_output(source)
-        ):
+    for cell, old in _same_cells(notebook, stored):
+        # a model may hold the source as a list of lines
+        if ignores_output(_text(cell.get("source", ""))):
             cell.outputs = copy.deepcopy(old.outputs)
 
 
-def lab_text(path: Path) -> str:
-    """What the Jupyter server would write for `path` after JupyterLab opened it."""
+def _same_cells(notebook, stored):
+    """(cell, stored cell) for each code cell of `notebook` whose stored cell (same id) has the
+    same source."""
+    before = {cell.get("id"): cell for cell in stored.cells if cell.cell_type == "code"}
+    for cell in notebook.cells:
+        old = before.get(cell.get("id"))
+        if (
+            cell.cell_type == "code"
+            and old is not None
+            and _text(old.get("source", "")) == _text(cell.get("source", ""))
+        ):
+            yield cell, old
+
+
+PNG = "image/png"
+
+
+def keep_same_pictures(notebook, stored) -> int:
+    """In place: in every cell of `notebook` whose source equals its stored cell's, a PNG that
+    `same_picture` finds equal to the stored PNG at the same place is replaced by the stored
+    bytes. Returns how many were kept."""
+    kept = 0
+    for cell, old in _same_cells(notebook, stored):
+        if len(cell.get("outputs", [])) != len(old.get("outputs", [])):
+            continue
+        for output, old_output in zip(cell.outputs, old.outputs):
+            new_png = output.get("data", {}).get(PNG)
+            old_png = old_output.get("data", {}).get(PNG)
+            if (
+                new_png is not None
+                and old_png is not None
+                and new_png != old_png
+                and output.get("output_type") == old_output.get("output_type")
+                and same_picture(_text(new_png), _text(old_png))
+            ):
+                output["data"][PNG] = copy.deepcopy(old_png)
+                kept += 1
+    return kept
+
+
+def committed_notebook(path: Path):
+    """The version of `path` committed in git (HEAD), or None when there is none (no git, not a
+    repository, a new file, or not a notebook)."""
+    import nbformat
+
+    path = Path(path).resolve()
+    try:
+        shown = subprocess.run(
+            ["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        return nbformat.reads(shown.stdout.decode("utf-8"), as_version=4)
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError, ValueError, KeyError):
+        return None
+
+
+def lab_text(path: Path, committed=None) -> str:
+    """What the Jupyter server would write for `path` after JupyterLab opened it; with
+    `committed` (a stored version of it), figures that show the same picture keep its bytes."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=nbformat.NO_CONVERT)
-    return nbformat.writes(lab_form(notebook), version=nbformat.NO_CONVERT) + "\n"
+    result = lab_form(notebook)
+    if committed is not None:
+        keep_same_pictures(result, committed)
+    return nbformat.writes(result, version=nbformat.NO_CONVERT) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     changed = []
     for path in args.notebooks:
-        text = lab_text(path)
+        # rewriting after a re-execution: a figure drawn the same (within the tolerance) keeps
+        # the committed bytes, so another machine's `make notebooks` changes no figure
+        text = lab_text(path, committed=None if args.check else committed_notebook(path))
         if path.read_text(encoding="utf-8") != text:
             changed.append(path)
             if not args.check:

@@ -36,18 +36,16 @@ class Chapter:
 
     @property
     def part(self) -> str:
-        """ "Start", "Part I" (nano-vllm), "Part II" (vLLM's hybrid cache), "Part III" (a V4
-        model) or "Part IV" (any model's cache, sized as vLLM will)."""
+        """ "Start", "Part I" (nano-vllm), "Part II" (vLLM's hybrid cache: DeepSeek V4 in
+        08a-12, any model's plan in 14, which needs only 12) or "Part III" (a V4 model)."""
         major = int(self.number[:2])
         if major == 0:
             return "Start"
         if major <= 7:
             return "Part I"
-        if major <= 12:
-            return "Part II"
         if major == 13:
             return "Part III"
-        return "Part IV"
+        return "Part II"
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -138,9 +136,8 @@ CHAPTERS: tuple[Chapter, ...] = (
 PARTS: dict[str, str] = {
     "Start": "Start: how the course works",
     "Part I": "Part I: nano-vllm's paged cache",
-    "Part II": "Part II: vLLM's hybrid cache for DeepSeek V4",
+    "Part II": "Part II: vLLM's hybrid cache (V4, any model)",
     "Part III": "Part III: a tiny DeepSeek V4 runs on it",
-    "Part IV": "Part IV: size any model's cache as vLLM will",
 }
 # Light fills so black 8 pt text stays readable; the edge colour is the same hue, darker.
 PART_FILL = {
@@ -148,18 +145,17 @@ PART_FILL = {
     "Part I": "#c9d7ef",
     "Part II": "#f6d5b8",
     "Part III": "#dcd3ee",
-    "Part IV": "#d3ead8",
 }
 PART_EDGE = {
     "Start": "#6f6f6f",
     "Part I": "#4c72b0",
     "Part II": "#c46a2b",
     "Part III": "#7160a8",
-    "Part IV": "#3f8f55",
 }
 
 # Grid position (column, row) of each chapter: Part I along the top, Part II below it, so every
-# arrow is short and none crosses a box.
+# arrow is short and none crosses a box it does not connect (11 sits right under 07, which it
+# needs; 12 leads up to 13 and down to 14).
 _POSITION = {
     "00": (0, 3),
     "01": (1, 3),
@@ -174,10 +170,10 @@ _POSITION = {
     "08b": (4, 1),
     "09": (5, 1),
     "10": (6, 1),
-    "11": (7, 1),
-    "12": (8, 1),
-    "13": (8, 2),
-    "14": (7, 2),
+    "11": (7, 2),
+    "12": (8, 2),
+    "13": (8, 3),
+    "14": (8, 1),
 }
 
 

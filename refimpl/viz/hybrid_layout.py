@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FuncFormatter
 
 from refimpl.course.v4_inventory import short_name
 from refimpl.hybrid import deepseek_v4
@@ -422,6 +423,37 @@ def slab_text(
     return "\n".join(lines)
 
 
+#: At full scale a page narrower than this fraction of the axis (under 2 px in a notebook
+# column) is merged with its same-kind neighbours into one outlined run: drawn one by one, the
+# 31 c128a pages of V4-Pro (1,728 B each) were only their black borders, a dark bar no legend
+# explained.
+THIN_PAGE = 1 / 400
+
+
+def _page_runs(
+    pages: Sequence[tuple[str, str, int, int, int]], end: int, thin: float
+) -> list[tuple[str, int, int, int, int]]:
+    """(kind, offset, real bytes, drawn bytes, pages) per box to draw: one page, or a run of
+    consecutive same-kind pages each narrower than `thin` bytes."""
+    runs: list[tuple[str, int, int, int, int]] = []
+    for _name, kind, offset, real, page in pages:
+        if offset >= end:
+            break
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and page < thin
+            and last[0] == kind
+            and last[4] > 0
+            and last[1] + last[3] == offset
+        ):
+            runs[-1] = (kind, last[1], last[2] + real, last[3] + page, last[4] + 1)
+        else:
+            # a wide page is a run of one that nothing joins (marked by a count of 0)
+            runs.append((kind, offset, real, page, 1 if page < thin else 0))
+    return runs
+
+
 def draw_slab(
     specs: Mapping[str, KVCacheSpec],
     groups: Sequence[KVCacheGroupSpec],
@@ -433,19 +465,20 @@ def draw_slab(
     Solid: bytes a layer really uses (page borders drawn); grey hatch: bytes of the block that
     this group never touches (the block stride is set by the widest group). At full scale the
     alignment padding (at most 560 B of 1.4 MB) is thinner than a pixel, so each page is drawn
-    at its reserved (padded) size with no padding mark;
-    `upto` zooms in on bytes [0, upto), draws the padding in red and labels wide pages with
-    their start offset.
+    at its reserved (padded) size with no padding mark, the axis counts MB (10^6 B), and
+    consecutive pages too thin to draw apart (`THIN_PAGE`) are one outlined box labelled with
+    their count. `upto` zooms in on bytes [0, upto), draws the padding in red and labels wide
+    pages with their start offset.
     """
     stride = max(g.width_bytes for g in groups)
     end = stride if upto is None else min(upto, stride)
     fig = Figure(figsize=(MAX_WIDTH, 0.6 * len(groups) + 2.4), layout="constrained")
     ax = fig.add_subplot()
+    xmax = end * (1.12 if upto is None else 1.0)
+    thin = xmax * THIN_PAGE if upto is None else 0
     seen = set()
     for row, g in enumerate(groups):
-        for _name, kind, offset, real, page in _group_pages(specs, g):
-            if offset >= end:
-                break
+        for kind, offset, real, page, count in _page_runs(_group_pages(specs, g), end, thin):
             color = KIND_COLORS.get(kind, "#888888")
             # Full width is drawn as the padded page without anti-aliasing, so sub-pixel seams
             # between neighbouring pages do not show up as stray light lines.
@@ -461,6 +494,9 @@ def draw_slab(
                     antialiased=upto is not None,
                 )
             )
+            if count > 1:
+                short = KIND_LABELS.get(kind, kind).split(" ", 1)[0]
+                ax.text(offset, row - 0.37, f"{count} {short} pages", fontsize=8, va="bottom")
             # at full scale padding is under a pixel: not drawn
             if page > real and upto is not None:
                 ax.add_patch(
@@ -491,14 +527,18 @@ def draw_slab(
             )
         if upto is None:
             ax.text(stride * 1.005, row, f"{g.width_bytes:,} B", va="center", fontsize=8)
-    ax.set_xlim(0, end * (1.12 if upto is None else 1.0))
+    ax.set_xlim(0, xmax)
     ax.set_ylim(len(groups) - 0.5, -0.75)
     ax.set_yticks(
         range(len(groups)), [f"G{i} {group_kind(g)}" for i, g in enumerate(groups)], fontsize=8
     )
-    ax.set_xlabel(
-        "byte offset inside one block" + ("" if upto is None else f" (first {end:,} B only)")
-    )
+    if upto is None:
+        # tick labels in MB rather than matplotlib's "1e6" offset in the corner
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g}"))
+        ax.set_xlabel("byte offset inside one block, in MB (1 MB = 1,000,000 B)")
+    else:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.set_xlabel(f"byte offset inside one block (first {end:,} B only)")
     handles = [
         Patch(color=KIND_COLORS[k], label=KIND_LABELS[k]) for k in KIND_COLORS if k in seen
     ]

@@ -142,8 +142,9 @@ def allocator_state_text(state: AllocatorState) -> str:
     lines.append(
         f"free queue ({len(state.free_queue)}), head -> tail: {_queue_text(state.free_queue)}"
     )
-    lines.append(
-        f"hashed blocks ({len(state.hashed)}): {' '.join(map(str, state.hashed)) or '-'}"
+    # every hashed block, folded under the first one: a 46-block list stays within 95 columns
+    lines += wrap_cells(
+        f"hashed blocks ({len(state.hashed)}): ", [str(b) for b in state.hashed] or ["-"]
     )
     return "\n".join(lines)
 

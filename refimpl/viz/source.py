@@ -41,7 +41,8 @@ class SourceView:
         rows = [f"# {self.title}"]
         for index, line in enumerate(self.lines):
             marker = ">" if index in self.marked else " "
-            rows.append(f"{marker}{self.numbers[index]:>{width}}  {line}".rstrip())
+            # one space after the number: a 95-column line of code stays within 100 columns
+            rows.append(f"{marker}{self.numbers[index]:>{width}} {line}".rstrip())
         return "\n".join(rows)
 
     def __repr__(self) -> str:
@@ -64,7 +65,7 @@ class SourceView:
         width = len(str(self.numbers[-1]))
         rows = []
         for index, line in enumerate(body.rstrip("\n").split("\n")):
-            number = f'<span style="color:#999">{self.numbers[index]:>{width}}  </span>'
+            number = f'<span style="color:#999">{self.numbers[index]:>{width}} </span>'
             style = ' style="background:#fff3a8"' if index in self.marked else ""
             rows.append(f"<span{style}>{number}{line}</span>")
         return (

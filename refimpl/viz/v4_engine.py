@@ -182,9 +182,8 @@ def engine_state_text(state: tuple) -> str:
     for name, status, prompt, computed, generated, live in rows:
         blocks = "/".join(map(str, live)) if live else "-"
         lines.append(
-            f"{name}: {status:<8} prompt {prompt:>3}, kv computed or cached for {computed:>3} "
-            "tokens, "
-            f"generated {generated}, live blocks per group {blocks}"
+            f"{name}: {status:<8} prompt {prompt:>3}, kv computed or cached {computed:>3}, "
+            f"generated {generated}, live blocks/group {blocks}"
         )
     lines.append(f"free blocks: {free}")
     return "\n".join(lines)
