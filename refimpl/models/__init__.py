@@ -15,11 +15,12 @@ imports torch, so planning from a config is fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
+from refimpl.models import generic
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -124,6 +125,20 @@ def align_hybrid_block_size(
     return block_size, padded, notes
 
 
+def with_ssm_dtype(layer, ssm_dtype: str):
+    """A Mamba layer whose recurrent state (every state after the conv state) is stored in
+    `ssm_dtype` (vLLM's `MambaStateDtypeCalculator`); other layers unchanged."""
+    if not isinstance(layer, MambaLayer):
+        return layer
+    if ssm_dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(
+            f"unsupported mamba ssm cache dtype {ssm_dtype!r}; allowed: auto, float32, "
+            "float16, bfloat16"
+        )
+    dtypes = (layer.dtypes[0],) + (ssm_dtype,) * (len(layer.dtypes) - 1)
+    return replace(layer, dtypes=dtypes)
+
+
 def get_kv_cache_spec(
     config: str | Path | dict | HFConfig,
     *,
@@ -134,6 +149,7 @@ def get_kv_cache_spec(
     max_model_len: int | None = None,
     dtype: str = "auto",
     enable_prefix_caching: bool = True,
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -144,6 +160,9 @@ def get_kv_cache_spec(
     `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
     the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
     otherwise one state per request, a block of `max_model_len` tokens).
+    `mamba_ssm_cache_dtype`: `--mamba-ssm-cache-dtype`, the dtype of the recurrent (SSM)
+    state; "auto" keeps the model dtype (vLLM's CPU platform sets "float32" on AVX512-BF16
+    hosts).
     """
     cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
     if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
@@ -166,6 +185,9 @@ def get_kv_cache_spec(
             model_dtype=model_dtype,
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
+    generic.check_heads_split(cfg, tensor_parallel_size)
+    if mamba_ssm_cache_dtype != "auto":
+        model.layers = [with_ssm_dtype(layer, mamba_ssm_cache_dtype) for layer in model.layers]
     if backend is not None and backend.lower() in ("cpu", "cpu_attn") and model.use_mla:
         info = _CPU_MLA
     else:
@@ -179,6 +201,10 @@ def get_kv_cache_spec(
     if model.is_hybrid:
         size, padded, why = align_hybrid_block_size(model, info, size, DTYPE_SIZES[kv_dtype])
         notes += why
+        mamba_block = size if enable_prefix_caching else max_len
+    elif any(isinstance(layer, MambaLayer) for layer in model.layers):
+        # an all-Mamba model: one state per request, a block of max_model_len tokens
+        # (or the attention block size when prefix caching aligns the states)
         mamba_block = size if enable_prefix_caching else max_len
     ctx = CacheContext(
         block_size=size,

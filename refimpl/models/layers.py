@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from refimpl.hybrid.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     MambaSpec,
@@ -48,10 +49,13 @@ class AttentionLayer:
     head_size: int
     sliding_window: int | None = None
     head_size_v: int | None = None
+    #: chunked local attention (Llama 4): attends within chunks of this many tokens
+    attention_chunk_size: int | None = None
 
     def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
-        """A full-attention spec at the block size, or a sliding-window spec at the largest
-        kernel block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
+        """A full-attention spec at the block size, a chunked local one at the block size
+        (vLLM's `ChunkedLocalAttention`), or a sliding-window spec at the largest kernel
+        block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
         common = {
             "num_kv_heads": self.num_kv_heads,
             "head_size": self.head_size,
@@ -60,6 +64,12 @@ class AttentionLayer:
         }
         if self.head_size_v is not None:
             common["head_size_v"] = self.head_size_v
+        if self.attention_chunk_size is not None:
+            return ChunkedLocalAttentionSpec(
+                block_size=ctx.block_size,
+                attention_chunk_size=self.attention_chunk_size,
+                **common,
+            )
         if self.sliding_window is not None:
             block = ctx.backend.sliding_window_block_size(ctx.block_size)
             return SlidingWindowSpec(

@@ -1,0 +1,101 @@
+"""refimpl against vLLM 0.32 on every architecture of its model registry, without vLLM.
+
+tests/data/vllm_registry_oracle.json was written by `tools.crosscheck.registry_sweep`: for each
+entry of vLLM's `ModelRegistry` (text generation and multimodal) a config from the model type's
+config class, with a real layer pattern; vLLM built the model on the meta device and, on the
+CPU platform and with each CUDA attention backend, gave every layer's spec and planned them
+with its own `get_kv_cache_configs` / `get_kv_cache_capacity` at several budgets and lengths,
+and its KV heads per rank at TP 1-8. Here refimpl plans the same configs and every figure must
+agree, or refimpl must refuse with the rule it lacks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from refimpl.models import registry
+from tools.crosscheck import registry_compare
+
+pytestmark = pytest.mark.skipif(
+    not registry_compare.ORACLE.exists(), reason="no recorded registry oracle"
+)
+ORACLE = registry_compare.load_oracle() if registry_compare.ORACLE.exists() else {}
+BUILT = {e["architecture"]: e for e in ORACLE.get("built", [])}
+
+
+@pytest.mark.parametrize("arch", sorted(BUILT))
+def test_refimpl_plans_what_vllm_plans_or_names_the_missing_rule(arch):
+    cases, diffs = registry_compare.compare_entry(BUILT[arch])
+    if arch in registry.MISSING_RULES:
+        assert diffs and all(": refimpl refuses: " in d for d in diffs), diffs[:3]
+        assert all(registry.MISSING_RULES[arch] in d for d in diffs), diffs[:1]
+        return
+    assert cases >= 8
+    assert diffs == []
+
+
+def test_the_sweep_covers_the_whole_registry_and_the_coverage_target():
+    rows = registry_compare.coverage(ORACLE)
+    assert len(rows) == ORACLE["registry_size"] == 240
+    built = [r for r in rows if r["status"] != "not built"]
+    equal = [r for r in built if r["status"] == "equal"]
+    assert not [r for r in built if r["status"] == "differs"]
+    assert len(equal) >= 100
+    assert len(equal) >= 0.95 * len(built)
+    assert sum(r["cases"] for r in equal) >= 1000
+
+
+def test_the_generated_table_is_current():
+    text = registry_compare.TABLE.read_text()
+    assert registry_compare.headline(registry_compare.coverage(ORACLE)) in text
+
+
+def test_every_case_kind_is_in_the_oracle():
+    """CPU and every CUDA backend, fp8-free plans at several budgets, hybrids and MLA."""
+    backends = {b for e in BUILT.values() for b, r in e["backends"].items() if "layers" in r}
+    assert {"CPU_ATTN", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLASHMLA"} <= backends
+    kinds = {spec["type"] for e in BUILT.values() for spec in e["specs"]}
+    assert {"FullAttentionSpec", "SlidingWindowSpec", "MLAAttentionSpec", "MambaSpec"} <= kinds
+    budgets = {p[0] for e in BUILT.values() for p in e["backends"]["CPU_ATTN"]["plans"]}
+    assert len(budgets) >= 3
+
+
+@pytest.mark.parametrize(
+    ("arch", "module", "undone"),
+    [
+        # Cohere2's window is one token longer than the config's
+        ("Cohere2ForCausalLM", "cohere2", "generic"),
+        # Falcon-7B shares one K/V head (multi_query)
+        ("FalconForCausalLM", "falcon", "generic"),
+        # MiniCPM3 caches qk_nope + qk_rope values per head, not head_dim
+        ("MiniCPM3ForCausalLM", "minicpm3", "generic"),
+    ],
+)
+def test_a_quirk_undone_is_noticed(monkeypatch, arch, module, undone):
+    import importlib
+
+    quirk = importlib.import_module(f"refimpl.models.{module}")
+    plain = importlib.import_module(f"refimpl.models.{undone}")
+    monkeypatch.setattr(quirk, "cache_layers", plain.cache_layers)
+    _, diffs = registry_compare.compare_entry(BUILT[arch])
+    assert diffs
+
+
+def test_the_field_driven_window_rule_undone_is_noticed(monkeypatch):
+    """Exaone 4 mixes sliding and full layers by `layer_types`; Phi-3 slides on every layer
+    with no `layer_types`: both come from the same field-driven rule."""
+    from refimpl.models import generic
+
+    for arch in ("Exaone4ForCausalLM", "Phi3ForCausalLM"):
+        assert registry_compare.compare_entry(BUILT[arch])[1] == []
+    monkeypatch.setattr(
+        generic, "per_layer_attention", lambda cfg, n, window: [(None, None)] * n
+    )
+    for arch in ("Exaone4ForCausalLM", "Phi3ForCausalLM"):
+        assert registry_compare.compare_entry(BUILT[arch])[1]
+
+
+def test_an_architecture_without_a_rule_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="refimpl cannot plan") as exc:
+        registry.resolve_family("NoSuchModelForCausalLM")
+    assert "\n" not in str(exc.value)
