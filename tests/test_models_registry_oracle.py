@@ -1,6 +1,6 @@
 """refimpl against vLLM 0.32 on every architecture of its model registry, without vLLM.
 
-tests/data/vllm_registry_oracle.json was written by `tools.crosscheck.registry_sweep`: for each
+tests/data/vllm_registry_oracle.json.gz was written by `tools.crosscheck.registry_sweep`: for each
 entry of vLLM's `ModelRegistry` (text generation and multimodal) a config from the model type's
 config class, with a real layer pattern; vLLM built the model on the meta device and, on the
 CPU platform and with each CUDA attention backend, gave every layer's spec and planned them
@@ -10,6 +10,8 @@ agree, or refimpl must refuse with the rule it lacks.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -21,6 +23,11 @@ pytestmark = pytest.mark.skipif(
 )
 ORACLE = registry_compare.load_oracle() if registry_compare.ORACLE.exists() else {}
 BUILT = {e["architecture"]: e for e in ORACLE.get("built", [])}
+
+
+@functools.cache
+def coverage() -> list[dict]:
+    return registry_compare.coverage(ORACLE)
 
 
 @pytest.mark.parametrize("arch", sorted(BUILT))
@@ -35,7 +42,7 @@ def test_refimpl_plans_what_vllm_plans_or_names_the_missing_rule(arch):
 
 
 def test_the_sweep_covers_the_whole_registry_and_the_coverage_target():
-    rows = registry_compare.coverage(ORACLE)
+    rows = coverage()
     assert len(rows) == ORACLE["registry_size"] == 240
     built = [r for r in rows if r["status"] != "not built"]
     equal = [r for r in built if r["status"] == "equal"]
@@ -47,7 +54,7 @@ def test_the_sweep_covers_the_whole_registry_and_the_coverage_target():
 
 def test_the_generated_table_is_current():
     text = registry_compare.TABLE.read_text()
-    assert registry_compare.headline(registry_compare.coverage(ORACLE)) in text
+    assert registry_compare.headline(coverage()) in text
 
 
 def test_every_case_kind_is_in_the_oracle():
@@ -69,6 +76,10 @@ def test_every_case_kind_is_in_the_oracle():
         ("FalconForCausalLM", "falcon", "generic"),
         # MiniCPM3 caches qk_nope + qk_rope values per head, not head_dim
         ("MiniCPM3ForCausalLM", "minicpm3", "generic"),
+        # Gemma 4: 512-value global heads (per_layer_config) and KV-shared last layers
+        ("Gemma4ForCausalLM", "gemma4", "generic"),
+        # Falcon-H1: a Mamba2 mixer beside every attention layer
+        ("FalconH1ForCausalLM", "mamba", "generic"),
     ],
 )
 def test_a_quirk_undone_is_noticed(monkeypatch, arch, module, undone):
@@ -93,6 +104,28 @@ def test_the_field_driven_window_rule_undone_is_noticed(monkeypatch):
     )
     for arch in ("Exaone4ForCausalLM", "Phi3ForCausalLM"):
         assert registry_compare.compare_entry(BUILT[arch])[1]
+
+
+def test_fp8_caches_are_in_the_oracle():
+    fp8 = [e for e in BUILT.values() if "backends" in e.get("fp8", {})]
+    assert len(fp8) >= 90
+
+
+def test_llama4_keeps_the_hybrid_manager_unless_an_eagle_drafter_turns_it_off():
+    """vLLM 0.32 keeps its hybrid manager for chunked local attention by default
+    (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1) and turns it off with EAGLE; off,
+    the chunked layers are planned as full attention in one group."""
+    from refimpl.models import hybrid_kv_cache_manager_disabled
+
+    entry = BUILT["Llama4ForConditionalGeneration"]
+    assert entry["disable_hybrid"] is False
+    model = registry_compare.refimpl_model(registry_compare.unpack(entry), "FLASH_ATTN")
+    assert hybrid_kv_cache_manager_disabled(model) == (False, None)
+    off, why = hybrid_kv_cache_manager_disabled(model, speculative_method="eagle")
+    assert off and "EAGLE" in why
+    assert hybrid_kv_cache_manager_disabled(model, allow_chunked_local_with_hybrid=False)[0]
+    plan = registry_compare.unpack(entry)["backends"]["FLASH_ATTN"]["plans"][0]
+    assert len(plan["groups"]) > 1  # vLLM's own plan keeps chunked and full groups apart
 
 
 def test_an_architecture_without_a_rule_is_refused_in_one_line():

@@ -215,6 +215,7 @@ def get_kv_cache_spec(
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
         mamba_cache_mode="align" if enable_prefix_caching else "none",
+        model_dtype=model_dtype,
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(
@@ -231,8 +232,37 @@ def get_kv_cache_spec(
     )
 
 
+#: speculative methods vLLM counts as EAGLE (`SpeculativeConfig.use_eagle`)
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+
+
+def hybrid_kv_cache_manager_disabled(
+    model: ModelKVCacheSpecs,
+    *,
+    speculative_method: str | None = None,
+    allow_chunked_local_with_hybrid: bool = True,
+) -> tuple[bool, str | None]:
+    """Whether vLLM 0.32 turns its hybrid KV cache manager off by itself for this model, and
+    why (`VllmConfig.__post_init__`): chunked local attention (Llama 4) with an EAGLE
+    drafter, or with `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0` (the default, 1,
+    keeps it on). Off, every layer is planned as full attention in one group."""
+    from refimpl.hybrid.kv_cache_interface import ChunkedLocalAttentionSpec
+
+    if not any(isinstance(s, ChunkedLocalAttentionSpec) for s in model.specs.values()):
+        return False, None
+    if speculative_method in EAGLE_METHODS:
+        return True, "vLLM runs chunked local attention with EAGLE without its hybrid manager"
+    if not allow_chunked_local_with_hybrid:
+        return True, (
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 turns the hybrid manager "
+            "off for chunked local attention"
+        )
+    return False, None
+
+
 __all__ = [
     "ARCHITECTURES",
+    "hybrid_kv_cache_manager_disabled",
     "HFConfig",
     "ModelKVCacheSpecs",
     "align_hybrid_block_size",

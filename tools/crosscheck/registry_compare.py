@@ -8,10 +8,13 @@ index per layer) and the plans; per TP size the KV heads per rank and Mamba stat
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
-ORACLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_registry_oracle.json"
+ORACLE = (
+    Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_registry_oracle.json.gz"
+)
 
 
 def compact_config(cfg: dict, drop: tuple[str, ...]) -> dict:
@@ -31,7 +34,7 @@ _PLAN_KEYS = ("memory", "max_model_len", "num_blocks", "tokens", "concurrency", 
 def _pack_backend(backend: dict, names: list[str], table: list) -> None:
     """Layers as indices into the entry's spec table (names kept once per entry), plans as
     rows of `_PLAN_KEYS` (a refusal as [memory, length, message])."""
-    records = [record for _, record in backend["layers"]]
+    records = [{k: v for k, v in r.items() if v is not None} for _, r in backend["layers"]]
     for record in records:
         if record not in table:
             table.append(record)
@@ -51,11 +54,18 @@ def unpack(entry: dict) -> dict:
     """A packed oracle entry in the sweep's own shape (records resolved, plans as dicts)."""
     if "layer_names" not in entry:
         return entry
+    out = {**entry, "backends": _unpack_backends(entry, entry["backends"])}
+    if "backends" in entry.get("fp8", {}):
+        out["fp8"] = {"backends": _unpack_backends(entry, entry["fp8"]["backends"])}
+    return out
+
+
+def _unpack_backends(entry: dict, backends: dict) -> dict:
     table, names = entry["specs"], entry["layer_names"]
-    out = {**entry, "backends": {}}
-    for name, backend in entry["backends"].items():
+    out = {}
+    for name, backend in backends.items():
         if "layers" not in backend:
-            out["backends"][name] = backend
+            out[name] = backend
             continue
         layers = [
             [names[i], table[x]] if isinstance(x, int) else [x[0], table[x[1]]]
@@ -67,7 +77,7 @@ def unpack(entry: dict) -> dict:
             else dict(zip(_PLAN_KEYS, p, strict=True))
             for p in backend["plans"]
         ]
-        out["backends"][name] = {**backend, "layers": layers, "plans": plans}
+        out[name] = {**backend, "layers": layers, "plans": plans}
     return out
 
 
@@ -83,7 +93,10 @@ def pack(entries: list[dict], vllm_version: str, registry_size: int) -> dict:
         table: list = []
         entry = dict(entry)
         entry["layer_names"] = [n for n, _ in entry["backends"]["CPU_ATTN"]["layers"]]
-        for backend in entry["backends"].values():
+        for backend in [
+            *entry["backends"].values(),
+            *entry.get("fp8", {}).get("backends", {}).values(),
+        ]:
             if "layers" in backend:
                 _pack_backend(backend, entry["layer_names"], table)
         entry["specs"] = table
@@ -157,12 +170,15 @@ def layers_of(backend: dict) -> list[tuple[int, str]]:
     )
 
 
-def refimpl_model(entry: dict, backend: str, tensor_parallel_size: int = 1):
+def refimpl_model(
+    entry: dict, backend: str, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto"
+):
     from refimpl.models import get_kv_cache_spec
 
     return get_kv_cache_spec(
         entry["config"],
         backend=BACKEND_NAMES[backend],
+        kv_cache_dtype=kv_cache_dtype,
         max_model_len=entry["max_model_len"],
         enable_prefix_caching=entry["enable_prefix_caching"],
         tensor_parallel_size=tensor_parallel_size,
@@ -173,17 +189,20 @@ def refimpl_model(entry: dict, backend: str, tensor_parallel_size: int = 1):
     )
 
 
-def refimpl_plan(specs: dict, entry: dict, plan: dict) -> dict:
-    """refimpl's planner at one recorded (budget, length), or its refusal."""
+def refimpl_plan(specs, entry: dict, plan: dict) -> dict:
+    """refimpl's planner for a `ModelKVCacheSpecs` at one recorded (budget, length), with the
+    hybrid manager off where refimpl's rule says vLLM turns it off; or its refusal."""
+    from refimpl.models import hybrid_kv_cache_manager_disabled
     from refimpl.plan_cli import plan_capacity
 
+    disabled, _ = hybrid_kv_cache_manager_disabled(specs)
     try:
         capacity = plan_capacity(
-            specs,
+            specs.specs,
             plan["memory"],
             plan["max_model_len"],
             entry["max_in_flight_tokens"],
-            disable_hybrid_kv_cache_manager=entry["disable_hybrid"],
+            disable_hybrid_kv_cache_manager=disabled,
         )
     except ValueError as exc:
         return {"refused": str(exc)}
@@ -201,17 +220,27 @@ def compare_entry(entry: dict) -> tuple[int, list[str]]:
     entry = unpack(entry)
     arch = entry["architecture"]
     cases, out = 0, []
-    for backend, theirs in entry["backends"].items():
+    runs = [("auto", entry["backends"])]
+    if "backends" in entry.get("fp8", {}):
+        runs.append(("fp8", entry["fp8"]["backends"]))
+    for backend, theirs, dtype in [(b, r, d) for d, bs in runs for b, r in bs.items()]:
         if "layers" not in theirs:
             continue
-        where = f"{arch} {backend}"
-        try:
-            model = refimpl_model(entry, backend)
-        except ValueError as exc:
-            cases += 1
-            out.append(f"{where}: refimpl refuses: {exc}")
-            continue
+        where = f"{arch} {backend}" + ("" if dtype == "auto" else f" {dtype}")
         cases += 1
+        try:
+            model = refimpl_model(entry, backend, kv_cache_dtype=dtype)
+            from refimpl.models import hybrid_kv_cache_manager_disabled
+
+            if hybrid_kv_cache_manager_disabled(model)[0] != entry["disable_hybrid"]:
+                out.append(f"{where}: hybrid manager off in vLLM: {entry['disable_hybrid']}")
+        except ValueError as exc:
+            if theirs.get("supports_kv_cache_dtype", True):
+                out.append(f"{where}: refimpl refuses: {exc}")
+            continue
+        if not theirs.get("supports_kv_cache_dtype", True):
+            out.append(f"{where}: vLLM's backend class does not store {dtype}, refimpl plans")
+            continue
         if model.block_size != theirs["block_size"]:
             out.append(
                 f"{where}: block size vLLM {theirs['block_size']}, refimpl {model.block_size}"
@@ -238,7 +267,7 @@ def compare_entry(entry: dict) -> tuple[int, list[str]]:
             continue
         for plan in theirs["plans"]:
             cases += 1
-            ours = refimpl_plan(model.specs, entry, plan)
+            ours = refimpl_plan(model, entry, plan)
             at = f"{where} at {plan['memory'] >> 20} MiB, {plan['max_model_len']} tokens"
             if "refused" in plan or "refused" in ours:
                 if ("refused" in plan) != ("refused" in ours):
@@ -343,7 +372,7 @@ def write_table(oracle: dict, path: Path = TABLE) -> str:
         "# Which vLLM architectures refimpl plans",
         "",
         "Generated by `python -m tools.crosscheck.registry_compare` from "
-        "`tests/data/vllm_registry_oracle.json` (the registry sweep against vLLM "
+        "`tests/data/vllm_registry_oracle.json.gz` (the registry sweep against vLLM "
         f"{oracle['vllm_version']}, `tools/crosscheck/registry_sweep.py`). Do not edit.",
         "",
         f"**{headline(rows)}.**",
@@ -372,7 +401,13 @@ def write_table(oracle: dict, path: Path = TABLE) -> str:
 
 
 def load_oracle() -> dict:
-    return json.loads(ORACLE.read_text())
+    return json.loads(gzip.decompress(ORACLE.read_bytes()))
+
+
+def write_oracle(oracle: dict) -> None:
+    """The oracle as gzip'd compact JSON (mtime 0: the same content gives the same bytes)."""
+    text = json.dumps(oracle, separators=(",", ":"), sort_keys=True) + "\n"
+    ORACLE.write_bytes(gzip.compress(text.encode(), mtime=0))
 
 
 if __name__ == "__main__":

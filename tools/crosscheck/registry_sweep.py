@@ -12,7 +12,7 @@ the platform settles the block size, every cache layer answers `get_kv_cache_spe
 the CPU platform and with each CUDA backend class (`vllm_models.cuda_backend_case`).
 
 Results are cached per architecture in `.cache/registry_sweep/` (reruns are incremental);
-`record` packs them into tests/data/vllm_registry_oracle.json, which
+`record` packs them into tests/data/vllm_registry_oracle.json.gz, which
 tests/test_models_registry_oracle.py replays without vLLM. Architectures vLLM cannot build
 this way are kept with vLLM's error.
 
@@ -77,6 +77,23 @@ LAYER_PATTERNS = {
     "llama4_text": {"attention_chunk_size": 8192},
     "llama4": {"attention_chunk_size": 8192},
     "jamba": {"attn_layer_period": 4, "attn_layer_offset": 2},
+    # Gemma 4 E2B: the last layers reuse earlier layers' K/V (20 of 35 there)
+    "gemma4_text": {"num_kv_shared_layers": 4},
+}
+
+
+#: Architectures whose auto-mapped config class is not the one their checkpoints use, or whose
+#: config class leaves out a field a real checkpoint has (architecture -> (model_type or None,
+#: keys set on the text config)); the values are those of a public checkpoint of the family.
+REPAIRS = {
+    "Llama4ForCausalLM": ("llama4_text", {"attention_chunk_size": 8192}),
+    "Glm4MoeForCausalLM": (None, {"head_dim": 128}),  # GLM-4.5-Air
+    "Glm4vMoeForConditionalGeneration": (None, {"head_dim": 128, "use_qk_norm": False}),
+    "Glm4MoeLiteForCausalLM": (None, {"first_k_dense_replace": 1}),
+    "HYV3ForCausalLM": (None, {"first_k_dense_replace": 1}),
+    "MiniMaxM2ForCausalLM": (None, {"rotary_dim": 64, "scoring_func": "sigmoid"}),
+    "Qwen3VLMoeForConditionalGeneration": (None, {"norm_topk_prob": True}),
+    "AfmoeForCausalLM": (None, {"score_func": "sigmoid", "route_norm": True}),
 }
 
 
@@ -136,9 +153,17 @@ def _truncate(cfg: dict) -> None:
             for name, value in cfg.items():
                 if isinstance(value, list) and len(value) == n:
                     cfg[name] = value[:MAX_LAYERS]
+                elif (
+                    isinstance(value, dict) and value and all(str(k).isdigit() for k in value)
+                ):
+                    # per-layer settings keyed by layer index (Gemma 4's per_layer_config)
+                    cfg[name] = {k: v for k, v in value.items() if int(str(k)) < MAX_LAYERS}
 
 
 def make_config(arch: str, module: str, known: dict[str, str]) -> tuple[str, dict]:
+    model_type, repairs = REPAIRS.get(arch, (None, {}))
+    if model_type is not None:
+        known = {**known, arch: model_type}
     source, cls = config_class(arch, module, known)
     cfg = cls().to_dict()
     for key in ("id2label", "label2id", "transformers_version", "_name_or_path"):
@@ -150,6 +175,7 @@ def make_config(arch: str, module: str, known: dict[str, str]) -> tuple[str, dic
         if isinstance(part, dict):
             part.update(LAYER_PATTERNS.get(part.get("model_type"), {}))
             _truncate(part)
+    parts[-1].update(repairs)
     return source, cfg
 
 
@@ -250,6 +276,51 @@ def tp_records(vc) -> dict:
     return out
 
 
+def build(path: str, kv_cache_dtype: str):
+    """vLLM's engine config for the file (at MAX_MODEL_LEN, or the model's own shorter
+    length), its model built on the meta device, and the layers' specs."""
+    try:
+        vc = engine_config(path, kv_cache_dtype, MAX_MODEL_LEN)
+    except Exception:  # noqa: BLE001 - a shorter model: its own length
+        vc = engine_config(path, kv_cache_dtype, None)
+    layers = build_layers(vc)
+    specs = layer_spec_objects(vc, layers)
+    if not specs:
+        raise RuntimeError("vLLM registers no KV cache layer for this model")
+    return vc, layers, specs
+
+
+def backend_records(vc, layers: dict, specs: dict) -> dict:
+    """The CPU platform's block size, specs and plans, then each CUDA backend's."""
+    cpu_vc = copy.copy(vc)
+    cpu_vc.cache_config = copy.copy(vc.cache_config)
+    out = {
+        "CPU_ATTN": {
+            "block_size": vc.cache_config.block_size,
+            "mamba_block_size": vc.cache_config.mamba_block_size,
+            "layers": [[n, spec_record(s)] for n, s in specs.items()],
+            "plans": plan_records(cpu_vc, layers, specs),
+        }
+    }
+    for backend in MLA_BACKENDS if vc.model_config.use_mla else DENSE_BACKENDS:
+        try:
+            out[backend] = backend_case(vc, layers, backend)
+        except ImportError as exc:
+            out[backend] = {"unavailable": str(exc)[:200]}
+        except Exception as exc:  # noqa: BLE001 - vLLM refuses this backend
+            out[backend] = {"refused": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    return out
+
+
+def _error(exc: BaseException) -> dict:
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    text = str(exc).splitlines()[0][:240] if str(exc) else ""
+    return {
+        "error": f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+        "where": f"{Path(last.filename).name}:{last.lineno}",
+    }
+
+
 def sweep_one(arch: str, module: str, kind: str, known: dict[str, str]) -> dict:
     source, cfg = make_config(arch, module, known)
     result = {"architecture": arch, "kind": kind, "source": source}
@@ -258,14 +329,7 @@ def sweep_one(arch: str, module: str, kind: str, known: dict[str, str]) -> dict:
     signal.alarm(120)
     try:
         with quiet():
-            try:
-                vc = engine_config(path, "auto", MAX_MODEL_LEN)
-            except Exception:  # noqa: BLE001 - a shorter model: its own length
-                vc = engine_config(path, "auto", None)
-            layers = build_layers(vc)
-            specs = layer_spec_objects(vc, layers)
-            if not specs:
-                raise RuntimeError("vLLM registers no KV cache layer for this model")
+            vc, layers, specs = build(path, "auto")
             result["config"] = registry_compare.compact_config(
                 json.loads(Path(path, "config.json").read_text()), _TOWER_KEYS
             )
@@ -278,37 +342,16 @@ def sweep_one(arch: str, module: str, kind: str, known: dict[str, str]) -> dict:
                 enable_prefix_caching=vc.cache_config.enable_prefix_caching,
                 disable_hybrid=bool(vc.scheduler_config.disable_hybrid_kv_cache_manager),
                 max_in_flight_tokens=vc.max_in_flight_tokens,
-                backends={},
+                backends=backend_records(vc, layers, specs),
+                tensor_parallel=tp_records(vc),
+                status="built",
             )
-            cpu_vc = copy.copy(vc)
-            cpu_vc.cache_config = copy.copy(vc.cache_config)
-            result["backends"]["CPU_ATTN"] = {
-                "block_size": vc.cache_config.block_size,
-                "mamba_block_size": vc.cache_config.mamba_block_size,
-                "layers": [[n, spec_record(s)] for n, s in specs.items()],
-                "plans": plan_records(cpu_vc, layers, specs),
-            }
-            use_mla = vc.model_config.use_mla
-            for backend in MLA_BACKENDS if use_mla else DENSE_BACKENDS:
-                try:
-                    result["backends"][backend] = backend_case(vc, layers, backend)
-                except ImportError as exc:
-                    result["backends"][backend] = {"unavailable": str(exc)[:200]}
-                except Exception as exc:  # noqa: BLE001 - vLLM refuses this backend
-                    result["backends"][backend] = {
-                        "refused": f"{type(exc).__name__}: {str(exc)[:200]}"
-                    }
-            result["tensor_parallel"] = tp_records(vc)
-            result["status"] = "built"
+            try:  # the same model with an fp8 cache (a second build: the layers keep it)
+                result["fp8"] = {"backends": backend_records(*build(path, "fp8"))}
+            except (Exception, Timeout) as exc:  # noqa: BLE001
+                result["fp8"] = _error(exc)
     except (Exception, Timeout) as exc:  # noqa: BLE001 - vLLM's own error is the result
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        result["status"] = "error"
-        result["error"] = (
-            f"{type(exc).__name__}: {str(exc).splitlines()[0][:240]}"
-            if str(exc)
-            else type(exc).__name__
-        )
-        result["where"] = f"{Path(last.filename).name}:{last.lineno}"
+        result.update(status="error", **_error(exc))
     finally:
         signal.alarm(0)
     return result
@@ -440,7 +483,7 @@ def record() -> None:
 
     entries = [json.loads(p.read_text()) for p in sorted(CACHE.glob("*.json"))]
     oracle = registry_compare.pack(entries, vllm.__version__, len(registry_entries()))
-    registry_compare.ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
+    registry_compare.write_oracle(oracle)
     print(f"wrote {registry_compare.ORACLE} ({registry_compare.ORACLE.stat().st_size:,} B)")
 
 
