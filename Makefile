@@ -132,10 +132,12 @@ $(VLLM_STAMP):
 crosscheck: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck run --streams $(STREAMS) --configs $(CONFIGS)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models run
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_cpu_isa run
 
 crosscheck-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck record
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_models record
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_cpu_isa record
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_serve_defaults record
 
 # vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class

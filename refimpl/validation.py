@@ -34,6 +34,15 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+def check_str(name: str, value: object, *, optional: bool = False) -> str | None:
+    """Return `value` if it is a string (or None when `optional`), else raise a ValueError
+    naming it: a setting such as a dtype or a backend is given by name."""
+    if (value is None and optional) or isinstance(value, str):
+        return value
+    allowed = "a string or None" if optional else "a string"
+    raise ValueError(f"{name} must be {allowed}, got {type(value).__name__} {value!r:.60}")
+
+
 def check_fraction(name: str, value: object) -> float:
     """Return `value` if it is a number in (0, 1] (a share such as gpu_memory_utilization,
     within vLLM's bounds), else raise a ValueError naming it."""

@@ -80,6 +80,20 @@ _launches_allowed = [not FAKE_CUDA]
 
 
 @pytest.fixture(autouse=True)
+def _plan_for_the_oracles_cpu(monkeypatch):
+    """vLLM's CPU platform plans by the host's instruction set, which `refimpl.models`
+    detects when `cpu_isa` is "auto". The recorded vLLM oracles of the CPU platform were made
+    on a CPU whose torch reported neither AVX512-BF16 nor AMX (bf16 Mamba states, 16-token
+    MLA blocks), so every test plans for such a CPU unless it names one: `make test` gives the
+    same answers on every host. Tests of the detection itself read a cpuinfo file."""
+    from refimpl.models import cpu_platform
+
+    monkeypatch.setattr(
+        cpu_platform, "detect_cpu_isa", lambda cpuinfo=None: cpu_platform.CPU_ISAS["avx2"]
+    )
+
+
+@pytest.fixture(autouse=True)
 def _default_device_as_on_a_gpu_machine(request):
     """Under REFIMPL_FAKE_CUDA: a test with `kernel_device` keeps the meta default device and
     may launch kernels; any other test runs with the CPU as default device (as on a GPU

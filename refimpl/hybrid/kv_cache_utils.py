@@ -45,7 +45,7 @@ from refimpl.hybrid.kv_cache_planning import (
     get_num_padding_layers,
     resolve_kv_cache_layout,
 )
-from refimpl.validation import check_int_at_least, check_positive_int
+from refimpl.validation import check_bool, check_int_at_least, check_positive_int
 
 BlockHash = bytes
 """A chained content hash of a prefix (see `hash_block_tokens`)."""
@@ -581,6 +581,16 @@ def plan_kv_cache(
     (`get_kv_cache_config`), then tokens and concurrency (`get_kv_cache_capacity`).
     """
     check_positive_int("max_model_len", max_model_len)
+    check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    for name, flag in (
+        ("async_scheduling", async_scheduling),
+        ("use_eagle", use_eagle),
+        ("disable_hybrid_kv_cache_manager", disable_hybrid_kv_cache_manager),
+        ("auto_fit", auto_fit),
+    ):
+        check_bool(name, flag)
+    if num_gpu_blocks_override is not None:
+        check_positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
     if (kv_cache_memory_bytes is None) == (gpu_memory_bytes is None):
         raise ValueError("give either kv_cache_memory_bytes or gpu_memory_bytes, not both")
     notes: list[PlanNote] = []

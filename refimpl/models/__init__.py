@@ -15,12 +15,12 @@ imports torch, so planning from a config is fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
-from refimpl.models import generic
+from refimpl.models import generic, schema
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -30,11 +30,20 @@ from refimpl.models.backends import (
     get_backend,
 )
 from refimpl.models.config import HFConfig, kv_cache_element_dtype
+from refimpl.models.cpu_platform import (
+    CPU_MLA_BACKENDS,
+    check_cpu_isa,
+    cpu_attention_backend,
+    mamba_ssm_cache_dtype,
+    resolve_cpu_isa,
+    with_ssm_dtype,
+)
 from refimpl.models.layers import CacheContext, MambaLayer
 from refimpl.models.registry import ARCHITECTURES, ModelLayers, resolve_family
+from refimpl.validation import check_bool, check_positive_int, check_str
 
-#: vLLM's CPU MLA path forces this backend's block size; it is described like the others.
-_CPU_MLA = AttentionBackendInfo("CPU_MLA", None, (CPU_MLA_BLOCK_SIZE,), True, "cpu")
+#: `backend` names that select vLLM's CPU platform.
+_CPU_BACKENDS = ("cpu", "cpu_attn", *CPU_MLA_BACKENDS)
 
 
 @dataclass
@@ -52,6 +61,7 @@ class ModelKVCacheSpecs:
     tensor_parallel_size: int
     mamba_block_size: int | None = None
     notes: list[str] = field(default_factory=list)
+    cpu_isa: str | None = None  # the CPU planned for, on vLLM's CPU platform
 
 
 def resolve_block_size(
@@ -65,11 +75,20 @@ def resolve_block_size(
     """The full-attention block size vLLM settles on, and why (platform, then backend)."""
     notes = []
     if backend.platform == "cpu":
-        if model.use_mla:
+        if backend.name == "CPU_MLA":
             notes.append(f"vLLM's CPU MLA kernel takes {CPU_MLA_BLOCK_SIZE}-token blocks only")
             return CPU_MLA_BLOCK_SIZE, notes
         if model_type == "deepseek_v4":
             return DEEPSEEK_V4_BLOCK_SIZE, notes
+        if (
+            block_size is not None
+            and backend.is_mla
+            and not backend.supports_block_size(block_size)
+        ):
+            raise ValueError(
+                f"block size {block_size} is not a multiple of {backend.multiple_of} tokens, "
+                f"which {backend.name}'s kernels need"
+            )
         return block_size or CPU_DEFAULT_BLOCK_SIZE, notes
     if block_size is None:
         block_size = backend.preferred_block_size(DEFAULT_BLOCK_SIZE)
@@ -125,20 +144,6 @@ def align_hybrid_block_size(
     return block_size, padded, notes
 
 
-def with_ssm_dtype(layer, ssm_dtype: str):
-    """A Mamba layer whose recurrent state (every state after the conv state) is stored in
-    `ssm_dtype` (vLLM's `MambaStateDtypeCalculator`); other layers unchanged."""
-    if not isinstance(layer, MambaLayer):
-        return layer
-    if ssm_dtype not in ("float32", "float16", "bfloat16"):
-        raise ValueError(
-            f"unsupported mamba ssm cache dtype {ssm_dtype!r}; allowed: auto, float32, "
-            "float16, bfloat16"
-        )
-    dtypes = (layer.dtypes[0],) + (ssm_dtype,) * (len(layer.dtypes) - 1)
-    return replace(layer, dtypes=dtypes)
-
-
 def get_kv_cache_spec(
     config: str | Path | dict | HFConfig,
     *,
@@ -149,7 +154,7 @@ def get_kv_cache_spec(
     max_model_len: int | None = None,
     dtype: str = "auto",
     enable_prefix_caching: bool = True,
-    mamba_ssm_cache_dtype: str = "auto",
+    cpu_isa: str | None = None,
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -160,13 +165,22 @@ def get_kv_cache_spec(
     `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
     the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
     otherwise one state per request, a block of `max_model_len` tokens).
-    `mamba_ssm_cache_dtype`: `--mamba-ssm-cache-dtype`, the dtype of the recurrent (SSM)
-    state; "auto" keeps the model dtype (vLLM's CPU platform sets "float32" on AVX512-BF16
-    hosts).
+    `backend` "cpu_attn" (or "cpu_mla" / "amx_mla" to name vLLM's CPU MLA backend) plans
+    vLLM's CPU platform for `cpu_isa`: "avx512_bf16_amx", "avx512_bf16", "avx512" or "avx2"
+    (`cpu_platform.CPU_ISAS`), or None / "auto" for this host's. vLLM keeps Mamba SSM states
+    in float32 on AVX512-BF16 CPUs and runs MLA on its AMX backend where there is AMX.
     """
+    check_positive_int("tensor_parallel_size", tensor_parallel_size)
+    if block_size is not None:
+        check_positive_int("block_size", block_size)
+    if max_model_len is not None:
+        schema.check_config_int("max_model_len", max_model_len, source="get_kv_cache_spec")
+    check_str("kv_cache_dtype", kv_cache_dtype)
+    check_str("dtype", dtype)
+    check_str("backend", backend, optional=True)
+    check_bool("enable_prefix_caching", enable_prefix_caching)
+    check_cpu_isa(cpu_isa)
     cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
-    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
-        raise ValueError(f"block_size must be a positive whole number, got {block_size!r}")
     family = resolve_family(cfg.architecture)
     if hasattr(family, "with_defaults"):  # keys transformers fills in when the file omits them
         cfg = family.with_defaults(cfg)
@@ -186,17 +200,24 @@ def get_kv_cache_spec(
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
     generic.check_heads_split(cfg, tensor_parallel_size)
-    if mamba_ssm_cache_dtype != "auto":
-        model.layers = [with_ssm_dtype(layer, mamba_ssm_cache_dtype) for layer in model.layers]
-    if backend is not None and backend.lower() in ("cpu", "cpu_attn") and model.use_mla:
-        info = _CPU_MLA
+    isa, platform_notes = None, []
+    if backend is not None and backend.lower() in _CPU_BACKENDS:
+        isa = resolve_cpu_isa(cpu_isa)
+        info, platform_notes = cpu_attention_backend(backend, use_mla=model.use_mla, isa=isa)
+        ssm_dtype = mamba_ssm_cache_dtype(isa)
+        if ssm_dtype != "auto" and any(isinstance(x, MambaLayer) for x in model.layers):
+            model.layers = with_ssm_dtype(model.layers, ssm_dtype)
+            platform_notes.append(
+                f"vLLM keeps Mamba SSM states in {ssm_dtype} on an AVX512-BF16 CPU "
+                f"({isa.name})"
+            )
     else:
         info = get_backend(backend, mla=model.use_mla, kv_cache_dtype=kv_cache_dtype)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type
     )
-    notes = model.notes + notes
+    notes = model.notes + platform_notes + notes
     mamba_block, padded = None, None
     if model.is_hybrid:
         size, padded, why = align_hybrid_block_size(model, info, size, DTYPE_SIZES[kv_dtype])
@@ -229,6 +250,7 @@ def get_kv_cache_spec(
         tensor_parallel_size=tensor_parallel_size,
         mamba_block_size=mamba_block,
         notes=notes,
+        cpu_isa=isa.name if isa is not None else None,
     )
 
 

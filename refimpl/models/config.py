@@ -10,9 +10,12 @@ defaults it relies on.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from refimpl.models import schema
 
 #: kv cache dtypes vLLM accepts here -> the element dtype the cache stores (vLLM's
 #: `STR_DTYPE_TO_TORCH_DTYPE`: every fp8 flavour is stored as uint8 bytes).
@@ -30,6 +33,8 @@ KV_CACHE_DTYPES: dict[str, str | None] = {
 #: Model dtypes vLLM serves when the config says "auto"; float32 checkpoints are served in
 #: bfloat16 (`_resolve_auto_dtype`: "Downcast for float32 models").
 _MODEL_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "bfloat16"}
+#: `HFConfig.get_int`'s marker for "no default: the key is required".
+_REQUIRED: Any = object()
 #: Keys vLLM reads a model's maximum length from (`derived_max_model_len_and_key`); the
 #: smallest one present wins.
 _MAX_LEN_KEYS = (
@@ -81,6 +86,8 @@ class HFConfig:
         if not isinstance(raw, dict):
             raise ValueError("a config.json must hold a JSON object")
         text = raw.get("text_config") or raw
+        if not isinstance(text, dict):
+            raise ValueError(f"{source}: text_config must be a JSON object, got {text!r:.60}")
         return cls(raw, text, source)
 
     def with_defaults(self, defaults: dict[str, Any]) -> HFConfig:
@@ -88,7 +95,8 @@ class HFConfig:
         return HFConfig(self.raw, self.text, self.source, {**self.defaults, **defaults})
 
     def get(self, key: str, default: Any = None) -> Any:
-        """A text-model key, then a top-level one, then the family default."""
+        """A text-model key, then a top-level one, then the family default (as given: a
+        number read this way is not checked; counts and sizes go through `get_int`)."""
         for where in (self.text, self.raw):
             if where.get(key) is not None:
                 return where[key]
@@ -99,6 +107,53 @@ class HFConfig:
         if value is None:
             raise ValueError(f"{self.source}: the {self.architecture} config has no {key!r}")
         return value
+
+    def get_int(
+        self,
+        key: str,
+        default: Any = _REQUIRED,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> Any:
+        """An integer field, checked: an int (no bool, float or string) within the bounds of
+        its kind (`schema.bound_for`: layers, heads, sizes, tokens), or `minimum`/`maximum`
+        when given. A key that is absent or null takes the family default, then `default`
+        (returned as given, so `default=None` reads an optional field); with neither, the
+        config is refused. An explicit 0 is a value like any other: refused unless
+        `minimum=0`, never replaced by a fallback."""
+        value = self.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                return self.require(key)  # raises: the config has no such key
+            return default
+        return schema.check_config_int(
+            key, value, minimum=minimum, maximum=maximum, source=self.source
+        )
+
+    def get_bool(self, key: str, default: bool = False) -> bool:
+        """A true/false field (a string such as "false" is refused, not read as true)."""
+        value = self.get(key)
+        if value is None:
+            return default
+        return schema.check_config_bool(key, value, source=self.source)
+
+    def get_layer_types(self, allowed: Collection[str], num_layers: int) -> list[str] | None:
+        """`layer_types`, checked as transformers does (names from `allowed`, one per
+        layer), or None when the config gives none."""
+        value = self.get("layer_types")
+        if value is None:
+            return None
+        return schema.check_layer_types(value, allowed, num_layers, source=self.source)
+
+    def check_divides(
+        self, divisor_key: str, divisor: int, dividend_what: str, dividend: int, rule: str
+    ) -> None:
+        """Refuse the config unless `divisor` divides `dividend` (a consistency rule that
+        transformers' or vLLM's code applies; `rule` says whose and why)."""
+        schema.check_divides(
+            divisor_key, divisor, dividend_what, dividend, rule=rule, source=self.source
+        )
 
     @property
     def architecture(self) -> str:
@@ -135,14 +190,27 @@ class HFConfig:
     def derived_max_model_len(self) -> int:
         """vLLM's default --max-model-len: the smallest length key, stretched by a RoPE
         scaling factor unless the scaling type keeps the length (or the model is Gemma 3)."""
-        lengths = [self.get(k) for k in _MAX_LEN_KEYS if self.get(k) is not None]
+        lengths = [
+            self.get_int(k, None, maximum=schema.CONTEXT.maximum) for k in _MAX_LEN_KEYS
+        ]
+        lengths = [n for n in lengths if n is not None]
         length = min(lengths) if lengths else 2048
         rope = self.get("rope_scaling") or self.get("rope_parameters")
         if isinstance(rope, dict) and "gemma3" not in self.model_type:
             rope_type = rope.get("rope_type", rope.get("type", "default"))
             if rope_type not in ("default", *_ROPE_TYPES_WITHOUT_STRETCH):
-                length *= rope.get("factor") or 1.0
-        return int(length)
+                factor = rope.get("factor")
+                if factor is not None:
+                    factor = schema.check_config_number(
+                        "rope_scaling.factor", factor, source=self.source
+                    )
+                    length *= factor
+        return schema.check_config_int(
+            "max_model_len (derived)",
+            int(length),
+            maximum=schema.CONTEXT.maximum,
+            source=self.source,
+        )
 
 
 def kv_cache_element_dtype(kv_cache_dtype: str, model_dtype: str) -> str:

@@ -17,14 +17,22 @@ ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
-    n = int(cfg.require("num_hidden_layers"))
-    rope = int(cfg.get("qk_rope_head_dim") or 0)
-    nope = int(cfg.get("qk_nope_head_dim") or 0)
-    if rope == 0 or nope == 0:
+    n = cfg.get_int("num_hidden_layers")
+    if cfg.text_model_type == "deepseek_v2":  # (DeepseekV3Config states no such rule)
+        cfg.check_divides(
+            "num_attention_heads",
+            cfg.get_int("num_attention_heads"),
+            "hidden_size",
+            cfg.get_int("hidden_size"),
+            "transformers' DeepseekV2Config: the hidden size must be a multiple of the heads",
+        )
+    rope = cfg.get_int("qk_rope_head_dim", None)
+    nope = cfg.get_int("qk_nope_head_dim", None)
+    if rope is None or nope is None:
         raise ValueError(
             f"{cfg.source}: a DeepSeek config without qk_rope_head_dim / qk_nope_head_dim "
             "runs vLLM's non-MLA fallback, which refimpl does not plan"
         )
-    size = int(cfg.require("kv_lora_rank")) + rope
+    size = cfg.get_int("kv_lora_rank") + rope
     layers = [MLALayer(f"model.layers.{i}.self_attn.attn", size) for i in range(n)]
     return ModelLayers(layers, num_kv_heads=1, head_size=size, use_mla=True)

@@ -51,6 +51,8 @@ def model_kv_cache_specs(
             f"got block size {block_size}"
         )
     row = CACHE_DTYPES[kv_cache_dtype]
+    for key in ("num_hidden_layers", "head_dim", "index_head_dim", "sliding_window"):
+        cfg.get_int(key, None)  # the schema's checks; from_hf_config says what is missing
     specs = deepseek_v4.kv_cache_specs(
         deepseek_v4.DeepseekV4Config.from_hf_config(cfg.raw),
         cache_dtype=row,

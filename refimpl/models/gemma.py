@@ -32,6 +32,8 @@ DEFAULTS = {
     },
 }
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
+#: The layer kinds Gemma 2 and 3 build (transformers' names).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def default_layer_types(cfg: HFConfig, n: int) -> list[str]:
@@ -39,7 +41,7 @@ def default_layer_types(cfg: HFConfig, n: int) -> list[str]:
     period = (
         2
         if cfg.text_model_type == "gemma2"
-        else int(cfg.get("sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN))
+        else cfg.get_int("sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN)
     )
     return ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
 
@@ -52,11 +54,27 @@ def with_defaults(cfg: HFConfig) -> HFConfig:
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
     cfg = with_defaults(cfg)
-    n = int(cfg.require("num_hidden_layers"))
-    types = cfg.get("layer_types") or default_layer_types(cfg, n)
-    window = int(cfg.require("sliding_window"))
-    per_rank = kv_heads_per_rank(int(cfg.require("num_key_value_heads")), tensor_parallel_size)
-    size = int(cfg.require("head_dim"))
+    n = cfg.get_int("num_hidden_layers")
+    types = cfg.get_layer_types(LAYER_TYPES, n) or default_layer_types(cfg, n)
+    window = cfg.get_int("sliding_window")
+    heads, hidden = cfg.get_int("num_attention_heads"), cfg.get_int("hidden_size")
+    cfg.check_divides(
+        "num_attention_heads",
+        heads,
+        "hidden_size",
+        hidden,
+        "transformers' Gemma configs: the hidden size must be a multiple of the heads",
+    )
+    kv_heads = cfg.get_int("num_key_value_heads")
+    cfg.check_divides(
+        "num_key_value_heads",
+        kv_heads,
+        "num_attention_heads",
+        heads,
+        "vLLM's attention shares each KV head by a whole group of query heads",
+    )
+    per_rank = kv_heads_per_rank(kv_heads, tensor_parallel_size)
+    size = cfg.get_int("head_dim")
     prefix = "language_model." if "text_config" in cfg.raw else ""
     layers = [
         AttentionLayer(

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from refimpl.models.config import HFConfig, kv_heads_per_rank
 from refimpl.models.layers import AttentionLayer
+from refimpl.models.llama import LAYER_TYPES, attention_heads
 from refimpl.models.registry import ModelLayers
 
 ARCHITECTURES = ("GptOssForCausalLM",)
 
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
-    n = int(cfg.require("num_hidden_layers"))
-    window = int(cfg.require("sliding_window"))
-    per_rank = kv_heads_per_rank(int(cfg.require("num_key_value_heads")), tensor_parallel_size)
-    size = int(cfg.require("head_dim"))
+    n = cfg.get_int("num_hidden_layers")
+    cfg.get_layer_types(LAYER_TYPES, n)  # checked, although vLLM slides the even layers
+    window = cfg.get_int("sliding_window")
+    _, kv_heads = attention_heads(cfg)
+    per_rank = kv_heads_per_rank(kv_heads, tensor_parallel_size)
+    size = cfg.get_int("head_dim")
     layers = [
         AttentionLayer(
             f"model.layers.{i}.attn.attn", per_rank, size, window if i % 2 == 0 else None

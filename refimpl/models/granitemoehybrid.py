@@ -11,11 +11,17 @@ rank count: each rank needs the groups of its own heads).
 
 from __future__ import annotations
 
+from refimpl.models import schema
 from refimpl.models.config import HFConfig, kv_heads_per_rank
 from refimpl.models.layers import AttentionLayer, MambaLayer
+from refimpl.models.llama import attention_heads
 from refimpl.models.registry import ModelLayers
 
 ARCHITECTURES = ("GraniteMoeHybridForCausalLM",)
+#: Layer kinds: the checkpoints' "mamba"/"attention" and the names transformers 5 remaps them
+#: to ("linear_attention"/"full_attention").
+MAMBA_TYPES = ("mamba", "linear_attention")
+ATTENTION_TYPES = ("attention", "full_attention")
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:
@@ -43,22 +49,44 @@ def mamba2_state_shapes(
 
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
-    types = cfg.require("layer_types")
+    n = cfg.get_int("num_hidden_layers")
+    types = cfg.get_layer_types(MAMBA_TYPES + ATTENTION_TYPES, n)
+    if types is None:
+        cfg.require("layer_types")  # transformers' default (all Mamba) is no real model
     model_dtype = cfg.model_dtype()
+    hidden = cfg.get_int("hidden_size")
+    intermediate = cfg.get_int("mamba_expand") * hidden
+    n_heads = cfg.get_int("mamba_n_heads")
+    rule = "transformers' GraniteMoeHybridConfig"
+    cfg.check_divides(
+        "mamba_n_heads", n_heads, "mamba_expand * hidden_size", intermediate, rule
+    )
+    d_head = cfg.get("mamba_d_head")
+    if d_head in (None, "auto"):  # transformers' default: the intermediate size per head
+        d_head = intermediate // n_heads
+    d_head = schema.check_config_int("mamba_d_head", d_head, source=cfg.source)
+    if d_head * n_heads != intermediate:
+        raise ValueError(
+            f"{cfg.source}: mamba_d_head = {d_head:,} x mamba_n_heads = {n_heads:,} is not "
+            f"mamba_expand * hidden_size = {intermediate:,} ({rule})"
+        )
     shapes = mamba2_state_shapes(
         tensor_parallel_size,
-        int(cfg.require("mamba_expand")) * int(cfg.require("hidden_size")),
-        int(cfg.require("mamba_n_groups")),
-        int(cfg.require("mamba_n_heads")),
-        int(cfg.require("mamba_d_head")),
-        int(cfg.require("mamba_d_state")),
-        int(cfg.require("mamba_d_conv")),
+        intermediate,
+        cfg.get_int("mamba_n_groups"),
+        n_heads,
+        d_head,
+        cfg.get_int("mamba_d_state"),
+        cfg.get_int("mamba_d_conv"),
     )
-    per_rank = kv_heads_per_rank(int(cfg.require("num_key_value_heads")), tensor_parallel_size)
-    size = int(cfg.require("hidden_size")) // int(cfg.require("num_attention_heads"))
+    heads = cfg.get_int("num_attention_heads")
+    cfg.check_divides("num_attention_heads", heads, "hidden_size", hidden, rule)
+    _, kv_heads = attention_heads(cfg)
+    per_rank = kv_heads_per_rank(kv_heads, tensor_parallel_size)
+    size = hidden // heads
     layers = []
     for i, kind in enumerate(types):
-        if kind == "mamba":
+        if kind in MAMBA_TYPES:
             layers.append(
                 MambaLayer(
                     f"model.layers.{i}.mixer",
@@ -67,8 +95,6 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
                     num_prefill_checkpoint_blocks=1,  # vLLM's MambaMixer2
                 )
             )
-        elif kind == "attention":
-            layers.append(AttentionLayer(f"model.layers.{i}.self_attn.attn", per_rank, size))
         else:
-            raise ValueError(f"{cfg.source}: layer {i} has unknown layer type {kind!r}")
+            layers.append(AttentionLayer(f"model.layers.{i}.self_attn.attn", per_rank, size))
     return ModelLayers(layers, num_kv_heads=per_rank, head_size=size)

@@ -24,48 +24,77 @@ ARCHITECTURES = (
 MISTRAL_DEFAULT_SLIDING_WINDOW = 4096
 
 
-def head_dim(cfg: HFConfig) -> int:
-    """`head_dim`, or hidden_size / num_attention_heads when the config gives none."""
-    return int(
-        cfg.get("head_dim") or cfg.require("hidden_size") // cfg.require("num_attention_heads")
+#: The layer kinds these models build (transformers' names).
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def attention_heads(cfg: HFConfig) -> tuple[int, int]:
+    """(query heads, KV heads): a config without `num_key_value_heads` has one KV head per
+    query head (transformers' default); vLLM's attention needs whole query groups per KV
+    head."""
+    heads = cfg.get_int("num_attention_heads")
+    kv_heads = cfg.get_int("num_key_value_heads", heads)
+    cfg.check_divides(
+        "num_key_value_heads",
+        kv_heads,
+        "num_attention_heads",
+        heads,
+        "vLLM's attention shares each KV head by a whole group of query heads",
     )
+    return heads, kv_heads
+
+
+def head_dim(cfg: HFConfig) -> int:
+    """`head_dim`, or hidden_size // num_attention_heads when the config gives none (an
+    explicit 0 is refused, not replaced). LlamaConfig also requires the hidden size to be a
+    multiple of the heads (its `validate_architecture`; Mistral's and Qwen's do not)."""
+    heads = cfg.get_int("num_attention_heads")
+    hidden = cfg.get_int("hidden_size")
+    if cfg.text_model_type == "llama":
+        cfg.check_divides(
+            "num_attention_heads",
+            heads,
+            "hidden_size",
+            hidden,
+            "transformers' LlamaConfig: the hidden size must be a multiple of the heads",
+        )
+    return cfg.get_int("head_dim", hidden // heads)
 
 
 def layer_types(cfg: HFConfig) -> tuple[list[str] | None, int | None]:
     """(per-layer types or None, the model's sliding window) after transformers' defaults."""
-    n = int(cfg.require("num_hidden_layers"))
-    window = cfg.get("sliding_window")
+    n = cfg.get_int("num_hidden_layers")
+    window = cfg.get_int("sliding_window", None, minimum=0)
+    types = cfg.get_layer_types(LAYER_TYPES, n)
     if cfg.text_model_type in ("qwen2", "qwen3"):
-        window = window if cfg.get("use_sliding_window") else None
-        types = cfg.get("layer_types") or [
-            "sliding_attention"
-            if window is not None and i >= int(cfg.get("max_window_layers", 28))
-            else "full_attention"
+        window = window if cfg.get_bool("use_sliding_window") else None
+        first_sliding = cfg.get_int("max_window_layers", 28, minimum=0)
+        slides = window is not None
+        types = types or [
+            "sliding_attention" if slides and i >= first_sliding else "full_attention"
             for i in range(n)
         ]
-        return list(types), window
+        return types, window
     if cfg.text_model_type == "mistral" and "sliding_window" not in cfg.text:
         window = MISTRAL_DEFAULT_SLIDING_WINDOW
-    return cfg.get("layer_types"), window
+    return types, window
 
 
 def per_layer_windows(cfg: HFConfig) -> list[int | None]:
     """Each decoder layer's window (None: full attention), vLLM's way: `layer_types` decides
     when it mixes kinds; otherwise the model-wide window (CacheConfig.sliding_window) applies
     to every layer."""
-    n = int(cfg.require("num_hidden_layers"))
+    n = cfg.get_int("num_hidden_layers")
     types, window = layer_types(cfg)
     if window == 0:  # vLLM: a window of 0 means no sliding window
         window = None
     if types is None or all(t == "sliding_attention" for t in types):
         return [window] * n
-    if len(types) < n:
-        raise ValueError(f"{cfg.source}: layer_types lists {len(types)} of {n} layers")
-    return [window if t == "sliding_attention" else None for t in types[:n]]
+    return [window if t == "sliding_attention" else None for t in types]
 
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
-    kv_heads = int(cfg.get("num_key_value_heads") or cfg.require("num_attention_heads"))
+    _, kv_heads = attention_heads(cfg)
     per_rank = kv_heads_per_rank(kv_heads, tensor_parallel_size)
     size = head_dim(cfg)
     layers = [

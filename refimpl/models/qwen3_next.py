@@ -13,10 +13,12 @@ from __future__ import annotations
 from refimpl.models.config import HFConfig, kv_heads_per_rank
 from refimpl.models.granitemoehybrid import divide
 from refimpl.models.layers import AttentionLayer, MambaLayer
+from refimpl.models.llama import attention_heads
 from refimpl.models.registry import ModelLayers
 
 ARCHITECTURES = ("Qwen3NextForCausalLM",)
 FULL_ATTENTION_INTERVAL = 4  # transformers' Qwen3NextConfig default
+LAYER_TYPES = ("linear_attention", "full_attention")
 
 
 def gated_delta_net_state_shapes(
@@ -32,24 +34,25 @@ def gated_delta_net_state_shapes(
 
 
 def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
-    n = int(cfg.require("num_hidden_layers"))
-    interval = int(cfg.get("full_attention_interval", FULL_ATTENTION_INTERVAL))
-    types = cfg.get("layer_types") or [
+    n = cfg.get_int("num_hidden_layers")
+    interval = cfg.get_int("full_attention_interval", FULL_ATTENTION_INTERVAL)
+    types = cfg.get_layer_types(LAYER_TYPES, n) or [
         "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)
     ]
     model_dtype = cfg.model_dtype()
     shapes = gated_delta_net_state_shapes(
         tensor_parallel_size,
-        int(cfg.require("linear_num_key_heads")),
-        int(cfg.require("linear_num_value_heads")),
-        int(cfg.require("linear_key_head_dim")),
-        int(cfg.require("linear_value_head_dim")),
-        int(cfg.require("linear_conv_kernel_dim")),
+        cfg.get_int("linear_num_key_heads"),
+        cfg.get_int("linear_num_value_heads"),
+        cfg.get_int("linear_key_head_dim"),
+        cfg.get_int("linear_value_head_dim"),
+        cfg.get_int("linear_conv_kernel_dim"),
     )
-    per_rank = kv_heads_per_rank(int(cfg.require("num_key_value_heads")), tensor_parallel_size)
-    size = int(cfg.require("head_dim"))
+    _, kv_heads = attention_heads(cfg)
+    per_rank = kv_heads_per_rank(kv_heads, tensor_parallel_size)
+    size = cfg.get_int("head_dim")
     layers = []
-    for i, kind in enumerate(types[:n]):
+    for i, kind in enumerate(types):
         if kind == "linear_attention":
             layers.append(
                 MambaLayer(
@@ -59,8 +62,6 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
                     mamba_type="gdn_attn",
                 )
             )
-        elif kind == "full_attention":
-            layers.append(AttentionLayer(f"model.layers.{i}.self_attn.attn", per_rank, size))
         else:
-            raise ValueError(f"{cfg.source}: layer {i} has unknown layer type {kind!r}")
+            layers.append(AttentionLayer(f"model.layers.{i}.self_attn.attn", per_rank, size))
     return ModelLayers(layers, num_kv_heads=per_rank, head_size=size)

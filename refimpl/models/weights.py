@@ -44,15 +44,15 @@ class WeightCount:
 
 def count_parameters(cfg: HFConfig) -> WeightCount:
     """The big matrices' parameters, from the config's sizes."""
-    get = cfg.get
-    hidden = int(get("hidden_size") or 0)
-    layers = int(get("num_hidden_layers") or 0)
-    heads = int(get("num_attention_heads") or 1)
-    vocab = int(get("vocab_size") or 0)
-    if get("kv_lora_rank"):  # MLA (DeepSeek V2/V3): low-rank queries and a latent KV
-        nope, rope = int(get("qk_nope_head_dim")), int(get("qk_rope_head_dim"))
-        v_dim, kv_rank = int(get("v_head_dim")), int(get("kv_lora_rank"))
-        q_rank = int(get("q_lora_rank") or 0)
+    get = cfg.get_int  # absent keys count as 0; an explicit 0 only where 0 means "none"
+    hidden = get("hidden_size", 0)
+    layers = get("num_hidden_layers", 0)
+    heads = get("num_attention_heads", 1)
+    vocab = get("vocab_size", 0)
+    if cfg.get("kv_lora_rank") is not None:  # MLA (DeepSeek V2/V3): a latent KV
+        nope, rope = get("qk_nope_head_dim"), get("qk_rope_head_dim")
+        v_dim, kv_rank = get("v_head_dim"), get("kv_lora_rank")
+        q_rank = get("q_lora_rank", 0, minimum=0)  # 0 or absent: full-rank queries
         q = (
             hidden * q_rank + q_rank * heads * (nope + rope)
             if q_rank
@@ -65,26 +65,39 @@ def count_parameters(cfg: HFConfig) -> WeightCount:
             + heads * v_dim * hidden
         )
     else:
-        head_dim = int(get("head_dim") or hidden // heads)
-        kv_heads = int(get("num_key_value_heads") or heads)
+        head_dim = get("head_dim", hidden // heads)
+        kv_heads = get("num_key_value_heads", heads)
         attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
-    experts = int(
-        get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0
+    experts = next(
+        (
+            get(key, minimum=0)
+            for key in ("num_local_experts", "n_routed_experts", "num_experts")
+            if cfg.get(key) is not None
+        ),
+        0,
     )
-    inter = int(get("intermediate_size") or 0)
-    moe_inter = int(get("moe_intermediate_size") or inter)
+    inter = get("intermediate_size", 0)
+    moe_inter = get("moe_intermediate_size", inter)
     if experts:
-        dense_layers = int(get("first_k_dense_replace") or 0)
+        dense_layers = get("first_k_dense_replace", 0, minimum=0)
         moe_layers = layers - dense_layers
-        shared = int(get("n_shared_experts") or 0) * moe_inter + int(
-            get("shared_expert_intermediate_size") or get("shared_intermediate_size") or 0
+        shared_key = next(
+            (
+                k
+                for k in ("shared_expert_intermediate_size", "shared_intermediate_size")
+                if cfg.get(k) is not None
+            ),
+            None,
+        )
+        shared = get("n_shared_experts", 0, minimum=0) * moe_inter + (
+            get(shared_key, minimum=0) if shared_key else 0
         )
         mlp = dense_layers * 3 * hidden * inter
         expert_params = moe_layers * 3 * hidden * (experts * moe_inter + shared)
         router = moe_layers * hidden * experts
     else:
         mlp, expert_params, router = layers * 3 * hidden * inter, 0, 0
-    embeddings = vocab * hidden * (1 if get("tie_word_embeddings") else 2)
+    embeddings = vocab * hidden * (1 if cfg.get_bool("tie_word_embeddings") else 2)
     return WeightCount(layers * attention, mlp, expert_params, router, embeddings)
 
 

@@ -24,6 +24,9 @@ BACKEND_NAMES = {
     "FLASHMLA": "flashmla",
     "TRITON_MLA": "triton_mla",
 }
+#: The CPU the oracle's CPU_ATTN cases were recorded on when a case does not say: its torch
+#: reported neither AVX512-BF16 nor AMX (bf16 Mamba states, 16-token MLA blocks).
+RECORDED_CPU_ISA = "avx2"
 #: vLLM's Mamba backend enum names -> refimpl's mamba_type
 MAMBA_TYPES = {"MAMBA2": "mamba2", "GDN_ATTN": "gdn_attn", "MAMBA1": "mamba1"}
 
@@ -89,11 +92,12 @@ def refimpl_case(case: dict, backend: str) -> dict:
     recorded = case["backends"][backend]
     try:
         model = get_kv_cache_spec(
-            CONFIG_DIR / case["config"],
+            case.get("config_json") or CONFIG_DIR / case["config"],
             backend=BACKEND_NAMES[backend],
             kv_cache_dtype=case["kv_cache_dtype"],
             max_model_len=case["max_model_len"],
             enable_prefix_caching=case["enable_prefix_caching"],
+            cpu_isa=case.get("cpu_isa", RECORDED_CPU_ISA),
         )
     except ValueError as exc:  # vLLM refuses such a backend too, when its class says so
         return {"refused": str(exc)}

@@ -182,10 +182,8 @@ def refimpl_model(
         max_model_len=entry["max_model_len"],
         enable_prefix_caching=entry["enable_prefix_caching"],
         tensor_parallel_size=tensor_parallel_size,
-        # what vLLM's CPU platform set on the recording host (float32 with AVX512-BF16)
-        mamba_ssm_cache_dtype=entry.get("cpu_mamba_ssm_cache_dtype", "auto")
-        if backend == "CPU_ATTN"
-        else "auto",
+        # the CPU platform plans for the host the oracle was recorded on
+        cpu_isa=entry.get("cpu_isa") if backend == "CPU_ATTN" else None,
     )
 
 
@@ -401,7 +399,11 @@ def write_table(oracle: dict, path: Path = TABLE) -> str:
 
 
 def load_oracle() -> dict:
-    return json.loads(gzip.decompress(ORACLE.read_bytes()))
+    """The oracle, each built entry told the recording host's CPU (for its CPU cases)."""
+    oracle = json.loads(gzip.decompress(ORACLE.read_bytes()))
+    for entry in oracle["built"]:
+        entry["cpu_isa"] = oracle["cpu_isa"]
+    return oracle
 
 
 def write_oracle(oracle: dict) -> None:

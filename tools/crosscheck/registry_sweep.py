@@ -477,12 +477,23 @@ def sweep(selected: list[str], retry: bool = False) -> None:
         )
 
 
+def host_cpu_isa() -> str:
+    """The recording host as vLLM's CPU platform sees it (the torch probes it calls), in
+    refimpl's `--cpu-isa` names: the CPU cases replay with that CPU, wherever they replay."""
+    import torch
+
+    if torch.cpu._is_avx512_bf16_supported():
+        return "avx512_bf16_amx" if torch.cpu._is_amx_tile_supported() else "avx512_bf16"
+    return "avx512" if torch.cpu._is_avx512_supported() else "avx2"
+
+
 def record() -> None:
     """Pack the cache into the oracle file (sorted, compact)."""
     import vllm
 
     entries = [json.loads(p.read_text()) for p in sorted(CACHE.glob("*.json"))]
     oracle = registry_compare.pack(entries, vllm.__version__, len(registry_entries()))
+    oracle["cpu_isa"] = host_cpu_isa()
     registry_compare.write_oracle(oracle)
     print(f"wrote {registry_compare.ORACLE} ({registry_compare.ORACLE.stat().st_size:,} B)")
 
