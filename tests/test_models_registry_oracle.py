@@ -62,7 +62,15 @@ def test_every_case_kind_is_in_the_oracle():
     backends = {b for e in BUILT.values() for b, r in e["backends"].items() if "layers" in r}
     assert {"CPU_ATTN", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLASHMLA"} <= backends
     kinds = {spec["type"] for e in BUILT.values() for spec in e["specs"]}
-    assert {"FullAttentionSpec", "SlidingWindowSpec", "MLAAttentionSpec", "MambaSpec"} <= kinds
+    assert {
+        "FullAttentionSpec",
+        "SlidingWindowSpec",
+        "ChunkedLocalAttentionSpec",
+        "MLAAttentionSpec",
+        "MambaSpec",
+    } <= kinds
+    mamba = {s["mamba_type"] for e in BUILT.values() for s in e["specs"] if "mamba_type" in s}
+    assert {"MAMBA1", "MAMBA2", "GDN_ATTN", "SHORT_CONV"} <= mamba
     budgets = {p[0] for e in BUILT.values() for p in e["backends"]["CPU_ATTN"]["plans"]}
     assert len(budgets) >= 3
 
@@ -80,6 +88,10 @@ def test_every_case_kind_is_in_the_oracle():
         ("Gemma4ForCausalLM", "gemma4", "generic"),
         # Falcon-H1: a Mamba2 mixer beside every attention layer
         ("FalconH1ForCausalLM", "mamba", "generic"),
+        # LFM2: short-conv layers among the attention layers
+        ("Lfm2ForCausalLM", "lfm2", "generic"),
+        # LongCat-Flash: two MLA caches per layer
+        ("LongcatFlashForCausalLM", "longcat", "generic"),
     ],
 )
 def test_a_quirk_undone_is_noticed(monkeypatch, arch, module, undone):

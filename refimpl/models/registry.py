@@ -46,6 +46,9 @@ _FAMILIES = {
     "falcon": ("FalconForCausalLM",),
     "minicpm3": ("MiniCPM3ForCausalLM",),
     "gemma4": ("Gemma4ForCausalLM",),
+    "chatglm": ("ChatGLMModel", "ChatGLMForConditionalGeneration"),
+    "longcat": ("LongcatFlashForCausalLM",),
+    "lfm2": ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"),
     "mamba": (
         "MambaForCausalLM",
         "FalconMambaForCausalLM",
@@ -113,6 +116,7 @@ GENERIC = GENERIC = (
     "MossTranscribeDiarizeForConditionalGeneration",
     "MuseGlimmerForCausalLM",
     "MuseGlimmerForConditionalGeneration",
+    "NemotronForCausalLM",
     "OPTForCausalLM",
     "OlmoeForCausalLM",
     "OrionForCausalLM",

@@ -134,7 +134,12 @@ _FIELDS = (
     "page_size_padded",
     "page_size_bytes",
 )
-_MAMBA_TYPES = {"MAMBA2": "mamba2", "GDN_ATTN": "gdn_attn", "MAMBA1": "mamba1"}
+_MAMBA_TYPES = {
+    "MAMBA2": "mamba2",
+    "GDN_ATTN": "gdn_attn",
+    "MAMBA1": "mamba1",
+    "SHORT_CONV": "short_conv",
+}
 
 
 def layer_index(name: str) -> int:

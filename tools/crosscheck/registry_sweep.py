@@ -77,6 +77,18 @@ LAYER_PATTERNS = {
     "llama4_text": {"attention_chunk_size": 8192},
     "llama4": {"attention_chunk_size": 8192},
     "jamba": {"attn_layer_period": 4, "attn_layer_offset": 2},
+    # LFM2-1.2B: short-conv layers, attention at a few (here 4 of 12, there 6 of 16)
+    "lfm2": {
+        "layer_types": [
+            "full_attention" if i in (2, 5, 8, 10) else "conv" for i in range(MAX_LAYERS)
+        ],
+        "full_attn_idxs": [2, 5, 8, 10],
+    },
+    "lfm2_moe": {
+        "layer_types": [
+            "full_attention" if i in (2, 5, 8, 10) else "conv" for i in range(MAX_LAYERS)
+        ],
+    },
     # Gemma 4 E2B: the last layers reuse earlier layers' K/V (20 of 35 there)
     "gemma4_text": {"num_kv_shared_layers": 4},
 }
@@ -94,6 +106,42 @@ REPAIRS = {
     "MiniMaxM2ForCausalLM": (None, {"rotary_dim": 64, "scoring_func": "sigmoid"}),
     "Qwen3VLMoeForConditionalGeneration": (None, {"norm_topk_prob": True}),
     "AfmoeForCausalLM": (None, {"score_func": "sigmoid", "route_norm": True}),
+    "NemotronForCausalLM": (None, {"num_key_value_heads": 8}),  # Nemotron-4
+    # GLM-4-9B: two K/V groups
+    **{
+        arch: (
+            None,
+            {
+                "original_rope": True,
+                "tie_word_embeddings": False,
+                "multi_query_attention": True,
+                "multi_query_group_num": 2,
+            },
+        )
+        for arch in ("ChatGLMModel", "ChatGLMForConditionalGeneration")
+    },
+    "LongcatFlashForCausalLM": (
+        None,
+        {"mla_scale_q_lora": True, "mla_scale_kv_lora": True, "zero_expert_type": "identity"},
+    ),
+    "InklingForCausalLM": (
+        None,
+        {"padded_vocab_size": "@vocab_size", "use_embed_norm": False},
+    ),
+    # LFM2: the block's width is the hidden size ("@key" copies another field's value)
+    **{
+        arch: (
+            None,
+            {
+                "block_dim": "@hidden_size",
+                "block_multiple_of": 256,
+                "block_auto_adjust_ff_dim": True,
+                "block_ffn_dim_multiplier": 1.0,
+                "conv_dim": "@hidden_size",
+            },
+        )
+        for arch in ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration")
+    },
 }
 
 
@@ -160,14 +208,32 @@ def _truncate(cfg: dict) -> None:
                     cfg[name] = {k: v for k, v in value.items() if int(str(k)) < MAX_LAYERS}
 
 
+_NOT_CONFIG = (
+    "id2label",
+    "label2id",
+    "transformers_version",
+    "_name_or_path",
+    "output_attentions",
+)
+
+
+def _drop_bookkeeping(cfg: dict) -> None:
+    """transformers' bookkeeping keys, which some config classes refuse as unknown kwargs
+    when they come back inside a sub-config (DBRX's attn_config)."""
+    for key in _NOT_CONFIG:
+        cfg.pop(key, None)
+    for value in cfg.values():
+        if isinstance(value, dict):
+            _drop_bookkeeping(value)
+
+
 def make_config(arch: str, module: str, known: dict[str, str]) -> tuple[str, dict]:
     model_type, repairs = REPAIRS.get(arch, (None, {}))
     if model_type is not None:
         known = {**known, arch: model_type}
     source, cls = config_class(arch, module, known)
     cfg = cls().to_dict()
-    for key in ("id2label", "label2id", "transformers_version", "_name_or_path"):
-        cfg.pop(key, None)
+    _drop_bookkeeping(cfg)
     cfg["architectures"] = [arch]
     cfg["torch_dtype"] = "bfloat16"
     parts = [cfg] + [v for k, v in cfg.items() if k.endswith("text_config") and v]
@@ -175,7 +241,9 @@ def make_config(arch: str, module: str, known: dict[str, str]) -> tuple[str, dic
         if isinstance(part, dict):
             part.update(LAYER_PATTERNS.get(part.get("model_type"), {}))
             _truncate(part)
-    parts[-1].update(repairs)
+    parts[-1].update(
+        {k: parts[-1].get(v[1:]) if str(v).startswith("@") else v for k, v in repairs.items()}
+    )
     return source, cfg
 
 
