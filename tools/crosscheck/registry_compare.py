@@ -328,13 +328,15 @@ def coverage(oracle: dict) -> list[dict]:
         if not diffs:
             status, detail = "equal", f"{cases} cases"
         elif refusals and len(refusals) == len(diffs):
-            status, detail = "refused", refusals[0].split(": refimpl refuses: ", 1)[1]
+            reason = refusals[0].split(": refimpl refuses: ", 1)[1]
+            status, detail = "refused", reason.split("missing rule: ", 1)[-1]
         else:
             status, detail = "differs", diffs[0]
         rows.append(
             {
                 "architecture": entry["architecture"],
                 "kind": entry["kind"],
+                "source": entry["source"],
                 "status": status,
                 "detail": detail,
                 "cases": cases,
@@ -345,6 +347,7 @@ def coverage(oracle: dict) -> list[dict]:
             {
                 "architecture": entry["architecture"],
                 "kind": entry["kind"],
+                "source": entry["source"],
                 "status": "not built",
                 "detail": entry["error"],
                 "cases": 0,
@@ -385,18 +388,25 @@ def write_table(oracle: dict, path: Path = TABLE) -> str:
         "let vLLM build the model on the meta device and plan its KV cache on the CPU "
         "platform and with each CUDA attention backend at several budgets, lengths and "
         "tensor-parallel sizes; "
-        "refimpl planned the same config. *equal*: every spec and planned figure agrees; "
-        "*refused*: refimpl names the rule it lacks; *not built*: vLLM could not build the "
-        "model from that config (its error is quoted).",
+        "refimpl planned the same config. *equal*: every spec and planned figure agrees "
+        "(the number of cases compared); *refused*: refimpl names the rule it lacks; "
+        "*not built*: vLLM could not build the model from the sweep's config (its error is "
+        "quoted). Most of those are the sweep's: its config class leaves out a field real "
+        "checkpoints have, or the model is remote code with no config class here "
+        "(`fallback:llama`); a few are vLLM's CPU build (sparse attention, some MoE "
+        "activations, meta tensors read at build time). *config* names the class the "
+        "sweep's config came from.",
         "",
-        "| architecture | kind | refimpl | cases / reason |",
-        "|---|---|---|---|",
+        "| architecture | kind | config | refimpl | cases / reason |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
         detail = r["detail"].replace("|", "\\|").replace("\n", " ")[:160]
         if r["status"] == "equal":
             detail = f"{r['cases']}"
-        lines.append(f"| {r['architecture']} | {r['kind']} | {r['status']} | {detail} |")
+        lines.append(
+            f"| {r['architecture']} | {r['kind']} | {r['source']} | {r['status']} | {detail} |"
+        )
     text = "\n".join(lines) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
