@@ -92,6 +92,10 @@ def test_every_case_kind_is_in_the_oracle():
         ("Lfm2ForCausalLM", "lfm2", "generic"),
         # LongCat-Flash: two MLA caches per layer
         ("LongcatFlashForCausalLM", "longcat", "generic"),
+        # IQuest-LoopCoder: a second, 64-token sliding pass over every layer
+        ("IQuestLoopCoderForCausalLM", "iquest", "generic"),
+        # HRM-Text: a cache per run of a layer in its nested cycles
+        ("HrmTextForCausalLM", "hrm", "generic"),
     ],
 )
 def test_a_quirk_undone_is_noticed(monkeypatch, arch, module, undone):

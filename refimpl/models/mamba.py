@@ -1,7 +1,9 @@
 """State-space models and their hybrids: Mamba, Falcon-Mamba, Mamba2 (all Mamba), Jamba
 (Mamba1 with an attention layer every `attn_layer_period`-th layer) and Falcon-H1 (a parallel
-hybrid: every layer has attention AND a Mamba2 mixer side by side). vLLM's mamba.py,
-mamba2.py, jamba.py, falcon_h1.py.
+hybrid: every layer has attention AND a Mamba2 mixer side by side) and Zamba2 (a Mamba2
+mixer per layer, plus shared attention blocks applied at `hybrid_layer_ids`: the weights are
+shared, but each application keeps its own cache). vLLM's mamba.py, mamba2.py, jamba.py,
+falcon_h1.py, zamba2.py.
 
 A Mamba1 layer keeps, per request, a conv state of (conv_kernel - 1) x intermediate values
 and an SSM state of intermediate x state_size; Mamba2's are in `granitemoehybrid`
@@ -11,9 +13,9 @@ and an SSM state of intermediate x state_size; Mamba2's are in `granitemoehybrid
 from __future__ import annotations
 
 from refimpl.models import generic
-from refimpl.models.config import HFConfig
+from refimpl.models.config import HFConfig, kv_heads_per_rank
 from refimpl.models.granitemoehybrid import divide, mamba2_state_shapes
-from refimpl.models.layers import Layer, MambaLayer
+from refimpl.models.layers import AttentionLayer, Layer, MambaLayer
 from refimpl.models.registry import ModelLayers
 
 ARCHITECTURES = (
@@ -22,6 +24,7 @@ ARCHITECTURES = (
     "Mamba2ForCausalLM",
     "JambaForCausalLM",
     "FalconH1ForCausalLM",
+    "Zamba2ForCausalLM",
 )
 
 
@@ -78,6 +81,8 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
             for i in range(n)
         ]
         return ModelLayers(layers)
+    if arch == "Zamba2ForCausalLM":
+        return zamba2_layers(cfg, tp, n, hidden)
     attention = generic.attention_layers(cfg, tp, [None] * n, generic.total_kv_heads(cfg))
     if arch == "JambaForCausalLM":
         period = int(generic.first(cfg, ("attn_layer_period",), "Jamba's attention period"))
@@ -109,3 +114,27 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
     return ModelLayers(
         layers, num_kv_heads=attention.num_kv_heads, head_size=attention.head_size
     )
+
+
+def zamba2_layers(cfg: HFConfig, tp: int, n: int, hidden: int) -> ModelLayers:
+    """One cache per application of a shared attention block (`hybrid_layer_ids`), each with
+    a K/V head per attention head of `attention_head_dim`, then a Mamba2 mixer per layer."""
+    applications = len(generic.first(cfg, ("hybrid_layer_ids",), "Zamba2's attention layers"))
+    heads = kv_heads_per_rank(int(generic.first(cfg, ("num_attention_heads",), "heads")), tp)
+    size = int(generic.first(cfg, ("attention_head_dim",), "Zamba2's head size"))
+    layers: list[Layer] = [
+        AttentionLayer(f"model.attn.{j}", heads, size) for j in range(applications)
+    ]
+    intermediate = int(generic.first(cfg, ("mamba_expand",), "Mamba's expand")) * hidden
+    keys = {
+        "num_heads": ("n_mamba_heads",),
+        "head_dim": ("mamba_headdim",),
+        "n_groups": ("mamba_ngroups",),
+        "state_size": ("mamba_d_state",),
+        "conv_kernel": ("mamba_d_conv",),
+    }
+    layers += [
+        mamba2_layer(cfg, f"model.layers.{i}.mamba", tp, intermediate, **keys)
+        for i in range(n)
+    ]
+    return ModelLayers(layers, num_kv_heads=heads, head_size=size)

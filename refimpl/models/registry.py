@@ -48,6 +48,8 @@ _FAMILIES = {
     "gemma4": ("Gemma4ForCausalLM",),
     "chatglm": ("ChatGLMModel", "ChatGLMForConditionalGeneration"),
     "longcat": ("LongcatFlashForCausalLM",),
+    "iquest": ("IQuestLoopCoderForCausalLM",),
+    "hrm": ("HrmTextForCausalLM",),
     "lfm2": ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"),
     "mamba": (
         "MambaForCausalLM",
@@ -55,6 +57,7 @@ _FAMILIES = {
         "Mamba2ForCausalLM",
         "JambaForCausalLM",
         "FalconH1ForCausalLM",
+        "Zamba2ForCausalLM",
     ),
 }
 #: architectures whose vLLM model file follows the common pattern: one attention (or MLA)
@@ -147,15 +150,6 @@ MISSING_RULES = {
     "WhisperForConditionalGeneration": (
         "encoder-decoder cross-attention (CrossAttentionSpec, sized by the encoder's "
         "length): refimpl plans decoder-only caches"
-    ),
-    "HrmTextForCausalLM": (
-        "HRM's recurrent H/L modules register more attention layers than num_hidden_layers"
-    ),
-    "IQuestLoopCoderForCausalLM": (
-        "loop layers: vLLM registers a second, sliding-window pass over every layer"
-    ),
-    "Zamba2ForCausalLM": (
-        "shared attention blocks reused at hybrid_layer_ids (Zamba2's own layer map)"
     ),
 }
 
