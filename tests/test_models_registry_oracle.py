@@ -148,3 +148,30 @@ def test_an_architecture_without_a_rule_is_refused_in_one_line():
     with pytest.raises(ValueError, match="refimpl cannot plan") as exc:
         registry.resolve_family("NoSuchModelForCausalLM")
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"layer_types": ["full_attention", "mamba"]}, "layer type 'mamba'"),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, "no sliding_window"),
+        ({"layer_types": ["full_attention"]}, "lists 1 of 2 layers"),
+        ({"num_hidden_layers": None}, "sets none of num_hidden_layers"),
+    ],
+)
+def test_the_field_driven_rules_refuse_bad_fields_in_one_line(change, words):
+    from refimpl.models import get_kv_cache_spec
+
+    config = {
+        "architectures": ["Glm4ForCausalLM"],  # a GENERIC architecture
+        "model_type": "glm4",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "torch_dtype": "bfloat16",
+        **change,
+    }
+    with pytest.raises(ValueError, match=words) as exc:
+        get_kv_cache_spec({k: v for k, v in config.items() if v is not None})
+    assert "\n" not in str(exc.value)

@@ -3,16 +3,19 @@ attention layer per decoder layer, every number read from the config's fields.
 
 vLLM's model files differ in module names, MLPs and norms, which the cache never sees; what the
 cache sees comes from a handful of fields, read here the way vLLM reads them:
-- the text model's config: `text_config` (or `llm_config`, `language_config`) of a multimodal
-  checkpoint, as transformers' `get_text_config` finds it;
+- the text model's config: `text_config` (or `llm_config`, `language_config`; an omni
+  model's thinker's) of a multimodal checkpoint, as transformers' `get_text_config` finds it;
 - KV heads: the first of `n_head_kv`, `num_kv_heads`, `num_key_value_heads`,
   `multi_query_group_num`, `num_attention_groups`, else one per attention head
   (`ModelArchConfigConvertor.get_total_num_kv_heads`), divided over tensor-parallel ranks;
 - head size: `head_dim` when positive, `hidden_size_per_head`, else hidden size / heads
   (`get_head_size`); MLA models (`MLA_MODEL_TYPES`) cache `kv_lora_rank + qk_rope_head_dim`;
-- windows: `layer_types` names each layer ("full_attention", "sliding_attention"); without
+- windows: `layer_types` names each layer ("full_attention", "sliding_attention", or
+  "chunked_attention": Llama 4's chunked local layers of `attention_chunk_size`); without
   it, or when every layer slides, `sliding_window` applies to every layer (vLLM's
-  `CacheConfig.sliding_window`, which each Attention takes unless its model passes its own).
+  `CacheConfig.sliding_window`, which each Attention takes unless its model passes its own:
+  Phi-3's window on every layer comes from this rule);
+- tensor parallelism: vLLM starts only when the attention heads split evenly.
 
 A family with a quirk (a window one token longer, heads chosen by another flag) has its own
 small module that calls these helpers; `registry.py` says which architecture uses which.

@@ -3,10 +3,11 @@
 Most architectures need no module of their own: `generic.py` reads everything the cache
 depends on from the config's fields (GENERIC lists them). A family with a quirk that its
 fields do not say has a small module (Cohere2's window + 1, Falcon's multi-query flag, Mamba
-hybrids). Every architecture listed here was checked against vLLM 0.32 itself by the registry
-sweep (`tools/crosscheck/registry_sweep.py`, replayed by tests/test_models_registry_oracle.py);
-MISSING_RULES names what refimpl lacks for the architectures vLLM builds and refimpl does not
-plan, and docs/model-coverage.md lists all 240 registry entries.
+hybrids). Every architecture listed here was checked against vLLM 0.32 itself: DeepSeek V4 by
+its own comparison, the others by the registry sweep (`tools/crosscheck/registry_sweep.py`,
+replayed by tests/test_models_registry_oracle.py). MISSING_RULES names what refimpl lacks
+for the architectures vLLM builds and refimpl does not plan; docs/model-coverage.md lists
+all 240 registry entries.
 """
 
 from __future__ import annotations
