@@ -236,7 +236,6 @@ def get_kv_cache_spec(
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
         mamba_cache_mode="align" if enable_prefix_caching else "none",
-        model_dtype=model_dtype,
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(

@@ -10,10 +10,9 @@ cache stays in the model dtype even with `--kv-cache-dtype fp8`; only the plain 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from refimpl.models import generic
 from refimpl.models.config import HFConfig
+from refimpl.models.layers import FixedDtypeAttentionLayer
 from refimpl.models.registry import ModelLayers
 
 ARCHITECTURES = ("FalconForCausalLM",)
@@ -33,5 +32,11 @@ def cache_layers(cfg: HFConfig, tensor_parallel_size: int) -> ModelLayers:
         cfg, tensor_parallel_size, [None] * n, total_kv_heads(cfg)
     )
     if cfg.text.get("rotary", True) or cfg.text.get("alibi", False):
-        model.layers = [replace(layer, model_dtype_cache=True) for layer in model.layers]
+        dtype = cfg.model_dtype()
+        model.layers = [
+            FixedDtypeAttentionLayer(
+                layer.name, layer.num_kv_heads, layer.head_size, cache_dtype=dtype
+            )
+            for layer in model.layers
+        ]
     return model

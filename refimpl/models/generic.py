@@ -24,7 +24,7 @@ small module that calls these helpers; `registry.py` says which architecture use
 from __future__ import annotations
 
 from refimpl.models.config import HFConfig, kv_heads_per_rank
-from refimpl.models.layers import AttentionLayer, Layer, MLALayer
+from refimpl.models.layers import AttentionLayer, ChunkedLocalAttentionLayer, Layer, MLALayer
 from refimpl.models.registry import ModelLayers
 
 #: Sub-configs that hold a multimodal checkpoint's language model, in the order looked at.
@@ -176,11 +176,12 @@ def attention_layers(
     prefix = layer_prefix(cfg)
     pairs = [w if isinstance(w, tuple) else (w, None) for w in windows]
     layers: list[Layer] = [
-        AttentionLayer(
+        AttentionLayer(f"{prefix}model.layers.{i}.self_attn.attn", per_rank, size, window)
+        if chunk is None
+        else ChunkedLocalAttentionLayer(
             f"{prefix}model.layers.{i}.self_attn.attn",
             per_rank,
             size,
-            window,
             attention_chunk_size=chunk,
         )
         for i, (window, chunk) in enumerate(pairs)

@@ -12,10 +12,9 @@ family, as it is in vLLM, where the rule lives in the layer class
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from refimpl.hybrid.kv_cache_interface import (
-    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     MambaSpec,
@@ -37,7 +36,6 @@ class CacheContext:
     mamba_block_size: int | None = None
     mamba_page_size_padded: int | None = None
     mamba_cache_mode: str = "none"
-    model_dtype: str | None = None  # for layers built without the cache config
 
 
 @dataclass(frozen=True)
@@ -50,30 +48,18 @@ class AttentionLayer:
     head_size: int
     sliding_window: int | None = None
     head_size_v: int | None = None
-    #: chunked local attention (Llama 4): attends within chunks of this many tokens
-    attention_chunk_size: int | None = None
-    #: built without vLLM's cache config (Falcon's rotary / ALiBi layers): the cache keeps
-    #: the model dtype whatever --kv-cache-dtype says
-    model_dtype_cache: bool = False
 
     def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
-        """A full-attention spec at the block size, a chunked local one at the block size
-        (vLLM's `ChunkedLocalAttention`), or a sliding-window spec at the largest kernel
-        block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
+        """A full-attention spec at the block size, or a sliding-window spec at the largest
+        kernel block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
         common = {
             "num_kv_heads": self.num_kv_heads,
             "head_size": self.head_size,
-            "dtype": ctx.model_dtype if self.model_dtype_cache else ctx.kv_dtype,
+            "dtype": ctx.kv_dtype,
             "kernel_block_size": ctx.backend.kernel_block_size,
         }
         if self.head_size_v is not None:
             common["head_size_v"] = self.head_size_v
-        if self.attention_chunk_size is not None:
-            return ChunkedLocalAttentionSpec(
-                block_size=ctx.block_size,
-                attention_chunk_size=self.attention_chunk_size,
-                **common,
-            )
         if self.sliding_window is not None:
             block = ctx.backend.sliding_window_block_size(ctx.block_size)
             return SlidingWindowSpec(
@@ -133,6 +119,38 @@ class MambaLayer:
             mamba_cache_mode=ctx.mamba_cache_mode,
             num_prefill_checkpoint_blocks=self.num_prefill_checkpoint_blocks,
         )
+
+
+@dataclass(frozen=True)
+class ChunkedLocalAttentionLayer(AttentionLayer):
+    """Attention within fixed chunks of `attention_chunk_size` tokens (Llama 4's local
+    layers; vLLM's `ChunkedLocalAttention`): a chunked local spec at the block size."""
+
+    attention_chunk_size: int = field(kw_only=True)
+
+    def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
+        from refimpl.hybrid.kv_cache_interface import ChunkedLocalAttentionSpec
+
+        return ChunkedLocalAttentionSpec(
+            block_size=ctx.block_size,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            dtype=ctx.kv_dtype,
+            kernel_block_size=ctx.backend.kernel_block_size,
+            attention_chunk_size=self.attention_chunk_size,
+        )
+
+
+@dataclass(frozen=True)
+class FixedDtypeAttentionLayer(AttentionLayer):
+    """An attention layer whose model builds it without vLLM's cache config (Falcon's rotary
+    and ALiBi layers): its cache keeps `cache_dtype`, the model dtype, whatever
+    `--kv-cache-dtype` says."""
+
+    cache_dtype: str = field(kw_only=True)
+
+    def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
+        return super().get_kv_cache_spec(replace(ctx, kv_dtype=self.cache_dtype))
 
 
 Layer = AttentionLayer | MLALayer | MambaLayer
