@@ -122,6 +122,19 @@ def test_the_field_driven_window_rule_undone_is_noticed(monkeypatch):
         assert registry_compare.compare_entry(BUILT[arch])[1]
 
 
+def test_the_cpu_platform_is_recorded_as_every_cpu_kind():
+    """The recording host's CPU for every model, and the two other kinds whose choices differ
+    (SSM state dtype, AMX MLA backend) for every Mamba and MLA model."""
+    assert ORACLE["cpu_isa"] == "avx512_bf16"
+    asked = [e for e in BUILT.values() if e.get("cpu_isas")]
+    assert len(asked) >= 20
+    assert all(
+        "backends" in e["cpu_isas"][isa]
+        for e in asked
+        for isa in ("avx512", "avx512_bf16_amx")
+    )
+
+
 def test_fp8_caches_are_in_the_oracle():
     fp8 = [e for e in BUILT.values() if "backends" in e.get("fp8", {})]
     assert len(fp8) >= 90

@@ -57,7 +57,25 @@ def unpack(entry: dict) -> dict:
     out = {**entry, "backends": _unpack_backends(entry, entry["backends"])}
     if "backends" in entry.get("fp8", {}):
         out["fp8"] = {"backends": _unpack_backends(entry, entry["fp8"]["backends"])}
+    out["cpu_isas"] = {
+        isa: {"backends": _unpack_backends(entry, run["backends"])}
+        if "backends" in run
+        else run
+        for isa, run in entry.get("cpu_isas", {}).items()
+    }
     return out
+
+
+def _runs(entry: dict) -> list[tuple[str, dict, str, str | None]]:
+    """(label, backends, kv cache dtype, CPU kind or None for the recording host) of every
+    recorded run of one architecture: the model dtype cache, the fp8 cache, other CPUs."""
+    runs = [("auto", entry["backends"], "auto", None)]
+    if "backends" in entry.get("fp8", {}):
+        runs.append(("fp8", entry["fp8"]["backends"], "fp8", None))
+    for isa, run in entry.get("cpu_isas", {}).items():
+        if "backends" in run:
+            runs.append((f"cpu {isa}", run["backends"], "auto", isa))
+    return runs
 
 
 def _unpack_backends(entry: dict, backends: dict) -> dict:
@@ -93,12 +111,10 @@ def pack(entries: list[dict], vllm_version: str, registry_size: int) -> dict:
         table: list = []
         entry = dict(entry)
         entry["layer_names"] = [n for n, _ in entry["backends"]["CPU_ATTN"]["layers"]]
-        for backend in [
-            *entry["backends"].values(),
-            *entry.get("fp8", {}).get("backends", {}).values(),
-        ]:
-            if "layers" in backend:
-                _pack_backend(backend, entry["layer_names"], table)
+        for run in _runs(entry):
+            for backend in run[1].values():
+                if "layers" in backend:
+                    _pack_backend(backend, entry["layer_names"], table)
         entry["specs"] = table
         built.append(entry)
     return {
@@ -176,7 +192,11 @@ def layers_of(backend: dict) -> list[tuple[int, str]]:
 
 
 def refimpl_model(
-    entry: dict, backend: str, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto"
+    entry: dict,
+    backend: str,
+    tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    cpu_isa: str | None = None,
 ):
     from refimpl.models import get_kv_cache_spec
 
@@ -187,8 +207,9 @@ def refimpl_model(
         max_model_len=entry["max_model_len"],
         enable_prefix_caching=entry["enable_prefix_caching"],
         tensor_parallel_size=tensor_parallel_size,
-        # the CPU platform plans for the host the oracle was recorded on
-        cpu_isa=entry.get("cpu_isa") if backend == "CPU_ATTN" else None,
+        # the CPU platform plans for the CPU the case was recorded as (the recording host's
+        # own unless another was asked for)
+        cpu_isa=(cpu_isa or entry.get("cpu_isa")) if backend == "CPU_ATTN" else None,
     )
 
 
@@ -223,16 +244,16 @@ def compare_entry(entry: dict) -> tuple[int, list[str]]:
     entry = unpack(entry)
     arch = entry["architecture"]
     cases, out = 0, []
-    runs = [("auto", entry["backends"])]
-    if "backends" in entry.get("fp8", {}):
-        runs.append(("fp8", entry["fp8"]["backends"]))
-    for backend, theirs, dtype in [(b, r, d) for d, bs in runs for b, r in bs.items()]:
+    every = [
+        (b, r, d, isa, label) for label, bs, d, isa in _runs(entry) for b, r in bs.items()
+    ]
+    for backend, theirs, dtype, isa, label in every:
         if "layers" not in theirs:
             continue
-        where = f"{arch} {backend}" + ("" if dtype == "auto" else f" {dtype}")
+        where = f"{arch} {backend}" + ("" if label == "auto" else f" ({label})")
         cases += 1
         try:
-            model = refimpl_model(entry, backend, kv_cache_dtype=dtype)
+            model = refimpl_model(entry, backend, kv_cache_dtype=dtype, cpu_isa=isa)
             from refimpl.models import hybrid_kv_cache_manager_disabled
 
             if hybrid_kv_cache_manager_disabled(model)[0] != entry["disable_hybrid"]:

@@ -380,6 +380,34 @@ def backend_records(vc, layers: dict, specs: dict) -> dict:
     return out
 
 
+#: the CPU kinds the CPU platform is asked again as, besides the recording host's own (their
+#: SSM state dtype and MLA backend differ: `vllm_cpu_isa.host_isa` answers torch's probes)
+OTHER_ISAS = ("avx512", "avx512_bf16_amx")
+
+
+def cpu_isa_records(path: str, cpu_isa: str) -> dict:
+    """The CPU platform's block size, specs and plans as a `cpu_isa` host would have them."""
+    from tools.crosscheck.vllm_cpu_isa import host_isa
+
+    try:
+        with host_isa(cpu_isa):
+            vc, layers, specs = build(path, "auto")
+            cpu_vc = copy.copy(vc)
+            cpu_vc.cache_config = copy.copy(vc.cache_config)
+            return {
+                "backends": {
+                    "CPU_ATTN": {
+                        "block_size": vc.cache_config.block_size,
+                        "mamba_block_size": vc.cache_config.mamba_block_size,
+                        "layers": [[n, spec_record(s)] for n, s in specs.items()],
+                        "plans": plan_records(cpu_vc, layers, specs),
+                    }
+                }
+            }
+    except (Exception, Timeout) as exc:  # noqa: BLE001 - vLLM's own error is the result
+        return _error(exc)
+
+
 def _error(exc: BaseException) -> dict:
     last = traceback.extract_tb(exc.__traceback__)[-1]
     text = str(exc).splitlines()[0][:240] if str(exc) else ""
@@ -418,6 +446,10 @@ def sweep_one(arch: str, module: str, kind: str, known: dict[str, str]) -> dict:
                 result["fp8"] = {"backends": backend_records(*build(path, "fp8"))}
             except (Exception, Timeout) as exc:  # noqa: BLE001
                 result["fp8"] = _error(exc)
+            if vc.model_config.use_mla or any(
+                type(s).__name__ == "MambaSpec" for s in specs.values()
+            ):  # the CPU kinds whose choices differ for these layers
+                result["cpu_isas"] = {isa: cpu_isa_records(path, isa) for isa in OTHER_ISAS}
     except (Exception, Timeout) as exc:  # noqa: BLE001 - vLLM's own error is the result
         result.update(status="error", **_error(exc))
     finally:
