@@ -12,7 +12,7 @@ family, as it is in vLLM, where the rule lives in the layer class
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
@@ -119,6 +119,38 @@ class MambaLayer:
             mamba_cache_mode=ctx.mamba_cache_mode,
             num_prefill_checkpoint_blocks=self.num_prefill_checkpoint_blocks,
         )
+
+
+@dataclass(frozen=True)
+class ChunkedLocalAttentionLayer(AttentionLayer):
+    """Attention within fixed chunks of `attention_chunk_size` tokens (Llama 4's local
+    layers; vLLM's `ChunkedLocalAttention`): a chunked local spec at the block size."""
+
+    attention_chunk_size: int = field(kw_only=True)
+
+    def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
+        from refimpl.hybrid.kv_cache_interface import ChunkedLocalAttentionSpec
+
+        return ChunkedLocalAttentionSpec(
+            block_size=ctx.block_size,
+            num_kv_heads=self.num_kv_heads,
+            head_size=self.head_size,
+            dtype=ctx.kv_dtype,
+            kernel_block_size=ctx.backend.kernel_block_size,
+            attention_chunk_size=self.attention_chunk_size,
+        )
+
+
+@dataclass(frozen=True)
+class FixedDtypeAttentionLayer(AttentionLayer):
+    """An attention layer whose model builds it without vLLM's cache config (Falcon's rotary
+    and ALiBi layers): its cache keeps `cache_dtype`, the model dtype, whatever
+    `--kv-cache-dtype` says."""
+
+    cache_dtype: str = field(kw_only=True)
+
+    def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
+        return super().get_kv_cache_spec(replace(ctx, kv_dtype=self.cache_dtype))
 
 
 Layer = AttentionLayer | MLALayer | MambaLayer

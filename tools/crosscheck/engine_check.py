@@ -36,9 +36,14 @@ TINY_CONFIGS = (
     "tiny-granite-h",
     "tiny-deepseek-v2",
     "tiny-gpt-oss",
+    # families the registry sweep added (tools/crosscheck/registry_sweep.py)
+    "tiny-phi3",
+    "tiny-cohere2",
+    "tiny-falcon-h1",
+    "tiny-lfm2",
 )
 #: configs with sliding-window layers, run again with a small batch
-WINDOWED_CONFIGS = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss")
+WINDOWED_CONFIGS = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-phi3", "tiny-cohere2")
 SMALL_BATCH = 256
 MEMORY = 64 << 20
 MAX_MODEL_LEN = 2048
@@ -162,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     if command == "record":
         import vllm
 
+        if argv and ORACLE.exists():  # some configs run again: keep the others' runs
+            ran = {(r["config"], r["max_num_batched_tokens_flag"]) for r in recorded}
+            kept = json.loads(ORACLE.read_text())["runs"]
+            recorded = [
+                r for r in kept if (r["config"], r["max_num_batched_tokens_flag"]) not in ran
+            ] + recorded
         oracle = {
             "vllm_version": vllm.__version__,
             "engine": "vllm.LLM(load_format='dummy', enforce_eager=True, "
