@@ -170,6 +170,7 @@ def get_kv_cache_spec(
     cpu_isa: str | None = None,
     num_mtp_layers: int = 0,
     mamba_ssm_cache_dtype: str = "auto",
+    num_speculative_tokens: int = 0,
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -188,6 +189,8 @@ def get_kv_cache_spec(
     same checkpoint (planned for DeepSeek V4 only, so far). `mamba_ssm_cache_dtype`:
     vLLM's `--mamba-ssm-cache-dtype`; a dtype given stores every SSM (temporal) state in it,
     on either platform; "auto" keeps the family's, or vLLM's CPU platform's choice.
+    `num_speculative_tokens`: `--speculative-config`'s; a Mamba layer keeps one more state
+    per speculative token.
     """
     check_positive_int("tensor_parallel_size", tensor_parallel_size)
     if block_size is not None:
@@ -199,6 +202,8 @@ def get_kv_cache_spec(
     check_str("backend", backend, optional=True)
     check_bool("enable_prefix_caching", enable_prefix_caching)
     check_cpu_isa(cpu_isa)
+    if num_speculative_tokens:
+        check_positive_int("num_speculative_tokens", num_speculative_tokens)
     cfg = resolve_config(config)
     family = resolve_family(cfg.architecture)
     model_dtype = cfg.model_dtype(dtype)
@@ -265,6 +270,7 @@ def get_kv_cache_spec(
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
         mamba_cache_mode="align" if enable_prefix_caching else "none",
+        num_speculative_blocks=num_speculative_tokens,
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(

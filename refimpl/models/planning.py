@@ -159,6 +159,7 @@ def _plan(config: ServeConfig, memory: int) -> KVCachePlan:
         num_gpu_blocks_override=args.num_gpu_blocks_override,
         pipeline_stages=config.pipeline_stages,
         use_eagle=config.use_eagle,
+        num_prefill_lookahead_tokens=config.num_prefill_lookahead_tokens,
     )
 
 
