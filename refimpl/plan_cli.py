@@ -377,8 +377,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "-sc",
         type=json_object,
         metavar="JSON",
-        help='speculative decoding, as JSON; planned so far: {"method": "mtp", '
-        '"num_speculative_tokens": 1} (DeepSeek V4)',
+        help="speculative decoding, as JSON: method mtp (the model's own MTP layers), or "
+        'eagle / eagle3 / draft_model with "model": the drafter\'s config path (its layers '
+        'are planned with the target\'s), and "num_speculative_tokens"',
     )
     serve.add_argument(
         "--cpu-isa",

@@ -42,6 +42,7 @@ from refimpl.models.cpu_platform import (
 )
 from refimpl.models.layers import CacheContext, MambaLayer
 from refimpl.models.registry import ARCHITECTURES, ModelLayers, resolve_family
+from refimpl.models.speculative import with_speculative_conv_rows
 from refimpl.validation import check_bool, check_positive_int, check_str
 
 #: `backend` names that select vLLM's CPU platform.
@@ -190,7 +191,7 @@ def get_kv_cache_spec(
     vLLM's `--mamba-ssm-cache-dtype`; a dtype given stores every SSM (temporal) state in it,
     on either platform; "auto" keeps the family's, or vLLM's CPU platform's choice.
     `num_speculative_tokens`: `--speculative-config`'s; a Mamba layer keeps one more state
-    per speculative token.
+    per speculative token, and its convolution state one more row.
     """
     check_positive_int("tensor_parallel_size", tensor_parallel_size)
     if block_size is not None:
@@ -251,6 +252,8 @@ def get_kv_cache_spec(
         )
     if mamba_ssm_cache_dtype != "auto":  # the user's dtype stands, on every platform
         model.layers = with_ssm_dtype(model.layers, mamba_ssm_cache_dtype)
+    if num_speculative_tokens:
+        model.layers = with_speculative_conv_rows(model.layers, num_speculative_tokens)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type

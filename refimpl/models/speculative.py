@@ -26,6 +26,9 @@ METHODS = ("mtp", "eagle", "eagle3", "draft_model")
 #: Methods whose drafter reads the target's hidden states (vLLM's `use_eagle`): their group
 #: drops its last cached block on a prefix hit.
 EAGLE_METHODS = ("eagle", "eagle3", "mtp")
+#: Mamba kinds whose convolution state keeps the speculative tokens' rows too (vLLM's
+#: Mamba2, gated delta net, short conv and KDA state shapes take `num_spec`; Mamba1's not).
+SPECULATIVE_CONV_TYPES = ("mamba2", "gdn_attn", "short_conv", "kda")
 #: Architectures of EAGLE heads vLLM builds as Llama decoder layers (llama_eagle*.py).
 LLAMA_HEAD_TYPES = ("llama",)
 
@@ -65,6 +68,24 @@ class SpeculativeConfig:
     def extra_retained_tokens(self) -> int:
         """Tokens every sliding window keeps below itself for re-prefilling the chain."""
         return max(0, self.num_prefill_lookahead_tokens - 1)
+
+
+def with_speculative_conv_rows(layers: list, num_speculative_tokens: int) -> list:
+    """The layers with each convolution state (a Mamba layer's first state, its rows the
+    kernel's width - 1) grown by one row per speculative token, as vLLM sizes it when it
+    verifies drafts: the state then holds the drafted tokens' inputs as well."""
+    from dataclasses import replace
+
+    from refimpl.models.layers import MambaLayer
+
+    out = []
+    for layer in layers:
+        if isinstance(layer, MambaLayer) and layer.mamba_type in SPECULATIVE_CONV_TYPES:
+            rows, *rest = layer.shapes[0]
+            conv = (rows + num_speculative_tokens, *rest)
+            layer = replace(layer, shapes=(conv, *layer.shapes[1:]))
+        out.append(layer)
+    return out
 
 
 def resolve_speculative_config(spec: Any, target: HFConfig) -> SpeculativeConfig:

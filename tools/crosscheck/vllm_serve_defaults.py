@@ -21,6 +21,9 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   `create_engine_config` on the CPU platform (or vLLM's refusal);
 - `mamba_ssm`: `--mamba-ssm-cache-dtype` on vLLM's CPU platform for two CPU kinds;
 - `pipeline`: `--pipeline-parallel-size`: per-stage specs through `get_kv_cache_configs`;
+- `speculative`: `--speculative-config` with an EAGLE / EAGLE-3 head or a draft model given
+  by a config path: vLLM's target and drafter classes on the meta device (the drafter built
+  as its proposer builds it), their specs and `get_kv_cache_configs`, on the CPU platform;
 - `flags`: every option of vLLM's `vllm serve` parser and how many values it reads, which
   `refimpl.models.serve_flags` must list exactly.
 
@@ -29,6 +32,7 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -97,6 +101,23 @@ MAMBA_SSM = [
     for isa in ("avx512", "avx512_bf16")
     for dtype in ("float32", "float16", "bfloat16")
 ]
+#: (target, method, draft config, num_speculative_tokens, budget, CPU kind or None):
+#: `--speculative-config` on the CPU platform at --max-model-len 2048. A Mamba hybrid is
+#: planned for a CPU without AVX512-BF16 (its states stay bf16; see MAMBA_SSM).
+SPECULATIVE = [
+    ("tiny-llama", "eagle", "tiny-llama-eagle", 1, 8 * GIB, None),
+    ("tiny-llama", "eagle", "tiny-llama-eagle", 3, 8 * GIB, None),
+    ("tiny-llama", "eagle3", "tiny-llama-eagle3", 3, 8 * GIB, None),
+    ("tiny-llama", "draft_model", "tiny-llama-draft", 2, 8 * GIB, None),
+    ("tiny-llama", None, "tiny-llama-draft", 4, 1 << 20, None),
+    ("tiny-gemma2", "draft_model", "tiny-llama-draft", 3, 64 << 20, None),
+    ("tiny-mistral", "eagle", "tiny-llama-eagle", 2, 64 << 20, None),
+    ("tiny-granite-h", "draft_model", "tiny-llama-draft", 1, 256 << 20, "avx512"),
+    ("tiny-granite-h", "draft_model", "tiny-llama-draft", 3, 256 << 20, "avx512"),
+    ("tiny-qwen3-next", "draft_model", "tiny-llama-draft", 2, 256 << 20, "avx512"),
+]
+# (DeepSeek V4's MTP drafter is not built on vLLM's CPU platform: "DeepSeek-V4 speculative
+# decoding (MTP) is not implemented on CPU", so MTP is not recorded here.)
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
 
@@ -332,6 +353,93 @@ def pipeline_cases() -> list:
     return out
 
 
+def build_drafter(vc) -> dict:
+    """The drafter's layers added to the target's (`build_layers`), built as vLLM's proposer
+    builds it: its own draft `VllmConfig` (`_create_draft_vllm_config`, vLLM's), an EAGLE head
+    from the draft model config, a draft model under the prefix `draft_model`; the layers
+    register in the same forward context, as in the model runner."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.v1.spec_decode.draft_model import DraftModelProposer
+    from vllm.v1.spec_decode.eagle import EagleProposer
+
+    sc = vc.speculative_config
+    proposer_class = DraftModelProposer if sc.uses_draft_model() else EagleProposer
+    proposer = object.__new__(proposer_class)  # only its config step is used
+    proposer.vllm_config, proposer.speculative_config = vc, sc
+    draft_vc = proposer._create_draft_vllm_config()
+    with set_current_vllm_config(vc), torch.device("meta"):
+        if sc.uses_draft_model():
+            initialize_model(vllm_config=draft_vc, prefix="draft_model")
+        else:
+            initialize_model(vllm_config=draft_vc, model_config=sc.draft_model_config)
+    return get_layers_from_vllm_config(vc, AttentionLayerBase)
+
+
+def speculative_cases() -> list:
+    """`--speculative-config`: vLLM's engine config, its target model and drafter on the
+    meta device, their specs (the model runner's) and its own planner and capacity."""
+    from tools.crosscheck import vllm_models
+    from tools.crosscheck.vllm_cpu_isa import host_isa
+
+    out = []
+    for name, method, draft, n, memory, isa in SPECULATIVE:
+        spec = {"num_speculative_tokens": n}
+        if draft is not None:
+            spec["model"] = str(CONFIG_DIR / draft)
+        if method is not None:
+            spec["method"] = method
+        row = {
+            "config": name,
+            "speculative_config": {**spec, **({"model": draft} if draft else {})},
+            "memory": memory,
+            "cpu_isa": isa,
+            "max_model_len": 2048,
+        }
+        with vllm_models.quiet(), host_isa(isa) if isa else contextlib.nullcontext():
+            vc = _engine_config(name, speculative_config=spec, max_model_len=2048)
+            vllm_models.build_layers(vc)
+            layers = build_drafter(vc)
+            specs = vllm_models.layer_spec_objects(vc, layers)
+            saved, vllm_models.MEMORY = vllm_models.MEMORY, memory
+            try:
+                plan = vllm_models.plan_record(vc, layers, specs)
+            except Exception as exc:  # vLLM refuses the plan
+                plan = {"refused": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            finally:
+                vllm_models.MEMORY = saved
+        row.update(
+            method=vc.speculative_config.method,
+            use_eagle=vc.speculative_config.use_eagle(),
+            num_lookahead_tokens=vc.num_lookahead_tokens,
+            num_prefill_lookahead_tokens=vc.num_prefill_lookahead_tokens,
+            specs=[[k, vllm_models.spec_record(v)] for k, v in specs.items()],
+            plan=plan,
+        )
+        out.append(row)
+    return out
+
+
+def _engine_config(name: str, **kwargs):
+    """`vllm serve`'s engine config (`create_engine_config(OPENAI_API_SERVER)`) for a stored
+    config, with dummy weights."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from tools.crosscheck.vllm_models import model_dir
+
+    return EngineArgs(
+        model=model_dir(name),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        **kwargs,
+    ).create_engine_config(UsageContext.OPENAI_API_SERVER)
+
+
 def mamba_ssm_cases() -> list:
     """`--mamba-ssm-cache-dtype`: vLLM's engine config on its CPU platform with torch's probes
     answered as each CPU kind would (`vllm_cpu_isa.host_isa`: on AVX512-BF16 the platform
@@ -488,6 +596,7 @@ def record(sections: list[str] | None = None) -> dict:
             "flags": serve_flag_cases,
             "engine": engine_cases,
             "auto_fit": auto_fit_cases,
+            "speculative": speculative_cases,
         }
         oracle = json.loads(ORACLE.read_text())
         with vllm_quiet():
@@ -505,6 +614,7 @@ def record(sections: list[str] | None = None) -> dict:
             "serve_settings": serve_setting_cases(),
             "pipeline": pipeline_cases(),
             "mamba_ssm": mamba_ssm_cases(),
+            "speculative": speculative_cases(),
             "flags": serve_flag_cases(),
         }
 
