@@ -77,7 +77,7 @@ def test_drafter_layers_and_plan_are_vllms(case):
 
 def test_cli_takes_a_draft_model_config_path(capsys):
     case = next(c for c in CASES if c["method"] == "eagle3")
-    spec = {**case["speculative_config"], "model": str(CONFIGS / "tiny-llama-eagle3")}
+    spec = {**case["speculative_config"], "model": str(CONFIGS / "drafts/tiny-llama-eagle3")}
     argv = ["plan", "--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
     argv += ["--max-model-len", str(case["max_model_len"])]
     argv += ["--kv-cache-memory-bytes", str(case["memory"])]
@@ -127,7 +127,7 @@ def test_extra_retained_tokens_reach_the_sliding_window_reservation():
     [
         ({"method": "ngram", "num_speculative_tokens": 2}, "method 'ngram' is not planned"),
         ({"method": "eagle", "num_speculative_tokens": 2}, "needs model"),
-        ({"method": "eagle", "model": str(CONFIGS / "tiny-llama-eagle")}, "no num_specul"),
+        ({"method": "eagle", "model": str(CONFIGS / "drafts/tiny-llama-eagle")}, "no num_specul"),
         ({"method": "mtp", "num_speculative_tokens": 0}, "whole number >= 1"),
         ({"method": "mtp"}, "has no MTP layers"),
         (

@@ -105,16 +105,16 @@ MAMBA_SSM = [
 #: `--speculative-config` on the CPU platform at --max-model-len 2048. A Mamba hybrid is
 #: planned for a CPU without AVX512-BF16 (its states stay bf16; see MAMBA_SSM).
 SPECULATIVE = [
-    ("tiny-llama", "eagle", "tiny-llama-eagle", 1, 8 * GIB, None),
-    ("tiny-llama", "eagle", "tiny-llama-eagle", 3, 8 * GIB, None),
-    ("tiny-llama", "eagle3", "tiny-llama-eagle3", 3, 8 * GIB, None),
-    ("tiny-llama", "draft_model", "tiny-llama-draft", 2, 8 * GIB, None),
-    ("tiny-llama", None, "tiny-llama-draft", 4, 1 << 20, None),
-    ("tiny-gemma2", "draft_model", "tiny-llama-draft", 3, 64 << 20, None),
-    ("tiny-mistral", "eagle", "tiny-llama-eagle", 2, 64 << 20, None),
-    ("tiny-granite-h", "draft_model", "tiny-llama-draft", 1, 256 << 20, "avx512"),
-    ("tiny-granite-h", "draft_model", "tiny-llama-draft", 3, 256 << 20, "avx512"),
-    ("tiny-qwen3-next", "draft_model", "tiny-llama-draft", 2, 256 << 20, "avx512"),
+    ("tiny-llama", "eagle", "drafts/tiny-llama-eagle", 1, 8 * GIB, None),
+    ("tiny-llama", "eagle", "drafts/tiny-llama-eagle", 3, 8 * GIB, None),
+    ("tiny-llama", "eagle3", "drafts/tiny-llama-eagle3", 3, 8 * GIB, None),
+    ("tiny-llama", "draft_model", "drafts/tiny-llama-draft", 2, 8 * GIB, None),
+    ("tiny-llama", None, "drafts/tiny-llama-draft", 4, 1 << 20, None),
+    ("tiny-gemma2", "draft_model", "drafts/tiny-llama-draft", 3, 64 << 20, None),
+    ("tiny-mistral", "eagle", "drafts/tiny-llama-eagle", 2, 64 << 20, None),
+    ("tiny-granite-h", "draft_model", "drafts/tiny-llama-draft", 1, 256 << 20, "avx512"),
+    ("tiny-granite-h", "draft_model", "drafts/tiny-llama-draft", 3, 256 << 20, "avx512"),
+    ("tiny-qwen3-next", "draft_model", "drafts/tiny-llama-draft", 2, 256 << 20, "avx512"),
 ]
 # (DeepSeek V4's MTP drafter is not built on vLLM's CPU platform: "DeepSeek-V4 speculative
 # decoding (MTP) is not implemented on CPU", so MTP is not recorded here.)
