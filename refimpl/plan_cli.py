@@ -283,7 +283,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=int_in_range(1, 1 << 16, "ranks"),
         metavar="N",
         default=1,
-        help="decode context parallel ranks (planned: 1 only, for now)",
+        help="decode context parallel ranks (MLA, or GQA with TP above the KV heads): each "
+        "holds every Nth token of a request",
     )
     serve.add_argument(
         "--dtype",

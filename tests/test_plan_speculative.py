@@ -127,7 +127,10 @@ def test_extra_retained_tokens_reach_the_sliding_window_reservation():
     [
         ({"method": "ngram", "num_speculative_tokens": 2}, "method 'ngram' is not planned"),
         ({"method": "eagle", "num_speculative_tokens": 2}, "needs model"),
-        ({"method": "eagle", "model": str(CONFIGS / "drafts/tiny-llama-eagle")}, "no num_specul"),
+        (
+            {"method": "eagle", "model": str(CONFIGS / "drafts/tiny-llama-eagle")},
+            "no num_specul",
+        ),
         ({"method": "mtp", "num_speculative_tokens": 0}, "whole number >= 1"),
         ({"method": "mtp"}, "has no MTP layers"),
         (

@@ -325,11 +325,6 @@ class ServeConfig:
         )
 
 
-#: Settings vLLM accepts whose other values refimpl does not plan yet; each is refused with
-#: this reason rather than silently planned as the default.
-_NOT_PLANNED = {
-    "decode_context_parallel_size": (1, "decode context parallelism"),
-}
 #: The environment variable vLLM reads for an uneven split of layers over pipeline stages.
 PP_LAYER_PARTITION = "VLLM_PP_LAYER_PARTITION"
 
@@ -448,9 +443,6 @@ class EngineArgs:
             raise ValueError(
                 f"speculative_config must be a JSON object, got {self.speculative_config!r}"
             )
-        for name, (default, what) in _NOT_PLANNED.items():
-            if getattr(self, name) != default:
-                raise ValueError(f"{name} {getattr(self, name)}: {what} are not planned yet")
 
     def create_engine_config(self) -> ServeConfig:
         """Resolve every setting once, in vLLM's order: the config and its length
@@ -486,6 +478,8 @@ class EngineArgs:
         )
         if speculative is not None and speculative.draft is not None:
             model = self._with_draft_layers(cfg, model, speculative, prefix_caching, max_len)
+        if self.decode_context_parallel_size > 1:
+            model = self._with_decode_context_parallel(cfg, model)
         device_name, device_memory = self._device()
         scheduler = resolve_scheduler_settings(
             platform=model.backend.platform,
@@ -570,6 +564,34 @@ class EngineArgs:
                 *model.notes,
                 f"{len(drafted.specs)} cache layers of the {speculative.method} drafter "
                 f"({draft.source}) planned with the target's",
+            ],
+        )
+
+    def _with_decode_context_parallel(self, cfg: HFConfig, model):
+        """The specs with their tokens spread over the DCP ranks (`context_parallel`)."""
+        from dataclasses import replace
+
+        from refimpl.models.context_parallel import (
+            check_decode_context_parallel,
+            shard_over_decode_context,
+        )
+
+        dcp = self.decode_context_parallel_size
+        check_decode_context_parallel(
+            cfg,
+            use_mla=model.backend.is_mla,
+            tensor_parallel_size=self.tensor_parallel_size,
+            dcp=dcp,
+        )
+        specs = shard_over_decode_context(model.specs, dcp, model.backend.name)
+        return replace(
+            model,
+            specs=specs,
+            notes=[
+                *model.notes,
+                f"decode context parallelism over {dcp} ranks: each stores one token in "
+                f"{dcp}, so a {model.block_size}-token block spans "
+                f"{model.block_size * dcp:,} tokens of a request",
             ],
         )
 

@@ -16,6 +16,7 @@ does not change the block count.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +92,6 @@ def with_speculative_conv_rows(layers: list, num_speculative_tokens: int) -> lis
 def resolve_speculative_config(spec: Any, target: HFConfig) -> SpeculativeConfig:
     """vLLM's reading of `--speculative-config` for the methods refimpl plans; a one-line
     ValueError for anything else."""
-    from refimpl.models.engine_args import find_config
-
     if not isinstance(spec, dict):
         raise ValueError(f"speculative_config must be a JSON object, got {spec!r}")
     method, model = spec.get("method"), spec.get("model")
@@ -130,7 +129,7 @@ def resolve_speculative_config(spec: Any, target: HFConfig) -> SpeculativeConfig
             f"speculative_config method {method} needs model: the drafter's config.json "
             "path (or its directory)"
         )
-    draft = find_config(model)
+    draft = HFConfig.load(model)
     if method in ("eagle", "eagle3") and draft.model_type not in LLAMA_HEAD_TYPES:
         raise ValueError(
             f"an {method} head of model_type {draft.model_type!r} is not planned; planned: "
@@ -145,10 +144,11 @@ def draft_layer_name(method: str, target_layers: int, name: str) -> str:
     under `draft_model.`."""
     if method == "draft_model":
         return f"draft_model.{name}"
-    from refimpl.models.engine_args import layer_index
-
-    index = layer_index(name)
-    return name.replace(f".{index}.", f".{index + target_layers}.", 1)
+    found = re.search(r"\blayers\.(\d+)\.", name)
+    if found is None:
+        raise ValueError(f"cannot tell which decoder layer the drafter's {name!r} is")
+    index = int(found.group(1)) + target_layers
+    return f"{name[: found.start(1)]}{index}{name[found.end(1) :]}"
 
 
 def eagle_head_config(draft: HFConfig) -> HFConfig:

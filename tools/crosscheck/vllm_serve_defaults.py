@@ -21,6 +21,11 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   `create_engine_config` on the CPU platform (or vLLM's refusal);
 - `mamba_ssm`: `--mamba-ssm-cache-dtype` on vLLM's CPU platform for two CPU kinds;
 - `pipeline`: `--pipeline-parallel-size`: per-stage specs through `get_kv_cache_configs`;
+- `dcp_config`: `--decode-context-parallel-size` against TP and the model's heads: what vLLM's
+  `create_engine_config` accepts or refuses;
+- `dcp_plan`: DCP's plan: vLLM's specs (its model on the meta device at TP 1, the KV heads per
+  rank from its `get_num_kv_heads` at the TP given) planned by `get_kv_cache_configs` under an
+  engine config with that TP and DCP, and the block-table rows (`max_num_blocks_per_req`);
 - `speculative`: `--speculative-config` with an EAGLE / EAGLE-3 head or a draft model given
   by a config path: vLLM's target and drafter classes on the meta device (the drafter built
   as its proposer builds it), their specs and `get_kv_cache_configs`, on the CPU platform;
@@ -118,6 +123,28 @@ SPECULATIVE = [
 ]
 # (DeepSeek V4's MTP drafter is not built on vLLM's CPU platform: "DeepSeek-V4 speculative
 # decoding (MTP) is not implemented on CPU", so MTP is not recorded here.)
+#: (config, TP, DCP): accepted or refused by vLLM's config checks
+DCP_CONFIG = [
+    ("tiny-deepseek-v2", 2, 2),
+    ("tiny-deepseek-v2", 4, 8),
+    ("tiny-deepseek-v2", 4, 3),
+    ("tiny-llama", 4, 2),
+    ("tiny-llama", 2, 2),
+    ("tiny-llama", 4, 4),
+    ("llama-3.1-8b", 16, 2),
+    ("llama-3.1-8b", 16, 4),
+    ("qwen2.5-7b-instruct", 28, 2),
+    ("deepseek-v2-lite", 8, 8),
+]
+#: (config, TP, DCP, budget, --max-model-len): planned with DCP
+DCP_PLAN = [
+    ("tiny-deepseek-v2", 2, 2, 64 << 20, 4096),
+    ("tiny-deepseek-v2", 4, 4, 64 << 20, 4096),
+    ("tiny-deepseek-v2", 2, 2, 1 << 20, 4096),
+    ("tiny-llama", 4, 2, 64 << 20, 4096),
+    ("deepseek-v2-lite", 8, 8, 2 * GIB, 32768),
+    ("tiny-gemma2", 4, 2, 64 << 20, 4096),
+]
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
 
@@ -349,6 +376,77 @@ def pipeline_cases() -> list:
                 kv_cache_size_tokens=tokens,
                 max_concurrency=concurrency,
             )
+        out.append(row)
+    return out
+
+
+def dcp_config_cases() -> list:
+    out = []
+    for name, tp, dcp in DCP_CONFIG:
+        row = {"config": name, "tensor_parallel_size": tp, "dcp": dcp}
+        try:
+            _engine_config(
+                name,
+                tensor_parallel_size=tp,
+                decode_context_parallel_size=dcp,
+                max_model_len=2048,
+            )
+        except Exception as exc:  # vLLM refuses the settings
+            row["refused"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out.append(row)
+    return out
+
+
+def dcp_plan_cases() -> list:
+    """vLLM's planner under DCP. The specs come from its model on the meta device at TP 1
+    (this process is one rank) with the KV heads per rank vLLM's ModelConfig gives at the TP
+    asked (an MLA layer's one latent head, or one replicated GQA head, as DCP requires), and
+    are planned by `get_kv_cache_configs` under the engine config with that TP and DCP."""
+    from dataclasses import replace
+
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    from tools.crosscheck import vllm_models
+
+    out = []
+    for name, tp, dcp, memory, max_len in DCP_PLAN:
+        row = {"config": name, "tensor_parallel_size": tp, "dcp": dcp, "memory": memory}
+        row["max_model_len"] = max_len
+        with vllm_models.quiet():
+            one = _engine_config(name, max_model_len=max_len)
+            layers = vllm_models.build_layers(one)
+            vc = _engine_config(
+                name,
+                max_model_len=max_len,
+                tensor_parallel_size=tp,
+                decode_context_parallel_size=dcp,
+            )
+            heads = vc.model_config.get_num_kv_heads(vc.parallel_config)
+            specs = {
+                k: replace(v, num_kv_heads=heads) if isinstance(v, AttentionSpec) else v
+                for k, v in vllm_models.layer_spec_objects(one, layers).items()
+            }
+            vc.cache_config.kv_cache_layout = "LBHNC"
+            try:
+                with set_current_vllm_config(vc):
+                    config = kv_cache_utils.get_kv_cache_configs(vc, [specs], [memory])[0]
+                    tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vc, config)
+            except BaseException as exc:  # vLLM refuses the plan (an assertion for windows)
+                row["refused"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            else:
+                row.update(
+                    num_blocks=config.num_blocks,
+                    kv_cache_size_tokens=tokens,
+                    max_concurrency=concurrency,
+                    max_num_batched_tokens=vc.scheduler_config.max_num_batched_tokens,
+                    blocks_per_request=[
+                        g.kv_cache_spec.max_num_blocks_per_req(vc, max_len)
+                        for g in config.kv_cache_groups
+                    ],
+                )
+        row["specs"] = [[k, vllm_models.spec_record(v)] for k, v in specs.items()]
         out.append(row)
     return out
 
@@ -597,6 +695,8 @@ def record(sections: list[str] | None = None) -> dict:
             "engine": engine_cases,
             "auto_fit": auto_fit_cases,
             "speculative": speculative_cases,
+            "dcp_config": dcp_config_cases,
+            "dcp_plan": dcp_plan_cases,
         }
         oracle = json.loads(ORACLE.read_text())
         with vllm_quiet():
@@ -615,6 +715,8 @@ def record(sections: list[str] | None = None) -> dict:
             "pipeline": pipeline_cases(),
             "mamba_ssm": mamba_ssm_cases(),
             "speculative": speculative_cases(),
+            "dcp_config": dcp_config_cases(),
+            "dcp_plan": dcp_plan_cases(),
             "flags": serve_flag_cases(),
         }
 
