@@ -562,7 +562,8 @@ class EngineArgs:
             specs=specs,
             notes=[
                 *model.notes,
-                f"{len(drafted.specs)} cache layers of the {speculative.method} drafter "
+                f"{len(drafted.specs)} cache layer{'s' * (len(drafted.specs) != 1)} of the "
+                f"{speculative.method} drafter "
                 f"({draft.source}) planned with the target's",
             ],
         )
