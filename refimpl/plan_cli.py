@@ -283,7 +283,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=int_in_range(1, 1 << 16, "ranks"),
         metavar="N",
         default=1,
-        help="decode context parallel ranks (planned: 1 only, for now)",
+        help="decode context parallel ranks (MLA, or GQA with TP above the KV heads): each "
+        "holds every Nth token of a request",
     )
     serve.add_argument(
         "--dtype",
@@ -377,8 +378,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "-sc",
         type=json_object,
         metavar="JSON",
-        help='speculative decoding, as JSON; planned so far: {"method": "mtp", '
-        '"num_speculative_tokens": 1} (DeepSeek V4)',
+        help="speculative decoding, as JSON: method mtp (the model's own MTP layers), or "
+        'eagle / eagle3 / draft_model with "model": the drafter\'s config path (its layers '
+        'are planned with the target\'s), and "num_speculative_tokens"',
     )
     serve.add_argument(
         "--cpu-isa",

@@ -247,12 +247,12 @@ def test_plan_mtp_marks_the_eagle_group(capsys):
     ("argv", "words"),
     [
         (
-            ["--speculative-config", '{"method": "eagle", "model": "x"}'],
-            "method 'eagle' is not planned yet",
+            ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
+            "method 'ngram' is not planned",
         ),
         (
-            ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}'],
-            "num_speculative_tokens 3 is not planned yet",
+            ["--speculative-config", '{"method": "eagle", "model": "x"}'],
+            "no num_speculative_tokens",
         ),
     ],
 )
@@ -260,6 +260,14 @@ def test_speculative_settings_not_planned_are_refused_by_name(capsys, argv, word
     assert main(["plan", *PRO, *argv]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+def test_v4_plans_more_mtp_tokens_as_one(capsys):
+    """V4 has one MTP layer, which vLLM reuses for every speculative token: no multi-module
+    chain, so no window keeps more tokens, and its caches do not depend on the count."""
+    mtp3 = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}']
+    one, three = view(capsys, *PRO, *MTP), view(capsys, *PRO, *mtp3)
+    assert three["groups"] == one["groups"] and three["num_blocks"] == one["num_blocks"]
 
 
 def test_mtp_needs_mtp_layers(capsys):

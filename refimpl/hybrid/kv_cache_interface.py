@@ -118,6 +118,10 @@ class AttentionSpec(KVCacheSpec):
     `storage_block_size = block_size // ratio` entries. `page_size_padded`, when set, is the
     page size actually reserved (>= the real one). `kernel_block_size` is vLLM's
     `block_stride_alignment=MultipleOf(n)`: the largest block the attention kernel takes.
+    `dcp_world_size`: the decode context parallel ranks this layer's token positions are
+    spread over (vLLM's `--decode-context-parallel-size` for its `dcp_sharded` attention
+    specs): each rank stores every `dcp_world_size`-th token, so a block of `block_size`
+    slots spans `block_size x dcp_world_size` positions of the sequence.
     """
 
     num_kv_heads: int
@@ -127,6 +131,7 @@ class AttentionSpec(KVCacheSpec):
     compress_ratio: int = 1
     page_size_padded: int | None = None
     kernel_block_size: int | None = None
+    dcp_world_size: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -138,6 +143,7 @@ class AttentionSpec(KVCacheSpec):
             object.__setattr__(self, "head_size_v", self.head_size)
         check_int_at_least("head_size_v", self.head_size_v, 0)
         check_positive_int("compress_ratio", self.compress_ratio)
+        check_positive_int("dcp_world_size", self.dcp_world_size)
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         if self.block_size % self.compress_ratio != 0:
             raise ValueError(
@@ -236,6 +242,7 @@ class AttentionSpec(KVCacheSpec):
             self.compress_ratio,
             self.page_size_padded,
             self.kernel_block_size,
+            self.dcp_world_size,
         )
 
 
@@ -260,8 +267,10 @@ class FullAttentionSpec(AttentionSpec):
         _check_padded(self)
 
     def max_memory_usage_bytes(self, *, max_model_len: int, max_in_flight_tokens: int) -> int:
-        """A whole request: cdiv(max_model_len, block_size) pages."""
-        return cdiv(max_model_len, self.block_size) * self.page_size_bytes
+        """A whole request: cdiv(max_model_len, block_size) pages, of this rank's share of
+        the tokens under decode context parallelism."""
+        tokens = cdiv(max_model_len, self.dcp_world_size)
+        return cdiv(tokens, self.block_size) * self.page_size_bytes
 
     @classmethod
     def merge(cls, specs: Sequence[KVCacheSpec]) -> FullAttentionSpec:
@@ -324,6 +333,11 @@ class SlidingWindowSpec(AttentionSpec):
         return cdiv(num_tokens, self.block_size) + 1
 
     def max_memory_usage_bytes(self, *, max_model_len: int, max_in_flight_tokens: int) -> int:
+        if self.dcp_world_size > 1:
+            raise ValueError(
+                "decode context parallelism does not support sliding-window layers (vLLM "
+                "0.32 refuses them); use --decode-context-parallel-size 1"
+            )
         blocks = self.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
         return blocks * self.page_size_bytes
 

@@ -20,7 +20,7 @@ vLLM 0.32 keeps the planner (grouping, layout) here too; refimpl has it in
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xxhash
@@ -561,6 +561,7 @@ def plan_kv_cache(
     shared_kv_cache_layers: Mapping[str, str] | None = None,
     auto_fit: bool = False,
     pipeline_stages: Sequence[Sequence[str]] | None = None,
+    num_prefill_lookahead_tokens: int = 0,
 ) -> KVCachePlan:
     """Plan a model's KV cache as vLLM 0.32's engine core does, and report its capacity.
 
@@ -581,7 +582,9 @@ def plan_kv_cache(
     `_project_kv_cache_groups_to_worker`); the auto-fit and the memory check run per worker,
     every worker then keeps the smallest block count, and the figures are the first stage's
     (vLLM's scheduler config). A group left with no layers on some stage is refused: refimpl
-    does not plan empty groups.
+    does not plan empty groups. `num_prefill_lookahead_tokens` (vLLM's, from
+    `--speculative-config`): a multi-module MTP chain re-prefills that many tokens less one,
+    which every sliding window then keeps below itself (`extra_retained_tokens`).
 
     Steps, in vLLM's order: groups (`get_kv_cache_groups`), the budget (an override of the
     block count replaces it), the memory check (`check_enough_kv_cache_memory`, which raises
@@ -626,6 +629,18 @@ def plan_kv_cache(
     in_flight = get_max_in_flight_tokens(
         max_num_batched_tokens, async_scheduling=async_scheduling
     )
+    extra = max(
+        0,
+        check_int_at_least("num_prefill_lookahead_tokens", num_prefill_lookahead_tokens, 0)
+        - 1,
+    )
+    if extra:
+        specs = {
+            name: replace(spec, extra_retained_tokens=extra)
+            if isinstance(spec, SlidingWindowSpec)
+            else spec
+            for name, spec in specs.items()
+        }
     layout = resolve_kv_cache_layout(specs, kv_cache_layout)
     all_groups = get_kv_cache_groups(
         specs,

@@ -42,6 +42,7 @@ from refimpl.models.cpu_platform import (
 )
 from refimpl.models.layers import CacheContext, MambaLayer
 from refimpl.models.registry import ARCHITECTURES, ModelLayers, resolve_family
+from refimpl.models.speculative import with_speculative_conv_rows
 from refimpl.validation import check_bool, check_positive_int, check_str
 
 #: `backend` names that select vLLM's CPU platform.
@@ -170,6 +171,7 @@ def get_kv_cache_spec(
     cpu_isa: str | None = None,
     num_mtp_layers: int = 0,
     mamba_ssm_cache_dtype: str = "auto",
+    num_speculative_tokens: int = 0,
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -188,6 +190,8 @@ def get_kv_cache_spec(
     same checkpoint (planned for DeepSeek V4 only, so far). `mamba_ssm_cache_dtype`:
     vLLM's `--mamba-ssm-cache-dtype`; a dtype given stores every SSM (temporal) state in it,
     on either platform; "auto" keeps the family's, or vLLM's CPU platform's choice.
+    `num_speculative_tokens`: `--speculative-config`'s; a Mamba layer keeps one more state
+    per speculative token, and its convolution state one more row.
     """
     check_positive_int("tensor_parallel_size", tensor_parallel_size)
     if block_size is not None:
@@ -199,6 +203,8 @@ def get_kv_cache_spec(
     check_str("backend", backend, optional=True)
     check_bool("enable_prefix_caching", enable_prefix_caching)
     check_cpu_isa(cpu_isa)
+    if num_speculative_tokens:
+        check_positive_int("num_speculative_tokens", num_speculative_tokens)
     cfg = resolve_config(config)
     family = resolve_family(cfg.architecture)
     model_dtype = cfg.model_dtype(dtype)
@@ -247,6 +253,8 @@ def get_kv_cache_spec(
         )
     if mamba_ssm_cache_dtype != "auto":  # the user's dtype stands, on every platform
         model.layers = with_ssm_dtype(model.layers, mamba_ssm_cache_dtype)
+    if num_speculative_tokens:
+        model.layers = with_speculative_conv_rows(model.layers, num_speculative_tokens)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type
@@ -270,6 +278,7 @@ def get_kv_cache_spec(
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
         mamba_cache_mode="align" if enable_prefix_caching else "none",
+        num_speculative_blocks=num_speculative_tokens,
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.models.config import HFConfig
+from refimpl.models.speculative import resolve_speculative_config
 
 GIB = 1 << 30
 #: `SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`: what the CPU MLA path raises from.
@@ -303,12 +304,18 @@ class ServeConfig:
     budget: KVBudget
     notes: tuple[str, ...] = ()
     pipeline_stages: tuple[tuple[str, ...], ...] | None = None  # layers per stage (PP > 1)
+    speculative: Any = None  # speculative.SpeculativeConfig, for --speculative-config
 
     @property
     def use_eagle(self) -> bool:
-        """Speculative decoding by an EAGLE-style drafter (MTP is one): its layers' group
-        drops its last block on a prefix-cache hit (vLLM's `use_eagle`)."""
-        return self.engine_args.speculative_config is not None
+        """Speculative decoding by an EAGLE-style drafter (EAGLE, EAGLE-3, MTP): its layers'
+        group drops its last block on a prefix-cache hit (vLLM's `use_eagle`)."""
+        return self.speculative is not None and self.speculative.use_eagle
+
+    @property
+    def num_prefill_lookahead_tokens(self) -> int:
+        """vLLM's `num_prefill_lookahead_tokens` (0 without speculative decoding)."""
+        return 0 if self.speculative is None else self.speculative.num_prefill_lookahead_tokens
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -318,11 +325,6 @@ class ServeConfig:
         )
 
 
-#: Settings vLLM accepts whose other values refimpl does not plan yet; each is refused with
-#: this reason rather than silently planned as the default.
-_NOT_PLANNED = {
-    "decode_context_parallel_size": (1, "decode context parallelism"),
-}
 #: The environment variable vLLM reads for an uneven split of layers over pipeline stages.
 PP_LAYER_PARTITION = "VLLM_PP_LAYER_PARTITION"
 
@@ -435,11 +437,12 @@ class EngineArgs:
             raise ValueError(
                 f"mamba_cache_mode must be 'align' or 'none', got {self.mamba_cache_mode!r}"
             )
-        if self.speculative_config is not None:
-            _check_speculative_config(self.speculative_config)
-        for name, (default, what) in _NOT_PLANNED.items():
-            if getattr(self, name) != default:
-                raise ValueError(f"{name} {getattr(self, name)}: {what} are not planned yet")
+        if self.speculative_config is not None and not isinstance(
+            self.speculative_config, dict
+        ):
+            raise ValueError(
+                f"speculative_config must be a JSON object, got {self.speculative_config!r}"
+            )
 
     def create_engine_config(self) -> ServeConfig:
         """Resolve every setting once, in vLLM's order: the config and its length
@@ -456,17 +459,13 @@ class EngineArgs:
         prefix_caching = self.enable_prefix_caching
         if self.mamba_cache_mode is not None:
             prefix_caching = self.mamba_cache_mode == "align"
-        num_mtp_layers = 0
-        if self.speculative_config is not None:  # method "mtp": the checkpoint's own layers
-            num_mtp_layers = int(cfg.get("num_nextn_predict_layers") or 0)
-            if not num_mtp_layers:
-                raise ValueError(
-                    f"{cfg.source} has no MTP layers (num_nextn_predict_layers) for "
-                    "--speculative-config method mtp"
-                )
+        speculative = None
+        if self.speculative_config is not None:
+            speculative = resolve_speculative_config(self.speculative_config, cfg)
         model = get_kv_cache_spec(
             cfg,
-            num_mtp_layers=num_mtp_layers,
+            num_mtp_layers=speculative.num_mtp_layers if speculative else 0,
+            num_speculative_tokens=speculative.num_speculative_tokens if speculative else 0,
             tensor_parallel_size=self.tensor_parallel_size,
             kv_cache_dtype=self.kv_cache_dtype,
             backend=self.attention_backend,
@@ -477,6 +476,10 @@ class EngineArgs:
             cpu_isa=self.cpu_isa,
             mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype,
         )
+        if speculative is not None and speculative.draft is not None:
+            model = self._with_draft_layers(cfg, model, speculative, prefix_caching, max_len)
+        if self.decode_context_parallel_size > 1:
+            model = self._with_decode_context_parallel(cfg, model)
         device_name, device_memory = self._device()
         scheduler = resolve_scheduler_settings(
             platform=model.backend.platform,
@@ -513,6 +516,84 @@ class EngineArgs:
             budget=budget,
             notes=tuple(notes),
             pipeline_stages=stages,
+            speculative=speculative,
+        )
+
+    def _with_draft_layers(self, cfg: HFConfig, model, speculative, prefix_caching, max_len):
+        """The target's specs followed by the drafter's, which vLLM's model runner reports
+        with them: built from the draft's config with the target's dtype, cache dtype,
+        backend, block size and tensor parallelism, named as vLLM's drafter classes name
+        them (`speculative.draft_layer_name`)."""
+        from dataclasses import replace
+
+        from refimpl.models import get_kv_cache_spec
+        from refimpl.models.speculative import draft_layer_name, eagle_head_config
+
+        if self.pipeline_parallel_size > 1:
+            raise ValueError(
+                "a drafter's layers with --pipeline-parallel-size above 1 are not planned"
+            )
+        draft = speculative.draft
+        if speculative.method in ("eagle", "eagle3"):
+            draft = eagle_head_config(draft)
+        drafted = get_kv_cache_spec(
+            draft,
+            tensor_parallel_size=self.tensor_parallel_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            backend=self.attention_backend,
+            block_size=model.block_size,
+            max_model_len=max_len,
+            dtype=model.model_dtype,
+            enable_prefix_caching=True if prefix_caching is None else prefix_caching,
+            cpu_isa=self.cpu_isa,
+            num_speculative_tokens=speculative.num_speculative_tokens,
+        )
+        if drafted.block_size != model.block_size:
+            raise ValueError(
+                f"the drafter's layers settle on {drafted.block_size}-token blocks and the "
+                f"target's on {model.block_size}; vLLM plans one block size for both"
+            )
+        target_layers = int(cfg.require("num_hidden_layers"))
+        specs = dict(model.specs)
+        for name, spec in drafted.specs.items():
+            specs[draft_layer_name(speculative.method, target_layers, name)] = spec
+        return replace(
+            model,
+            specs=specs,
+            notes=[
+                *model.notes,
+                f"{len(drafted.specs)} cache layer{'s' * (len(drafted.specs) != 1)} of the "
+                f"{speculative.method} drafter "
+                f"({draft.source}) planned with the target's",
+            ],
+        )
+
+    def _with_decode_context_parallel(self, cfg: HFConfig, model):
+        """The specs with their tokens spread over the DCP ranks (`context_parallel`)."""
+        from dataclasses import replace
+
+        from refimpl.models.context_parallel import (
+            check_decode_context_parallel,
+            shard_over_decode_context,
+        )
+
+        dcp = self.decode_context_parallel_size
+        check_decode_context_parallel(
+            cfg,
+            use_mla=model.backend.is_mla,
+            tensor_parallel_size=self.tensor_parallel_size,
+            dcp=dcp,
+        )
+        specs = shard_over_decode_context(model.specs, dcp, model.backend.name)
+        return replace(
+            model,
+            specs=specs,
+            notes=[
+                *model.notes,
+                f"decode context parallelism over {dcp} ranks: each stores one token in "
+                f"{dcp}, so a {model.block_size}-token block spans "
+                f"{model.block_size * dcp:,} tokens of a request",
+            ],
         )
 
     def _amx_runs_mla(self, cfg: HFConfig, model) -> bool:
@@ -582,25 +663,6 @@ class EngineArgs:
             weights_is_estimate=self.weights_memory is None,
             weights_quantization=describe_quantization(cfg),
             allowance=allowance,
-        )
-
-
-def _check_speculative_config(spec: Any) -> None:
-    """What refimpl plans of `--speculative-config` so far: MTP from the model's own
-    checkpoint with one speculative token; anything else is refused by name."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"speculative_config must be a JSON object, got {spec!r}")
-    method, n = spec.get("method"), spec.get("num_speculative_tokens", 1)
-    if method != "mtp":
-        raise ValueError(
-            f"speculative_config method {method!r} is not planned yet (a draft model's or "
-            "EAGLE head's layers); planned: mtp"
-        )
-    _check_int("num_speculative_tokens", n, 1)
-    if n != 1:
-        raise ValueError(
-            f"num_speculative_tokens {n} is not planned yet (a longer lookahead keeps more "
-            "sliding-window tokens); planned: 1"
         )
 
 

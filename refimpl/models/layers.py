@@ -36,6 +36,7 @@ class CacheContext:
     mamba_block_size: int | None = None
     mamba_page_size_padded: int | None = None
     mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0  # a Mamba state per speculative token
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class MambaLayer:
             mamba_type=self.mamba_type,
             mamba_cache_mode=ctx.mamba_cache_mode,
             num_prefill_checkpoint_blocks=self.num_prefill_checkpoint_blocks,
+            num_speculative_blocks=ctx.num_speculative_blocks,
         )
 
 

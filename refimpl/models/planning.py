@@ -95,6 +95,11 @@ class ModelKVCachePlan:
             "kv_dtype": m.kv_dtype,
             "tensor_parallel_size": m.tensor_parallel_size,
             "pipeline_parallel_size": c.engine_args.pipeline_parallel_size,
+            "decode_context_parallel_size": c.engine_args.decode_context_parallel_size,
+            "speculative_method": c.speculative.method if c.speculative else None,
+            "num_speculative_tokens": c.speculative.num_speculative_tokens
+            if c.speculative
+            else 0,
             "pipeline_stage_layers": [len(stage) for stage in c.pipeline_stages]
             if c.pipeline_stages
             else [len(m.specs)],
@@ -159,6 +164,7 @@ def _plan(config: ServeConfig, memory: int) -> KVCachePlan:
         num_gpu_blocks_override=args.num_gpu_blocks_override,
         pipeline_stages=config.pipeline_stages,
         use_eagle=config.use_eagle,
+        num_prefill_lookahead_tokens=config.num_prefill_lookahead_tokens,
     )
 
 

@@ -21,6 +21,14 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
   `create_engine_config` on the CPU platform (or vLLM's refusal);
 - `mamba_ssm`: `--mamba-ssm-cache-dtype` on vLLM's CPU platform for two CPU kinds;
 - `pipeline`: `--pipeline-parallel-size`: per-stage specs through `get_kv_cache_configs`;
+- `dcp_config`: `--decode-context-parallel-size` against TP and the model's heads: what vLLM's
+  `create_engine_config` accepts or refuses;
+- `dcp_plan`: DCP's plan: vLLM's specs (its model on the meta device at TP 1, the KV heads per
+  rank from its `get_num_kv_heads` at the TP given) planned by `get_kv_cache_configs` under an
+  engine config with that TP and DCP, and the block-table rows (`max_num_blocks_per_req`);
+- `speculative`: `--speculative-config` with an EAGLE / EAGLE-3 head or a draft model given
+  by a config path: vLLM's target and drafter classes on the meta device (the drafter built
+  as its proposer builds it), their specs and `get_kv_cache_configs`, on the CPU platform;
 - `flags`: every option of vLLM's `vllm serve` parser and how many values it reads, which
   `refimpl.models.serve_flags` must list exactly.
 
@@ -29,6 +37,7 @@ replays against `refimpl.models.engine_args` and `python -m refimpl plan --confi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -96,6 +105,45 @@ MAMBA_SSM = [
     for name in ("tiny-granite-h", "tiny-qwen3-next")
     for isa in ("avx512", "avx512_bf16")
     for dtype in ("float32", "float16", "bfloat16")
+]
+#: (target, method, draft config, num_speculative_tokens, budget, CPU kind or None):
+#: `--speculative-config` on the CPU platform at --max-model-len 2048. A Mamba hybrid is
+#: planned for a CPU without AVX512-BF16 (its states stay bf16; see MAMBA_SSM).
+SPECULATIVE = [
+    ("tiny-llama", "eagle", "drafts/tiny-llama-eagle", 1, 8 * GIB, None),
+    ("tiny-llama", "eagle", "drafts/tiny-llama-eagle", 3, 8 * GIB, None),
+    ("tiny-llama", "eagle3", "drafts/tiny-llama-eagle3", 3, 8 * GIB, None),
+    ("tiny-llama", "draft_model", "drafts/tiny-llama-draft", 2, 8 * GIB, None),
+    ("tiny-llama", None, "drafts/tiny-llama-draft", 4, 1 << 20, None),
+    ("tiny-gemma2", "draft_model", "drafts/tiny-llama-draft", 3, 64 << 20, None),
+    ("tiny-mistral", "eagle", "drafts/tiny-llama-eagle", 2, 64 << 20, None),
+    ("tiny-granite-h", "draft_model", "drafts/tiny-llama-draft", 1, 256 << 20, "avx512"),
+    ("tiny-granite-h", "draft_model", "drafts/tiny-llama-draft", 3, 256 << 20, "avx512"),
+    ("tiny-qwen3-next", "draft_model", "drafts/tiny-llama-draft", 2, 256 << 20, "avx512"),
+]
+# (DeepSeek V4's MTP drafter is not built on vLLM's CPU platform: "DeepSeek-V4 speculative
+# decoding (MTP) is not implemented on CPU", so MTP is not recorded here.)
+#: (config, TP, DCP): accepted or refused by vLLM's config checks
+DCP_CONFIG = [
+    ("tiny-deepseek-v2", 2, 2),
+    ("tiny-deepseek-v2", 4, 8),
+    ("tiny-deepseek-v2", 4, 3),
+    ("tiny-llama", 4, 2),
+    ("tiny-llama", 2, 2),
+    ("tiny-llama", 4, 4),
+    ("llama-3.1-8b", 16, 2),
+    ("llama-3.1-8b", 16, 4),
+    ("qwen2.5-7b-instruct", 28, 2),
+    ("deepseek-v2-lite", 8, 8),
+]
+#: (config, TP, DCP, budget, --max-model-len): planned with DCP
+DCP_PLAN = [
+    ("tiny-deepseek-v2", 2, 2, 64 << 20, 4096),
+    ("tiny-deepseek-v2", 4, 4, 64 << 20, 4096),
+    ("tiny-deepseek-v2", 2, 2, 1 << 20, 4096),
+    ("tiny-llama", 4, 2, 64 << 20, 4096),
+    ("deepseek-v2-lite", 8, 8, 2 * GIB, 32768),
+    ("tiny-gemma2", 4, 2, 64 << 20, 4096),
 ]
 #: (config, budget): --max-model-len -1 on the CPU platform
 AUTO_FIT = [("llama-3.1-8b", 8 * GIB), ("gpt-oss-20b", 2 * GIB), ("tiny-llama", 1 << 20)]
@@ -332,6 +380,164 @@ def pipeline_cases() -> list:
     return out
 
 
+def dcp_config_cases() -> list:
+    out = []
+    for name, tp, dcp in DCP_CONFIG:
+        row = {"config": name, "tensor_parallel_size": tp, "dcp": dcp}
+        try:
+            _engine_config(
+                name,
+                tensor_parallel_size=tp,
+                decode_context_parallel_size=dcp,
+                max_model_len=2048,
+            )
+        except Exception as exc:  # vLLM refuses the settings
+            row["refused"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out.append(row)
+    return out
+
+
+def dcp_plan_cases() -> list:
+    """vLLM's planner under DCP. The specs come from its model on the meta device at TP 1
+    (this process is one rank) with the KV heads per rank vLLM's ModelConfig gives at the TP
+    asked (an MLA layer's one latent head, or one replicated GQA head, as DCP requires), and
+    are planned by `get_kv_cache_configs` under the engine config with that TP and DCP."""
+    from dataclasses import replace
+
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    from tools.crosscheck import vllm_models
+
+    out = []
+    for name, tp, dcp, memory, max_len in DCP_PLAN:
+        row = {"config": name, "tensor_parallel_size": tp, "dcp": dcp, "memory": memory}
+        row["max_model_len"] = max_len
+        with vllm_models.quiet():
+            one = _engine_config(name, max_model_len=max_len)
+            layers = vllm_models.build_layers(one)
+            vc = _engine_config(
+                name,
+                max_model_len=max_len,
+                tensor_parallel_size=tp,
+                decode_context_parallel_size=dcp,
+            )
+            heads = vc.model_config.get_num_kv_heads(vc.parallel_config)
+            specs = {
+                k: replace(v, num_kv_heads=heads) if isinstance(v, AttentionSpec) else v
+                for k, v in vllm_models.layer_spec_objects(one, layers).items()
+            }
+            vc.cache_config.kv_cache_layout = "LBHNC"
+            try:
+                with set_current_vllm_config(vc):
+                    config = kv_cache_utils.get_kv_cache_configs(vc, [specs], [memory])[0]
+                    tokens, concurrency = kv_cache_utils.get_kv_cache_capacity(vc, config)
+            except BaseException as exc:  # vLLM refuses the plan (an assertion for windows)
+                row["refused"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            else:
+                row.update(
+                    num_blocks=config.num_blocks,
+                    kv_cache_size_tokens=tokens,
+                    max_concurrency=concurrency,
+                    max_num_batched_tokens=vc.scheduler_config.max_num_batched_tokens,
+                    blocks_per_request=[
+                        g.kv_cache_spec.max_num_blocks_per_req(vc, max_len)
+                        for g in config.kv_cache_groups
+                    ],
+                )
+        row["specs"] = [[k, vllm_models.spec_record(v)] for k, v in specs.items()]
+        out.append(row)
+    return out
+
+
+def build_drafter(vc) -> dict:
+    """The drafter's layers added to the target's (`build_layers`), built as vLLM's proposer
+    builds it: its own draft `VllmConfig` (`_create_draft_vllm_config`, vLLM's), an EAGLE head
+    from the draft model config, a draft model under the prefix `draft_model`; the layers
+    register in the same forward context, as in the model runner."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.config.vllm import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.v1.spec_decode.draft_model import DraftModelProposer
+    from vllm.v1.spec_decode.eagle import EagleProposer
+
+    sc = vc.speculative_config
+    proposer_class = DraftModelProposer if sc.uses_draft_model() else EagleProposer
+    proposer = object.__new__(proposer_class)  # only its config step is used
+    proposer.vllm_config, proposer.speculative_config = vc, sc
+    draft_vc = proposer._create_draft_vllm_config()
+    with set_current_vllm_config(vc), torch.device("meta"):
+        if sc.uses_draft_model():
+            initialize_model(vllm_config=draft_vc, prefix="draft_model")
+        else:
+            initialize_model(vllm_config=draft_vc, model_config=sc.draft_model_config)
+    return get_layers_from_vllm_config(vc, AttentionLayerBase)
+
+
+def speculative_cases() -> list:
+    """`--speculative-config`: vLLM's engine config, its target model and drafter on the
+    meta device, their specs (the model runner's) and its own planner and capacity."""
+    from tools.crosscheck import vllm_models
+    from tools.crosscheck.vllm_cpu_isa import host_isa
+
+    out = []
+    for name, method, draft, n, memory, isa in SPECULATIVE:
+        spec = {"num_speculative_tokens": n}
+        if draft is not None:
+            spec["model"] = str(CONFIG_DIR / draft)
+        if method is not None:
+            spec["method"] = method
+        row = {
+            "config": name,
+            "speculative_config": {**spec, **({"model": draft} if draft else {})},
+            "memory": memory,
+            "cpu_isa": isa,
+            "max_model_len": 2048,
+        }
+        with vllm_models.quiet(), host_isa(isa) if isa else contextlib.nullcontext():
+            vc = _engine_config(name, speculative_config=spec, max_model_len=2048)
+            vllm_models.build_layers(vc)
+            layers = build_drafter(vc)
+            specs = vllm_models.layer_spec_objects(vc, layers)
+            saved, vllm_models.MEMORY = vllm_models.MEMORY, memory
+            try:
+                plan = vllm_models.plan_record(vc, layers, specs)
+            except Exception as exc:  # vLLM refuses the plan
+                plan = {"refused": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            finally:
+                vllm_models.MEMORY = saved
+        row.update(
+            method=vc.speculative_config.method,
+            use_eagle=vc.speculative_config.use_eagle(),
+            num_lookahead_tokens=vc.num_lookahead_tokens,
+            num_prefill_lookahead_tokens=vc.num_prefill_lookahead_tokens,
+            specs=[[k, vllm_models.spec_record(v)] for k, v in specs.items()],
+            plan=plan,
+        )
+        out.append(row)
+    return out
+
+
+def _engine_config(name: str, **kwargs):
+    """`vllm serve`'s engine config (`create_engine_config(OPENAI_API_SERVER)`) for a stored
+    config, with dummy weights."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from tools.crosscheck.vllm_models import model_dir
+
+    return EngineArgs(
+        model=model_dir(name),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        **kwargs,
+    ).create_engine_config(UsageContext.OPENAI_API_SERVER)
+
+
 def mamba_ssm_cases() -> list:
     """`--mamba-ssm-cache-dtype`: vLLM's engine config on its CPU platform with torch's probes
     answered as each CPU kind would (`vllm_cpu_isa.host_isa`: on AVX512-BF16 the platform
@@ -488,6 +694,9 @@ def record(sections: list[str] | None = None) -> dict:
             "flags": serve_flag_cases,
             "engine": engine_cases,
             "auto_fit": auto_fit_cases,
+            "speculative": speculative_cases,
+            "dcp_config": dcp_config_cases,
+            "dcp_plan": dcp_plan_cases,
         }
         oracle = json.loads(ORACLE.read_text())
         with vllm_quiet():
@@ -505,6 +714,9 @@ def record(sections: list[str] | None = None) -> dict:
             "serve_settings": serve_setting_cases(),
             "pipeline": pipeline_cases(),
             "mamba_ssm": mamba_ssm_cases(),
+            "speculative": speculative_cases(),
+            "dcp_config": dcp_config_cases(),
+            "dcp_plan": dcp_plan_cases(),
             "flags": serve_flag_cases(),
         }
 
