@@ -371,7 +371,9 @@ class KVCacheManager:
         self._check_request(request)
         check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
         if self.enable_caching and request.request_id in self._requests:
-            self.coordinator.cache_blocks(request, min(num_computed_tokens, request.num_tokens))
+            self.coordinator.cache_blocks(
+                request, min(num_computed_tokens, request.num_tokens)
+            )
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as

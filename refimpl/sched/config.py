@@ -47,7 +47,9 @@ class SchedulerConfig:
         check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
         check_positive_int("max_num_seqs", self.max_num_seqs)
         check_positive_int("max_model_len", self.max_model_len)
-        check_int_at_least("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_int_at_least(
+            "long_prefill_token_threshold", self.long_prefill_token_threshold, 0
+        )
         check_int_at_least("num_speculative_tokens", self.num_speculative_tokens, 0)
         check_int_at_least("num_lookahead_tokens", self.num_lookahead_tokens, 0)
         for name in (
@@ -59,7 +61,10 @@ class SchedulerConfig:
             check_bool(name, getattr(self, name))
         if self.policy not in ("fcfs", "priority"):
             raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+        if (
+            not self.enable_chunked_prefill
+            and self.max_num_batched_tokens < self.max_model_len
+        ):
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than "
                 f"max_model_len ({self.max_model_len}): without chunked prefill a prompt must "

@@ -518,7 +518,9 @@ class Scheduler:
                 continue  # aborted while the step ran
             if stale and request.drop_stale_output:
                 continue
-            generated = list(sampled[model_runner_output.req_id_to_index[rid]]) if sampled else []
+            generated = (
+                list(sampled[model_runner_output.req_id_to_index[rid]]) if sampled else []
+            )
             spec = scheduler_output.scheduled_spec_decode_tokens.get(rid)
             if spec and generated:
                 num_accepted = max(len(generated) - self.num_sampled_tokens_per_step, 0)
