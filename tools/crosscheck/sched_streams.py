@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 EOS = 0
+# block-outermost: groups whose pages differ in size may share one pool (both planners)
+LAYOUT = "BLHNC"
 VOCAB = 60
 
 
@@ -30,7 +32,7 @@ class Setting:
     name: str
     groups: tuple[tuple, ...]
     num_blocks: int
-    max_model_len: int = 256
+    max_model_len: int = 160
     max_num_seqs: int = 4
     max_num_batched_tokens: int = 64
     enable_chunked_prefill: bool = True
@@ -53,11 +55,11 @@ class Setting:
 def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
     """(name, groups, num_blocks, unit, k for retention k)."""
     return [
-        ("dense", (("full", 16),), 24, 1, 32),
-        ("swa", (("full", 16), ("swa", 16, 32)), 40, 1, 32),
+        ("dense", (("full", 16),), 11, 1, 32),
+        ("swa", (("full", 16), ("swa", 16, 32)), 22, 1, 32),
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
-        ("v4", (("full", 64), ("swa", 16, 64)), 48, 4, 128),
+        ("v4", (("full", 64), ("swa", 16, 64)), 40, 4, 128),
     ]
 
 
@@ -73,7 +75,7 @@ def settings() -> list[Setting]:
             for chunked in (True, False):
                 for asy in (False, True):
                     i = len(out)
-                    mml = 256 * unit
+                    mml = 160 * unit
                     out.append(
                         Setting(
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
@@ -81,7 +83,7 @@ def settings() -> list[Setting]:
                             groups=groups,
                             num_blocks=nb,
                             max_model_len=mml,
-                            max_num_seqs=4 if i % 2 else 3,
+                            max_num_seqs=8 if i % 2 else 5,
                             max_num_batched_tokens=(64 * unit) if chunked else mml,
                             enable_chunked_prefill=chunked,
                             long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
@@ -99,21 +101,21 @@ def make_stream(seed: int, setting: Setting) -> list[list[dict]]:
     rng = random.Random(seed)
     u = setting.unit
     prefixes = [
-        [rng.randrange(1, VOCAB) for _ in range(rng.randrange(8, 48) * u)] for _ in range(3)
+        [rng.randrange(1, VOCAB) for _ in range(rng.randrange(8, 40) * u)] for _ in range(3)
     ]
     steps: list[list[dict]] = []
     n = 0
     for _ in range(rng.randrange(4, 20)):
         arrivals = []
-        for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
+        for _ in range(rng.choice((0, 0, 1, 2, 3, 4))):
             prompt = list(rng.choice(prefixes)) if rng.random() < 0.7 else []
-            prompt += [rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 40) * u)]
+            prompt += [rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 32) * u)]
             prompt = prompt[: setting.max_model_len - 8 * u]
             arrivals.append(
                 {
                     "id": f"s{seed}r{n}",
                     "prompt": prompt,
-                    "max_tokens": rng.randrange(1, 24),
+                    "max_tokens": rng.randrange(1, 48) * u,
                     "priority": rng.randrange(3),
                 }
             )
@@ -195,7 +197,9 @@ def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: i
         out = side.schedule()
         rec = side.normalize(out)
         if out.total_num_scheduled_tokens:
-            pending.append((out, {r for r in out.num_scheduled_tokens if side.samples(r)}, step))
+            pending.append(
+                (out, {r for r in out.num_scheduled_tokens if side.samples(r)}, step)
+            )
         log.append(rec)
         depth = 2 if asynchronous else 1
         if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
@@ -244,7 +248,10 @@ class RefimplSide(Side):
                 else SlidingWindowSpec(sliding_window=g[2], **common)
             )
         config = get_kv_cache_config(
-            get_kv_cache_groups(specs), 1 << 40, num_blocks_override=setting.num_blocks
+            get_kv_cache_groups(specs, kv_cache_layout=LAYOUT),
+            1 << 40,
+            num_blocks_override=setting.num_blocks,
+            kv_cache_layout=LAYOUT,
         )
         self.s = make_scheduler(
             SchedulerConfig(
@@ -283,7 +290,8 @@ class RefimplSide(Side):
 
         ids = list(sampled)
         self.s.update_from_output(
-            out, ModelRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, list(sampled.values()))
+            out,
+            ModelRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, list(sampled.values())),
         )
 
     def normalize(self, out) -> dict:
