@@ -81,7 +81,8 @@ def settings() -> list[Setting]:
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
                             f"{'async' if asy else 'sync'}",
                             groups=groups,
-                            num_blocks=nb,
+                            # async doubles the tokens a window reserves for in flight
+                            num_blocks=nb + (10 if asy and unit > 1 else 0),
                             max_model_len=mml,
                             max_num_seqs=8 if i % 2 else 5,
                             max_num_batched_tokens=(64 * unit) if chunked else mml,
