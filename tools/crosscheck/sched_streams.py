@@ -53,13 +53,14 @@ class Setting:
 
 
 def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
-    """(name, groups, num_blocks, unit, k for retention k)."""
+    """(name, groups, spare blocks beyond one max_model_len request, unit, k for
+    retention k)."""
     return [
-        ("dense", (("full", 16),), 11, 1, 32),
-        ("swa", (("full", 16), ("swa", 16, 32)), 22, 1, 32),
+        ("dense", (("full", 16),), 1, 1, 32),
+        ("swa", (("full", 16), ("swa", 16, 32)), 3, 1, 32),
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
-        ("v4", (("full", 64), ("swa", 16, 64)), 40, 4, 128),
+        ("v4", (("full", 64), ("swa", 16, 64)), 6, 4, 128),
     ]
 
 
@@ -67,7 +68,7 @@ def settings() -> list[Setting]:
     """Every combination the crosscheck runs: layout x retention x chunked x async, with the
     scheduling flags varied alongside so each appears in many combinations."""
     out = []
-    for name, groups, nb, unit, k in _layouts():
+    for name, groups, spare, unit, k in _layouts():
         for retention in (None, 0, k):
             if retention is not None and not any(g[0] == "swa" for g in groups):
                 if retention != 0:
@@ -76,19 +77,27 @@ def settings() -> list[Setting]:
                 for asy in (False, True):
                     i = len(out)
                     mml = 160 * unit
+                    batch = (64 * unit) if chunked else mml
+                    in_flight = batch * (2 if asy else 1)
+                    # the smallest pool vLLM accepts (one request of max_model_len), plus spare
+                    nb = spare + sum(
+                        -(-mml // g[1])
+                        if g[0] == "full"
+                        else min(-(-mml // g[1]), -(-(g[2] - 1 + in_flight) // g[1]) + 1)
+                        for g in groups
+                    )
                     out.append(
                         Setting(
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
                             f"{'async' if asy else 'sync'}",
                             groups=groups,
-                            # async doubles the tokens a window reserves for in flight
-                            num_blocks=nb + (10 if asy and unit > 1 else 0),
+                            num_blocks=nb,
                             max_model_len=mml,
-                            max_num_seqs=8 if i % 2 else 5,
-                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
+                            max_num_batched_tokens=batch,
                             enable_chunked_prefill=chunked,
                             long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
-                            policy="priority" if i % 4 == 1 else "fcfs",
+                            policy="priority" if i % 3 == 1 else "fcfs",
                             async_scheduling=asy,
                             retention=retention,
                             unit=unit,

@@ -187,14 +187,14 @@ def check_stream(setting: Setting, seed: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", type=int, default=20)
-    p.add_argument("--only", default="", help="substring of setting names to run")
+    p.add_argument("--only", default="", help="substrings of setting names, comma-separated")
     p.add_argument("--record", default="")
     args = p.parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
     oracle = {"generator": "tools/crosscheck/sched_streams.py", "settings": []}
     t0 = time.time()
     for setting in settings():
-        if args.only and args.only not in setting.name:
+        if args.only and not any(o in setting.name for o in args.only.split(",")):
             continue
         t = time.time()
         entry = {"setting": setting.to_json(), "streams": []}
@@ -209,7 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         oracle["settings"].append(entry)
     print(f"all equal, {time.time() - t0:.0f}s")
     if args.record:
-        Path(args.record).write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
+        # settings recorded by an earlier (partial) run are kept unless rerun now
+        path = Path(args.record)
+        if path.exists():
+            done = {e["setting"]["name"] for e in oracle["settings"]}
+            old = json.loads(path.read_text())["settings"]
+            oracle["settings"] = [e for e in old if e["setting"]["name"] not in done] + oracle[
+                "settings"
+            ]
+        order = [s.name for s in settings()]
+        oracle["settings"].sort(key=lambda e: order.index(e["setting"]["name"]))
+        path.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
     return 0
 
 
