@@ -244,7 +244,9 @@ def summary(log: list[dict]) -> dict:
 class RefimplSide(Side):
     """refimpl's scheduler on refimpl's planner output for the setting."""
 
-    def __init__(self, setting: Setting) -> None:
+    def __init__(self, setting: Setting, scheduler_cls: type | None = None) -> None:
+        """`scheduler_cls` replaces the class `make_scheduler` picks (tests pass a scheduler
+        with a rule undone)."""
         from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
         from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
         from refimpl.sched import SchedulerConfig, make_scheduler
@@ -263,7 +265,8 @@ class RefimplSide(Side):
             num_blocks_override=setting.num_blocks,
             kv_cache_layout=LAYOUT,
         )
-        self.s = make_scheduler(
+        make = make_scheduler if scheduler_cls is None else scheduler_cls
+        self.s = make(
             SchedulerConfig(
                 max_num_batched_tokens=setting.max_num_batched_tokens,
                 max_num_seqs=setting.max_num_seqs,
