@@ -27,7 +27,9 @@ SETTINGS = [(Setting.from_json(e["setting"]), e["streams"]) for e in ORACLE["set
 
 def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
     side = RefimplSide(setting, scheduler_cls)
-    return digest(drive(side, make_stream(seed, setting), setting.async_scheduling))
+    return digest(
+        drive(side, make_stream(seed, setting), setting.async_scheduling, setting.num_spec)
+    )
 
 
 def test_oracle_covers_every_setting():

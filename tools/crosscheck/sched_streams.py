@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 EOS = 0
@@ -40,7 +40,9 @@ class Setting:
     policy: str = "fcfs"
     async_scheduling: bool = False
     retention: int | None = 0
-    unit: int = 1  # scales prompt lengths (large block sizes need long prompts)
+    unit: int = 1
+    # draft tokens per step (an n-gram drafter: no draft model, no lookahead slots); sync only
+    num_spec: int = 0  # scales prompt lengths (large block sizes need long prompts)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -103,6 +105,15 @@ def settings() -> list[Setting]:
                             unit=unit,
                         )
                     )
+        for chunked in (True, False):
+            # speculative decoding: 2 draft tokens per step (vLLM hands drafts back between
+            # steps only when scheduling is synchronous)
+            base = next(
+                x
+                for x in out
+                if x.name == f"{name}-ret0-{'chunk' if chunked else 'nochunk'}-sync"
+            )
+            out.append(replace(base, name=base.name + "-spec2", num_spec=2))
     return out
 
 
@@ -160,6 +171,10 @@ class Side:
     def normalize(self, out: Any) -> dict:
         raise NotImplementedError
 
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        """The drafter's proposals after a step (synchronous scheduling)."""
+        raise NotImplementedError
+
     def has_requests(self) -> bool:
         raise NotImplementedError
 
@@ -196,8 +211,28 @@ def normalize_output(out: Any) -> dict:
     }
 
 
-def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: int = 3000):
-    """Play the stream; returns the step log (one normalized output per step)."""
+def accepted_drafts(req_id: str, step: int, num_drafts: int) -> int:
+    """How many of a step's draft tokens the made-up model accepts (0 to all)."""
+    h = int.from_bytes(hashlib.blake2b(f"{req_id}@{step}".encode(), digest_size=4).digest())
+    return h % (num_drafts + 1)
+
+
+def step_tokens(req_id: str, step: int, num_drafts: int) -> list[int]:
+    """The sampled tokens of a request that samples: one, plus its accepted drafts."""
+    n = 1 + accepted_drafts(req_id, step, num_drafts) if num_drafts else 1
+    return [sampled_token(req_id, step if j == 0 else step * 100 + j) for j in range(n)]
+
+
+def drive(
+    side: Side,
+    stream: list[list[dict]],
+    asynchronous: bool,
+    num_spec: int = 0,
+    max_steps: int = 3000,
+):
+    """Play the stream; returns the step log (one normalized output per step). With
+    `num_spec`, after each step every request of the step is offered `num_spec` draft
+    tokens."""
     log = []
     pending: list[tuple[Any, set[str], int]] = []
     step = 0
@@ -214,13 +249,19 @@ def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: i
         depth = 2 if asynchronous else 1
         if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
             o, samplers, s = pending.pop(0)
+            spec = o.scheduled_spec_decode_tokens
             side.update(
                 o,
                 {
-                    r: ([sampled_token(r, s)] if r in samplers else [])
+                    r: (step_tokens(r, s, len(spec.get(r, ()))) if r in samplers else [])
                     for r in o.num_scheduled_tokens
                 },
             )
+            if num_spec and not asynchronous:
+                ids = list(o.num_scheduled_tokens)
+                side.update_drafts(
+                    ids, [[sampled_token(r, -s - j) for j in range(num_spec)] for r in ids]
+                )
         step += 1
         if step > max_steps:
             raise RuntimeError(f"stream did not drain in {max_steps} steps")
@@ -276,6 +317,7 @@ class RefimplSide(Side):
                 policy=setting.policy,
                 async_scheduling=setting.async_scheduling,
                 prefix_cache_retention_interval=setting.retention,
+                num_speculative_tokens=setting.num_spec,
             ),
             config,
         )
@@ -309,6 +351,9 @@ class RefimplSide(Side):
 
     def normalize(self, out) -> dict:
         return normalize_output(out)
+
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        self.s.update_draft_token_ids(req_ids, drafts)
 
     def has_requests(self) -> bool:
         return self.s.has_requests()

@@ -72,6 +72,17 @@ def _build(setting: Setting):
         async_scheduling=setting.async_scheduling,
         enable_prefix_caching=True,
         num_gpu_blocks_override=setting.num_blocks,
+        # an n-gram drafter needs no draft model; it reserves no lookahead slots
+        speculative_config=(
+            {
+                "method": "ngram",
+                "num_speculative_tokens": setting.num_spec,
+                "prompt_lookup_max": 3,
+                "prompt_lookup_min": 1,
+            }
+            if setting.num_spec
+            else None
+        ),
     ).create_engine_config()
     # vLLM's CPU platform turns async scheduling off ("not required on CPU"); the scheduler
     # itself is platform-free, so the setting is restored as a GPU platform keeps it
@@ -158,6 +169,11 @@ class VllmSide(Side):
     def normalize(self, out) -> dict:
         return normalize_output(out)
 
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        from vllm.v1.outputs import DraftTokenIds
+
+        self.s.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
+
     def has_requests(self) -> bool:
         return self.s.get_num_unfinished_requests() > 0 or bool(self.s.finished_req_ids)
 
@@ -172,8 +188,8 @@ def check_stream(setting: Setting, seed: int) -> list[dict]:
         )
     if ours.s.kv_cache_manager.num_gpu_blocks != theirs.num_blocks:
         raise AssertionError("num_blocks differ")
-    a = drive(theirs, stream, setting.async_scheduling)
-    b = drive(ours, stream, setting.async_scheduling)
+    a = drive(theirs, stream, setting.async_scheduling, setting.num_spec)
+    b = drive(ours, stream, setting.async_scheduling, setting.num_spec)
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             raise AssertionError(
