@@ -22,7 +22,8 @@ import refimpl.sched.scheduler as scheduler_module
 from tools.crosscheck.sched_streams import RefimplSide, Setting, digest, drive, make_stream
 
 ORACLE = json.loads((Path(__file__).parent / "data" / "vllm_sched_oracle.json").read_text())
-SETTINGS = [(Setting.from_json(e["setting"]), e["streams"]) for e in ORACLE["settings"]]
+SETTINGS = [(Setting.from_json(e["setting"]), e["digests"]) for e in ORACLE["settings"]]
+TOTALS = {e["setting"]["name"]: e["totals"] for e in ORACLE["settings"]}
 
 
 def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
@@ -34,25 +35,37 @@ def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
 
 def test_oracle_covers_every_setting():
     names = {s.name for s, _ in SETTINGS}
-    assert len(names) == 32
+    assert len(names) == 38
     for layout in ("dense", "swa", "v4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(layout) and n.endswith(mode) for n in names)
     assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
     assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128}
-    assert sum(st[2]["preemptions"] for _, streams in SETTINGS for st in streams) > 0
+    assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
+    assert all(len(digests) >= 300 for _, digests in SETTINGS)
+    # the streams exercise what they are meant to: prefix hits in every setting, and
+    # preemptions in every layout, chunked or not, sync or async (not in every setting: a
+    # no-chunk budget of max_model_len makes vLLM's smallest pool larger)
+    assert all(t["hit_tokens"] > 0 for t in TOTALS.values())
+    for layout in ("dense", "swa", "v4"):
+        for mode in ("-chunk-sync", "-chunk-async", "-nochunk-sync", "-nochunk-async"):
+            assert any(
+                t["preemptions"] > 0
+                for n, t in TOTALS.items()
+                if n.startswith(layout) and mode in n
+            ), (layout, mode)
 
 
-@pytest.mark.parametrize("setting,streams", SETTINGS, ids=[s.name for s, _ in SETTINGS])
-def test_replays_vllm_first_streams(setting, streams):
-    for seed, want, _ in streams[:4]:
+@pytest.mark.parametrize("setting,digests", SETTINGS, ids=[s.name for s, _ in SETTINGS])
+def test_replays_vllm_first_streams(setting, digests):
+    for seed, want in enumerate(digests[:3]):
         assert replay(setting, seed) == want, f"{setting.name} seed {seed}"
 
 
 @pytest.mark.slow
 def test_replays_vllm_every_stream():
-    for setting, streams in SETTINGS:
-        for seed, want, _ in streams:
+    for setting, digests in SETTINGS:
+        for seed, want in enumerate(digests):
             assert replay(setting, seed) == want, f"{setting.name} seed {seed}"
 
 
@@ -82,7 +95,7 @@ MUTANTS = {
 def test_replay_fails_with_a_rule_undone(name):
     cls = mutant(*MUTANTS[name])
     checked = 0
-    for setting, streams in SETTINGS:
+    for setting, digests in SETTINGS:
         if setting.async_scheduling:
             continue  # the mutant is the synchronous class
         if name == "long-prefill-threshold" and not setting.long_prefill_token_threshold:
@@ -91,8 +104,11 @@ def test_replay_fails_with_a_rule_undone(name):
             continue
         if name == "junction-pin" and not setting.name.startswith(("swa", "v4")):
             continue
-        for seed, want, _ in streams[:40]:
+        for seed, want in enumerate(digests[:40]):
             checked += 1
-            if replay(setting, seed, cls) != want:
-                return
+            try:
+                if replay(setting, seed, cls) != want:
+                    return
+            except ValueError:
+                return  # the mutant cannot even drive the cache through the stream
     pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")

@@ -207,19 +207,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", default="")
     args = p.parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    oracle = {"generator": "tools/crosscheck/sched_streams.py", "settings": []}
+    oracle = {
+        "generator": "tools/crosscheck/sched_streams.py (stream seed = index in digests)",
+        "settings": [],
+    }
     t0 = time.time()
     for setting in settings():
         if args.only and not any(o in setting.name for o in args.only.split(",")):
             continue
         t = time.time()
-        entry = {"setting": setting.to_json(), "streams": []}
+        entry = {"setting": setting.to_json(), "digests": [], "totals": {}}
         for seed in range(args.streams):
             log = check_stream(setting, seed)
-            entry["streams"].append([seed, digest(log), summary(log)])
-        tot = {k: sum(s[2][k] for s in entry["streams"]) for k in entry["streams"][0][2]}
+            entry["digests"].append(digest(log))
+            for k, v in summary(log).items():
+                entry["totals"][k] = entry["totals"].get(k, 0) + v
         print(
-            f"{setting.name}: {args.streams} streams equal {tot} {time.time() - t:.1f}s",
+            f"{setting.name}: {args.streams} streams equal {entry['totals']} "
+            f"{time.time() - t:.1f}s",
             flush=True,
         )
         oracle["settings"].append(entry)
