@@ -239,9 +239,13 @@ class KVCacheManager:
         )
         if hits is not None:
             self._check_hits_cover(request, hits, total_computed)
-        if total_computed + num_new_tokens > request.num_tokens + num_lookahead_tokens:
+        if (
+            total_computed + num_new_tokens
+            > request.num_schedulable_tokens + num_lookahead_tokens
+        ):
             raise ValueError(
-                f"request {request.request_id} has {request.num_tokens} tokens; cannot "
+                f"request {request.request_id} has {request.num_schedulable_tokens} "
+                "schedulable tokens; cannot "
                 "schedule "
                 f"{num_new_tokens} new tokens after {total_computed} computed ones"
             )
@@ -268,8 +272,11 @@ class KVCacheManager:
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
         # Blocks outside the window are garbage whatever happens next: free them first, so
-        # they count as free for the check below (and stay freed if it fails).
-        coordinator.remove_skipped_blocks(request.request_id, total_computed)
+        # they count as free for the check below (and stay freed if it fails). Only up to
+        # the processed tokens: a step still in flight reads the window below its tokens.
+        coordinator.remove_skipped_blocks(
+            request.request_id, max(0, total_computed - request.num_in_flight_tokens)
+        )
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slots, hits, total_computed
         )
@@ -358,6 +365,17 @@ class KVCacheManager:
                 f"request_id {request.request_id!r} already belongs to another request that "
                 "holds blocks; "
                 "request ids must be unique"
+            )
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Register the hashes of the request's blocks that `num_computed_tokens` fill, if
+        prefix caching is on (the async scheduler calls it once a step's sampled tokens are
+        known)."""
+        self._check_request(request)
+        check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
+        if self.enable_caching and request.request_id in self._requests:
+            self.coordinator.cache_blocks(
+                request, min(num_computed_tokens, request.num_tokens)
             )
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
