@@ -23,7 +23,7 @@ from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
-from refimpl.models import cpu_platform, schema
+from refimpl.models import cpu_platform, generic, schema
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -222,6 +222,7 @@ def get_kv_cache_spec(
             f"{cfg.architecture}"
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
+    generic.check_heads_split(cfg, tensor_parallel_size)
     isa, platform_notes = None, []
     if backend is not None and backend.lower() in _CPU_BACKENDS:
         isa = resolve_cpu_isa(cpu_isa)
@@ -256,6 +257,10 @@ def get_kv_cache_spec(
         size, padded, why = align_hybrid_block_size(model, info, size, DTYPE_SIZES[kv_dtype])
         notes += why
         mamba_block = size if enable_prefix_caching else max_len
+    elif any(isinstance(layer, MambaLayer) for layer in model.layers):
+        # an all-Mamba model: one state per request, a block of max_model_len tokens
+        # (or the attention block size when prefix caching aligns the states)
+        mamba_block = size if enable_prefix_caching else max_len
     ctx = CacheContext(
         block_size=size,
         kv_dtype=kv_dtype,
@@ -265,6 +270,7 @@ def get_kv_cache_spec(
         mamba_block_size=mamba_block,
         mamba_page_size_padded=padded,
         mamba_cache_mode="align" if enable_prefix_caching else "none",
+        model_dtype=model_dtype,
     )
     specs = {layer.name: layer.get_kv_cache_spec(ctx) for layer in model.layers}
     return ModelKVCacheSpecs(
@@ -280,6 +286,34 @@ def get_kv_cache_spec(
         notes=notes,
         cpu_isa=isa.name if isa is not None else None,
     )
+
+
+#: speculative methods vLLM counts as EAGLE (`SpeculativeConfig.use_eagle`)
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+
+
+def hybrid_kv_cache_manager_disabled(
+    model: ModelKVCacheSpecs,
+    *,
+    speculative_method: str | None = None,
+    allow_chunked_local_with_hybrid: bool = True,
+) -> tuple[bool, str | None]:
+    """Whether vLLM 0.32 turns its hybrid KV cache manager off by itself for this model, and
+    why (`VllmConfig.__post_init__`): chunked local attention (Llama 4) with an EAGLE
+    drafter, or with `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0` (the default, 1,
+    keeps it on). Off, every layer is planned as full attention in one group."""
+    from refimpl.hybrid.kv_cache_interface import ChunkedLocalAttentionSpec
+
+    if not any(isinstance(s, ChunkedLocalAttentionSpec) for s in model.specs.values()):
+        return False, None
+    if speculative_method in EAGLE_METHODS:
+        return True, "vLLM runs chunked local attention with EAGLE without its hybrid manager"
+    if not allow_chunked_local_with_hybrid:
+        return True, (
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 turns the hybrid manager "
+            "off for chunked local attention"
+        )
+    return False, None
 
 
 def __getattr__(name: str):
@@ -306,6 +340,7 @@ __all__ = [
     "ServeConfig",
     "align_hybrid_block_size",
     "get_kv_cache_spec",
+    "hybrid_kv_cache_manager_disabled",
     "plan_model",
     "resolve_block_size",
     "resolve_config",

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from refimpl.hybrid.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
     MambaSpec,
@@ -36,6 +37,7 @@ class CacheContext:
     mamba_block_size: int | None = None
     mamba_page_size_padded: int | None = None
     mamba_cache_mode: str = "none"
+    model_dtype: str | None = None  # for layers built without the cache config
 
 
 @dataclass(frozen=True)
@@ -48,18 +50,30 @@ class AttentionLayer:
     head_size: int
     sliding_window: int | None = None
     head_size_v: int | None = None
+    #: chunked local attention (Llama 4): attends within chunks of this many tokens
+    attention_chunk_size: int | None = None
+    #: built without vLLM's cache config (Falcon's rotary / ALiBi layers): the cache keeps
+    #: the model dtype whatever --kv-cache-dtype says
+    model_dtype_cache: bool = False
 
     def get_kv_cache_spec(self, ctx: CacheContext) -> KVCacheSpec:
-        """A full-attention spec at the block size, or a sliding-window spec at the largest
-        kernel block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
+        """A full-attention spec at the block size, a chunked local one at the block size
+        (vLLM's `ChunkedLocalAttention`), or a sliding-window spec at the largest kernel
+        block that fits in that block size (vLLM's `Attention.get_kv_cache_spec`)."""
         common = {
             "num_kv_heads": self.num_kv_heads,
             "head_size": self.head_size,
-            "dtype": ctx.kv_dtype,
+            "dtype": ctx.model_dtype if self.model_dtype_cache else ctx.kv_dtype,
             "kernel_block_size": ctx.backend.kernel_block_size,
         }
         if self.head_size_v is not None:
             common["head_size_v"] = self.head_size_v
+        if self.attention_chunk_size is not None:
+            return ChunkedLocalAttentionSpec(
+                block_size=ctx.block_size,
+                attention_chunk_size=self.attention_chunk_size,
+                **common,
+            )
         if self.sliding_window is not None:
             block = ctx.backend.sliding_window_block_size(ctx.block_size)
             return SlidingWindowSpec(
