@@ -6,7 +6,8 @@ that calls `check_build` on the stub's names, then a markdown cell whose closed
 stub's own names (so a reader can paste it into the stub). `run_build` executes the chapter's
 code cells up to the last Compare cell in a fresh namespace, with each stub cell replaced by the
 text given for it; the cells before the first stub run once per chapter and are reused (their
-namespace is copied), which keeps the tests to seconds.
+namespace is copied), which keeps the tests to seconds. They run in notebooks/, as Jupyter
+runs a chapter, so relative paths (`../tests/data/configs`) resolve as they do there.
 
 Per-chapter wrong versions live in tests/data/wrong_builds/<chapter stem>.py as
 `WRONG = {description: [(old, new), ...]}`: text edits applied to our version (each `old` must
@@ -100,7 +101,7 @@ def _prefix(path: Path) -> tuple[dict, str]:
     first = builds(cells)[0].stub
     namespace: dict = {"__name__": "__main__"}
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), contextlib.chdir(path.parent):
         for index in range(first):
             if cells[index]["cell_type"] == "code":
                 _exec(python_of(cells[index]), namespace, f"{path.stem}[{index}]")
@@ -120,7 +121,7 @@ def run_build(path: Path, planted: list[str | None]) -> str:
     replacement = {b.stub: body for b, body in zip(found, planted, strict=True) if body}
     out = io.StringIO()
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), contextlib.chdir(path.parent):
             for index in range(found[0].stub, found[-1].compare + 1):
                 if cells[index]["cell_type"] != "code":
                     continue

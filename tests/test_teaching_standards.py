@@ -131,6 +131,11 @@ def test_summary_after_the_self_check(path):
     assert 4 <= len(bullets) <= 6, f"a Summary has 4-6 bullet lines, found {len(bullets)}"
 
 
+# A chapter that links the next one while that one is written on another branch (it joins
+# CHAPTERS when it lands, and this exception no longer applies).
+LINKS_AHEAD = {"14_size_your_own_model": "15_your_traffic.ipynb"}
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=ids(CHAPTERS))
 def test_next_link_points_at_the_next_chapter(path):
     markdown = [cell for cell in cells(path) if cell["cell_type"] == "markdown"]
@@ -139,7 +144,9 @@ def test_next_link_points_at_the_next_chapter(path):
         markdown = markdown[: appendix[-1]]  # the Next link closes the main line, before it
     links = re.findall(r"\*\*Next:\*\* \[[^\]]+\]\(([^)]+)\)", text(markdown[-1]))
     position = CHAPTERS.index(path)
-    if position == len(CHAPTERS) - 1:
+    if path.stem in LINKS_AHEAD and not (NOTEBOOKS / LINKS_AHEAD[path.stem]).exists():
+        assert links == [LINKS_AHEAD[path.stem]]
+    elif position == len(CHAPTERS) - 1:
         assert not links, "the last chapter has no Next link"
     else:
         assert links == [CHAPTERS[position + 1].name], (

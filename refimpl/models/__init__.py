@@ -349,6 +349,7 @@ __all__ = [
     "ServeConfig",
     "align_hybrid_block_size",
     "get_kv_cache_spec",
+    "hybrid_kv_cache_manager_disabled",
     "plan_model",
     "resolve_block_size",
     "resolve_config",

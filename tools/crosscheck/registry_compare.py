@@ -216,25 +216,27 @@ def refimpl_model(
 def refimpl_plan(specs, entry: dict, plan: dict) -> dict:
     """refimpl's planner for a `ModelKVCacheSpecs` at one recorded (budget, length), with the
     hybrid manager off where refimpl's rule says vLLM turns it off; or its refusal."""
+    from refimpl.hybrid.kv_cache_utils import plan_kv_cache
     from refimpl.models import hybrid_kv_cache_manager_disabled
-    from refimpl.plan_cli import plan_capacity
 
     disabled, _ = hybrid_kv_cache_manager_disabled(specs)
     try:
-        capacity = plan_capacity(
+        # the recorded tokens in flight are vLLM's (batched x batches in flight): one batch
+        result = plan_kv_cache(
             specs.specs,
-            plan["memory"],
-            plan["max_model_len"],
-            entry["max_in_flight_tokens"],
+            max_model_len=plan["max_model_len"],
+            max_num_batched_tokens=entry["max_in_flight_tokens"],
+            async_scheduling=False,
+            kv_cache_memory_bytes=plan["memory"],
             disable_hybrid_kv_cache_manager=disabled,
         )
     except ValueError as exc:
         return {"refused": str(exc)}
     return {
-        "num_blocks": capacity["num_blocks"],
-        "tokens": capacity["kv_cache_size_tokens"],
-        "concurrency": capacity["max_concurrency"],
-        "groups": [[g["block_size"], len(g["layer_names"])] for g in capacity["groups"]],
+        "num_blocks": result.num_blocks,
+        "tokens": result.num_tokens,
+        "concurrency": result.max_concurrency,
+        "groups": [[g.block_size, len(g.layer_names)] for g in result.groups],
     }
 
 
