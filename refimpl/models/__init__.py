@@ -342,7 +342,6 @@ __all__ = [
     "ARCHITECTURES",
     "EngineArgs",
     "GroupRow",
-    "hybrid_kv_cache_manager_disabled",
     "HFConfig",
     "ModelKVCachePlan",
     "ModelKVCacheSpecs",

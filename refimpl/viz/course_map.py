@@ -31,7 +31,7 @@ class Chapter:
     # the notebook's title line is "# {number} · {title}" (possibly with a subtitle)
     title: str
     short: str  # the label in the map picture
-    minutes: int  # time to read and run it, with the self-check, without the exercises
+    minutes: int  # time to read, build and run it, with the self-check, without the exercises
     needs: tuple[str, ...]
 
     @property
@@ -50,28 +50,28 @@ class Chapter:
 
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter("00", "00_start_here.ipynb", "Start here", "Start here", 15, ()),
-    Chapter("01", "01_why_paging.ipynb", "Why paging?", "Why paging?", 20, ("00",)),
+    Chapter("01", "01_why_paging.ipynb", "Why paging?", "Why paging?", 25, ("00",)),
     Chapter(
         "02",
         "02_blocks_and_sequences.ipynb",
         "Blocks and sequences",
         "Blocks and sequences",
-        25,
+        30,
         ("01",),
     ),
-    Chapter("03", "03_block_manager.ipynb", "The BlockManager", "BlockManager", 40, ("02",)),
-    Chapter("04", "04_prefix_cache.ipynb", "The prefix cache", "Prefix cache", 40, ("03",)),
-    Chapter("05", "05_scheduler.ipynb", "The scheduler loop", "Scheduler loop", 35, ("04",)),
+    Chapter("03", "03_block_manager.ipynb", "The BlockManager", "BlockManager", 50, ("02",)),
+    Chapter("04", "04_prefix_cache.ipynb", "The prefix cache", "Prefix cache", 50, ("03",)),
+    Chapter("05", "05_scheduler.ipynb", "The scheduler loop", "Scheduler loop", 45, ("04",)),
     Chapter(
         "05b",
         "05b_scheduler_corner_cases.ipynb",
         "Scheduler corner cases",
         "Scheduler corner cases",
-        30,
+        45,
         ("05",),
     ),
-    Chapter("06", "06_engine.ipynb", "The engine", "Engine", 40, ("05",)),
-    Chapter("07", "07_kernels.ipynb", "Kernels", "Kernels", 45, ("06",)),
+    Chapter("06", "06_engine.ipynb", "The engine", "Engine", 50, ("05",)),
+    Chapter("07", "07_kernels.ipynb", "Kernels", "Kernels", 55, ("06",)),
     Chapter(
         "08a",
         "08a_v4_layer.ipynb",
@@ -89,7 +89,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         ("08a",),
     ),
     Chapter(
-        "09", "09_v4_grouping.ipynb", "DeepSeek V4: grouping", "V4 grouping", 35, ("08b",)
+        "09", "09_v4_grouping.ipynb", "DeepSeek V4: grouping", "V4 grouping", 45, ("08b",)
     ),
     Chapter(
         "10",
@@ -112,7 +112,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         "12_hybrid_allocator.ipynb",
         "The hybrid allocator",
         "Hybrid allocator",
-        45,
+        50,
         ("11",),
     ),
     Chapter(
@@ -128,7 +128,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         "14_size_your_own_model.ipynb",
         "Size your own model",
         "Size your own model",
-        30,
+        35,
         ("12",),
     ),
 )
