@@ -17,18 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 OUTPUT_COLUMNS = 100
-#: Chapters whose stored outputs still hold long lines until they are re-executed with the
-# library's folded text (09, 12, 13, 14) or their own cells fold what they print (06[3], 07[81],
-# 07[89], 10[60], 10[65], 10[78], 10[85], 12[33]).
-NOT_YET = {
-    "06_engine",
-    "07_kernels",
-    "09_v4_grouping",
-    "10_v4_memory_slab",
-    "12_hybrid_allocator",
-    "13_v4_engine",
-    "14_size_your_own_model",
-}
 
 
 def long_lines(notebook: dict) -> list[str]:
@@ -44,21 +32,7 @@ def long_lines(notebook: dict) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=False, reason="stored outputs predate the folded text; re-execute"
-            ),
-        )
-        if p.stem in NOT_YET
-        else p
-        for p in CHAPTERS
-    ],
-    ids=lambda p: p.stem,
-)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_no_printed_line_is_wider_than_a_laptop_shows(path):
     found = long_lines(json.loads(path.read_text(encoding="utf-8")))
     assert not found, "\n".join(found)

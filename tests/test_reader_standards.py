@@ -46,11 +46,7 @@ PENDING: dict[str, set[str]] = {
     "columns": set(),
     "exercises": set(),
     "hidpi_figures": set(),
-    # issue 37 item 10: their owners fold these chapters' printed lines
-    "printed_lines": {
-        "12_hybrid_allocator",
-        "13_v4_engine",
-    },
+    "printed_lines": set(),
 }
 
 # --- what a reader sees on a 1366x768 laptop screen (tests/screen.py derives the numbers):
