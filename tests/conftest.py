@@ -130,10 +130,13 @@ if FAKE_CUDA:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under REFIMPL_FAKE_CUDA: only the first and the last case of each parametrized test.
+    """Under REFIMPL_FAKE_CUDA: only the first and the last case of each parametrized test,
+    and with REFIMPL_RERUN_PART="k/n" only every n-th of those from the k-th.
 
     That run checks where a test puts its tensors, which its code decides; its cases vary
-    shapes, dtypes and values, which the ordinary run checks in full.
+    shapes, dtypes and values, which the ordinary run checks in full. The parts let several
+    processes share it (`test_device_neutral.py`), each with a similar mix of slow and quick
+    tests.
     """
     if not FAKE_CUDA:
         return
@@ -143,6 +146,10 @@ def pytest_collection_modifyitems(config, items):
     kept = {id(group[0]) for group in cases.values()} | {
         id(group[-1]) for group in cases.values()
     }
+    if os.environ.get("REFIMPL_RERUN_PART"):
+        part, parts = map(int, os.environ["REFIMPL_RERUN_PART"].split("/"))
+        in_part = [item for item in items if id(item) in kept][part::parts]
+        kept = {id(item) for item in in_part}
     deselected = [item for item in items if id(item) not in kept]
     if deselected:
         config.hook.pytest_deselected(items=deselected)

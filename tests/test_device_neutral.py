@@ -1,7 +1,7 @@
 """No test assumes the device: the kernel and engine tests pass as if on a GPU machine too.
 
 CI has no GPU, so the tests that touch the Triton kernels, a backend choice or an engine run
-once more in a fresh pytest with REFIMPL_FAKE_CUDA=1 (see conftest.py): torch reports a CUDA
+once more in fresh pytest processes with REFIMPL_FAKE_CUDA=1 (see conftest.py): torch reports a CUDA
 device, the kernels run in Triton's interpreter, and the default device is "meta". A test that
 hands the kernels tensors it did not put on `kernel_device`, launches a kernel without taking
 that fixture, or builds an engine or asks for the best backend without naming the device, fails
@@ -57,12 +57,14 @@ def device_sensitive_test_files() -> list[Path]:
     )
 
 
-def run_as_if_on_a_gpu_machine(*args: str) -> subprocess.CompletedProcess:
+def run_as_if_on_a_gpu_machine(*args: str, part: str = "") -> subprocess.CompletedProcess:
+    """A fresh pytest of `args` under REFIMPL_FAKE_CUDA; `part` "k/n" runs every n-th test."""
     env = dict(
         os.environ,
         REFIMPL_FAKE_CUDA="1",
         HYPOTHESIS_PROFILE="device-check",
         PYTHONPATH=str(ROOT),
+        REFIMPL_RERUN_PART=part,
     )
     env.pop("TRITON_INTERPRET", None)
     command = [
@@ -110,23 +112,45 @@ ASSUMING_THE_CPU = (
     "test_engine_on_the_default_device",
     "test_best_backend_for_no_device",
 )
+PROBE = "tests/test_device_probe.py"
+#: The rerun goes in this many fresh processes, one test each, so that `make test`'s xdist
+#: workers share it instead of one worker running it alone while the other runs out of work;
+#: each process runs every RERUN_PARTS-th test (REFIMPL_RERUN_PART, see conftest.py).
+RERUN_PARTS = 2
 
 
-@pytest.mark.slow  # reruns every device-sensitive test file in a fresh process
-def test_kernel_and_engine_tests_pass_as_if_on_a_gpu_machine_and_the_probe_fails():
-    """Every device-sensitive test passes as if on a GPU machine, except the four tests of
-    `test_device_probe.py` that assume the CPU (they pass in the ordinary run): so the rerun
-    does catch a test that assumes the CPU."""
-    files = [str(path.relative_to(ROOT)) for path in device_sensitive_test_files()]
-    assert "tests/test_device_probe.py" in files
-    done = run_as_if_on_a_gpu_machine("-rf", *files)
-    out = done.stdout
-    failed = re.findall(r"^FAILED (\S+?)(?: - |$)", out, flags=re.MULTILINE)
-    report = out[-6000:] + done.stderr[-2000:]
-    assert sorted(failed) == sorted(
-        f"tests/test_device_probe.py::{name}" for name in ASSUMING_THE_CPU
-    ), report
-    assert re.search(rf"^{len(ASSUMING_THE_CPU)} failed, \d+ passed", out, re.MULTILINE), (
+def failures_and_report(done: subprocess.CompletedProcess) -> tuple[list[str], str]:
+    failed = re.findall(r"^FAILED (\S+?)(?: - |$)", done.stdout, flags=re.MULTILINE)
+    return sorted(failed), done.stdout[-6000:] + done.stderr[-2000:]
+
+
+@pytest.mark.slow  # reruns half of the device-sensitive tests in a fresh process
+@pytest.mark.parametrize("part", range(RERUN_PARTS))
+def test_kernel_and_engine_tests_pass_as_if_on_a_gpu_machine(part):
+    """Every device-sensitive test passes as if on a GPU machine (every other one here)."""
+    files = [
+        str(path.relative_to(ROOT))
+        for path in device_sensitive_test_files()
+        if path.name != Path(PROBE).name
+    ]
+    done = run_as_if_on_a_gpu_machine("-rf", *files, part=f"{part}/{RERUN_PARTS}")
+    failed, report = failures_and_report(done)
+    assert failed == [], report
+    assert done.returncode == 0 and re.search(r"^\d+ passed", done.stdout, re.MULTILINE), (
         report
     )
-    assert "does not take the `kernel_device` fixture" in out, report
+
+
+@pytest.mark.slow  # a fresh pytest
+def test_the_rerun_fails_the_probes_tests_that_assume_the_cpu():
+    """The four tests of `test_device_probe.py` that assume the CPU (they pass in the ordinary
+    run) fail in the rerun, and its test that states every device passes: so the rerun does
+    catch a test that assumes the CPU."""
+    assert PROBE in [str(path.relative_to(ROOT)) for path in device_sensitive_test_files()]
+    done = run_as_if_on_a_gpu_machine("-rf", PROBE)
+    failed, report = failures_and_report(done)
+    assert failed == sorted(f"{PROBE}::{name}" for name in ASSUMING_THE_CPU), report
+    assert re.search(
+        rf"^{len(ASSUMING_THE_CPU)} failed, 1 passed", done.stdout, re.MULTILINE
+    ), report
+    assert "does not take the `kernel_device` fixture" in done.stdout, report

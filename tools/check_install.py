@@ -315,11 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", action="store_true", help="also print how much each target downloads"
     )
+    # A resolve mostly waits on the index (one target: about 11 s of CPU in 84 s), so by
+    # default every target resolves at once: the run takes about as long as its slowest target.
     parser.add_argument(
-        "--jobs", type=int, default=3, help="targets resolved at once (default: 3)"
+        "--jobs", type=int, default=None, help="targets resolved at once (default: all)"
     )
     args = parser.parse_args(argv)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
 
     targets = [
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(pip configuration and local wheels off), {len(targets)} targets",
         flush=True,
     )
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with ThreadPoolExecutor(max_workers=args.jobs or len(targets)) as pool:
         results = list(pool.map(resolve, targets))
 
     failed = 0
