@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test-python: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(JOBS) tests
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist worksteal tests
 
 # The chapters are the laptop course: their committed outputs are what a CPU-only machine prints, so
 # they run (and are checked) with any GPU hidden, and print the same on a machine that has one.
