@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 
@@ -10,9 +11,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line and negative values reaching their
     check.
 
-    Plain argparse prints the whole usage before the error, and reads `--memory -5GiB` as a
-    missing value followed by an unknown option `-5GiB`; here that value goes to `--memory`'s
-    own check, which can then say what is wrong with it.
+    A parser with `refuse_unknown_options = True` names the nearest known flag for an unknown
+    one (difflib). Plain argparse prints the whole usage before the error, and reads
+    `--memory -5GiB` as a missing value followed by an unknown option `-5GiB`; here that value
+    goes to `--memory`'s own check, which can then say what is wrong with it.
     """
 
     def error(self, message: str):
@@ -37,7 +39,14 @@ class OneLineErrorParser(argparse.ArgumentParser):
                 glued[-1] = f"{glued[-1]}={arg}"
             else:
                 glued.append(arg)
-        return super().parse_known_args(glued, namespace)
+        namespace, extras = super().parse_known_args(glued, namespace)
+        unknown = [a for a in extras if a.startswith("-")]
+        if unknown and getattr(self, "refuse_unknown_options", False):
+            flag = unknown[0].split("=", 1)[0]
+            near = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            self.error(f"unknown flag {flag}{hint}")
+        return namespace, extras
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -765,18 +765,13 @@ def engine_state_frames():
 def request_plans():
     """Chapter 14's three plans: Llama 3.1 8B, Gemma 3 27B and Granite 4.0-H Tiny at 8,192
     tokens in 20 GiB."""
-    from refimpl.plan_cli import model_plan
+    from refimpl.models import EngineArgs, plan_model
 
     configs = Path(__file__).parent / "data" / "configs"
     return [
         request_plan.draw_request_plan(
-            model_plan(
-                "--config",
-                configs / name,
-                "--kv-cache-memory-bytes",
-                "20G",
-                "--max-model-len",
-                "8K",
+            plan_model(
+                EngineArgs(configs / name, kv_cache_memory_bytes=20 << 30, max_model_len=8192)
             ),
             title,
         )

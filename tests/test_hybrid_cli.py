@@ -1,4 +1,5 @@
-"""`python -m refimpl plan`: text and JSON output, options, errors."""
+"""`python -m refimpl plan` on DeepSeek V4: the packaged configs and the slab's views (grouping,
+planner layout, byte offsets), text and JSON output, options, errors."""
 
 import json
 import subprocess
@@ -8,11 +9,18 @@ import pytest
 
 from refimpl.__main__ import main
 
+#: DeepSeek V4 Pro in 10 GiB, at a length one request fits in
+PRO = ["--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "10GiB"]
+PRO += ["--max-model-len", "8192"]
+
+
+def view(capsys, *argv) -> dict:
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["deepseek_v4"]
+
 
 def test_plan_pro_text(capsys):
-    assert (
-        main(["plan", "--model", "deepseek-v4-pro", "--memory", "10GiB", "--layout", "B"]) == 0
-    )
+    assert main(["plan", *PRO, "--layout", "B"]) == 0
     out = capsys.readouterr().out
     for text in (
         "approximate gcd d = 31",
@@ -31,22 +39,7 @@ def test_plan_pro_text(capsys):
 
 
 def test_plan_json_is_complete(capsys):
-    assert (
-        main(
-            [
-                "plan",
-                "--model",
-                "deepseek-v4-pro",
-                "--memory",
-                "10GiB",
-                "--json",
-                "--layout",
-                "B",
-            ]
-        )
-        == 0
-    )
-    plan = json.loads(capsys.readouterr().out)
+    plan = view(capsys, *PRO, "--layout", "B")
     assert plan["layer_tuples_per_bucket"] == [31, 61, 31, 30]
     assert [g["width_bytes"] for g in plan["groups"]] == [
         1435968,
@@ -71,43 +64,27 @@ def test_plan_json_is_complete(capsys):
 @pytest.mark.parametrize(
     "argv, key, value",
     [
-        (["--model", "deepseek-v4-flash"], "approximate_gcd", 22),
-        (["--indexer", "fp4"], "num_blocks", 8165),
+        (["--config", "deepseek-v4-flash"], "approximate_gcd", 22),
         (["--grouping", "mla+swa"], "num_blocks", 4701),
-        (["--num-blocks", "12"], "num_blocks", 12),
-        (["--cache-dtype", "bfloat16"], "block_stride", 2290688),
-        (["--cache-dtype", "fp8"], "block_stride", 1435968),
-        (["--block-size", "512", "--memory", "20GiB"], "block_size", 512),
+        (["--num-gpu-blocks-override", "4000"], "num_blocks", 4000),
+        (["--kv-cache-dtype", "bfloat16"], "block_stride", 2290688),
+        (["--kv-cache-dtype", "fp8"], "block_stride", 1435968),
     ],
 )
 def test_plan_options(capsys, argv, key, value):
-    assert main(["plan", *argv, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)[key] == value
+    assert view(capsys, *PRO, *argv)[key] == value
 
 
 def test_plan_article_layout_says_what_it_leaves_out(capsys):
-    assert main(["plan", "--grouping", "mla+swa"]) == 0
+    assert main(["plan", *PRO, "--grouping", "mla+swa"]) == 0
     out = capsys.readouterr().out
     assert "plans 152 of them; 91 caches (the compressor states) are left out" in out
     assert "2,283,840 B (the widest group)" in out and "4,701 blocks" in out
-    assert main(["plan"]) == 0 and "left out" not in capsys.readouterr().out
-
-
-def test_plan_mtp_marks_the_eagle_group(capsys):
-    assert main(["plan", "--mtp", "--json", "--layout", "B"]) == 0
-    plan = json.loads(capsys.readouterr().out)
-    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, False, True, False, False]
-    assert [g["num_layers"] for g in plan["groups"]][1:3] == [31, 31]
-    # planner C puts the two SWA groups first; the MTP layer's SWA cache lands in the second
-    assert main(["plan", "--mtp", "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
-    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, True, False, False, False]
-    assert [g["num_layers"] for g in plan["groups"]] == [31, 31, 91, 31, 60]
+    assert main(["plan", *PRO]) == 0 and "left out" not in capsys.readouterr().out
 
 
 def test_plan_layout_c_is_the_default_and_lists_spec_runs(capsys):
-    assert main(["plan", "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+    plan = view(capsys, *PRO)
     assert plan["layout"] == "C" and plan["grouping"] == "grouped"
     assert [g["width_bytes"] for g in plan["groups"]] == [
         1160640,
@@ -131,66 +108,72 @@ def test_plan_layout_c_is_the_default_and_lists_spec_runs(capsys):
         (0, 30, 8640),
         (259200, 30, 32832),
     ]
-    assert main(["plan", "--block-size", "512", "--memory", "20GiB", "--json"]) == 0
-    plan = json.loads(capsys.readouterr().out)
+
+
+def test_planner_c_rounds_a_512_token_stride_to_the_kernel_pages():
+    """vLLM serves V4 with 256-token blocks only (the command refuses others); planner C's
+    rounding at 512, where the 256-token kernel pages matter, is checked on the specs."""
+    from refimpl.hybrid import deepseek_v4, older_planners
+    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
+
+    specs = deepseek_v4.kv_cache_specs("pro", block_size=512)
+    c = get_kv_cache_config(get_kv_cache_groups(specs), 20 << 30)
     # C rounds the stride up to a multiple of lcm(37,440, 1,728): the 256-token kernel pages
-    assert plan["block_stride"] == 2920320 and plan["block_stride"] % 112320 == 0
-    assert (
-        main(["plan", "--block-size", "512", "--memory", "20GiB", "--json", "--layout", "B"])
-        == 0
+    assert c.block_stride == 2920320 and c.block_stride % 112320 == 0
+    b = older_planners.get_kv_cache_config_b(
+        older_planners.get_kv_cache_groups_b(specs), 20 << 30
     )
-    assert json.loads(capsys.readouterr().out)["block_stride"] == 2854080
+    assert b.block_stride == 2854080
 
 
 def test_plan_all_offsets(capsys):
-    assert main(["plan", "--offsets", "-1", "--layout", "B"]) == 0
+    assert main(["plan", *PRO, "--offsets", "-1", "--layout", "B", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "more (--offsets" not in out
     assert len(out.split("distinct byte offsets in a block:\n")[1].strip().splitlines()) == 206
+
+
+#: the Pro config at a length that fits, with no budget yet
+PRO_NO_BUDGET = ["--config", "deepseek-v4-pro", "--max-model-len", "8192"]
 
 
 @pytest.mark.parametrize(
     "argv, words",
     [
         (
-            ["--memory", "1KiB"],
-            "--memory 1,024 B leaves no usable block: one block takes 1,435,968 B",
+            ["--kv-cache-memory-bytes", "1KiB"],
+            "the budget leaves no memory for KV cache blocks",
         ),
-        # one block fits, but it is the null block
-        (["--memory", "2871935"], "so give at least 2,871,936 B"),
-        (["--memory", "lots"], "argument --memory: cannot read memory size 'lots'"),
+        (["--kv-cache-memory-bytes", "lots"], "cannot read memory size 'lots'"),
         (
-            ["--memory", "-5GiB"],
-            "argument --memory: memory size must not be negative, got '-5GiB'",
+            ["--kv-cache-memory-bytes", "-5GiB"],
+            "argument --kv-cache-memory-bytes: memory size must not be negative, got '-5GiB'",
         ),
-        (["--memory=-5GiB"], "argument --memory: memory size must not be negative"),
+        (["--kv-cache-memory-bytes=-5GiB"], "memory size must not be negative"),
+        (["--kv-cache-memory-bytes", "1e400GiB"], "cannot read memory size '1e400GiB'"),
+        (["--kv-cache-memory-bytes", "99999999999999999999999999TiB"], "is more than 1 PiB"),
+        (["--kv-cache-memory-bytes", "1.5"], "is not a whole number of bytes"),
+        (["--block-size", "100"], "DeepSeek V4's kernels take 256-token blocks only"),
+        (["--block-size", "0"], "argument --block-size: must be from 1 to"),
         (
-            ["--memory", "1e400GiB"],
-            "argument --memory: memory size '1e400GiB' is more than 1 PiB",
+            ["--num-gpu-blocks-override", "1"],
+            "must be from 2 to 2,147,483,647 (block 0 is the null block; ids are int32)",
         ),
-        (["--memory", "99999999999999999999999999TiB"], "is more than 1 PiB"),
-        (["--memory", "1.5"], "is not a whole number of bytes"),
-        (["--block-size", "100"], "--block-size must be a positive multiple of 128"),
-        (["--block-size", "0"], "argument --block-size: must be at least 1"),
-        (
-            ["--num-blocks", "1"],
-            "argument --num-blocks: must be at least 2 (block 0 is the null block",
-        ),
-        (["--num-blocks", "-3"], "argument --num-blocks: must be at least 2"),
-        (["--num-blocks", "10000000000000"], "--num-blocks 10,000,000,000,000 needs"),
-        (
-            ["--offsets", "-2"],
-            "argument --offsets: must be at least -1 (-1 prints all), got -2",
-        ),
+        (["--num-gpu-blocks-override", "10000000000000"], "must be from 2 to 2,147,483,647"),
+        (["--num-gpu-blocks-override", "1e30"], "expected a whole number, got '1e30'"),
+        (["--num-gpu-blocks-override", "True"], "expected a whole number, got 'True'"),
+        (["--offsets", "-2"], "argument --offsets: must be from -1 to"),
         (["--offsets", "ten"], "argument --offsets: expected a whole number, got 'ten'"),
-        (
-            ["--model", "llama"],
-            "invalid choice: 'llama' (choose from 'deepseek-v4-flash', 'deepseek-v4-pro')",
-        ),
+        (["--attention-backend", "flash_attn"], "runs only on its own sparse MLA backend"),
     ],
 )
 def test_plan_errors_are_one_line_naming_the_flag(capsys, argv, words):
-    assert main(["plan", *argv]) == 2
+    budget = (
+        []
+        if any(a.startswith("--kv-cache") for a in argv)
+        else ["--kv-cache-memory-bytes", "10GiB"]
+    )
+    assert main(["plan", *PRO_NO_BUDGET, *budget, *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()
@@ -202,16 +185,21 @@ def test_plan_errors_are_one_line_naming_the_flag(capsys, argv, words):
         assert parameter not in lines[0]
 
 
+def test_an_unknown_config_name_lists_the_packaged_ones(capsys):
+    assert main(["plan", "--config", "deepseek-v4-max"]) == 2
+    err = capsys.readouterr().err
+    assert "deepseek-v4-flash, deepseek-v4-pro" in err
+
+
 def test_plan_help_shows_defaults_without_markup(capsys):
     assert main(["plan", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
     for text in (
-        "(default: 10GiB)",
-        "256 by default",  # --block-size: 256 for --model, vLLM's choice for --config
-        "(default: deepseek-v4-pro)",
-        "(default: 10)",
+        "(default: NVIDIA H100 80GB HBM3)",  # the GPU planned for without a memory flag
         "(default: 0.9)",  # --gpu-memory-utilization, as vllm serve
         "(default: auto)",  # --kv-cache-dtype
+        "(default: 1)",  # -tp
+        "deepseek-v4-pro",
     ):
         assert text in out, text
     assert "`" not in out and "(default: None)" not in out and "(default: False)" not in out
@@ -219,17 +207,60 @@ def test_plan_help_shows_defaults_without_markup(capsys):
 
 def test_module_entry_point_runs():
     result = subprocess.run(
-        [sys.executable, "-m", "refimpl", "plan", "--json", "--offsets", "0"],
+        [sys.executable, "-m", "refimpl", "plan", *PRO, "--json", "--offsets", "0"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert json.loads(result.stdout)["num_blocks"] == 7477
+    assert json.loads(result.stdout)["deepseek_v4"]["num_blocks"] == 7477
 
 
 def test_plan_piped_into_a_reader_that_stops_early():
     # `true` exits at once, long before the plan is ready, so every write hits a closed pipe
-    cmd = f"{sys.executable} -m refimpl plan --json --offsets -1 | true"
+    argv = " ".join(PRO)
+    cmd = f"{sys.executable} -m refimpl plan {argv} --json --offsets -1 | true"
     result = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+MTP = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']
+
+
+def test_plan_mtp_marks_the_eagle_group(capsys):
+    """--speculative-config with MTP adds V4's MTP layer (one SWA cache, registered last)
+    and marks its group as the drafter's, as the old --mtp flag did."""
+    plan = view(capsys, *PRO, *MTP, "--layout", "B")
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, False, True, False, False]
+    assert [g["num_layers"] for g in plan["groups"]][1:3] == [31, 31]
+    # planner C puts the two SWA groups first; the MTP layer's SWA cache lands in the second
+    plan = view(capsys, *PRO, *MTP)
+    assert [g["is_eagle_group"] for g in plan["groups"]] == [False, True, False, False, False]
+    assert [g["num_layers"] for g in plan["groups"]] == [31, 31, 91, 31, 60]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--speculative-config", '{"method": "eagle", "model": "x"}'],
+            "method 'eagle' is not planned yet",
+        ),
+        (
+            ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}'],
+            "num_speculative_tokens 3 is not planned yet",
+        ),
+    ],
+)
+def test_speculative_settings_not_planned_are_refused_by_name(capsys, argv, words):
+    assert main(["plan", *PRO, *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_mtp_needs_mtp_layers(capsys):
+    from pathlib import Path
+
+    llama = Path(__file__).parent / "data" / "configs" / "llama-3.1-8b"
+    assert main(["plan", "--config", str(llama), "--kv-cache-memory-bytes", "20G", *MTP]) == 2
+    assert "has no MTP layers" in capsys.readouterr().err

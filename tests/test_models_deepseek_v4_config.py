@@ -32,36 +32,40 @@ def test_the_config_lists_one_ratio_per_layer_and_the_mtp_entry():
 
 
 @pytest.mark.parametrize(
-    ("kv_cache_dtype", "cache_dtype"), [("auto", "fp8"), ("bfloat16", "bfloat16")]
+    ("kv_cache_dtype", "cache_dtype"), [("auto", "fp8_ds_mla"), ("bfloat16", "bfloat16")]
 )
-@pytest.mark.parametrize("memory", ["20GiB", "3GiB"])
+@pytest.mark.parametrize("memory", [20 << 30, 3 << 30])
 def test_plan_config_equals_the_flash_preset(capsys, memory, kv_cache_dtype, cache_dtype):
+    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
+
     ours = plan_json(
         capsys,
         "--config",
         str(FLASH_DIR / "config.json"),
         "--kv-cache-memory-bytes",
-        memory,
+        str(memory),
         "--kv-cache-dtype",
         kv_cache_dtype,
         "--max-model-len",  # fits in 3 GiB; the length does not change the layout
         "4096",
     )
-    preset = plan_json(
-        capsys,
-        "--model",
-        "deepseek-v4-flash",
-        "--memory",
-        memory,
-        "--cache-dtype",
-        cache_dtype,
-    )
-    assert ours["num_cache_layers"] == preset["num_cache_layers"] == 167
+    groups = get_kv_cache_groups(deepseek_v4.kv_cache_specs("flash", cache_dtype=cache_dtype))
+    preset = get_kv_cache_config(groups, memory)
+    assert ours["num_cache_layers"] == 167
     assert [(g["block_size"], g["layer_names"]) for g in ours["groups"]] == [
-        (g["block_size"], g["layer_names"]) for g in preset["groups"]
+        (g.block_size, list(g.layer_names)) for g in groups
     ]
-    assert ours["bytes_per_block"] == preset["block_stride"]
-    assert ours["num_blocks"] == preset["num_blocks"]
+    assert ours["bytes_per_block"] == preset.block_stride
+    assert ours["num_blocks"] == preset.num_blocks
+
+
+def test_the_packaged_flash_config_is_this_file():
+    """`plan --config deepseek-v4-flash` reads the copy that ships with the package."""
+    from refimpl.models.engine_args import PACKAGED_CONFIGS
+
+    assert (PACKAGED_CONFIGS / "deepseek-v4-flash" / "config.json").read_text() == (
+        FLASH_DIR / "config.json"
+    ).read_text()
 
 
 def test_config_specs_are_the_preset_specs():

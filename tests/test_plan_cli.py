@@ -7,6 +7,7 @@ length 4096 and vLLM's CPU-build scheduler (2048 batched tokens, no async schedu
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,10 +86,17 @@ def test_gpu_memory_gives_a_labelled_estimate(capsys):
     assert result["available_memory_is_estimate"] and result["weights_is_estimate"]
     # Llama-3.1-8B has 8.03 B parameters; bf16 weights are about 16 GB
     assert 15.5e9 < result["weights_bytes"] < 16.5e9
-    assert result["available_memory"] == int(80 * 2**30 * 0.9) - result["weights_bytes"]
+    top = int(80 * 2**30 * 0.9) - result["weights_bytes"]
+    estimate = result["estimate"]
+    allowance = sum(
+        estimate[k] for k in ("activation_bytes", "logits_bytes", "cudagraph_bytes")
+    )
+    assert estimate["no_overhead_memory"] == top
+    assert result["available_memory"] == top - allowance and allowance > 0
+    assert estimate["no_overhead_kv_cache_size_tokens"] > result["kv_cache_size_tokens"]
     assert result["max_model_len"] == 131072 and result["max_num_batched_tokens"] == 8192
     text = plan(capsys, "--config", str(CONFIGS / "llama-3.1-8b"), "--gpu-memory", "80GiB")
-    assert "ESTIMATE" in text and "KV cache size: ~" in text
+    assert "ESTIMATED" in text and "KV cache size: ~" in text
 
 
 def test_sliding_window_reservation_follows_async_scheduling(capsys):
@@ -126,7 +134,7 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
     ("argv", "words"),
     [
         (["--config", "/nonexistent/config.json", "--gpu-memory", "80GiB"], "no config.json"),
-        (["--config", str(CONFIGS / "llama-3.1-8b")], "give --kv-cache-memory-bytes"),
+        (["--kv-cache-memory-bytes", "8GiB"], "give --config"),
         (
             ["--config", str(CONFIGS / "llama-3.1-8b"), "--gpu-memory", "8GiB"],
             "leaves nothing for the KV cache",
@@ -145,7 +153,7 @@ def test_tensor_parallel_and_fp8_shrink_the_pages(capsys):
         (
             ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "8GiB"],
             # vLLM refuses to start: 131,072 tokens need 16 GiB; it names the longest that fits
-            "The longest --max-model-len that fits is 65520",
+            "the longest --max-model-len that fits is 65,520",
         ),
         (
             [
@@ -166,9 +174,13 @@ def test_bad_input_is_one_line(capsys, argv, words):
     assert len(err) == 1 and words in err[0], err
 
 
-def test_deepseek_v4_model_flag_still_works(capsys):
-    out = plan(capsys, "--model", "deepseek-v4-pro", "--json", "--offsets", "0")
-    assert json.loads(out)["num_blocks"] == 7477
+def test_deepseek_v4_plans_through_config(capsys):
+    out = plan(
+        capsys,
+        *["--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "10GiB"],
+        *["--max-model-len", "8192", "--json", "--offsets", "0"],
+    )
+    assert json.loads(out)["deepseek_v4"]["num_blocks"] == 7477
 
 
 def test_config_path_does_not_import_torch():
@@ -277,22 +289,21 @@ def test_too_long_max_model_len_needs_vllms_variable(capsys, monkeypatch):
 @pytest.mark.parametrize(
     ("flag", "words"),
     [
-        (["--num-blocks", "100"], "--num-blocks (use --num-gpu-blocks-override)"),
-        (["--memory", "10GiB"], "--memory (use --kv-cache-memory-bytes)"),
-        (["--mtp"], "--mtp"),
-        (["--layout", "B"], "--layout"),
-        (["--cache-dtype", "bf16"], "--cache-dtype (use --kv-cache-dtype)"),
-        (["--indexer", "fp4"], "--indexer"),
-        (["--grouping", "mla+swa"], "--grouping"),
-        (["--offsets", "3"], "--offsets"),
-        (["--model", "deepseek-v4-flash"], "--model"),
+        # DeepSeek V4's old second set of budget flags: gone, with the flag to use instead
+        (["--memory", "10GiB"], "unknown flag --memory; did you mean --gpu-memory?"),
+        (["--num-blocks", "100"], "unknown flag --num-blocks; did you mean"),
+        (["--mtp"], "unknown flag --mtp"),
+        # the V4 slab's views are options of a V4 plan only
+        (["--layout", "B"], "views of a DeepSeek V4 plan"),
+        (["--grouping", "mla+swa"], "views of a DeepSeek V4 plan"),
+        (["--offsets", "3"], "views of a DeepSeek V4 plan"),
     ],
 )
-def test_deepseek_v4_flags_are_refused_with_config(capsys, flag, words):
+def test_deepseek_v4_views_and_old_flags_are_refused_for_other_models(capsys, flag, words):
     argv = ["--config", str(CONFIGS / "llama-3.1-8b"), "--kv-cache-memory-bytes", "20GiB"]
-    assert main(["plan", *argv, *flag]) == 2
+    assert main(["plan", *argv, "--max-model-len", "8192", *flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and words in err[0] and "not with" in err[0], err
+    assert len(err) == 1 and words in err[0], err
 
 
 def test_num_gpu_blocks_override(capsys):
@@ -371,19 +382,16 @@ def test_weights_estimate_honours_quantisation(capsys, config, tp, low, high):
 
 
 def test_request_plan_figure_text_twin():
-    from refimpl.plan_cli import model_plan
+    from refimpl.models import EngineArgs, plan_model
     from refimpl.viz.request_plan import request_plan_text
 
-    granite = model_plan(
-        "--config",
-        CONFIGS / "granite-4.0-h-tiny",
-        "--kv-cache-memory-bytes",
-        "20G",
-        "--max-model-len",
-        "8K",
+    granite = plan_model(
+        EngineArgs(
+            CONFIGS / "granite-4.0-h-tiny", kv_cache_memory_bytes=20 << 30, max_model_len=8192
+        )
     )
     text = request_plan_text(granite, "Granite 4.0-H Tiny").splitlines()
-    assert len(text) == 1 + len(granite["groups"]) + 1 == 12
+    assert len(text) == 1 + len(granite.groups) + 1 == 12
     assert text[1].split()[2:] == [
         "MambaSpec",
         "4",
@@ -395,3 +403,235 @@ def test_request_plan_figure_text_twin():
         "tokens",
     ]
     assert text[-1].startswith("6,553 blocks / 48 per request = 136.52x at 8,192 tokens")
+
+
+# --- one typed pipeline
+
+
+def test_settings_are_resolved_once_and_typed():
+    """`derived_max_model_len` is the config's length, not the requested one; the plan's
+    figures are the planner's, and the planner runs once, with async scheduling as resolved."""
+    from refimpl.hybrid import kv_cache_utils
+    from refimpl.models import EngineArgs, ModelKVCachePlan, plan_model, planning
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return kv_cache_utils.plan_kv_cache(*args, **kwargs)
+
+    settings = EngineArgs(
+        CONFIGS / "llama-3.1-8b", kv_cache_memory_bytes=20 << 30, max_model_len=4096
+    )
+    original = planning.plan_kv_cache
+    planning.plan_kv_cache = spy
+    try:
+        plan = plan_model(settings)
+    finally:
+        planning.plan_kv_cache = original
+    assert isinstance(plan, ModelKVCachePlan)
+    assert plan.config.derived_max_model_len == 131072 and plan.max_model_len == 4096
+    assert plan.to_dict()["derived_max_model_len"] == 131072
+    assert len(calls) == 1
+    assert calls[0]["async_scheduling"] is True and calls[0]["max_num_batched_tokens"] == 8192
+    assert plan.kv.max_in_flight_tokens == 16384
+    assert (plan.num_tokens, plan.max_concurrency) == (plan.kv.num_tokens, 40.0)
+
+
+def test_engine_args_refuse_bools_and_bad_numbers():
+    from refimpl.models import EngineArgs
+
+    for bad in (
+        {"tensor_parallel_size": True},
+        {"max_num_seqs": 1.0},
+        {"num_gpu_blocks_override": 1},
+        {"gpu_memory_utilization": 1.5},
+        {"max_model_len": 0},
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            EngineArgs(CONFIGS / "llama-3.1-8b", **bad)
+
+
+# --- one vocabulary: output width, errors that name the fix
+
+
+def _lines(capsys, *argv):
+    return plan(capsys, *argv).splitlines()
+
+
+@pytest.mark.parametrize(
+    "config",
+    sorted(p.name for p in CONFIGS.iterdir() if (p / "config.json").is_file()),
+)
+def test_output_fits_100_columns(capsys, config):
+    argv = ["--config", str(CONFIGS / config), "--max-model-len", "4096"]
+    if config.startswith("deepseek-v4"):
+        argv += ["--kv-cache-memory-bytes", "20G", "--offsets", "-1", "--layout", "B"]
+    if config in ("deepseek-v3", "qwen3-next-80b-a3b-instruct"):  # too big for one H100
+        argv += ["-tp", "8", "--gpu-name", "h200"]
+    for budget in ([], ["--kv-cache-memory-bytes", "40G"]):
+        lines = _lines(capsys, *argv, *budget, "--port", "8000", "--trust-remote-code")
+        assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+
+
+def test_wide_lifts_the_limit(capsys):
+    argv = ["--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "20G"]
+    argv += ["--max-model-len", "4096", "--offsets", "-1", "--layout", "B"]
+    assert max(len(line) for line in _lines(capsys, *argv)) <= 100
+    assert max(len(line) for line in _lines(capsys, *argv, "--wide")) > 100
+
+
+def test_out_of_memory_suggests_tensor_parallelism_with_separators(capsys):
+    argv = ["plan", "--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "131072"]
+    assert main([*argv, "--kv-cache-memory-bytes", "8GiB"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-model-len 131,072 needs 16.00 GiB" in err
+    assert "--tensor-parallel-size (now 1)" in err
+    # an MLA latent is not split by TP: no such advice for DeepSeek V4
+    v4 = ["plan", "--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "4GiB"]
+    assert main(v4) == 2
+    assert "--tensor-parallel-size" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [
+        (["--num-gpu-blocks-override", "1e30"], "expected a whole number, got '1e30'"),
+        (["--num-gpu-blocks-override", "1.0"], "expected a whole number, got '1.0'"),
+        (["--num-gpu-blocks-override", "True"], "expected a whole number, got 'True'"),
+        (["-tp", "1.5"], "argument --tensor-parallel-size/-tp: expected a whole number"),
+        (["--max-num-seqs", "true"], "expected a whole number"),
+        (["--gpu-memory-utilization", "2"], "must be in (0, 1]"),
+        # (vLLM's parser takes unambiguous prefixes, so these typos are not prefixes)
+        (["--max-num-batch-tokens", "4096"], "did you mean --max-num-batched-tokens?"),
+        (["--kv-cache-mem-bytes", "1G"], "did you mean --kv-cache-memory-bytes?"),
+        (["--speculative-config", "{bad"], "not valid JSON"),
+    ],
+)
+def test_flags_are_strict_and_unknown_ones_name_the_nearest(capsys, flag, words):
+    argv = [
+        "plan",
+        "--config",
+        str(CONFIGS / "llama-3.1-8b"),
+        "--kv-cache-memory-bytes",
+        "20G",
+    ]
+    assert main([*argv, *flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+# --- the serve command line
+
+
+def test_short_forms_and_a_pasted_serve_command_plan_the_same(capsys):
+    llama = str(CONFIGS / "llama-3.1-8b")
+    common = ["--kv-cache-memory-bytes", "20G", "--max-model-len", "8k", "--json"]
+    long = json.loads(plan(capsys, "--config", llama, "--tensor-parallel-size", "2", *common))
+    short = json.loads(plan(capsys, "--model", llama, "-tp", "2", *common))
+    pasted = json.loads(
+        plan(
+            capsys,
+            "--",
+            "vllm",
+            "serve",
+            llama,
+            "-tp",
+            "2",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--served-model-name",
+            "llama",
+            "--enable-auto-tool-choice",
+            *common,
+        )
+    )
+    for key in ("num_blocks", "kv_cache_size_tokens", "max_concurrency", "groups"):
+        assert long[key] == short[key] == pasted[key], key
+    assert long["tensor_parallel_size"] == 2 and long["no_effect_flags"] == []
+    assert pasted["no_effect_flags"] == [
+        "--enable-auto-tool-choice",
+        "--host",
+        "--port",
+        "--served-model-name",
+    ]
+    text = plan(capsys, "--config", llama, "--kv-cache-memory-bytes", "20G", "--port", "1")
+    assert text.count("--port") == 1 and "no effect on the KV plan: --port" in text
+
+
+def test_a_pasted_command_must_be_vllm_serve(capsys):
+    assert main(["plan", "--", "python", "serve.py"]) == 2
+    assert "give a vllm serve command" in capsys.readouterr().err
+
+
+# --- honest estimates from GPU memory
+
+
+def test_gpu_name_uses_the_memory_that_gpu_reports(capsys):
+    base = ["--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "8K", "--json"]
+    default = json.loads(plan(capsys, *base))
+    h100 = json.loads(plan(capsys, *base, "--gpu-name", "h100"))
+    a100 = json.loads(plan(capsys, *base, "--gpu-name", "NVIDIA A100-SXM4-80GB"))
+    assert default["gpu_name"] == h100["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert default["gpu_memory"] == h100["gpu_memory"] == 85_520_809_984  # 79.65 GiB
+    assert default["available_memory"] == h100["available_memory"]
+    assert a100["gpu_memory"] == 85_094_891_520 and a100["max_num_batched_tokens"] == 2048
+    assert main(["plan", *base, "--gpu-name", "h1000"]) == 2
+    assert "did you mean 'h100'?" in capsys.readouterr().err
+
+
+def test_an_estimate_is_a_range_and_names_the_budget_that_pins_it(capsys):
+    llama = ["--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "8K"]
+    text = plan(capsys, *llama)
+    assert "ESTIMATED" in text and "no overhead:" in text and "with an allowance of" in text
+    pinned = re.search(r"--kv-cache-memory-bytes (\d+)", text).group(1)
+    estimate = json.loads(plan(capsys, *llama, "--json"))
+    exact = json.loads(plan(capsys, *llama, "--kv-cache-memory-bytes", pinned, "--json"))
+    assert not exact["available_memory_is_estimate"]
+    for key in ("num_blocks", "kv_cache_size_tokens", "max_concurrency"):
+        assert exact[key] == estimate[key], key
+    top = estimate["estimate"]
+    assert top["no_overhead_kv_cache_size_tokens"] > estimate["kv_cache_size_tokens"]
+    # the allowance grows with the batch: activations of max_num_batched_tokens tokens
+    small = json.loads(plan(capsys, *llama, "--max-num-batched-tokens", "2048", "--json"))
+    assert small["estimate"]["activation_bytes"] * 4 == top["activation_bytes"]
+
+
+def test_packaged_configs_are_package_data():
+    """A non-editable install has the DeepSeek V4 configs: pyproject's package-data globs
+    match them."""
+    import tomllib
+
+    root = Path(__file__).parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["refimpl.models"]
+    found = {p.parent.name for g in globs for p in (root / "refimpl" / "models").glob(g)}
+    assert {"deepseek-v4-pro", "deepseek-v4-flash"} <= found
+
+
+def test_plan_answers_within_a_second(capsys):
+    import time
+
+    argv = ["--config", str(CONFIGS / "gemma-3-27b-it"), "--max-model-len", "8K"]
+    plan(capsys, *argv)  # imports
+    start = time.perf_counter()
+    plan(capsys, *argv)
+    plan(capsys, "--config", "deepseek-v4-pro", "--kv-cache-memory-bytes", "20G")
+    assert time.perf_counter() - start < 2.0
+
+
+def test_mamba_cache_mode_is_vllms_name_for_the_prefix_caching_choice(capsys):
+    """'align' keeps a state block per attention block (vLLM's default with prefix caching),
+    'none' one state per request, a block as long as the request."""
+    base = ["--config", str(CONFIGS / "granite-4.0-h-tiny"), "--kv-cache-memory-bytes", "20G"]
+    base += ["--max-model-len", "8K", "--json"]
+    none = json.loads(plan(capsys, *base, "--mamba-cache-mode", "none"))
+    off = json.loads(plan(capsys, *base, "--no-enable-prefix-caching"))
+    align = json.loads(plan(capsys, *base, "--mamba-cache-mode", "align"))
+    default = json.loads(plan(capsys, *base))
+    assert none["groups"] == off["groups"] and align["groups"] == default["groups"]
+    assert none["groups"] != align["groups"]
+    mamba = [g for g in none["groups"] if g["kind"] == "MambaSpec"]
+    assert {g["block_size"] for g in mamba} == {8192}

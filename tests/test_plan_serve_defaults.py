@@ -130,3 +130,135 @@ def test_auto_fit_picks_vllms_length(capsys, case):
         assert got["num_blocks"] == case["num_blocks"]
         assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
         assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
+
+
+def test_every_vllm_serve_flag_is_known_with_its_arity():
+    """`plan` reads a pasted serve command whole: refimpl's flag table is vLLM's parser's."""
+    from refimpl.models.serve_flags import VLLM_SERVE_FLAGS
+
+    ours = {
+        dest: [list(options), arity] for dest, (options, arity) in VLLM_SERVE_FLAGS.items()
+    }
+    assert ours == ORACLE["flags"]
+
+
+@pytest.mark.parametrize("case", ORACLE["serve_settings"], ids=lambda c: str(c["flags"]))
+def test_scheduler_flags_resolve_as_vllms(capsys, case):
+    """--max-num-seqs, --enable-chunked-prefill and --dtype, as vLLM's create_engine_config
+    resolves them on its CPU platform (or refuses them)."""
+    flag_names = {
+        "max_num_seqs": "--max-num-seqs",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "dtype": "--dtype",
+    }
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--kv-cache-memory-bytes", "256G", "--max-model-len", str(case["max_model_len"])]
+    for key, value in case["flags"].items():
+        if key == "enable_chunked_prefill":
+            argv.append("--enable-chunked-prefill" if value else "--no-enable-chunked-prefill")
+        else:
+            argv += [flag_names[key], str(value)]
+    if "refused" in case:
+        assert main(["plan", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "--max-num-batched-tokens" in err and "raise --max-num-batched-tokens" in err
+        return
+    got = plan_json(capsys, *argv)
+    want = case["resolved"]
+    assert got["max_num_batched_tokens"] == want["max_num_batched_tokens"]
+    assert got["max_num_seqs"] == want["max_num_seqs"]
+    assert got["enable_chunked_prefill"] == want["enable_chunked_prefill"]
+    assert got["model_dtype"] == want["model_dtype"]
+
+
+@pytest.mark.parametrize(
+    "case", ORACLE["pipeline"], ids=lambda c: f"{c['config']}-pp{c['pp']}"
+)
+def test_pipeline_stages_plan_as_vllms(capsys, case):
+    """Each stage plans its own layers in the whole budget, every stage keeps the smallest
+    block count, and vLLM reports the first stage's figures."""
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--kv-cache-memory-bytes", str(case["memory"]), "-pp", str(case["pp"])]
+    argv += ["--max-model-len", str(case["max_model_len"]), "--max-num-batched-tokens", "2048"]
+    got = plan_json(capsys, *argv)
+    assert got["max_model_len"] == case["fitted_max_model_len"]
+    assert got["num_blocks"] == case["num_blocks"]
+    assert len(got["groups"]) == case["num_groups"]
+    assert got["kv_cache_size_tokens"] == case["kv_cache_size_tokens"]
+    assert got["max_concurrency"] == pytest.approx(case["max_concurrency"], rel=1e-12)
+    assert got["pipeline_stage_layers"] == case["stage_layers"]
+
+
+def test_flags_that_change_the_plan_are_refused_not_ignored(capsys):
+    from refimpl.models.serve_flags import NOT_PLANNED, VLLM_SERVE_FLAGS
+
+    assert set(NOT_PLANNED) <= set(VLLM_SERVE_FLAGS)
+    argv = ["--config", str(CONFIGS / "gemma-3-27b-it"), "--kv-cache-memory-bytes", "20G"]
+    assert main(["plan", *argv, "--disable-sliding-window"]) == 2
+    err = capsys.readouterr().err
+    assert "--disable-sliding-window changes the plan (sliding-window layers" in err
+    assert "plan without it" in err and len(err.splitlines()) == 1
+
+
+CPU_ISA = json.loads((DATA / "vllm_cpu_isa_oracle.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CPU_ISA["cases"] if (CONFIGS / c["config"]).is_dir()],
+    ids=lambda c: f"{c['config']}-{c['cpu_isa']}",
+)
+def test_cpu_isa_plans_as_vllms_cpu_platform(capsys, case):
+    """`--cpu-isa` reaches the specs and the scheduler: on an AMX CPU vLLM runs MLA on its AMX
+    kernels and keeps chunked prefill (2,048 batched tokens), elsewhere its reference MLA
+    kernel turns chunked prefill off (max(max model len, 2,048) batched tokens)."""
+    want = case["backends"]["CPU_ATTN"]
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--cpu-isa", case["cpu_isa"], "--kv-cache-dtype", case["kv_cache_dtype"]]
+    argv += ["--kv-cache-memory-bytes", str(want["plan"]["memory"])]
+    argv += ["--max-model-len", str(case["max_model_len"])]
+    if not case["enable_prefix_caching"]:
+        argv.append("--no-enable-prefix-caching")
+    got = plan_json(capsys, *argv)
+    assert got["block_size"] == want["block_size"]
+    for key in ("max_num_batched_tokens", "num_blocks", "kv_cache_size_tokens"):
+        assert got[key] == want["plan"][key], key
+    assert got["max_concurrency"] == pytest.approx(want["plan"]["max_concurrency"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ORACLE["mamba_ssm"],
+    ids=lambda c: f"{c['config']}-{c['cpu_isa']}-{c['mamba_ssm_cache_dtype']}",
+)
+def test_mamba_ssm_cache_dtype_is_vllms(capsys, case):
+    """--mamba-ssm-cache-dtype stores the SSM state in the dtype given (a float32 state
+    doubles the Qwen3-Next page, so its block grows to 256 tokens), as vLLM's CPU platform
+    ends up doing on both CPU kinds."""
+    from refimpl.models import get_kv_cache_spec
+
+    argv = ["--config", str(CONFIGS / case["config"]), "--backend", "cpu_attn"]
+    argv += ["--cpu-isa", case["cpu_isa"], "--max-model-len", str(case["max_model_len"])]
+    argv += ["--mamba-ssm-cache-dtype", case["mamba_ssm_cache_dtype"]]
+    argv += ["--kv-cache-memory-bytes", str(case["plan"]["memory"])]
+    got = plan_json(capsys, *argv)
+    assert got["block_size"] == case["block_size"]
+    assert got["num_blocks"] == case["plan"]["num_blocks"]
+    assert got["kv_cache_size_tokens"] == case["plan"]["kv_cache_size_tokens"]
+    model = get_kv_cache_spec(
+        CONFIGS / case["config"],
+        backend="cpu_attn",
+        cpu_isa=case["cpu_isa"],
+        max_model_len=case["max_model_len"],
+        mamba_ssm_cache_dtype=case["mamba_ssm_cache_dtype"],
+    )
+    states = sorted({tuple(s.dtypes) for s in model.specs.values() if hasattr(s, "dtypes")})
+    assert [list(s) for s in states] == case["state_dtypes"]
+
+
+def test_flags_that_change_only_the_estimate_pass_with_an_exact_budget(capsys):
+    argv = ["--config", str(CONFIGS / "llama-3.1-8b"), "--max-model-len", "8K"]
+    assert main(["plan", *argv, "--enforce-eager"]) == 2
+    assert "or give --kv-cache-memory-bytes" in capsys.readouterr().err
+    exact = plan_json(capsys, *argv, "--kv-cache-memory-bytes", "20G", "--enforce-eager")
+    assert exact["no_effect_flags"] == ["--enforce-eager"]

@@ -560,6 +560,7 @@ def plan_kv_cache(
     num_gpu_blocks_override: int | None = None,
     shared_kv_cache_layers: Mapping[str, str] | None = None,
     auto_fit: bool = False,
+    pipeline_stages: Sequence[Sequence[str]] | None = None,
 ) -> KVCachePlan:
     """Plan a model's KV cache as vLLM 0.32's engine core does, and report its capacity.
 
@@ -574,6 +575,13 @@ def plan_kv_cache(
     reserve for. `kv_cache_layout` as in `kv_cache_planning.get_kv_cache_groups`.
     `auto_fit` (vLLM's `--max-model-len -1`): `max_model_len` is the config's, and the plan
     uses the longest length up to it that fits (`auto_fit_max_model_len`).
+    `pipeline_stages`: the layer names each pipeline stage (worker) holds, for
+    `--pipeline-parallel-size` above 1. Every worker gets the whole budget; the groups are
+    formed over all layers and each worker plans its own share of them (vLLM's
+    `_project_kv_cache_groups_to_worker`); the auto-fit and the memory check run per worker,
+    every worker then keeps the smallest block count, and the figures are the first stage's
+    (vLLM's scheduler config). A group left with no layers on some stage is refused: refimpl
+    does not plan empty groups.
 
     Steps, in vLLM's order: groups (`get_kv_cache_groups`), the budget (an override of the
     block count replaces it), the memory check (`check_enough_kv_cache_memory`, which raises
@@ -619,24 +627,34 @@ def plan_kv_cache(
         max_num_batched_tokens, async_scheduling=async_scheduling
     )
     layout = resolve_kv_cache_layout(specs, kv_cache_layout)
-    groups = get_kv_cache_groups(
+    all_groups = get_kv_cache_groups(
         specs,
         use_eagle=use_eagle,
         kv_cache_layout=layout,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
     )
-    per_block = get_kv_cache_bytes_per_block(groups, layout)
+    stages = [
+        project_kv_cache_groups_to_worker(all_groups, names, stage)
+        for stage, names in enumerate(pipeline_stages or [list(specs)])
+    ]
+    groups = stages[0]
+    per_block_of = [get_kv_cache_bytes_per_block(g, layout) for g in stages]
+    per_block = per_block_of[0]
+    memory_of = [available] * len(stages)
     if num_gpu_blocks_override is not None:
         check_positive_int("num_gpu_blocks_override", num_gpu_blocks_override)
-        available = num_gpu_blocks_override * per_block
+        memory_of = [num_gpu_blocks_override * b for b in per_block_of]
         notes.append(PlanNote("override", f"block count fixed at {num_gpu_blocks_override}"))
     if auto_fit:
-        fitted = auto_fit_max_model_len(
-            groups,
-            available - per_block,
-            max_model_len=max_model_len,
-            max_in_flight_tokens=in_flight,
-            kv_cache_layout=layout,
+        fitted = min(
+            auto_fit_max_model_len(
+                g,
+                m - b,
+                max_model_len=max_model_len,
+                max_in_flight_tokens=in_flight,
+                kv_cache_layout=layout,
+            )
+            for g, m, b in zip(stages, memory_of, per_block_of, strict=True)
         )
         notes.append(
             PlanNote(
@@ -648,13 +666,30 @@ def plan_kv_cache(
             )
         )
         max_model_len = fitted
-    check_enough_kv_cache_memory(
-        groups,
-        available,
-        max_model_len=max_model_len,
-        max_in_flight_tokens=in_flight,
-        kv_cache_layout=layout,
-    )
+    for g, m in zip(stages, memory_of, strict=True):
+        check_enough_kv_cache_memory(
+            g,
+            m,
+            max_model_len=max_model_len,
+            max_in_flight_tokens=in_flight,
+            kv_cache_layout=layout,
+        )
+    # every worker keeps the smallest block count (vLLM re-plans the others with it)
+    num_blocks = min(m // b for m, b in zip(memory_of, per_block_of, strict=True))
+    if memory_of[0] // per_block != num_blocks:  # another stage has fewer blocks
+        available = num_blocks * per_block
+    else:
+        available = memory_of[0]
+    if len(stages) > 1:
+        each = ", ".join(f"{m // b:,}" for m, b in zip(memory_of, per_block_of, strict=True))
+        notes.append(
+            PlanNote(
+                "pipeline",
+                f"{len(stages)} pipeline stages, each with the whole budget and its own "
+                f"layers; every stage keeps the smallest block count, {num_blocks:,} (blocks "
+                f"per stage: {each})",
+            )
+        )
     config = get_kv_cache_config(groups, available, kv_cache_layout=layout)
     tokens, concurrency = get_kv_cache_capacity(
         config, max_model_len=max_model_len, max_in_flight_tokens=in_flight
@@ -697,6 +732,33 @@ def plan_kv_cache(
         num_padding_layers=num_padding,
         notes=tuple(notes),
     )
+
+
+def project_kv_cache_groups_to_worker(
+    groups: Sequence[KVCacheGroupSpec], layer_names: Sequence[str], stage: int = 0
+) -> list[KVCacheGroupSpec]:
+    """The groups as one pipeline stage holds them: each group with only that stage's layers
+    (vLLM's `_project_kv_cache_groups_to_worker`), same spec and block size."""
+    held = set(layer_names)
+    projected = []
+    for i, group in enumerate(groups):
+        names = [n for n in group.layer_names if n in held]
+        if len(names) == len(group.layer_names):
+            projected.append(group)
+            continue
+        if not names:
+            raise ValueError(
+                f"pipeline stage {stage} holds no layer of KV cache group {i}; refimpl does "
+                "not plan a stage with an empty group (use fewer pipeline stages)"
+            )
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            spec = UniformTypeKVCacheSpecs(
+                block_size=spec.block_size,
+                kv_cache_specs={n: spec.kv_cache_specs[n] for n in names},
+            )
+        projected.append(KVCacheGroupSpec(tuple(names), spec, group.is_eagle_group))
+    return projected
 
 
 def _plan_notes(

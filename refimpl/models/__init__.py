@@ -5,6 +5,9 @@
     model.specs          # {layer name: spec}, in vLLM's registration order
     model.block_size     # what the platform settled on, and model.notes says why
 
+The whole pipeline, typed: `plan_model(EngineArgs(config, ...))` resolves `vllm serve`'s
+settings once (`engine_args`), builds the specs and plans them (`planning`).
+
 One small module per family lists the cache layers its vLLM model registers (llama.py: Llama,
 Mistral, Qwen2, Qwen3; gemma.py; gpt_oss.py; deepseek_v2.py: V2/V3 MLA; deepseek_v4.py;
 granitemoehybrid.py: Mamba2 hybrid; qwen3_next.py: gated delta net hybrid). `layers.py` turns a
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from refimpl.hybrid import kv_cache_planning
 from refimpl.hybrid.kv_cache_interface import KVCacheSpec
-from refimpl.models import schema
+from refimpl.models import cpu_platform, schema
 from refimpl.models.backends import (
     CPU_DEFAULT_BLOCK_SIZE,
     CPU_MLA_BLOCK_SIZE,
@@ -34,7 +37,6 @@ from refimpl.models.cpu_platform import (
     CPU_MLA_BACKENDS,
     check_cpu_isa,
     cpu_attention_backend,
-    mamba_ssm_cache_dtype,
     resolve_cpu_isa,
     with_ssm_dtype,
 )
@@ -144,6 +146,17 @@ def align_hybrid_block_size(
     return block_size, padded, notes
 
 
+def resolve_config(config: str | Path | dict | HFConfig) -> HFConfig:
+    """The config as vLLM's ModelConfig sees it: loaded, with the keys transformers fills in
+    when the file leaves them out (the family's `with_defaults`), done once: a config that
+    already carries its defaults is returned as it is."""
+    cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
+    if cfg.defaults:
+        return cfg
+    family = resolve_family(cfg.architecture)
+    return family.with_defaults(cfg) if hasattr(family, "with_defaults") else cfg
+
+
 def get_kv_cache_spec(
     config: str | Path | dict | HFConfig,
     *,
@@ -155,6 +168,8 @@ def get_kv_cache_spec(
     dtype: str = "auto",
     enable_prefix_caching: bool = True,
     cpu_isa: str | None = None,
+    num_mtp_layers: int = 0,
+    mamba_ssm_cache_dtype: str = "auto",
 ) -> ModelKVCacheSpecs:
     """The specs vLLM 0.32 builds for this config, in layer registration order.
 
@@ -169,6 +184,10 @@ def get_kv_cache_spec(
     vLLM's CPU platform for `cpu_isa`: "avx512_bf16_amx", "avx512_bf16", "avx512" or "avx2"
     (`cpu_platform.CPU_ISAS`), or None / "auto" for this host's. vLLM keeps Mamba SSM states
     in float32 on AVX512-BF16 CPUs and runs MLA on its AMX backend where there is AMX.
+    `num_mtp_layers`: the multi-token-prediction layers a speculative config adds from the
+    same checkpoint (planned for DeepSeek V4 only, so far). `mamba_ssm_cache_dtype`:
+    vLLM's `--mamba-ssm-cache-dtype`; a dtype given stores every SSM (temporal) state in it,
+    on either platform; "auto" keeps the family's, or vLLM's CPU platform's choice.
     """
     check_positive_int("tensor_parallel_size", tensor_parallel_size)
     if block_size is not None:
@@ -180,10 +199,8 @@ def get_kv_cache_spec(
     check_str("backend", backend, optional=True)
     check_bool("enable_prefix_caching", enable_prefix_caching)
     check_cpu_isa(cpu_isa)
-    cfg = config if isinstance(config, HFConfig) else HFConfig.load(config)
+    cfg = resolve_config(config)
     family = resolve_family(cfg.architecture)
-    if hasattr(family, "with_defaults"):  # keys transformers fills in when the file omits them
-        cfg = family.with_defaults(cfg)
     model_dtype = cfg.model_dtype(dtype)
     kv_dtype = kv_cache_element_dtype(kv_cache_dtype, model_dtype)
     from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
@@ -197,14 +214,24 @@ def get_kv_cache_spec(
             block_size=block_size,
             max_model_len=max_model_len or cfg.derived_max_model_len(),
             model_dtype=model_dtype,
+            num_mtp_layers=num_mtp_layers,
+        )
+    if num_mtp_layers:
+        raise ValueError(
+            f"MTP speculative decoding is planned for DeepSeek V4 only so far, not for "
+            f"{cfg.architecture}"
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
     isa, platform_notes = None, []
     if backend is not None and backend.lower() in _CPU_BACKENDS:
         isa = resolve_cpu_isa(cpu_isa)
         info, platform_notes = cpu_attention_backend(backend, use_mla=model.use_mla, isa=isa)
-        ssm_dtype = mamba_ssm_cache_dtype(isa)
-        if ssm_dtype != "auto" and any(isinstance(x, MambaLayer) for x in model.layers):
+        ssm_dtype = cpu_platform.mamba_ssm_cache_dtype(isa)
+        if (
+            mamba_ssm_cache_dtype == "auto"
+            and ssm_dtype != "auto"
+            and any(isinstance(x, MambaLayer) for x in model.layers)
+        ):
             model.layers = with_ssm_dtype(model.layers, ssm_dtype)
             platform_notes.append(
                 f"vLLM keeps Mamba SSM states in {ssm_dtype} on an AVX512-BF16 CPU "
@@ -212,6 +239,13 @@ def get_kv_cache_spec(
             )
     else:
         info = get_backend(backend, mla=model.use_mla, kv_cache_dtype=kv_cache_dtype)
+    if mamba_ssm_cache_dtype not in ("auto", "float32", "float16", "bfloat16"):
+        raise ValueError(
+            f"mamba_ssm_cache_dtype must be auto, float32, float16 or bfloat16, got "
+            f"{mamba_ssm_cache_dtype!r}"
+        )
+    if mamba_ssm_cache_dtype != "auto":  # the user's dtype stands, on every platform
+        model.layers = with_ssm_dtype(model.layers, mamba_ssm_cache_dtype)
     max_len = max_model_len or cfg.derived_max_model_len()
     size, notes = resolve_block_size(
         model, info, block_size, DTYPE_SIZES[kv_dtype], model_type=cfg.text_model_type
@@ -248,11 +282,31 @@ def get_kv_cache_spec(
     )
 
 
+def __getattr__(name: str):
+    """The typed pipeline (`EngineArgs`, `ServeConfig`, `plan_model`, `ModelKVCachePlan`),
+    imported on first use: those modules import this one."""
+    if name in ("EngineArgs", "ServeConfig"):
+        from refimpl.models import engine_args
+
+        return getattr(engine_args, name)
+    if name in ("plan_model", "ModelKVCachePlan", "GroupRow"):
+        from refimpl.models import planning
+
+        return getattr(planning, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ARCHITECTURES",
+    "EngineArgs",
+    "GroupRow",
     "HFConfig",
+    "ModelKVCachePlan",
     "ModelKVCacheSpecs",
+    "ServeConfig",
     "align_hybrid_block_size",
     "get_kv_cache_spec",
+    "plan_model",
     "resolve_block_size",
+    "resolve_config",
 ]

@@ -26,6 +26,9 @@ CACHE_DTYPES = {
 V4_BACKEND = AttentionBackendInfo(
     "DEEPSEEK_V4_SPARSE_MLA", None, (DEEPSEEK_V4_BLOCK_SIZE,), True, "cuda"
 )
+#: On vLLM's CPU platform (`--attention-backend cpu_attn`) V4 keeps its 256-token caches; the
+#: platform's scheduler rules (no async scheduling, MLA without chunked prefill) apply.
+CPU_V4_BACKEND = AttentionBackendInfo("CPU_ATTN", None, (DEEPSEEK_V4_BLOCK_SIZE,), True, "cpu")
 
 
 def model_kv_cache_specs(
@@ -37,6 +40,7 @@ def model_kv_cache_specs(
     block_size: int | None,
     max_model_len: int,
     model_dtype: str,
+    num_mtp_layers: int = 0,
 ):
     from refimpl.models import ModelKVCacheSpecs
 
@@ -50,6 +54,16 @@ def model_kv_cache_specs(
             f"DeepSeek V4's kernels take {DEEPSEEK_V4_BLOCK_SIZE}-token blocks only, "
             f"got block size {block_size}"
         )
+    info = V4_BACKEND
+    if backend is not None and backend.lower() in ("cpu", "cpu_attn"):
+        info = CPU_V4_BACKEND  # vLLM's CPU platform: the same 256-token caches
+    elif backend is not None:
+        raise ValueError(
+            f"DeepSeek V4 runs only on its own sparse MLA backend ({V4_BACKEND.name}, or "
+            f"cpu_attn for vLLM's CPU platform); --attention-backend {backend} cannot serve it"
+        )
+    if num_mtp_layers > 1:
+        raise ValueError(f"DeepSeek V4 has one MTP layer; {num_mtp_layers} were asked for")
     row = CACHE_DTYPES[kv_cache_dtype]
     for key in ("num_hidden_layers", "head_dim", "index_head_dim", "sliding_window"):
         cfg.get_int(key, None)  # the schema's checks; from_hf_config says what is missing
@@ -57,12 +71,13 @@ def model_kv_cache_specs(
         deepseek_v4.DeepseekV4Config.from_hf_config(cfg.raw),
         cache_dtype=row,
         block_size=DEEPSEEK_V4_BLOCK_SIZE,
+        mtp=num_mtp_layers > 0,
     )
     return ModelKVCacheSpecs(
         architecture=cfg.architecture,
         specs=specs,
         block_size=DEEPSEEK_V4_BLOCK_SIZE,
-        backend=V4_BACKEND,
+        backend=info,
         model_dtype=model_dtype,
         kv_dtype=row,
         max_model_len=max_model_len,

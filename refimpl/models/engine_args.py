@@ -1,7 +1,10 @@
-"""The `vllm serve` settings a KV cache plan depends on, resolved as vLLM 0.32 resolves them.
+"""The `vllm serve` settings a KV cache plan depends on, resolved ONCE as vLLM 0.32 does.
 
-vLLM fills what the user leaves out in three places, in this order: `EngineArgs` picks the
-batch defaults for the device (`get_batch_defaults`,
+`EngineArgs` holds what the user typed (vLLM's flag names, None where nothing was given);
+`EngineArgs.create_engine_config()` resolves it into one `ServeConfig`, as vLLM's `EngineArgs`
+-> `VllmConfig` does, and everything after it (the specs, the plan, the printed lines) reads
+that object only. vLLM fills what the user leaves out in three places, in this order:
+`EngineArgs` picks the batch defaults for the device (`get_batch_defaults`,
 `_set_default_max_num_seqs_and_batched_tokens_args`), `VllmConfig` turns async scheduling on
 unless something forbids it, and then the platform's `check_and_update_config` has the last
 word: vLLM's CPU platform switches async scheduling off, and for an MLA model (without AMX
@@ -17,16 +20,20 @@ import argparse
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from refimpl.models.config import HFConfig
 
 GIB = 1 << 30
 #: `SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS`: what the CPU MLA path raises from.
 SCHEDULER_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-#: The GPU `plan` assumes when neither --gpu-memory nor --gpu-name says otherwise: an
-#: 80 GB H100 (what vLLM would read from NVML there, as --gpu-memory would give it).
-ASSUMED_GPU_MEMORY = 80 * GIB
+#: The GPU `plan` assumes when no memory flag says otherwise (see `refimpl.models.gpus`).
 ASSUMED_GPU_NAME = "NVIDIA H100 80GB HBM3"
 #: The environment variable vLLM reads to allow a --max-model-len above the config's.
 ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+#: `vllm serve`'s default share of the GPU (vLLM 0.32 CacheConfig).
+GPU_MEMORY_UTILIZATION = 0.9
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -126,35 +133,44 @@ def resolve_scheduler_settings(
     max_model_len: int,
     use_mla: bool,
     tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
     max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     async_scheduling: bool | None = None,
+    enable_chunked_prefill: bool | None = None,
     device_memory: int | None = None,
     device_name: str | None = None,
 ) -> SchedulerSettings:
     """The scheduler settings `vllm serve` ends with: the user's values, else the device's
-    defaults (`_set_default_max_num_seqs_and_batched_tokens_args`), then what the platform
-    forces (`CpuPlatform.check_and_update_config`). `max_model_len` is the length the
-    ModelConfig settled (the derived one when the user asked for auto-fit)."""
+    defaults (`_set_default_max_num_seqs_and_batched_tokens_args`, for a world of TP x PP
+    ranks), then what the platform forces (`CpuPlatform.check_and_update_config`) and what
+    `SchedulerConfig.verify_max_model_len` refuses. `max_model_len` is the length the
+    ModelConfig settled (the derived one when the user asked for auto-fit). No device given:
+    the default GPU (`gpus.DEFAULT_GPU`)."""
+    from refimpl.models.gpus import DEFAULT_GPU
+
     notes: list[str] = []
-    memory = ASSUMED_GPU_MEMORY if device_memory is None else device_memory
-    name = ASSUMED_GPU_NAME if device_name is None else device_name
+    memory = DEFAULT_GPU.total_memory if device_memory is None else device_memory
+    name = DEFAULT_GPU.name if device_name is None else device_name
+    world_size = tensor_parallel_size * pipeline_parallel_size
     batched, seqs = get_batch_defaults(
-        tensor_parallel_size, platform=platform, device_memory=memory, device_name=name
+        world_size, platform=platform, device_memory=memory, device_name=name
     )
-    chunked_prefill = True  # every generative decoder model supports it
+    # every generative decoder model supports chunked prefill; vLLM turns it on by default
+    chunked_prefill = True if enable_chunked_prefill is None else enable_chunked_prefill
     if max_num_batched_tokens is None:
+        if not chunked_prefill:  # a whole prompt must fit in one step
+            batched = max(max_model_len, batched)
         # vLLM caps a default at max_num_seqs x max_model_len (a tiny context gets less)
-        batched = min(seqs * max_model_len, batched)
+        batched = min((max_num_seqs or seqs) * max_model_len, batched)
         if platform == "cpu":
-            why = f"vLLM's CPU platform (2,048 per rank x TP {tensor_parallel_size})"
-        elif device_memory is None and device_name is None:
-            why = "an H100/H200 (from 70 GiB of GPU memory, not an A100)"
+            why = f"vLLM's CPU platform (2,048 per rank x {world_size} ranks)"
         else:
-            why = f"a GPU of {memory / GIB:.0f} GiB" + (f" ({name})" if device_name else "")
+            why = f"a GPU of {memory / GIB:.2f} GiB ({name})"
         notes.append(f"--max-num-batched-tokens {batched:,}: vllm serve's default on {why}")
     else:
         batched = max_num_batched_tokens
-    seqs = min(seqs, batched)
+    seqs = min(seqs, batched) if max_num_seqs is None else max_num_seqs
     asynchronous = True if async_scheduling is None else async_scheduling
     if platform == "cpu":
         if async_scheduling is not False:
@@ -171,6 +187,17 @@ def resolve_scheduler_settings(
                     f"--max-num-batched-tokens to max(max model len, 2,048) = {raised:,}"
                 )
             batched = raised
+    if batched < max_model_len and not chunked_prefill:
+        raise ValueError(
+            f"--max-num-batched-tokens {batched:,} is smaller than --max-model-len "
+            f"{max_model_len:,}, and without chunked prefill a prompt must fit in one step; "
+            "raise --max-num-batched-tokens or give --enable-chunked-prefill"
+        )
+    if batched < seqs:
+        raise ValueError(
+            f"--max-num-batched-tokens {batched:,} must be at least --max-num-seqs {seqs:,}; "
+            "raise --max-num-batched-tokens or lower --max-num-seqs"
+        )
     return SchedulerSettings(batched, seqs, asynchronous, chunked_prefill, notes)
 
 
@@ -205,3 +232,390 @@ def verify_max_model_len(
             f"{ALLOW_LONG_MAX_MODEL_LEN}"
         ]
     return max_model_len, []
+
+
+# --- the settings object (EngineArgs -> VllmConfig)
+
+#: Model configs that ship with the package, by the name `--config` also takes.
+PACKAGED_CONFIGS = Path(__file__).parent / "configs"
+
+
+def find_config(config: str | Path | dict | HFConfig) -> HFConfig:
+    """A config.json by path (the file or its directory) or by the name of one that ships
+    with the package (`deepseek-v4-pro`, `deepseek-v4-flash`)."""
+    if isinstance(config, HFConfig):
+        return config
+    if isinstance(config, (str, Path)) and not Path(config).exists():
+        packaged = PACKAGED_CONFIGS / str(config) / "config.json"
+        if packaged.is_file():
+            return HFConfig.load(packaged)
+        raise ValueError(
+            f"no config.json at {str(config)!r}: give a local file or its directory, or a "
+            f"packaged config ({', '.join(packaged_config_names())})"
+        )
+    return HFConfig.load(config)
+
+
+def packaged_config_names() -> list[str]:
+    return sorted(p.name for p in PACKAGED_CONFIGS.iterdir() if (p / "config.json").is_file())
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """The bytes the KV cache gets on one GPU, and where the figure came from.
+
+    Exact when `--kv-cache-memory-bytes` gave it. Otherwise an estimate from the GPU's memory
+    (`gpu_memory` x `gpu_memory_utilization` - `weights_bytes`), printed as a range: from
+    `no_overhead_bytes` (nothing else subtracted) down to `kv_cache_memory_bytes`, which also
+    subtracts `allowance` (activations and CUDA graphs, `gpus.estimate_overhead`)."""
+
+    kv_cache_memory_bytes: int
+    is_estimate: bool = False
+    gpu_name: str | None = None
+    gpu_memory: int | None = None
+    gpu_memory_utilization: float | None = None
+    weights_bytes: int | None = None
+    weights_is_estimate: bool = False
+    weights_quantization: str | None = None
+    allowance: Any = None  # gpus.OverheadAllowance for an estimate
+
+    @property
+    def no_overhead_bytes(self) -> int:
+        if not self.is_estimate:
+            return self.kv_cache_memory_bytes
+        return int(self.gpu_memory * self.gpu_memory_utilization) - self.weights_bytes
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """`vllm serve`'s settings after vLLM resolved them (the KV-cache part of its VllmConfig),
+    with the per-layer specs the workers report for them. Built once by
+    `EngineArgs.create_engine_config`; the plan and the printed lines read only this."""
+
+    engine_args: EngineArgs
+    hf_config: HFConfig
+    model: Any  # refimpl.models.ModelKVCacheSpecs
+    max_model_len: int  # the verified length (the config's when auto-fit is asked)
+    derived_max_model_len: int  # what the config allows (ModelConfig's derived length)
+    auto_fit: bool
+    scheduler: SchedulerSettings
+    budget: KVBudget
+    notes: tuple[str, ...] = ()
+    pipeline_stages: tuple[tuple[str, ...], ...] | None = None  # layers per stage (PP > 1)
+
+    @property
+    def use_eagle(self) -> bool:
+        """Speculative decoding by an EAGLE-style drafter (MTP is one): its layers' group
+        drops its last block on a prefix-cache hit (vLLM's `use_eagle`)."""
+        return self.engine_args.speculative_config is not None
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens the scheduler may have in flight: one batch, two with async scheduling."""
+        return self.scheduler.max_num_batched_tokens * (
+            2 if self.scheduler.async_scheduling else 1
+        )
+
+
+#: Settings vLLM accepts whose other values refimpl does not plan yet; each is refused with
+#: this reason rather than silently planned as the default.
+_NOT_PLANNED = {
+    "decode_context_parallel_size": (1, "decode context parallelism"),
+}
+#: The environment variable vLLM reads for an uneven split of layers over pipeline stages.
+PP_LAYER_PARTITION = "VLLM_PP_LAYER_PARTITION"
+
+
+def get_pp_indices(num_hidden_layers: int, pp_rank: int, pp_size: int) -> tuple[int, int]:
+    """[start, end) of the decoder layers pipeline stage `pp_rank` holds, as vLLM splits
+    them: evenly, the remainder going one each to the stages before the last (the last holds
+    the output norm and head), or as VLLM_PP_LAYER_PARTITION lists them."""
+    listed = os.environ.get(PP_LAYER_PARTITION)
+    if listed is not None:
+        try:
+            partitions = [int(n) for n in listed.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"{PP_LAYER_PARTITION}={listed!r} is not a list of counts"
+            ) from None
+        if len(partitions) != pp_size or sum(partitions) != num_hidden_layers:
+            raise ValueError(
+                f"{PP_LAYER_PARTITION}={listed!r} must list {pp_size} counts summing to "
+                f"{num_hidden_layers} layers"
+            )
+    else:
+        partitions = [num_hidden_layers // pp_size] * pp_size
+        for i in range(2, num_hidden_layers % pp_size + 2):
+            partitions[-i] += 1
+    start = sum(partitions[:pp_rank])
+    return start, start + partitions[pp_rank]
+
+
+def layer_index(name: str) -> int:
+    """The decoder layer a cache layer belongs to: the one whole number in its name
+    (vLLM's `extract_layer_index`)."""
+    numbers = [int(part) for part in name.split(".") if part.isdigit()]
+    if len(numbers) != 1:
+        raise ValueError(f"cannot tell which decoder layer {name!r} belongs to")
+    return numbers[0]
+
+
+def pipeline_stages(specs, num_hidden_layers: int, pp_size: int) -> list[list[str]]:
+    """The cache layers each pipeline stage holds, in registration order."""
+    if pp_size > num_hidden_layers:
+        raise ValueError(
+            f"--pipeline-parallel-size {pp_size} is more than the {num_hidden_layers} decoder "
+            "layers"
+        )
+    bounds = [get_pp_indices(num_hidden_layers, rank, pp_size) for rank in range(pp_size)]
+    return [[n for n in specs if lo <= layer_index(n) < hi] for lo, hi in bounds]
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """What the user typed, in `vllm serve`'s names (None: not given, vLLM's default applies).
+
+    `model`: a config.json path, its directory, a parsed dict or a packaged config's name.
+    `gpu_memory`, `gpu_name`, `weights_memory` and `cpu_isa` are refimpl's own: the device
+    vLLM would measure or probe at startup, for planning before there is one.
+    `attention_backend` is vLLM's `--attention-backend` (refimpl's lower-case names,
+    `backends.BACKENDS`)."""
+
+    model: str | Path | dict | HFConfig
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
+    mamba_cache_mode: str | None = None
+    block_size: int | None = None
+    max_model_len: int | None = None  # -1: auto-fit
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    async_scheduling: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    num_gpu_blocks_override: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
+    attention_backend: str | None = None
+    speculative_config: dict | None = None
+    cpu_isa: str | None = None  # vLLM's CPU platform: which CPU (None / "auto": this host)
+    gpu_memory: int | None = None
+    gpu_name: str | None = None
+    weights_memory: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "decode_context_parallel_size",
+        ):
+            _check_int(name, getattr(self, name), 1)
+        for name, low in (
+            ("block_size", 1),
+            ("max_num_batched_tokens", 1),
+            ("max_num_seqs", 1),
+            ("num_gpu_blocks_override", 2),
+            ("kv_cache_memory_bytes", 1),
+            ("gpu_memory", 1),
+            ("weights_memory", 0),
+        ):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), low)
+        if self.max_model_len is not None and self.max_model_len != -1:
+            _check_int("max_model_len", self.max_model_len, 1)
+        u = self.gpu_memory_utilization
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
+        if self.mamba_cache_mode not in (None, "align", "none"):
+            raise ValueError(
+                f"mamba_cache_mode must be 'align' or 'none', got {self.mamba_cache_mode!r}"
+            )
+        if self.speculative_config is not None:
+            _check_speculative_config(self.speculative_config)
+        for name, (default, what) in _NOT_PLANNED.items():
+            if getattr(self, name) != default:
+                raise ValueError(f"{name} {getattr(self, name)}: {what} are not planned yet")
+
+    def create_engine_config(self) -> ServeConfig:
+        """Resolve every setting once, in vLLM's order: the config and its length
+        (`ModelConfig`), the specs the workers build, the scheduler for the backend's platform
+        and the device, then the budget (exact, or estimated from the GPU's memory)."""
+        from refimpl.models import get_kv_cache_spec, resolve_config
+
+        cfg = resolve_config(find_config(self.model))
+        derived = cfg.derived_max_model_len()
+        auto_fit = self.max_model_len == -1
+        max_len, notes = verify_max_model_len(
+            self.max_model_len, derived, cfg.get("model_max_length")
+        )
+        prefix_caching = self.enable_prefix_caching
+        if self.mamba_cache_mode is not None:
+            prefix_caching = self.mamba_cache_mode == "align"
+        num_mtp_layers = 0
+        if self.speculative_config is not None:  # method "mtp": the checkpoint's own layers
+            num_mtp_layers = int(cfg.get("num_nextn_predict_layers") or 0)
+            if not num_mtp_layers:
+                raise ValueError(
+                    f"{cfg.source} has no MTP layers (num_nextn_predict_layers) for "
+                    "--speculative-config method mtp"
+                )
+        model = get_kv_cache_spec(
+            cfg,
+            num_mtp_layers=num_mtp_layers,
+            tensor_parallel_size=self.tensor_parallel_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            backend=self.attention_backend,
+            block_size=self.block_size,
+            max_model_len=max_len,
+            dtype=self.dtype,
+            enable_prefix_caching=True if prefix_caching is None else prefix_caching,
+            cpu_isa=self.cpu_isa,
+            mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype,
+        )
+        device_name, device_memory = self._device()
+        scheduler = resolve_scheduler_settings(
+            platform=model.backend.platform,
+            max_model_len=max_len,
+            use_mla=model.backend.is_mla and not self._amx_runs_mla(cfg, model),
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            async_scheduling=self.async_scheduling,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            device_memory=device_memory,
+            device_name=device_name,
+        )
+        budget = self._budget(cfg, model, scheduler, device_name, device_memory)
+        stages = None
+        if self.pipeline_parallel_size > 1:
+            stages = tuple(
+                tuple(names)
+                for names in pipeline_stages(
+                    model.specs,
+                    int(cfg.require("num_hidden_layers")),
+                    self.pipeline_parallel_size,
+                )
+            )
+        return ServeConfig(
+            engine_args=self,
+            hf_config=cfg,
+            model=model,
+            max_model_len=max_len,
+            derived_max_model_len=derived,
+            auto_fit=auto_fit,
+            scheduler=scheduler,
+            budget=budget,
+            notes=tuple(notes),
+            pipeline_stages=stages,
+        )
+
+    def _amx_runs_mla(self, cfg: HFConfig, model) -> bool:
+        """vLLM's CPU platform keeps chunked prefill for MLA where its AMX kernels run it: the
+        AMX MLA backend, and DeepSeek V4 on an AMX CPU."""
+        from refimpl.models.cpu_platform import resolve_cpu_isa
+
+        if model.backend.platform != "cpu":
+            return False
+        if cfg.text_model_type == "deepseek_v4":
+            return resolve_cpu_isa(self.cpu_isa).amx_tile
+        return model.backend.name == "AMX_MLA"
+
+    def _device(self) -> tuple[str | None, int | None]:
+        """(name, memory) of the GPU planned for: --gpu-memory as given, else the table's
+        memory for --gpu-name, else the default GPU when no exact budget is given."""
+        from refimpl.models.gpus import DEFAULT_GPU, find_gpu
+
+        if self.gpu_memory is not None:
+            return self.gpu_name, self.gpu_memory
+        if self.gpu_name is not None:
+            gpu = find_gpu(self.gpu_name)
+            return gpu.name, gpu.total_memory
+        if self.kv_cache_memory_bytes is None:
+            return DEFAULT_GPU.name, DEFAULT_GPU.total_memory
+        return None, None
+
+    def _budget(self, cfg, model, scheduler, device_name, device_memory) -> KVBudget:
+        from refimpl.hybrid.kv_cache_interface import DTYPE_SIZES
+        from refimpl.models.gpus import estimate_overhead
+        from refimpl.models.weights import describe_quantization, estimate_weight_bytes
+
+        if self.kv_cache_memory_bytes is not None:
+            return KVBudget(self.kv_cache_memory_bytes)
+        weights = self.weights_memory
+        if weights is None:
+            if cfg.get("hidden_size") is None:
+                raise ValueError(
+                    f"{cfg.source} gives no hidden_size to estimate the weights from; "
+                    "give --weights-memory or --kv-cache-memory-bytes"
+                )
+            weights = estimate_weight_bytes(cfg, model.model_dtype, self.tensor_parallel_size)
+        allowance = estimate_overhead(
+            cfg,
+            dtype_size=DTYPE_SIZES[model.model_dtype],
+            tensor_parallel_size=self.tensor_parallel_size,
+            max_num_batched_tokens=scheduler.max_num_batched_tokens,
+            max_num_seqs=scheduler.max_num_seqs,
+        )
+        requested = int(device_memory * self.gpu_memory_utilization)
+        left = requested - weights - allowance.total
+        if left <= 0:
+            raise ValueError(
+                f"--gpu-memory-utilization {self.gpu_memory_utilization} of "
+                f"{device_memory:,} B ({device_memory / GIB:.2f} GiB) leaves nothing for "
+                f"the KV cache after {weights:,} B of weights and an allowance of "
+                f"{allowance.total:,} B for activations and CUDA graphs; raise "
+                "--tensor-parallel-size or --gpu-memory-utilization, or use a larger GPU"
+            )
+        return KVBudget(
+            kv_cache_memory_bytes=left,
+            is_estimate=True,
+            gpu_name=device_name,
+            gpu_memory=device_memory,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            weights_bytes=weights,
+            weights_is_estimate=self.weights_memory is None,
+            weights_quantization=describe_quantization(cfg),
+            allowance=allowance,
+        )
+
+
+def _check_speculative_config(spec: Any) -> None:
+    """What refimpl plans of `--speculative-config` so far: MTP from the model's own
+    checkpoint with one speculative token; anything else is refused by name."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"speculative_config must be a JSON object, got {spec!r}")
+    method, n = spec.get("method"), spec.get("num_speculative_tokens", 1)
+    if method != "mtp":
+        raise ValueError(
+            f"speculative_config method {method!r} is not planned yet (a draft model's or "
+            "EAGLE head's layers); planned: mtp"
+        )
+    _check_int("num_speculative_tokens", n, 1)
+    if n != 1:
+        raise ValueError(
+            f"num_speculative_tokens {n} is not planned yet (a longer lookahead keeps more "
+            "sliding-window tokens); planned: 1"
+        )
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    """A whole number (not a bool) >= minimum, else a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum:,}, got {value:,}")
+
+
+__all__ = [
+    "EngineArgs",
+    "KVBudget",
+    "ServeConfig",
+    "find_config",
+    "resolve_scheduler_settings",
+    "verify_max_model_len",
+]

@@ -1,10 +1,10 @@
 """One model's KV cache plan as a picture: the blocks one request at the maximum length holds
 in each group, with its text twin.
 
-`draw_request_plan(plan, title)` / `request_plan_text(plan, title)` take the dict that
-`refimpl.plan_cli.model_plan` (or `plan --config ... --json`) returns. One bar per group, as
-long as the blocks it reserves for a request at the maximum length and coloured by the kind of
-layer; the title gives what the startup line reports (blocks / blocks per request).
+`draw_request_plan(plan, title)` / `request_plan_text(plan, title)` take the typed plan
+`refimpl.models.plan_model` returns (or the dict of `plan --config ... --json`). One bar per
+group, as long as the blocks it reserves for a request at the maximum length and coloured by
+the kind of layer; the title gives what the startup line reports (blocks / blocks per request).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ KIND_STYLE = {
 _OTHER = ("#8c8c8c", "other")
 
 
+def _as_dict(plan) -> dict:
+    return plan.to_dict() if hasattr(plan, "to_dict") else plan
+
+
 def _summary(plan: dict) -> str:
     per_request = plan["blocks_per_request"]
     gib = per_request * plan["bytes_per_block"] / (1 << 30)
@@ -35,8 +39,9 @@ def _summary(plan: dict) -> str:
     )
 
 
-def request_plan_text(plan: dict, title: str) -> str:
+def request_plan_text(plan, title: str) -> str:
     """The figure's facts as lines: one per group, then the startup figures."""
+    plan = _as_dict(plan)
     lines = [f"{title}: blocks one request at {plan['max_model_len']:,} tokens holds"]
     for i, group in enumerate(plan["groups"]):
         lines.append(
@@ -47,8 +52,9 @@ def request_plan_text(plan: dict, title: str) -> str:
     return "\n".join(lines)
 
 
-def draw_request_plan(plan: dict, title: str) -> Figure:
+def draw_request_plan(plan, title: str) -> Figure:
     """Bars: the blocks each group reserves for one request at the maximum length."""
+    plan = _as_dict(plan)
     groups = plan["groups"]
     n = len(groups)
     fig = Figure(figsize=(MAX_WIDTH - 0.4, 1.5 + 0.3 * n))

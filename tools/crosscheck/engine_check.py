@@ -105,37 +105,24 @@ def run_engine(name: str, max_num_batched_tokens: int | None = None) -> dict:
 def refimpl_figures(name: str, logged: dict, memory: int = MEMORY) -> dict:
     """What `python -m refimpl plan --config` prints for this engine's settings (vLLM's CPU
     platform, the batch size and scheduling the engine logged)."""
-    from refimpl.plan_cli import build_model_plan
+    from refimpl.models import EngineArgs, plan_model
 
-    plan = build_model_plan(
-        plan_args(
-            config=str(CONFIG_DIR / name),
+    plan = plan_model(
+        EngineArgs(
+            CONFIG_DIR / name,
             kv_cache_memory_bytes=memory,
             max_model_len=logged["max_model_len"],
             max_num_batched_tokens=logged["max_num_batched_tokens"],
             async_scheduling=logged["async_scheduling"],
+            attention_backend="cpu_attn",
         )
     )
     return {
-        "tokens": plan["kv_cache_size_tokens"],
-        "concurrency": round(plan["max_concurrency"], 2),
-        "block_size": plan["block_size"],
-        "num_blocks": plan["num_blocks"],
+        "tokens": plan.num_tokens,
+        "concurrency": round(plan.max_concurrency, 2),
+        "block_size": plan.config.model.block_size,
+        "num_blocks": plan.num_blocks,
     }
-
-
-def plan_args(**given):
-    """`plan --config`'s arguments with the command line's own defaults, then `given` and the
-    CPU backend (vLLM's CPU platform is what the engines ran on)."""
-    import argparse
-
-    from refimpl import plan_cli
-
-    parser = argparse.ArgumentParser()
-    plan_cli.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["plan", "--config", given["config"]])
-    vars(args).update(given, backend="cpu_attn")
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:

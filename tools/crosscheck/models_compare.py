@@ -1,7 +1,7 @@
 """refimpl's side of the model crosscheck: the same records as `vllm_models`, from refimpl.
 
 `refimpl_case(case, backend)` rebuilds one recorded case (a config, a kv cache dtype, a
-backend) with `refimpl.models.get_kv_cache_spec` and `refimpl.plan_cli.plan_capacity`, in the
+backend) with `refimpl.models.get_kv_cache_spec` and `kv_cache_utils.plan_kv_cache`, in the
 shape vLLM's side recorded, so `differences` can list every field that differs. Used by
 `python -m tools.crosscheck.vllm_models run` (vLLM's answers fresh) and by
 tests/test_models_vllm_oracle.py (vLLM's answers from tests/data/vllm_models_oracle.json).
@@ -87,7 +87,6 @@ def refimpl_case(case: dict, backend: str) -> dict:
     """refimpl's specs and plan for one recorded case at one backend."""
     from refimpl.hybrid.kv_cache_utils import plan_kv_cache
     from refimpl.models import get_kv_cache_spec
-    from refimpl.plan_cli import plan_capacity
 
     recorded = case["backends"][backend]
     try:
@@ -109,34 +108,28 @@ def refimpl_case(case: dict, backend: str) -> dict:
     }
     plan = recorded.get("plan")
     if plan is not None:
-        capacity = plan_capacity(
-            model.specs, plan["memory"], case["max_model_len"], plan["max_in_flight_tokens"]
+        result = plan_kv_cache(
+            model.specs,
+            max_model_len=case["max_model_len"],
+            max_num_batched_tokens=plan["max_in_flight_tokens"],  # recorded: one batch
+            async_scheduling=False,
+            kv_cache_memory_bytes=plan["memory"],
         )
         # the group specs' own classes (a group of unlike layers is vLLM's
         # UniformTypeKVCacheSpecs; `plan --config` prints its members' kind instead)
-        kinds = [
-            type(g.kv_cache_spec).__name__
-            for g in plan_kv_cache(
-                model.specs,
-                max_model_len=case["max_model_len"],
-                max_num_batched_tokens=plan["max_in_flight_tokens"],
-                async_scheduling=False,
-                kv_cache_memory_bytes=plan["memory"],
-            ).groups
-        ]
         out["plan"] = {
             "groups": [
                 {
-                    "type": kind,
-                    "block_size": g["block_size"],
-                    "layers": [rename(n) for n in g["layer_names"]],
+                    "type": type(g.kv_cache_spec).__name__,
+                    "block_size": g.block_size,
+                    "layers": [rename(n) for n in g.layer_names],
                 }
-                for g, kind in zip(capacity["groups"], kinds, strict=True)
+                for g in result.groups
             ],
-            "num_blocks": capacity["num_blocks"],
-            "block_stride": capacity["bytes_per_block"],
-            "kv_cache_size_tokens": capacity["kv_cache_size_tokens"],
-            "max_concurrency": capacity["max_concurrency"],
+            "num_blocks": result.num_blocks,
+            "block_stride": result.bytes_per_block,
+            "kv_cache_size_tokens": result.num_tokens,
+            "max_concurrency": result.max_concurrency,
         }
     return out
 
