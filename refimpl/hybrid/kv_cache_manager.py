@@ -239,9 +239,13 @@ class KVCacheManager:
         )
         if hits is not None:
             self._check_hits_cover(request, hits, total_computed)
-        if total_computed + num_new_tokens > request.num_tokens + num_lookahead_tokens:
+        if (
+            total_computed + num_new_tokens
+            > request.num_schedulable_tokens + num_lookahead_tokens
+        ):
             raise ValueError(
-                f"request {request.request_id} has {request.num_tokens} tokens; cannot "
+                f"request {request.request_id} has {request.num_schedulable_tokens} "
+                "schedulable tokens; cannot "
                 "schedule "
                 f"{num_new_tokens} new tokens after {total_computed} computed ones"
             )
@@ -358,6 +362,17 @@ class KVCacheManager:
                 f"request_id {request.request_id!r} already belongs to another request that "
                 "holds blocks; "
                 "request ids must be unique"
+            )
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Register the hashes of the request's blocks that `num_computed_tokens` fill, if
+        prefix caching is on (the async scheduler calls it once a step's sampled tokens are
+        known)."""
+        self._check_request(request)
+        check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
+        if self.enable_caching and request.request_id in self._requests:
+            self.coordinator.cache_blocks(
+                request, min(num_computed_tokens, request.num_tokens)
             )
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:

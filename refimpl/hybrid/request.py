@@ -58,6 +58,12 @@ class Request:
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
 
+    @property
+    def num_schedulable_tokens(self) -> int:
+        """Tokens a step may compute up to: here the known tokens; a scheduler's request adds
+        draft tokens and (async scheduling) tokens sampled but not yet returned."""
+        return self.num_tokens
+
     def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
         self.output_token_ids.extend(token_ids)
         self._update_block_hashes()

@@ -1,0 +1,301 @@
+"""Traffic streams for the scheduler crosscheck, and the driver both schedulers share.
+
+Nothing here imports vLLM: the vLLM side (`tools.crosscheck.scheduler`) and the oracle replay
+test (`tests/test_sched_vllm_oracle.py`) drive a scheduler through the same `drive` loop.
+
+A setting is a cache layout (groups of ("full", block_size) or ("swa", block_size, window))
+with a pool size, scheduling flags and a retention interval. A stream is a seed: it expands
+to arrivals per step (prompts built from a few shared prefixes so prefix hits happen, output
+limits, priorities). The made-up model runner samples one token per request whose scheduled
+chunk reaches the end of its tokens (`not request.is_prefill_chunk`, read from the
+scheduler's own request after `schedule()`); the token is a function of (request id, step),
+and a fixed share of them is EOS. Under async scheduling the output of step N is handed back
+after step N+1 is scheduled, as vLLM's engine core does with a batch queue of two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+EOS = 0
+# block-outermost: groups whose pages differ in size may share one pool (both planners)
+LAYOUT = "BLHNC"
+VOCAB = 60
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    groups: tuple[tuple, ...]
+    num_blocks: int
+    max_model_len: int = 160
+    max_num_seqs: int = 4
+    max_num_batched_tokens: int = 64
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    async_scheduling: bool = False
+    retention: int | None = 0
+    unit: int = 1  # scales prompt lengths (large block sizes need long prompts)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Setting:
+        d = dict(d)
+        d["groups"] = tuple(tuple(g) for g in d["groups"])
+        return cls(**d)
+
+
+def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
+    """(name, groups, num_blocks, unit, k for retention k)."""
+    return [
+        ("dense", (("full", 16),), 11, 1, 32),
+        ("swa", (("full", 16), ("swa", 16, 32)), 22, 1, 32),
+        # DeepSeek V4's group structure at small scale: a full (compressed) group with large
+        # blocks beside a sliding window with small ones (scheduler block = lcm)
+        ("v4", (("full", 64), ("swa", 16, 64)), 40, 4, 128),
+    ]
+
+
+def settings() -> list[Setting]:
+    """Every combination the crosscheck runs: layout x retention x chunked x async, with the
+    scheduling flags varied alongside so each appears in many combinations."""
+    out = []
+    for name, groups, nb, unit, k in _layouts():
+        for retention in (None, 0, k):
+            if retention is not None and not any(g[0] == "swa" for g in groups):
+                if retention != 0:
+                    continue  # retention only acts on sliding windows
+            for chunked in (True, False):
+                for asy in (False, True):
+                    i = len(out)
+                    mml = 160 * unit
+                    out.append(
+                        Setting(
+                            name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
+                            f"{'async' if asy else 'sync'}",
+                            groups=groups,
+                            num_blocks=nb,
+                            max_model_len=mml,
+                            max_num_seqs=8 if i % 2 else 5,
+                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                            policy="priority" if i % 4 == 1 else "fcfs",
+                            async_scheduling=asy,
+                            retention=retention,
+                            unit=unit,
+                        )
+                    )
+    return out
+
+
+def make_stream(seed: int, setting: Setting) -> list[list[dict]]:
+    """Arrivals per step: [[{"id", "prompt", "max_tokens", "priority"}, ...], ...]."""
+    rng = random.Random(seed)
+    u = setting.unit
+    prefixes = [
+        [rng.randrange(1, VOCAB) for _ in range(rng.randrange(8, 40) * u)] for _ in range(3)
+    ]
+    steps: list[list[dict]] = []
+    n = 0
+    for _ in range(rng.randrange(4, 20)):
+        arrivals = []
+        for _ in range(rng.choice((0, 0, 1, 2, 3, 4))):
+            prompt = list(rng.choice(prefixes)) if rng.random() < 0.7 else []
+            prompt += [rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 32) * u)]
+            prompt = prompt[: setting.max_model_len - 8 * u]
+            arrivals.append(
+                {
+                    "id": f"s{seed}r{n}",
+                    "prompt": prompt,
+                    "max_tokens": rng.randrange(1, 48) * u,
+                    "priority": rng.randrange(3),
+                }
+            )
+            n += 1
+        steps.append(arrivals)
+    return steps
+
+
+def sampled_token(req_id: str, step: int) -> int:
+    """The made-up model's token for a request at a step; about one in 12 is EOS."""
+    h = int.from_bytes(hashlib.blake2b(f"{req_id}:{step}".encode(), digest_size=4).digest())
+    return EOS if h % 12 == 0 else 1 + h % (VOCAB - 1)
+
+
+class Side:
+    """One scheduler behind the driver: build requests, step, and read a step's output in a
+    common, JSON-friendly form."""
+
+    def add(self, arrival: dict, step: int) -> None:
+        raise NotImplementedError
+
+    def schedule(self) -> Any:
+        raise NotImplementedError
+
+    def samples(self, req_id: str) -> bool:
+        """Whether the request's scheduled chunk reaches its end (the runner samples)."""
+        raise NotImplementedError
+
+    def update(self, out: Any, sampled: dict[str, list[int]]) -> None:
+        raise NotImplementedError
+
+    def normalize(self, out: Any) -> dict:
+        raise NotImplementedError
+
+    def has_requests(self) -> bool:
+        raise NotImplementedError
+
+
+def normalize_output(out: Any) -> dict:
+    """A SchedulerOutput (vLLM's or refimpl's: same field names) as plain data."""
+    cached = out.scheduled_cached_reqs
+    return {
+        "tokens": [[k, v] for k, v in out.num_scheduled_tokens.items()],
+        "new": [
+            [r.req_id, r.num_computed_tokens, [list(g) for g in r.block_ids]]
+            for r in out.scheduled_new_reqs
+        ],
+        "cached": [
+            [
+                rid,
+                rid in cached.resumed_req_ids,
+                rid in cached.all_token_ids,
+                None if nb is None else [list(g) for g in nb],
+                nc,
+                no,
+            ]
+            for rid, nb, nc, no in zip(
+                cached.req_ids,
+                cached.new_block_ids,
+                cached.num_computed_tokens,
+                cached.num_output_tokens,
+                strict=True,
+            )
+        ],
+        "spec": {k: list(v) for k, v in out.scheduled_spec_decode_tokens.items()},
+        "preempted": sorted(out.preempted_req_ids),
+        "finished": sorted(out.finished_req_ids),
+    }
+
+
+def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: int = 3000):
+    """Play the stream; returns the step log (one normalized output per step)."""
+    log = []
+    pending: list[tuple[Any, set[str], int]] = []
+    step = 0
+    while step < len(stream) or side.has_requests() or pending:
+        for arrival in stream[step] if step < len(stream) else ():
+            side.add(arrival, step)
+        out = side.schedule()
+        rec = side.normalize(out)
+        if out.total_num_scheduled_tokens:
+            pending.append(
+                (out, {r for r in out.num_scheduled_tokens if side.samples(r)}, step)
+            )
+        log.append(rec)
+        depth = 2 if asynchronous else 1
+        if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
+            o, samplers, s = pending.pop(0)
+            side.update(
+                o,
+                {
+                    r: ([sampled_token(r, s)] if r in samplers else [])
+                    for r in o.num_scheduled_tokens
+                },
+            )
+        step += 1
+        if step > max_steps:
+            raise RuntimeError(f"stream did not drain in {max_steps} steps")
+    return log
+
+
+def digest(log: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(log, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def summary(log: list[dict]) -> dict:
+    """What a step log shows at a glance (stored beside its digest)."""
+    return {
+        "steps": len(log),
+        "preemptions": sum(len(r["preempted"]) for r in log),
+        "hit_tokens": sum(n[1] for r in log for n in r["new"]),
+        "resumed": sum(1 for r in log for c in r["cached"] if c[1]),
+    }
+
+
+class RefimplSide(Side):
+    """refimpl's scheduler on refimpl's planner output for the setting."""
+
+    def __init__(self, setting: Setting) -> None:
+        from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
+        from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
+        from refimpl.sched import SchedulerConfig, make_scheduler
+
+        specs = {}
+        for i, g in enumerate(setting.groups):
+            common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype="float16")
+            specs[f"layer{i}"] = (
+                FullAttentionSpec(**common)
+                if g[0] == "full"
+                else SlidingWindowSpec(sliding_window=g[2], **common)
+            )
+        config = get_kv_cache_config(
+            get_kv_cache_groups(specs, kv_cache_layout=LAYOUT),
+            1 << 40,
+            num_blocks_override=setting.num_blocks,
+            kv_cache_layout=LAYOUT,
+        )
+        self.s = make_scheduler(
+            SchedulerConfig(
+                max_num_batched_tokens=setting.max_num_batched_tokens,
+                max_num_seqs=setting.max_num_seqs,
+                max_model_len=setting.max_model_len,
+                enable_chunked_prefill=setting.enable_chunked_prefill,
+                long_prefill_token_threshold=setting.long_prefill_token_threshold,
+                policy=setting.policy,
+                async_scheduling=setting.async_scheduling,
+                prefix_cache_retention_interval=setting.retention,
+            ),
+            config,
+        )
+
+    def add(self, arrival: dict, step: int) -> None:
+        self.s.add_request(
+            self.s.make_request(
+                arrival["id"],
+                arrival["prompt"],
+                max_tokens=arrival["max_tokens"],
+                eos_token_id=EOS,
+                priority=arrival["priority"],
+                arrival_time=float(step),
+            )
+        )
+
+    def schedule(self):
+        return self.s.schedule()
+
+    def samples(self, req_id: str) -> bool:
+        return not self.s.requests[req_id].is_prefill_chunk
+
+    def update(self, out, sampled: dict[str, list[int]]) -> None:
+        from refimpl.sched import ModelRunnerOutput
+
+        ids = list(sampled)
+        self.s.update_from_output(
+            out,
+            ModelRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, list(sampled.values())),
+        )
+
+    def normalize(self, out) -> dict:
+        return normalize_output(out)
+
+    def has_requests(self) -> bool:
+        return self.s.has_requests()
