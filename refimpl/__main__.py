@@ -1,4 +1,5 @@
-"""python -m refimpl: a small command line for scripts (plan a KV cache, grade exercises).
+"""python -m refimpl: a small command line for scripts (plan a KV cache, simulate traffic
+on it, grade exercises).
 
 Each sub-command lives next to the code it drives and registers itself here through
 `add_parser(subparsers)`; the heavy imports happen only when that sub-command runs.
@@ -16,6 +17,7 @@ from refimpl.cli import OneLineErrorParser, run
 # above refimpl, which never imports it.
 SUBCOMMANDS = {
     "plan": "refimpl.plan_cli",
+    "simulate": "refimpl.simulate_cli",
     "grade": "grader.cli",
 }
 
