@@ -117,7 +117,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "print a table",
     )
     sim.add_argument("--plot", metavar="PNG", help="with --sweep: write the hit-rate plot")
-    parser.set_defaults(func=run_simulate, parser_error=parser.error, plan_parser=plan_parser)
+    parser.set_defaults(
+        func=run_simulate,
+        parser_error=parser.error,
+        plan_parser=plan_parser,
+        simulate_parser=parser,
+    )
     return parser
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 #: Tokens per `hash_ids` entry in the Mooncake traces.
 MOONCAKE_BLOCK_SIZE = 512
-#: The slice of Mooncake's conversation trace that ships with refimpl (its first lines).
+#: The slice of Mooncake's conversation trace that ships with refimpl (whole conversations).
 SLICE_PATH = Path(__file__).parent / "data" / "mooncake_conversation_slice.jsonl"
 #: sha256 of the shipped slice (also in data/README.md); `read_trace` checks it on load.
-SLICE_SHA256 = "4dac04ef35c8699d4ce7caa27e9d34364881475f203f72db49f32691d78348db"
+SLICE_SHA256 = "fdc1d8490f49b614f1f58a3c229798b73c7cefd694223a67853a48f739ffa13f"
 # user segments get token ids from here up, far from Mooncake's hash_id * 512 + j
 _SEGMENT_BASE = 1 << 40
 
