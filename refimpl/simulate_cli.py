@@ -18,6 +18,7 @@ import argparse
 import copy
 import json
 import sys
+from pathlib import Path
 
 from refimpl import plan_cli
 from refimpl.cli import DefaultsHelpFormatter, OneLineErrorParser
@@ -277,7 +278,7 @@ def format_simulation(sim, trace_name: str) -> str:
     r = sim.result
     est = " est." if sim.timed else ""
     lines = [
-        f"Trace      {trace_name}: {s['num_requests']:,} requests, "
+        f"Trace      {Path(trace_name).name[:40]}: {s['num_requests']:,} requests, "
         f"{s['prompt_tokens']:,} prompt tokens",
         f"Plan       {c.model.architecture}, TP {c.model.tensor_parallel_size}: "
         f"{s['num_blocks']:,} blocks of {s['block_size']} tokens "
