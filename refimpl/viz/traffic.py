@@ -96,49 +96,50 @@ def draw_kv_usage(sims: dict) -> Figure:
     ax.set_ylabel("KV blocks in use (%)", fontsize=8)
     ax.set_ylim(0, 105)
     ax.tick_params(labelsize=8)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(
+        fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(sims), frameon=False
+    )
     fig.tight_layout()
     return fig
 
 
-def _sharing(trace):
-    """Per request, per block: the index of the earliest request that had this block id
-    (itself when it is new)."""
+def _sharing(trace) -> list[list[int]]:
+    """Per request, per block: the position in `trace` of the earliest request that had this
+    block id (its own position when the block is new)."""
     first: dict[int, int] = {}
-    rows = []
-    for i, r in enumerate(trace):
-        row = []
-        for h in r.hash_ids:
-            row.append(first.setdefault(h, i))
-        rows.append(row)
-    return rows
+    return [[first.setdefault(h, i) for h in r.hash_ids] for i, r in enumerate(trace)]
 
 
 def shared_blocks_text(trace) -> str:
     lines = ["512-token blocks each request shares with an earlier one"]
-    for r, row in zip(trace, _sharing(trace), strict=True):
-        i = int(r.request_id[1:])
+    for i, (r, row) in enumerate(zip(trace, _sharing(trace), strict=True)):
         shared = [j for j in row if j != i]
         if shared:
             owners = sorted(set(shared))
             lines.append(
                 f"  {r.request_id}: {len(shared)} of {len(row)} blocks, first seen in "
-                + ", ".join(f"r{j}" for j in owners)
+                + ", ".join(trace[j].request_id for j in owners)
             )
-    if len(lines) == 1:
-        lines.append("  none")
+        else:
+            lines.append(f"  {r.request_id}: none of {len(row)} blocks")
     return "\n".join(lines)
 
 
 def draw_shared_blocks(trace) -> Figure:
     """A row per request, a cell per 512-token block: grey when the block is new, in the
-    colour of the earlier request it shares it with otherwise."""
+    colour of the earlier request that first had it otherwise."""
     rows = _sharing(trace)
     width = max(len(r) for r in rows)
-    fig = Figure(figsize=(MAX_WIDTH - 0.4, 0.6 + 0.16 * len(rows)))
+    fig = Figure(figsize=(MAX_WIDTH - 0.4, 1.0 + 0.2 * len(rows)))
     ax = fig.add_subplot()
     owners = sorted({j for i, row in enumerate(rows) for j in row if j != i})
-    colour = {j: SEQ_COLORS[k % len(SEQ_COLORS)] for k, j in enumerate(owners)}
+    if len(owners) > len(SEQ_COLORS):
+        raise ValueError(
+            f"{len(owners)} requests are shared from; the figure has {len(SEQ_COLORS)} "
+            "colours "
+            "(draw fewer requests)"
+        )
+    colour = {j: SEQ_COLORS[k] for k, j in enumerate(owners)}
     for i, row in enumerate(rows):
         for b, j in enumerate(row):
             ax.add_patch(_rect(b, i, EMPTY if j == i else colour[j]))
@@ -148,11 +149,19 @@ def draw_shared_blocks(trace) -> Figure:
         [i + 0.4 for i in range(len(rows))], [r.request_id for r in trace], fontsize=8
     )
     ax.set_xlabel("512-token block of the prompt", fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.tick_params(axis="x", labelsize=8)
     handles = [Patch(facecolor=EMPTY, label="new block")] + [
-        Patch(facecolor=colour[j], label=f"shared with r{j}") for j in owners[:7]
+        Patch(facecolor=colour[j], label=f"first in {trace[j].request_id}") for j in owners
     ]
-    ax.legend(handles=handles, fontsize=8, loc="lower right", ncol=2)
+    ax.legend(
+        handles=handles,
+        fontsize=8,
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        ncol=min(5, len(handles)),
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
