@@ -31,16 +31,35 @@ def main() -> int:
     plan = plan_model(EngineArgs(CONFIG, tensor_parallel_size=4))
     t1 = time.perf_counter()
     trace = read_trace(args.trace, limit=args.limit)
-    t2 = time.perf_counter()
-    sim = simulate(plan, trace, clock=args.clock)
-    t3 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
+
+    def progress(done: int) -> None:
+        # a line per 500 requests finished: CPU seconds so far (the machine may be shared)
+        if done // 500 > progress.last:
+            progress.last = done // 500
+            print(
+                f"  {done:,} finished, {time.process_time() - c2:.0f} s CPU", file=sys.stderr
+            )
+
+    progress.last = 0
+    sim = simulate(plan, trace, clock=args.clock, progress=progress)
+    t3, c3 = time.perf_counter(), time.process_time()
     s = sim.summary()
-    print(f"plan {t1 - t0:.2f} s, read {len(trace):,} requests {t2 - t1:.2f} s, "
-          f"replay {t3 - t2:.1f} s ({s['num_steps']:,} steps, "
-          f"{1e3 * (t3 - t2) / max(1, s['num_steps']):.2f} ms/step)")
-    for key in ("hit_rate", "upper_bound_rate", "preemptions", "recomputed_tokens",
-                "waiting_seconds_mean", "kv_usage_mean", "batch_requests_mean",
-                "simulated_seconds"):
+    print(
+        f"plan {t1 - t0:.2f} s, read {len(trace):,} requests {t2 - t1:.2f} s, "
+        f"replay {t3 - t2:.1f} s ({s['num_steps']:,} steps, "
+        f"{1e3 * (t3 - t2) / max(1, s['num_steps']):.2f} ms/step), {c3 - c2:.1f} s CPU"
+    )
+    for key in (
+        "hit_rate",
+        "upper_bound_rate",
+        "preemptions",
+        "recomputed_tokens",
+        "waiting_seconds_mean",
+        "kv_usage_mean",
+        "batch_requests_mean",
+        "simulated_seconds",
+    ):
         print(f"  {key}: {s[key]}")
     return 0
 

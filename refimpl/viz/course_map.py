@@ -133,6 +133,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         30,
         ("12",),
     ),
+    Chapter("15", "15_your_traffic.ipynb", "Your traffic", "Your traffic", 30, ("14",)),
 )
 
 PARTS: dict[str, str] = {
@@ -140,7 +141,7 @@ PARTS: dict[str, str] = {
     "Part I": "Part I: nano-vllm's paged cache",
     "Part II": "Part II: vLLM's hybrid cache for DeepSeek V4",
     "Part III": "Part III: a tiny DeepSeek V4 runs on it",
-    "Part IV": "Part IV: size any model's cache as vLLM will",
+    "Part IV": "Part IV: size any model's cache as vLLM will, and replay your traffic on it",
 }
 # Light fills so black 8 pt text stays readable; the edge colour is the same hue, darker.
 PART_FILL = {

@@ -38,15 +38,19 @@ def draw_sweep(flag: str, runs, reference: tuple[str, float] | None = None) -> F
     labels = [str(v) for v, _ in runs]
     hits = [100 * s["hit_rate"] for _, s in runs]
     bound = 100 * runs[0][1]["upper_bound_rate"]
-    bars = ax.bar(range(len(runs)), hits, color=HIT, label="hits in the simulated cache")
+    bars = ax.bar(
+        range(len(runs)), hits, width=0.5, color=HIT, label="hits in the simulated cache"
+    )
     for bar, h in zip(bars, hits, strict=True):
+        # inside the bar: the bound's line may run just above it
         ax.text(
             bar.get_x() + bar.get_width() / 2,
-            h,
+            h / 2,
             f"{h:.1f}%",
             ha="center",
-            va="bottom",
+            va="center",
             fontsize=8,
+            color="white",
         )
     ax.axhline(
         bound,
