@@ -122,6 +122,7 @@ def test_numbers_files_and_order_agree():
         "12",
         "13",
         "14",
+        "15",
     ]
     assert all(
         c.file.startswith(c.number + "_") and c.file.endswith(".ipynb") for c in CHAPTERS
@@ -176,11 +177,11 @@ def test_parts_and_minutes():
         "12",
     ]
     assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
-    assert [c.number for c in CHAPTERS if c.part == "Part IV"] == ["14"]
-    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 595
+    assert [c.number for c in CHAPTERS if c.part == "Part IV"] == ["14", "15"]
+    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 625
     assert total_minutes("Part II") == 230
-    with pytest.raises(ValueError, match="no chapter '15'"):
-        chapter("15")
+    with pytest.raises(ValueError, match="no chapter '16'"):
+        chapter("16")
 
 
 def test_text_twin():
@@ -188,7 +189,7 @@ def test_text_twin():
     assert lines[0] == "Start: how the course works (15 min)"
     assert lines[1] == "  00  Start here" + " " * 38 + " 15 min  needs -"
     assert "  05b Scheduler corner cases" + " " * 26 + " 30 min  needs 05" in lines
-    assert lines[-1] == "total: 595 min, about 9.9 hours"
+    assert lines[-1] == "total: 625 min, about 10.4 hours"
     assert sum(1 for line in lines if line.startswith("  ")) == len(CHAPTERS)
 
 
@@ -223,7 +224,7 @@ def test_picture_reads_at_notebook_width(route):
         "Part I: nano-vllm's paged cache (275 min)",
         "Part II: vLLM's hybrid cache for DeepSeek V4 (230 min)",
         "Part III: a tiny DeepSeek V4 runs on it (45 min)",
-        "Part IV: size any model's cache as vLLM will (30 min)",
+        "Part IV: size any model's cache as vLLM will (60 min)",
     ]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]
     assert min(t.get_fontsize() for t in every_text) >= 8

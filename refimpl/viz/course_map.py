@@ -141,7 +141,7 @@ PARTS: dict[str, str] = {
     "Part I": "Part I: nano-vllm's paged cache",
     "Part II": "Part II: vLLM's hybrid cache for DeepSeek V4",
     "Part III": "Part III: a tiny DeepSeek V4 runs on it",
-    "Part IV": "Part IV: size any model's cache as vLLM will, and replay your traffic on it",
+    "Part IV": "Part IV: size any model's cache as vLLM will",
 }
 # Light fills so black 8 pt text stays readable; the edge colour is the same hue, darker.
 PART_FILL = {
@@ -179,6 +179,7 @@ _POSITION = {
     "12": (8, 1),
     "13": (8, 2),
     "14": (7, 2),
+    "15": (6, 2),
 }
 
 
