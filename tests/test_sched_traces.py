@@ -233,3 +233,28 @@ def test_simulated_hits_stay_under_the_upper_bound_and_reach_it_with_room():
     # with room for everything, a request misses at most the block its bound ends in
     assert all(b - h < 16 for h, b in zip(hits, bound, strict=True))
     assert sum(hits) > 0
+
+
+def test_recomputed_tokens_are_the_computed_tokens_a_resume_did_not_find_cached():
+    from refimpl.models import EngineArgs, plan_model
+    from refimpl.simulate import simulate
+
+    lines = [
+        json.dumps({"timestamp": 0, "segments": [[f"u{i}", 1500]], "output_length": 800})
+        for i in range(6)
+    ]
+    plan = plan_model(
+        EngineArgs(
+            "tests/data/configs/llama-3.1-8b",
+            num_gpu_blocks_override=400,
+            kv_cache_memory_bytes=1 << 30,
+            max_model_len=4096,
+        )
+    )
+    sim = simulate(plan, parse_trace(lines), clock="arrivals")
+    preempted = [r for r in sim.result.requests if r.num_preemptions]
+    assert preempted and all(r.recomputed_tokens > 0 for r in preempted)
+    # one was preempted during its prefill and resumed with nothing cached: it computes again
+    # everything it had computed (its whole prompt and a first output token)
+    assert max(r.recomputed_tokens for r in preempted) >= 1500
+    assert all(r.recomputed_tokens == 0 for r in sim.result.requests if not r.num_preemptions)

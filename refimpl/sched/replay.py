@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from refimpl.sched.output import ModelRunnerOutput
+from refimpl.sched.request import RequestStatus
 from refimpl.sched.scheduler import Scheduler
 from refimpl.sched.traces import TraceRequest
 
@@ -189,7 +190,9 @@ def replay(
                     finished += 1
             for rid in ids:
                 req = reqs.get(rid)
-                if req is not None:
+                # a request preempted since this step was scheduled keeps its count from
+                # before the preemption (its own is back at 0)
+                if req is not None and req.status == RequestStatus.RUNNING:
                     computed[rid] = req.num_computed_tokens
         if timed:
             now += dt
