@@ -142,6 +142,17 @@ crosscheck-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_cpu_isa record
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_serve_defaults record
 
+# vLLM 0.32's own Scheduler (built as its unit tests build it, no model) against refimpl.sched,
+# step for step on fuzzed traffic; -record rewrites tests/data/vllm_sched_oracle.json (~20 min).
+SCHED_STREAMS ?= 300
+.PHONY: crosscheck-sched crosscheck-sched-record
+crosscheck-sched: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.scheduler --streams 20
+
+crosscheck-sched-record: $(VLLM_STAMP)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.scheduler \
+		--streams $(SCHED_STREAMS) --record tests/data/vllm_sched_oracle.json
+
 # vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class
 # on the meta device, its platform's block size, each layer's get_kv_cache_spec) and plans them;
 # every spec and figure is compared with refimpl.models and `python -m refimpl plan --config`.

@@ -272,8 +272,11 @@ class KVCacheManager:
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
         # Blocks outside the window are garbage whatever happens next: free them first, so
-        # they count as free for the check below (and stay freed if it fails).
-        coordinator.remove_skipped_blocks(request.request_id, total_computed)
+        # they count as free for the check below (and stay freed if it fails). Only up to
+        # the processed tokens: a step still in flight reads the window below its tokens.
+        coordinator.remove_skipped_blocks(
+            request.request_id, max(0, total_computed - request.num_in_flight_tokens)
+        )
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
             request.request_id, num_tokens_need_slots, hits, total_computed
         )

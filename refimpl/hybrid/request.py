@@ -40,6 +40,10 @@ class Request:
     # it yet. The scheduler sets it from `KVCacheManager.get_computed_blocks`' third value (as
     # vLLM's does); retention then keeps the window's blocks there.
     shared_prefix_boundary: int = 0
+    # Tokens scheduled in steps whose output is not processed yet (async scheduling keeps
+    # one step in flight). A sliding window frees its old blocks only up to the processed
+    # tokens: the in-flight step's attention still reads them.
+    num_in_flight_tokens: int = 0
 
     def __post_init__(self) -> None:
         check_positive_int("hash_block_size", self.hash_block_size)

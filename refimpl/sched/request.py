@@ -34,8 +34,6 @@ class Request(AllocatorRequest):
     spec_token_ids: list[int] = field(default_factory=list)
     # async scheduling: output tokens scheduled but not yet returned by the model runner
     num_output_placeholders: int = 0
-    # tokens scheduled in steps whose output has not been processed yet
-    num_in_flight_tokens: int = 0
     # in-flight tokens scheduled before a preemption: their output is delivered but must not
     # move the reset counters
     num_stale_output_tokens: int = 0

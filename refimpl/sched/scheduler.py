@@ -406,6 +406,10 @@ class Scheduler:
                 break
             num_new_tokens = min(num_new_tokens, request_token_budget)
 
+            if pad_spec_decode:
+                # the padded rows are draft placeholders: the manager sees them as the
+                # request's drafts while it allocates their slots
+                request.spec_token_ids = [-1] * self.num_spec_tokens
             new_blocks = kvm.allocate_slots(
                 request,
                 num_new_tokens,
@@ -415,6 +419,7 @@ class Scheduler:
                 full_sequence_must_fit=self.scheduler_config.scheduler_reserve_full_isl,
                 has_scheduled_reqs=bool(self.running),
             )
+            request.spec_token_ids = []
             if new_blocks is None:
                 break
 

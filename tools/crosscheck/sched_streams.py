@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 EOS = 0
@@ -40,7 +40,9 @@ class Setting:
     policy: str = "fcfs"
     async_scheduling: bool = False
     retention: int | None = 0
-    unit: int = 1  # scales prompt lengths (large block sizes need long prompts)
+    unit: int = 1
+    # draft tokens per step (an n-gram drafter: no draft model, no lookahead slots); sync only
+    num_spec: int = 0  # scales prompt lengths (large block sizes need long prompts)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -53,13 +55,14 @@ class Setting:
 
 
 def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
-    """(name, groups, num_blocks, unit, k for retention k)."""
+    """(name, groups, spare blocks beyond one max_model_len request, unit, k for
+    retention k)."""
     return [
-        ("dense", (("full", 16),), 11, 1, 32),
-        ("swa", (("full", 16), ("swa", 16, 32)), 22, 1, 32),
+        ("dense", (("full", 16),), 1, 1, 32),
+        ("swa", (("full", 16), ("swa", 16, 32)), 3, 1, 32),
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
-        ("v4", (("full", 64), ("swa", 16, 64)), 40, 4, 128),
+        ("v4", (("full", 64), ("swa", 16, 64)), 6, 4, 128),
     ]
 
 
@@ -67,7 +70,7 @@ def settings() -> list[Setting]:
     """Every combination the crosscheck runs: layout x retention x chunked x async, with the
     scheduling flags varied alongside so each appears in many combinations."""
     out = []
-    for name, groups, nb, unit, k in _layouts():
+    for name, groups, spare, unit, k in _layouts():
         for retention in (None, 0, k):
             if retention is not None and not any(g[0] == "swa" for g in groups):
                 if retention != 0:
@@ -76,6 +79,15 @@ def settings() -> list[Setting]:
                 for asy in (False, True):
                     i = len(out)
                     mml = 160 * unit
+                    batch = (64 * unit) if chunked else mml
+                    in_flight = batch * (2 if asy else 1)
+                    # the smallest pool vLLM accepts (one request of max_model_len), plus spare
+                    nb = spare + sum(
+                        -(-mml // g[1])
+                        if g[0] == "full"
+                        else min(-(-mml // g[1]), -(-(g[2] - 1 + in_flight) // g[1]) + 1)
+                        for g in groups
+                    )
                     out.append(
                         Setting(
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
@@ -83,16 +95,25 @@ def settings() -> list[Setting]:
                             groups=groups,
                             num_blocks=nb,
                             max_model_len=mml,
-                            max_num_seqs=8 if i % 2 else 5,
-                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
+                            max_num_batched_tokens=batch,
                             enable_chunked_prefill=chunked,
                             long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
-                            policy="priority" if i % 4 == 1 else "fcfs",
+                            policy="priority" if i % 3 == 1 else "fcfs",
                             async_scheduling=asy,
                             retention=retention,
                             unit=unit,
                         )
                     )
+        for chunked in (True, False):
+            # speculative decoding: 2 draft tokens per step (vLLM hands drafts back between
+            # steps only when scheduling is synchronous)
+            base = next(
+                x
+                for x in out
+                if x.name == f"{name}-ret0-{'chunk' if chunked else 'nochunk'}-sync"
+            )
+            out.append(replace(base, name=base.name + "-spec2", num_spec=2))
     return out
 
 
@@ -150,6 +171,10 @@ class Side:
     def normalize(self, out: Any) -> dict:
         raise NotImplementedError
 
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        """The drafter's proposals after a step (synchronous scheduling)."""
+        raise NotImplementedError
+
     def has_requests(self) -> bool:
         raise NotImplementedError
 
@@ -186,8 +211,28 @@ def normalize_output(out: Any) -> dict:
     }
 
 
-def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: int = 3000):
-    """Play the stream; returns the step log (one normalized output per step)."""
+def accepted_drafts(req_id: str, step: int, num_drafts: int) -> int:
+    """How many of a step's draft tokens the made-up model accepts (0 to all)."""
+    h = int.from_bytes(hashlib.blake2b(f"{req_id}@{step}".encode(), digest_size=4).digest())
+    return h % (num_drafts + 1)
+
+
+def step_tokens(req_id: str, step: int, num_drafts: int) -> list[int]:
+    """The sampled tokens of a request that samples: one, plus its accepted drafts."""
+    n = 1 + accepted_drafts(req_id, step, num_drafts) if num_drafts else 1
+    return [sampled_token(req_id, step if j == 0 else step * 100 + j) for j in range(n)]
+
+
+def drive(
+    side: Side,
+    stream: list[list[dict]],
+    asynchronous: bool,
+    num_spec: int = 0,
+    max_steps: int = 3000,
+):
+    """Play the stream; returns the step log (one normalized output per step). With
+    `num_spec`, after each step every request of the step is offered `num_spec` draft
+    tokens."""
     log = []
     pending: list[tuple[Any, set[str], int]] = []
     step = 0
@@ -204,13 +249,19 @@ def drive(side: Side, stream: list[list[dict]], asynchronous: bool, max_steps: i
         depth = 2 if asynchronous else 1
         if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
             o, samplers, s = pending.pop(0)
+            spec = o.scheduled_spec_decode_tokens
             side.update(
                 o,
                 {
-                    r: ([sampled_token(r, s)] if r in samplers else [])
+                    r: (step_tokens(r, s, len(spec.get(r, ()))) if r in samplers else [])
                     for r in o.num_scheduled_tokens
                 },
             )
+            if num_spec and not asynchronous:
+                ids = list(o.num_scheduled_tokens)
+                side.update_drafts(
+                    ids, [[sampled_token(r, -s - j) for j in range(num_spec)] for r in ids]
+                )
         step += 1
         if step > max_steps:
             raise RuntimeError(f"stream did not drain in {max_steps} steps")
@@ -234,7 +285,9 @@ def summary(log: list[dict]) -> dict:
 class RefimplSide(Side):
     """refimpl's scheduler on refimpl's planner output for the setting."""
 
-    def __init__(self, setting: Setting) -> None:
+    def __init__(self, setting: Setting, scheduler_cls: type | None = None) -> None:
+        """`scheduler_cls` replaces the class `make_scheduler` picks (tests pass a scheduler
+        with a rule undone)."""
         from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
         from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
         from refimpl.sched import SchedulerConfig, make_scheduler
@@ -253,7 +306,8 @@ class RefimplSide(Side):
             num_blocks_override=setting.num_blocks,
             kv_cache_layout=LAYOUT,
         )
-        self.s = make_scheduler(
+        make = make_scheduler if scheduler_cls is None else scheduler_cls
+        self.s = make(
             SchedulerConfig(
                 max_num_batched_tokens=setting.max_num_batched_tokens,
                 max_num_seqs=setting.max_num_seqs,
@@ -263,6 +317,7 @@ class RefimplSide(Side):
                 policy=setting.policy,
                 async_scheduling=setting.async_scheduling,
                 prefix_cache_retention_interval=setting.retention,
+                num_speculative_tokens=setting.num_spec,
             ),
             config,
         )
@@ -296,6 +351,9 @@ class RefimplSide(Side):
 
     def normalize(self, out) -> dict:
         return normalize_output(out)
+
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        self.s.update_draft_token_ids(req_ids, drafts)
 
     def has_requests(self) -> bool:
         return self.s.has_requests()

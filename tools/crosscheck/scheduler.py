@@ -72,6 +72,17 @@ def _build(setting: Setting):
         async_scheduling=setting.async_scheduling,
         enable_prefix_caching=True,
         num_gpu_blocks_override=setting.num_blocks,
+        # an n-gram drafter needs no draft model; it reserves no lookahead slots
+        speculative_config=(
+            {
+                "method": "ngram",
+                "num_speculative_tokens": setting.num_spec,
+                "prompt_lookup_max": 3,
+                "prompt_lookup_min": 1,
+            }
+            if setting.num_spec
+            else None
+        ),
     ).create_engine_config()
     # vLLM's CPU platform turns async scheduling off ("not required on CPU"); the scheduler
     # itself is platform-free, so the setting is restored as a GPU platform keeps it
@@ -158,6 +169,11 @@ class VllmSide(Side):
     def normalize(self, out) -> dict:
         return normalize_output(out)
 
+    def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        from vllm.v1.outputs import DraftTokenIds
+
+        self.s.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
+
     def has_requests(self) -> bool:
         return self.s.get_num_unfinished_requests() > 0 or bool(self.s.finished_req_ids)
 
@@ -172,8 +188,8 @@ def check_stream(setting: Setting, seed: int) -> list[dict]:
         )
     if ours.s.kv_cache_manager.num_gpu_blocks != theirs.num_blocks:
         raise AssertionError("num_blocks differ")
-    a = drive(theirs, stream, setting.async_scheduling)
-    b = drive(ours, stream, setting.async_scheduling)
+    a = drive(theirs, stream, setting.async_scheduling, setting.num_spec)
+    b = drive(ours, stream, setting.async_scheduling, setting.num_spec)
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             raise AssertionError(
@@ -187,29 +203,44 @@ def check_stream(setting: Setting, seed: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", type=int, default=20)
-    p.add_argument("--only", default="", help="substring of setting names to run")
+    p.add_argument("--only", default="", help="substrings of setting names, comma-separated")
     p.add_argument("--record", default="")
     args = p.parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    oracle = {"generator": "tools/crosscheck/sched_streams.py", "settings": []}
+    oracle = {
+        "generator": "tools/crosscheck/sched_streams.py (stream seed = index in digests)",
+        "settings": [],
+    }
     t0 = time.time()
     for setting in settings():
-        if args.only and args.only not in setting.name:
+        if args.only and not any(o in setting.name for o in args.only.split(",")):
             continue
         t = time.time()
-        entry = {"setting": setting.to_json(), "streams": []}
+        entry = {"setting": setting.to_json(), "digests": [], "totals": {}}
         for seed in range(args.streams):
             log = check_stream(setting, seed)
-            entry["streams"].append([seed, digest(log), summary(log)])
-        tot = {k: sum(s[2][k] for s in entry["streams"]) for k in entry["streams"][0][2]}
+            entry["digests"].append(digest(log))
+            for k, v in summary(log).items():
+                entry["totals"][k] = entry["totals"].get(k, 0) + v
         print(
-            f"{setting.name}: {args.streams} streams equal {tot} {time.time() - t:.1f}s",
+            f"{setting.name}: {args.streams} streams equal {entry['totals']} "
+            f"{time.time() - t:.1f}s",
             flush=True,
         )
         oracle["settings"].append(entry)
     print(f"all equal, {time.time() - t0:.0f}s")
     if args.record:
-        Path(args.record).write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
+        # settings recorded by an earlier (partial) run are kept unless rerun now
+        path = Path(args.record)
+        if path.exists():
+            done = {e["setting"]["name"] for e in oracle["settings"]}
+            old = json.loads(path.read_text())["settings"]
+            oracle["settings"] = [e for e in old if e["setting"]["name"] not in done] + oracle[
+                "settings"
+            ]
+        order = [s.name for s in settings()]
+        oracle["settings"].sort(key=lambda e: order.index(e["setting"]["name"]))
+        path.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
     return 0
 
 

@@ -1,0 +1,118 @@
+"""refimpl's scheduler replays vLLM 0.32's own `Scheduler`, step for step, without vLLM.
+
+`tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window and a DeepSeek
+V4-shaped cache; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
+sha256 digest of vLLM's step log for every fuzzed stream (recorded by
+`python -m tools.crosscheck.scheduler --record ...`, which first checks refimpl equal step for
+step). A stream is a seed: `tools.crosscheck.sched_streams` expands it again here.
+
+The fast test replays the first streams of every setting; the slow one all of them. Mutants
+(a rule undone in a copy of the scheduler's source) must fail the replay.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+import refimpl.sched.scheduler as scheduler_module
+from tools.crosscheck.sched_streams import RefimplSide, Setting, digest, drive, make_stream
+
+ORACLE = json.loads((Path(__file__).parent / "data" / "vllm_sched_oracle.json").read_text())
+SETTINGS = [(Setting.from_json(e["setting"]), e["digests"]) for e in ORACLE["settings"]]
+TOTALS = {e["setting"]["name"]: e["totals"] for e in ORACLE["settings"]}
+
+
+def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
+    side = RefimplSide(setting, scheduler_cls)
+    return digest(
+        drive(side, make_stream(seed, setting), setting.async_scheduling, setting.num_spec)
+    )
+
+
+def test_oracle_covers_every_setting():
+    names = {s.name for s, _ in SETTINGS}
+    assert len(names) == 38
+    for layout in ("dense", "swa", "v4"):
+        for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
+            assert any(n.startswith(layout) and n.endswith(mode) for n in names)
+    assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
+    assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128}
+    assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
+    assert all(len(digests) >= 300 for _, digests in SETTINGS)
+    # the streams exercise what they are meant to: prefix hits in every setting, and
+    # preemptions in every layout, chunked or not, sync or async (not in every setting: a
+    # no-chunk budget of max_model_len makes vLLM's smallest pool larger)
+    assert all(t["hit_tokens"] > 0 for t in TOTALS.values())
+    for layout in ("dense", "swa", "v4"):
+        for mode in ("-chunk-sync", "-chunk-async", "-nochunk-sync", "-nochunk-async"):
+            assert any(
+                t["preemptions"] > 0
+                for n, t in TOTALS.items()
+                if n.startswith(layout) and mode in n
+            ), (layout, mode)
+
+
+@pytest.mark.parametrize("setting,digests", SETTINGS, ids=[s.name for s, _ in SETTINGS])
+def test_replays_vllm_first_streams(setting, digests):
+    for seed, want in enumerate(digests[:3]):
+        assert replay(setting, seed) == want, f"{setting.name} seed {seed}"
+
+
+@pytest.mark.slow
+def test_replays_vllm_every_stream():
+    for setting, digests in SETTINGS:
+        for seed, want in enumerate(digests):
+            assert replay(setting, seed) == want, f"{setting.name} seed {seed}"
+
+
+def mutant(old: str, new: str) -> type:
+    """A copy of refimpl's `Scheduler` with `old` replaced by `new` in its source."""
+    source = Path(scheduler_module.__file__).read_text()
+    assert old in source, old
+    module = types.ModuleType("mutant_scheduler")
+    exec(compile(source.replace(old, new), "mutant_scheduler.py", "exec"), module.__dict__)
+    return module.Scheduler
+
+
+MUTANTS = {
+    # preempt the first running request instead of the last (FCFS)
+    "preemption-order": (
+        "preempted_req = self.running.pop()",
+        "preempted_req = self.running.pop(0)",
+    ),
+    # ignore long_prefill_token_threshold
+    "long-prefill-threshold": ("if 0 < threshold < num_new_tokens:", "if False:"),
+    # do not pin the shared-prefix junction the lookup reports
+    "junction-pin": ("request.shared_prefix_boundary = boundary", "pass"),
+    # keep rejected draft tokens as computed
+    "draft-rollback": ("request.num_computed_tokens -= num_rejected", "pass"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_replay_fails_with_a_rule_undone(name):
+    cls = mutant(*MUTANTS[name])
+    checked = 0
+    for setting, digests in SETTINGS:
+        if setting.async_scheduling:
+            continue  # the mutant is the synchronous class
+        if name == "long-prefill-threshold" and not setting.long_prefill_token_threshold:
+            continue
+        if name == "preemption-order" and setting.policy != "fcfs":
+            continue
+        if name == "junction-pin" and not setting.name.startswith(("swa", "v4")):
+            continue
+        if name == "draft-rollback" and not setting.num_spec:
+            continue
+        for seed, want in enumerate(digests[:40]):
+            checked += 1
+            try:
+                if replay(setting, seed, cls) != want:
+                    return
+            except ValueError:
+                return  # the mutant cannot even drive the cache through the stream
+    pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
