@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             continue
         module.add_parser(subparsers)
+    if argv[:1] == ["plan"] and "plan" in chosen:  # a pasted serve command; vLLM's spellings
+        try:
+            argv = ["plan", *importlib.import_module(SUBCOMMANDS["plan"]).plan_argv(argv[1:])]
+        except ValueError as exc:
+            print(f"{parser.prog} plan: error: {exc}", file=sys.stderr)
+            return 2
     return run(parser, argv)
 
 

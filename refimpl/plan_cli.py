@@ -212,11 +212,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=DefaultsHelpFormatter,
     )
     parser.refuse_unknown_options = True  # OneLineErrorParser: suggest the nearest flag
-    parser.add_argument(
-        "serve_command",
-        nargs="*",
-        help="after --: a vllm serve MODEL [flags] command, pasted as it is",
-    )
     model = parser.add_argument_group("model and budget")
     model.add_argument(
         "--config",
@@ -415,8 +410,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     out.add_argument("--json", action="store_true", help="print machine-readable JSON")
     out.add_argument("--wide", action="store_true", help=f"lines past {WIDTH} columns")
     add_no_effect_flags(parser)
-    parser.set_defaults(func=run_plan, parser_error=parser.error, plan_parser=parser)
+    parser.set_defaults(func=run_plan, parser_error=parser.error)
     return parser
+
+
+class _RecordFlag(argparse.Action):
+    """Keeps only which spelling of a flag was typed (`--port`, `--no-enable-log-requests`);
+    its values are read and dropped."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, option_string)
 
 
 def add_no_effect_flags(parser: argparse.ArgumentParser) -> None:
@@ -428,20 +431,53 @@ def add_no_effect_flags(parser: argparse.ArgumentParser) -> None:
         free = [o for o in options if o not in taken]
         if len(free) != len(options):
             continue  # planned here (or vLLM's --config, a YAML file: refused in a paste)
-        kwargs = {"action": "store_const", "const": True} if arity == "switch" else {}
-        if arity != "switch":
-            kwargs["nargs"] = nargs[arity]
         parser.add_argument(
             *free,
+            action=_RecordFlag,
+            nargs=nargs[arity],
             dest=_IGNORED + dest,
             default=argparse.SUPPRESS,
             help=argparse.SUPPRESS,
-            **kwargs,
         )
 
 
+def plan_argv(argv: list[str]) -> list[str]:
+    """`plan`'s arguments as its parser takes them: a serve command pasted after a lone `--`
+    becomes flags (`serve_command_argv`), and every flag is spelt as vLLM's parser reads it
+    (`vllm_spelling`). A one-line ValueError when the paste is not a serve command or comes
+    with --config too."""
+    if "--" not in argv:
+        return vllm_spelling(argv)
+    at = argv.index("--")
+    before, pasted = vllm_spelling(argv[:at]), serve_command_argv(argv[at + 1 :])
+    if pasted[:1] == ["--config"] and any(
+        a.split("=", 1)[0] in ("--config", "--model") for a in before
+    ):
+        raise ValueError("give --config or a pasted serve command's model, not both")
+    return before + pasted
+
+
+def vllm_spelling(argv: list[str]) -> list[str]:
+    """Flags as vLLM's parser reads them (`FlexibleArgumentParser`): underscores in a flag's
+    name are dashes (`--max_model_len`), and `-O3`, `-O=3` or `-O 3` is
+    `--optimization-level 3`."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            key, sep, value = arg.partition("=")
+            name, dot, rest = key[2:].partition(".")
+            out.append(f"--{name.replace('_', '-')}{dot}{rest}{sep}{value}")
+        elif arg.startswith("-O") and arg != "-O":
+            out += ["--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]]
+        elif arg == "-O" and argv[i + 1 : i + 2] and argv[i + 1] in ("0", "1", "2", "3"):
+            out.append("--optimization-level")
+        else:
+            out.append(arg)
+    return out
+
+
 def serve_command_argv(words: list[str]) -> list[str]:
-    """`vllm serve MODEL [flags]` (pasted after --) as this command's argv."""
+    """`vllm serve MODEL [flags]` (pasted after --) as this command's flags."""
     rest = list(words)
     if rest[:2] == ["vllm", "serve"]:
         rest = rest[2:]
@@ -449,7 +485,8 @@ def serve_command_argv(words: list[str]) -> list[str]:
         rest = rest[1:]
     else:
         raise ValueError(
-            f"after -- give a vllm serve command (vllm serve MODEL [flags]), got {words[0]!r}"
+            "after -- give a vllm serve command (vllm serve MODEL [flags]), got "
+            f"{' '.join(words[:2])!r}"
         )
     if "--config" in rest:
         raise ValueError(
@@ -457,7 +494,7 @@ def serve_command_argv(words: list[str]) -> list[str]:
         )
     if rest and not rest[0].startswith("-"):
         rest = ["--config", rest[0], *rest[1:]]
-    return rest
+    return vllm_spelling(rest)
 
 
 def engine_args(args: argparse.Namespace):
@@ -471,7 +508,7 @@ def engine_args(args: argparse.Namespace):
     for name in vars(args):
         dest = name.removeprefix(_IGNORED)
         if name.startswith(_IGNORED) and dest in refused:
-            flag = VLLM_SERVE_FLAGS[dest][0][0]
+            flag = getattr(args, name)
             fix = "" if dest in NOT_PLANNED else " or give --kv-cache-memory-bytes"
             raise ValueError(
                 f"{flag} changes the plan ({refused[dest]}) in a way refimpl does not plan "
@@ -488,11 +525,7 @@ def engine_args(args: argparse.Namespace):
 
 def no_effect_flags(args: argparse.Namespace) -> list[str]:
     """The vllm serve flags given that do not change the KV plan, as typed."""
-    return sorted(
-        VLLM_SERVE_FLAGS[name.removeprefix(_IGNORED)][0][0]
-        for name in vars(args)
-        if name.startswith(_IGNORED)
-    )
+    return sorted(typed for name, typed in vars(args).items() if name.startswith(_IGNORED))
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -500,11 +533,6 @@ def run_plan(args: argparse.Namespace) -> int:
     from refimpl.models import plan_model
 
     try:
-        if args.serve_command:
-            if args.config is not None:
-                raise ValueError("give --config or a pasted serve command, not both")
-            argv = serve_command_argv(args.serve_command)
-            args = args.plan_parser.parse_args(argv)
         config = None
         config = engine_args(args).create_engine_config()
         plan = plan_model(config)

@@ -635,3 +635,56 @@ def test_mamba_cache_mode_is_vllms_name_for_the_prefix_caching_choice(capsys):
     assert none["groups"] != align["groups"]
     mamba = [g for g in none["groups"] if g["kind"] == "MambaSpec"]
     assert {g["block_size"] for g in mamba} == {8192}
+
+
+def test_vllm_spellings_are_read_as_vllm_reads_them(capsys):
+    """Underscores in flag names and -O3 / -O 3, as vLLM's FlexibleArgumentParser takes them,
+    also inside a pasted serve command."""
+    llama = str(CONFIGS / "llama-3.1-8b")
+    dashed = json.loads(
+        plan(
+            capsys,
+            "--config",
+            llama,
+            "--kv-cache-memory-bytes",
+            "20G",
+            "--max-model-len",
+            "8K",
+            "--json",
+        )
+    )
+    underscored = json.loads(
+        plan(
+            capsys,
+            "--config",
+            llama,
+            "--kv_cache_memory_bytes",
+            "20G",
+            "--max_model_len=8K",
+            "-O3",
+            "--json",
+        )
+    )
+    pasted = json.loads(
+        plan(
+            capsys,
+            "--json",
+            "--",
+            "vllm",
+            "serve",
+            llama,
+            "--kv_cache_memory_bytes",
+            "20G",
+            "-O",
+            "3",
+            "--max_model_len",
+            "8K",
+        )
+    )
+    for key in ("num_blocks", "kv_cache_size_tokens", "max_model_len"):
+        assert dashed[key] == underscored[key] == pasted[key], key
+    assert (
+        underscored["no_effect_flags"] == pasted["no_effect_flags"] == ["--optimization-level"]
+    )
+    assert main(["plan", "--config", llama, "--", "vllm", "serve", llama]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -166,7 +166,8 @@ def resolve_scheduler_settings(
         if platform == "cpu":
             why = f"vLLM's CPU platform (2,048 per rank x {world_size} ranks)"
         else:
-            why = f"a GPU of {memory / GIB:.2f} GiB ({name})"
+            named = device_name or (name if device_memory is None else None)
+            why = f"a GPU of {memory / GIB:.2f} GiB" + (f" ({named})" if named else "")
         notes.append(f"--max-num-batched-tokens {batched:,}: vllm serve's default on {why}")
     else:
         batched = max_num_batched_tokens
