@@ -39,11 +39,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             continue
         module.add_parser(subparsers)
-    if argv[:1] == ["plan"] and "plan" in chosen:  # a pasted serve command; vLLM's spellings
+    command = argv[0] if argv else None
+    # a pasted serve command; vLLM's spellings (simulate takes plan's flags)
+    if command in ("plan", "simulate") and command in chosen:
         try:
-            argv = ["plan", *importlib.import_module(SUBCOMMANDS["plan"]).plan_argv(argv[1:])]
+            argv = [command, *importlib.import_module(SUBCOMMANDS["plan"]).plan_argv(argv[1:])]
         except ValueError as exc:
-            print(f"{parser.prog} plan: error: {exc}", file=sys.stderr)
+            print(f"{parser.prog} {command}: error: {exc}", file=sys.stderr)
             return 2
     return run(parser, argv)
 

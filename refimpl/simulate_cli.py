@@ -217,8 +217,6 @@ def run_simulate(args: argparse.Namespace) -> int:
     from refimpl.hybrid.kv_cache_utils import NotEnoughKVCacheMemoryError
 
     try:
-        if args.serve_command:
-            raise ValueError("simulate takes --config and flags, not a pasted serve command")
         if args.plot and not args.sweep:
             raise ValueError("--plot draws a --sweep; give --sweep FLAG=V1,V2,...")
         trace = _trace(args)

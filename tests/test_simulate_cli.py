@@ -107,3 +107,14 @@ def test_bad_flags_get_one_line(capsys, trace, argv, words):
     code, out, err = run(capsys, "--trace", trace, *argv)
     assert code == 2 and out == ""
     assert words in err and err.count("\n") == 1
+
+
+def test_a_pasted_serve_command_with_vllm_spellings_plans_the_same(capsys, trace):
+    code, out, _ = run(capsys, "--trace", trace, "--kv-cache-memory-bytes", "1G", "--json")
+    pasted = main(
+        ["simulate", "--trace", trace, "--json", "--", "vllm", "serve", CONFIG]
+        + ["--max_model_len", "4096", "--kv-cache-memory-bytes", "1G"]
+    )
+    again, _ = capsys.readouterr()
+    assert code == pasted == 0
+    assert json.loads(out) == json.loads(again)
