@@ -1,4 +1,5 @@
-"""python -m refimpl: a small command line (plan a KV cache, start the lab, grade exercises).
+"""python -m refimpl: a small command line (plan a KV cache, simulate traffic on it, start
+the lab, grade exercises).
 
 Each sub-command lives next to the code it drives and registers itself here through
 `add_parser(subparsers)`; the heavy imports happen only when that sub-command runs.
@@ -17,6 +18,7 @@ from refimpl.cli import OneLineErrorParser, run
 SUBCOMMANDS = {
     "plan": "refimpl.plan_cli",
     "lab": "refimpl.course.lab",
+    "simulate": "refimpl.simulate_cli",
     "grade": "grader.cli",
 }
 
@@ -38,11 +40,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             continue
         module.add_parser(subparsers)
-    if argv[:1] == ["plan"] and "plan" in chosen:  # a pasted serve command; vLLM's spellings
+    command = argv[0] if argv else None
+    # a pasted serve command; vLLM's spellings (simulate takes plan's flags)
+    if command in ("plan", "simulate") and command in chosen:
         try:
-            argv = ["plan", *importlib.import_module(SUBCOMMANDS["plan"]).plan_argv(argv[1:])]
+            argv = [command, *importlib.import_module(SUBCOMMANDS["plan"]).plan_argv(argv[1:])]
         except ValueError as exc:
-            print(f"{parser.prog} plan: error: {exc}", file=sys.stderr)
+            print(f"{parser.prog} {command}: error: {exc}", file=sys.stderr)
             return 2
     return run(parser, argv)
 

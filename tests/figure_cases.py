@@ -31,6 +31,7 @@ import refimpl.viz.scheduler_stepper as scheduler_stepper
 import refimpl.viz.softmax_stepper as softmax_stepper
 import refimpl.viz.split_kv as split_kv
 import refimpl.viz.timeline as timeline
+import refimpl.viz.traffic as traffic
 import refimpl.viz.v4_engine as v4_engine
 import refimpl.viz.v4_layer as layer_viz
 from refimpl.viz.stepper import Frame, Stepper, record_frames
@@ -794,6 +795,34 @@ def pipeline_glossary_08b():
     )
 
 
+def traffic_figures():
+    """Chapter 15's three figures on the shipped Mooncake slice: shared blocks of two
+    conversations, KV usage of two replays, hit rate against memory (small replays: the
+    requests under 4,000 prompt tokens)."""
+    from refimpl.models import EngineArgs, plan_model
+    from refimpl.sched.traces import SLICE_PATH, read_trace
+    from refimpl.simulate import simulate
+
+    trace = read_trace(SLICE_PATH)
+    few = [r for r in trace if r.hash_ids[1:2] and r.hash_ids[1] in (6760, 56177)]
+    short = [r for r in trace if r.input_length < 4000]
+    config = Path(__file__).parent / "data" / "configs" / "llama-3.1-8b"
+    sims = {
+        f"{g} GiB": simulate(
+            plan_model(EngineArgs(config, kv_cache_memory_bytes=g << 30, max_model_len=4096)),
+            short,
+            clock="arrivals",
+        )
+        for g in (1, 2)
+    }
+    runs = [(label, sim.summary()) for label, sim in sims.items()]
+    return [
+        traffic.draw_shared_blocks(few),
+        traffic.draw_kv_usage(sims),
+        traffic.draw_sweep("KV cache memory", runs, reference=("up to 50%", 0.5)),
+    ]
+
+
 CASES: dict[str, tuple[Callable, Builder]] = {
     "course_map": (course_map.draw_course_map, course_map_plain),
     "course_map_route": (course_map.draw_course_map, course_map_route),
@@ -844,6 +873,9 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),
     "request_plans": (request_plan.draw_request_plan, request_plans),
     "pipeline_glossary": (pipeline_glossary.draw_pipeline_glossary, pipeline_glossary_08b),
+
+
+    "traffic": (traffic.draw_sweep, traffic_figures),
 }
 
 

@@ -122,6 +122,7 @@ def test_numbers_files_and_order_agree():
         "12",
         "13",
         "14",
+        "15",
     ]
     assert all(
         c.file.startswith(c.number + "_") and c.file.endswith(".ipynb") for c in CHAPTERS
@@ -176,13 +177,14 @@ def test_parts_and_minutes():
         "11",
         "12",
         "14",
+        "15",
     ]
     assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
     assert {c.part for c in CHAPTERS} == {"Start", "Part I", "Part II", "Part III"}
-    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 690
-    assert total_minutes("Part II") == 280
-    with pytest.raises(ValueError, match="no chapter '15'"):
-        chapter("15")
+    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 720
+    assert total_minutes("Part II") == 310
+    with pytest.raises(ValueError, match="no chapter '16'"):
+        chapter("16")
 
 
 def test_text_twin():
@@ -190,7 +192,7 @@ def test_text_twin():
     assert lines[0] == "Start: how the course works (15 min)"
     assert lines[1] == "  00  Start here" + " " * 38 + " 15 min  needs -"
     assert "  05b Scheduler corner cases" + " " * 26 + " 45 min  needs 05" in lines
-    assert lines[-1] == "total: 690 min, about 11.5 hours"
+    assert lines[-1] == "total: 720 min, about 12.0 hours"
     assert sum(1 for line in lines if line.startswith("  ")) == len(CHAPTERS)
 
 
@@ -223,7 +225,7 @@ def test_picture_reads_at_notebook_width(route):
     assert [t.get_text() for t in legend.get_texts()][:4] == [
         "Start: how the course works (15 min)",
         "Part I: nano-vllm's paged cache (350 min)",
-        "Part II: vLLM's hybrid cache (V4, any model) (280 min)",
+        "Part II: vLLM's hybrid cache (V4, any model) (310 min)",
         "Part III: a tiny DeepSeek V4 runs on it (45 min)",
     ]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]

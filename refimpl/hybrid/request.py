@@ -75,12 +75,12 @@ class Request:
     def _update_block_hashes(self) -> None:
         """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
         but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
-        tokens = self.all_token_ids
         h = self.hash_block_size
         first = len(self.block_hashes) * h
-        num_new = (len(tokens) - first) // h
+        num_new = (self.num_tokens - first) // h
         if num_new <= 0:
-            return
+            return  # most decode steps: no chunk completed, no copy of the tokens
+        tokens = self.all_token_ids
         raw = np.asarray(tokens[first : first + num_new * h], dtype="<i8").tobytes()
         step = 8 * h
         parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH

@@ -9,6 +9,12 @@ Sources: the totals are those recorded for these devices in
 `tools/crosscheck/vllm_serve_defaults.py` (`GPUS`), where vLLM's own `get_batch_defaults` is
 asked about each; in MiB, as `nvidia-smi` prints them: H100 80GB HBM3 81,559 MiB,
 A100-SXM4-80GB 81,153 MiB, H200 143,157 MiB, B200 182,642 MiB, L4 22,488 MiB.
+
+`peak_flops` (dense BF16 tensor-core FLOP/s, no sparsity) and `memory_bandwidth` (bytes/s)
+are the vendors' datasheet figures; only `simulate`'s step-time estimate reads them
+(`refimpl.sched.clock.RooflineStepTime`): H100 SXM 989 TFLOP/s and 3.35 TB/s, A100 80GB SXM
+312 TFLOP/s and 2.04 TB/s, H200 989 TFLOP/s and 4.8 TB/s, B200 2.25 PFLOP/s and 8 TB/s,
+L4 121 TFLOP/s and 300 GB/s.
 """
 
 from __future__ import annotations
@@ -24,14 +30,28 @@ class GPUInfo:
     name: str
     total_memory: int
     aliases: tuple[str, ...] = ()
+    peak_flops: float | None = None  # dense BF16, FLOP/s (datasheet)
+    memory_bandwidth: float | None = None  # bytes/s (datasheet)
 
 
 GPUS: tuple[GPUInfo, ...] = (
-    GPUInfo("NVIDIA H100 80GB HBM3", 85_520_809_984, ("h100", "h100-80gb", "h100-sxm")),
-    GPUInfo("NVIDIA A100-SXM4-80GB", 85_094_891_520, ("a100", "a100-80gb", "a100-sxm4-80gb")),
-    GPUInfo("NVIDIA H200", 150_110_011_392, ("h200",)),
-    GPUInfo("NVIDIA B200", 191_514_607_616, ("b200",)),
-    GPUInfo("NVIDIA L4", 23_580_639_232, ("l4",)),
+    GPUInfo(
+        "NVIDIA H100 80GB HBM3",
+        85_520_809_984,
+        ("h100", "h100-80gb", "h100-sxm"),
+        989e12,
+        3.35e12,
+    ),
+    GPUInfo(
+        "NVIDIA A100-SXM4-80GB",
+        85_094_891_520,
+        ("a100", "a100-80gb", "a100-sxm4-80gb"),
+        312e12,
+        2.039e12,
+    ),
+    GPUInfo("NVIDIA H200", 150_110_011_392, ("h200",), 989e12, 4.8e12),
+    GPUInfo("NVIDIA B200", 191_514_607_616, ("b200",), 2250e12, 8e12),
+    GPUInfo("NVIDIA L4", 23_580_639_232, ("l4",), 121e12, 300e9),
 )
 #: The GPU `plan` assumes when no memory flag is given (what `--help` names).
 DEFAULT_GPU = GPUS[0]

@@ -131,6 +131,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         35,
         ("12",),
     ),
+    Chapter("15", "15_your_traffic.ipynb", "Your traffic", "Your traffic", 30, ("14",)),
 )
 
 PARTS: dict[str, str] = {
@@ -174,6 +175,7 @@ _POSITION = {
     "12": (8, 2),
     "13": (8, 3),
     "14": (8, 1),
+    "15": (7, 1),
 }
 
 

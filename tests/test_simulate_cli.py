@@ -1,0 +1,120 @@
+"""`python -m refimpl simulate`: plan's flags, the report, --json, --sweep and --plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from refimpl.__main__ import main
+
+CONFIG = "tests/data/configs/llama-3.1-8b"
+
+
+@pytest.fixture
+def trace(tmp_path):
+    """Three users behind one system prompt, arriving 10 ms apart, two turns each."""
+    lines = []
+    for turn in range(2):
+        for user in range(3):
+            segments = [["system", 300], [f"user{user}-t0", 100]]
+            if turn:
+                segments.append([f"user{user}-t1", 60])
+            lines.append(
+                {"timestamp": 10 * (3 * turn + user), "segments": segments, "output_length": 8}
+            )
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return str(path)
+
+
+def run(capsys, *argv):
+    code = main(["simulate", "--config", CONFIG, "--max-model-len", "4096", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_report_fits_100_columns_and_names_each_figure(capsys, trace):
+    code, out, err = run(capsys, "--trace", trace, "--kv-cache-memory-bytes", "1G")
+    assert code == 0 and err == ""  # no progress bar when stderr is not a terminal
+    assert max(len(line) for line in out.splitlines()) <= 100
+    for words in (
+        "Prefix-cache hits",
+        "Upper bound",
+        "Preemptions",
+        "Waiting",
+        "KV cache usage",
+        "Batches",
+        "Throughput",
+        "roofline estimate on NVIDIA H100 80GB HBM3",
+    ):
+        assert words in out
+
+
+def test_json_hits_match_the_trace(capsys, trace):
+    code, out, _ = run(
+        capsys,
+        "--trace",
+        trace,
+        "--kv-cache-memory-bytes",
+        "1G",
+        "--clock",
+        "arrivals",
+        "--json",
+    )
+    data = json.loads(out)
+    assert code == 0
+    # turn 0: users 1 and 2 reuse the 300-token system prompt (18 blocks of 16 = 288);
+    # turn 1: each user reuses its whole first turn (400 tokens = 25 blocks)
+    assert data["upper_bound_tokens"] == 2 * 300 + 3 * 400
+    assert data["hit_tokens"] == 2 * 288 + 3 * 400
+    assert data["waiting_seconds_mean"] is None  # arrival order has no time
+    assert data["num_requests"] == 6
+
+
+def test_sweep_prints_a_row_per_value_and_plots(capsys, trace, tmp_path):
+    png = tmp_path / "sweep.png"
+    code, out, _ = run(
+        capsys,
+        "--trace",
+        trace,
+        "--kv-cache-memory-bytes",
+        "1G",
+        "--sweep",
+        "block-size=16,32",
+        "--plot",
+        str(png),
+    )
+    assert code == 0
+    rows = out.splitlines()
+    assert rows[0].split()[0] == "--block-size" and len(rows) == 4
+    assert [r.split()[0] for r in rows[2:]] == ["16", "32"]
+    # a 32-token block keeps one block less of the system prompt (288 -> 288, 400 -> 384)
+    assert rows[2].split()[1] != rows[3].split()[1]
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--plot", "x.png"], "--plot draws a --sweep"),
+        (["--sweep", "max-num-seqs"], "--sweep takes FLAG=V1,V2"),
+        (["--sweep", "max-num-seqs=4,x"], "--sweep --max-num-seqs x"),
+        (["--trace-file", "x"], "did you mean --trace"),
+    ],
+)
+def test_bad_flags_get_one_line(capsys, trace, argv, words):
+    code, out, err = run(capsys, "--trace", trace, *argv)
+    assert code == 2 and out == ""
+    assert words in err and err.count("\n") == 1
+
+
+def test_a_pasted_serve_command_with_vllm_spellings_plans_the_same(capsys, trace):
+    code, out, _ = run(capsys, "--trace", trace, "--kv-cache-memory-bytes", "1G", "--json")
+    pasted = main(
+        ["simulate", "--trace", trace, "--json", "--", "vllm", "serve", CONFIG]
+        + ["--max_model_len", "4096", "--kv-cache-memory-bytes", "1G"]
+    )
+    again, _ = capsys.readouterr()
+    assert code == pasted == 0
+    assert json.loads(out) == json.loads(again)
