@@ -873,8 +873,6 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),
     "request_plans": (request_plan.draw_request_plan, request_plans),
     "pipeline_glossary": (pipeline_glossary.draw_pipeline_glossary, pipeline_glossary_08b),
-
-
     "traffic": (traffic.draw_sweep, traffic_figures),
 }
 
