@@ -484,7 +484,7 @@ class AnswerFreeFinder(importlib.abc.MetaPathFinder):
     def __init__(self, sources: dict[str, str]) -> None:
         self.sources = dict(sources)
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, _path=None, _target=None):  # called positionally
         if _blocked(fullname):
             return importlib.machinery.ModuleSpec(fullname, _BlockedLoader())
         source = self.sources.pop(fullname, None)

@@ -400,7 +400,7 @@ def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
     return min(pads, key=lambda d: (pads[d], d))
 
 
-def approximate_gcd_ignores_lower_bound(values, lower_bound=None):
+def approximate_gcd_ignores_lower_bound(values, lower_bound=None):  # noqa: ARG001 (the bug)
     """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be
     split."""
     from refimpl.hybrid.kv_cache_planning import approximate_gcd

@@ -233,7 +233,7 @@ class ReferenceGuard:
         finally:
             sys.setprofile(previous)
 
-    def _on_event(self, frame, event: str, arg: Any) -> None:
+    def _on_event(self, frame, event: str, _arg: Any) -> None:
         if event == "call" and self.called is None:
             self.called = self.names.get(frame.f_code)
 
