@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import grader as course
-from grader import broken
+from grader import broken, reference_copies, reference_copies_v4
 from grader.broken import BROKEN_VARIANTS, BrokenVariant
 from grader.hybrid_checks import reference_kv_cache_config, reference_packed_groups
 from grader.lockstep import Lockstep, first_difference, run_check
@@ -50,42 +50,42 @@ def test_reference_passes_every_check(grader):
     assert report.num_checks >= 6
 
 
-def test_an_edit_that_changes_nothing_passes_every_grader():
-    """The variants are reference methods recompiled with one edit: recompiling alone changes
-    nothing."""
-    same = {
-        name: broken.edited(getattr(Scheduler, name))
-        for name in ("schedule", "preempt", "postprocess")
+def test_the_graders_copies_of_the_reference_pass_every_grader():
+    """The variants are the grader's copies with one edit: each copy, unedited and recompiled
+    (as `edited` does), behaves as the reference."""
+    copies = {
+        "check_scheduler": reference_copies.SchedulerCopy,
+        "check_block_manager": reference_copies.BlockManagerCopy,
+        "check_prefix_cache": reference_copies.BlockManagerCopy,
+        "check_window_frees": reference_copies.SlidingWindowManagerCopy,
+        "check_fixed_point_hit": reference_copies.HybridKVCacheCoordinatorCopy,
     }
-    assert course.check_scheduler(
-        type("Same", (Scheduler,), same), verbose=False, allow_reference=True
-    ).passed
-    methods = (
-        "_allocate_block",
-        "_block_hashes",
-        "_prefix_hits",
-        "_match_prefix",
-        "can_allocate",
-        "allocate",
-        "deallocate",
-        "can_append",
-        "may_append",
-        "hash_blocks",
+    for grader, copy in copies.items():
+        recompiled = type(
+            "Same",
+            (copy,),
+            {
+                name: broken.edited(value)
+                for name, value in vars(copy).items()
+                if callable(value)
+            },
+        )
+        for implementation in (copy, recompiled):
+            report = getattr(course, grader)(
+                implementation, verbose=False, allow_reference=True
+            )
+            assert report.passed, (grader, report.table())
+    report = course.check_swa_indices(
+        reference_copies_v4.compute_swa_indices_and_lens, verbose=False, allow_reference=True
     )
-    same = type(
-        "Same",
-        (BlockManager,),
-        {name: broken.edited(getattr(BlockManager, name)) for name in methods},
-    )
-    assert course.check_block_manager(same, verbose=False, allow_reference=True).passed
-    assert course.check_prefix_cache(same, verbose=False, allow_reference=True).passed
+    assert report.passed, report.table()
 
 
 def test_an_edit_must_match_exactly_one_line():
     with pytest.raises(ValueError, match="has 0 lines 'no such line'"):
-        broken.edited(Scheduler.schedule, ("no such line", "pass"))
+        broken.edited(reference_copies.SchedulerCopy.schedule, ("no such line", "pass"))
     with pytest.raises(ValueError, match="has 4 lines 'break'"):
-        broken.edited(Scheduler.schedule, ("break", "pass"))
+        broken.edited(reference_copies.SchedulerCopy.schedule, ("break", "pass"))
 
 
 def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
