@@ -99,7 +99,8 @@ def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
 
 def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
     """Answer requests until the grader says goodbye (or closes the socket)."""
-    from grader.paged_worlds import CONTEXTS, build_world
+    import grader.paged_worlds  # noqa: F401  (registers every world kind and context)
+    from grader.calls import CONTEXTS, build_world
 
     worlds: dict[str, Any] = {}
     contexts: dict[str, ExitStack] = {}

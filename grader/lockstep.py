@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from grader.calls import Call, StateFields, WorldSpec
-from grader.paged_worlds import CONTEXTS, build_world
+from grader.calls import CONTEXTS, Call, StateFields, WorldSpec, build_world
 from grader.report import CheckResult, Divergence
 from grader.time_limit import ScenarioTimeout, scenario_time_limit
 
@@ -75,7 +74,7 @@ class StudentSide:
         raise NotImplementedError
 
     def enter(self, name: str, args: tuple) -> None:
-        """Enter the context `paged_worlds.CONTEXTS[name](*args)` on the student's side too."""
+        """Enter the context `calls.CONTEXTS[name](*args)` on the student's side too."""
 
     def exit(self, name: str) -> None:
         """Leave it again."""
@@ -360,7 +359,7 @@ class Lockstep:
 
     @contextmanager
     def context(self, name: str, *args: Any) -> Iterator[None]:
-        """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both
+        """Enter one of `calls.CONTEXTS` (a patch such as `colliding_hashes`) on both
         sides."""
         with CONTEXTS[name](*args):
             side = self.side or StudentSide()

@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 
 from grader.addressing_world import swa_world
-from grader.calls import StateFields, WorldSpec, plain
+from grader.calls import CONTEXTS, WORLD_KINDS, StateFields, plain
 from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence, hashing
 
 
@@ -245,20 +245,16 @@ def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]
         yield
 
 
-WORLD_KINDS: dict[str, Callable[..., Any]] = {
-    "manager": ManagerWorld.build,
-    "scheduler": SchedulerWorld.build,
-    "function": function_world,
-    "plain_function": plain_function_world,
-    "swa": swa_world,
-}
-CONTEXTS: dict[str, Callable[..., Any]] = {"colliding_hashes": colliding_hashes}
-
-
-def build_world(spec: WorldSpec, implementation: Any | None) -> Any:
-    """The world `spec` describes around `implementation` (a student's class or function), or
-    around the reference's (None)."""
-    return WORLD_KINDS[spec.kind](implementation, *spec.args)
+WORLD_KINDS.update(
+    {
+        "manager": ManagerWorld.build,
+        "scheduler": SchedulerWorld.build,
+        "function": function_world,
+        "plain_function": plain_function_world,
+        "swa": swa_world,
+    }
+)
+CONTEXTS["colliding_hashes"] = colliding_hashes
 
 
 def _hybrid_world(kind: str) -> Callable[..., Any]:
