@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (core file, class, method): the core methods grader/broken.py edited through their source
+# (core file, class, method): the core methods the broken variants edited through their source
 REWORDED = [
     ("refimpl/paged/block_manager.py", "BlockManager", "_allocate_block"),
     ("refimpl/paged/block_manager.py", "BlockManager", "_prefix_hits"),
@@ -75,7 +75,7 @@ _CHILD = textwrap.dedent(
     """
     import inspect, json
     import grader as course
-    from grader import broken
+    from grader.exercises import broken
     from refimpl.hybrid.single_type_kv_cache_manager import SingleTypeKVCacheManager
     from refimpl.paged import BlockManager
 

@@ -1,10 +1,10 @@
 """The grader's own copy of the reference code its broken variants edit.
 
-A broken variant (grader.broken) is one of these classes with one line of one method changed.
-They are kept here, in the grader, so that the variants never read or edit the core's source:
-rewording a line of refimpl changes nothing here. Each class subclasses the public reference
-class (for its constructor and its input checks) and overrides the upstream-named methods
-with the grader's copy, so a variant's mistake runs whatever the core calls internally.
+A broken variant (grader.exercises.broken) is one of these classes with one line of one method
+changed. They are kept here, in the grader, so that the variants never read or edit the core's
+source: rewording a line of refimpl changes nothing here. Each class subclasses the public
+reference class (for its constructor and its input checks) and overrides the upstream-named
+methods with the grader's copy, so a variant's mistake runs whatever the core calls internally.
 tests/test_course_graders.py checks that every copy, unedited, passes every grader: a copy
 that drifted from the reference's behaviour fails there, not in a student's grade.
 """

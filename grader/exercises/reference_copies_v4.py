@@ -1,7 +1,7 @@
 """The grader's own copy of exercise 6's reference function, which its broken variants edit.
 
-Kept apart from grader.reference_copies so that only exercise 6's graders import torch; see
-that module for why the grader keeps copies instead of editing the core's source.
+Kept apart from grader.exercises.reference_copies so that only exercise 6's graders import
+torch; see that module for why the grader keeps copies instead of editing the core's source.
 """
 
 from __future__ import annotations

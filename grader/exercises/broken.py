@@ -3,11 +3,12 @@
 They exist to test the graders: every grader must fail every variant it is relevant to and pass
 the reference. Instructors can also hand them out ("find the bug with check_prefix_cache").
 
-A variant is one of the grader's own copies of the reference (grader.reference_copies) with
-one small hook overridden (`_needs_new_block`, the Scheduler's `__init__`), or one of its
-methods recompiled with one line of its source edited (`edited`): the edit, shown next to the
-copy's line, is the whole mistake. The copies live in the grader, so rewording a line of the
-core never breaks a variant; that each copy still behaves as the reference is tested.
+A variant is one of the grader's own copies of the reference
+(grader.exercises.reference_copies) with one small hook overridden (`_needs_new_block`, the
+Scheduler's `__init__`), or one of its methods recompiled with one line of its source edited
+(`edited`): the edit, shown next to the copy's line, is the whole mistake. The copies live in
+the grader, so rewording a line of the core never breaks a variant; that each copy still
+behaves as the reference is tested.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grader.reference_copies import (
+from grader.exercises.reference_copies import (
     BlockManagerCopy,
     HybridKVCacheCoordinatorCopy,
     SchedulerCopy,
@@ -1005,7 +1006,7 @@ BROKEN_VARIANTS += HYBRID_ALLOCATOR_BROKEN_VARIANTS
 # --- exercise 06: slot addressing (compute_swa_indices_and_lens)
 @functools.cache
 def _swa_edited(*edits: tuple[str, str]) -> Callable:
-    from grader import reference_copies_v4
+    from grader.exercises import reference_copies_v4
 
     return edited(reference_copies_v4.compute_swa_indices_and_lens, *edits)
 

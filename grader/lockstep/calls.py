@@ -2,7 +2,7 @@
 `WorldSpec` a world is built from, and the `StateFields` a world reports after each step.
 
 Plain picklable data: the same objects are applied to the reference here and sent to the
-student's world in another process (`grader.remote`). `build_world` (below)
+student's world in another process (`grader.sandbox.remote`). `build_world` (below)
 turns a spec into a world.
 """
 
@@ -54,8 +54,8 @@ def plain(value: Any) -> Any:
 
 
 # The world kinds and contexts a spec can name. The exercises that define them fill these in
-# when imported (`grader.paged_worlds`); the lockstep engine and the grading child only look
-# them up, so the engine names no exercise.
+# when imported (`grader.exercises.paged_worlds`); the lockstep engine and the grading child
+# only look them up, so the engine names no exercise.
 WORLD_KINDS: dict[str, Callable[..., Any]] = {}
 CONTEXTS: dict[str, Callable[..., Any]] = {}
 
