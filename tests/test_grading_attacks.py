@@ -571,6 +571,25 @@ def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
     return KVCacheConfig(n, tensors, groups)
 """
 # the course layer's prefix walk, loaded from its file past the import block
+# the grader's own full copy of the reference block manager (the broken variants' base)
+COPIES_EX1 = """
+from grader.exercises.reference_copies import BlockManagerCopy
+
+class BlockManager(BlockManagerCopy):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""
+# the same copy run from its file
+COPIES_FILE_EX1 = (
+    """
+import pathlib, refimpl
+_path = pathlib.Path(refimpl.__file__).parents[1] / "grader" / "exercises" / "reference_copies.py"
+ns = {"__name__": "copies"}
+exec(compile(_path.read_text(), "copies", "exec"), ns)
+ns["BlockManager"] = ns["BlockManagerCopy"]
+"""
+    + EX1_FROM_NS
+)
 COURSE_FILE_EX2 = """
 import importlib.util, pathlib, sys, refimpl
 from refimpl.paged import BlockManager as _Base, Sequence as _Seq
@@ -637,11 +656,29 @@ NOTHING_TO_FIND = {
         lambda: _replace_solutions("04_packed_layout", PLANNER_B_EX4),
         "uses the reference (refimpl.hybrid.older_planners.get_packed_kv_cache_layout)",
     ),
+    "reference_copies_ex3": (
+        "03_scheduler",
+        lambda: _replace_solutions(
+            "03_scheduler",
+            "from grader.exercises.reference_copies import SchedulerCopy as Scheduler\n",
+        ),
+        "grader.exercises.reference_copies is not available while an exercise is graded",
+    ),
+    "reference_copies_ex1": (
+        "01_block_manager",
+        lambda: _replace_solutions("01_block_manager", COPIES_EX1),
+        "grader.exercises.reference_copies is not available while an exercise is graded",
+    ),
 }
 if ABI:  # the files are unreadable only where Landlock is available
     NOTHING_TO_FIND["triton_source_ex6"] = (
         "06_slot_addressing",
         lambda: _replace_solutions("06_slot_addressing", TRITON_SOURCE_EX6),
+        "cell 4 raised PermissionError",
+    )
+    NOTHING_TO_FIND["copies_file_ex1"] = (
+        "01_block_manager",
+        lambda: _replace_solutions("01_block_manager", COPIES_FILE_EX1),
         "cell 4 raised PermissionError",
     )
     NOTHING_TO_FIND["course_file_ex2"] = (

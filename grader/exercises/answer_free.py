@@ -17,7 +17,8 @@ frozen dataclass, `linecache`, the source file). So the child never loads it at 
 - the child installs `AnswerFreeFinder` before it imports anything of refimpl. It serves the
   answer modules from those sources (compiled under a name that is no file; the answer-free
   text sits in `linecache` only while its module runs, for Triton's jit) and refuses to import
-  the course's copies of the reference (`grader.exercises.broken`) and the course layer's props
+  the course's copies of the reference (`grader.exercises.broken` and the `reference_copies`
+  it edits) and the course layer's props
   (`refimpl.course`: the prefix walk and other chapter props that show the answers;
   `refimpl.viz` imports, its drawings that use those props do not).
 
@@ -40,8 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-# modules (and everything beneath them) the grading child may not import
-BLOCKED = ("grader.exercises.broken", "refimpl.course")
+# modules (and everything beneath them) the grading child may not import: the broken variants
+# and the grader's own copies of the reference they are built on, and the course layer
+BLOCKED = (
+    "grader.exercises.broken",
+    "grader.exercises.reference_copies",
+    "grader.exercises.reference_copies_v4",
+    "refimpl.course",
+)
 
 
 @dataclass(frozen=True)

@@ -55,30 +55,37 @@ def reference_code(check_name: str) -> list[tuple[Any, str]]:
 
 
 def course_copies() -> list[tuple[Any, str]]:
-    """(owner, attribute) of every function in `grader.exercises.broken` that copies the
-    reference, whole or in part.
+    """(owner, attribute) of every function in `grader.exercises.broken` and in the grader's
+    copies of the reference it edits (`reference_copies`, and `reference_copies_v4` once
+    loaded), whole or in part.
 
-    Only code compiled from `broken.py` itself or from an edited reference method counts: the
-    functions every class shares (a dataclass's `__repr__` wrapper, `object`'s methods) are no
-    copy, and a student's code that runs them is never blamed for it.
+    Only code compiled from those files or from an edited copy counts: the functions every
+    class shares (a dataclass's `__repr__` wrapper, `object`'s methods) are no copy, and a
+    student's code that runs them is never blamed for it.
     """
-    from grader.exercises import broken
+    from grader.exercises import broken, reference_copies
+
+    modules = [broken, reference_copies]
+    if "grader.exercises.reference_copies_v4" in sys.modules:
+        modules.append(sys.modules["grader.exercises.reference_copies_v4"])
+    files = {module.__file__ for module in modules}
 
     def own(member: Any) -> bool:
         function = _function_of(member)
         if function is None:
             return False
         filename = function.__code__.co_filename
-        return filename == broken.__file__ or filename.endswith(", edited>")
+        return filename in files or filename.endswith(", edited>")
 
     pairs = []
-    for name, value in vars(broken).items():
-        if getattr(value, "__module__", None) != broken.__name__:
-            continue
-        if inspect.isfunction(value) and own(value):
-            pairs.append((broken, name))
-        elif inspect.isclass(value) and value is not broken.BrokenVariant:
-            pairs.extend((value, attr) for attr, member in vars(value).items() if own(member))
+    for module in modules:
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            if inspect.isfunction(value) and own(value):
+                pairs.append((module, name))
+            elif inspect.isclass(value) and value is not broken.BrokenVariant:
+                pairs.extend((value, a) for a, member in vars(value).items() if own(member))
     return pairs
 
 
@@ -93,7 +100,6 @@ def reference_sources() -> list[str]:
 
 @functools.cache  # the same for every child of a batch; finding it parses every answer module
 def _reference_sources() -> tuple[str, ...]:
-    from grader.exercises import broken
     from grader.exercises.catalogue import EXERCISES
 
     modules = {
@@ -102,17 +108,21 @@ def _reference_sources() -> tuple[str, ...]:
         for check, _ in exercise.checks
         for owner, _ in reference_code(check)
     }
-    modules.add(broken)
+    sources = [Path(module.__file__) for module in modules]
     files = []
-    for module in modules:
-        source = Path(module.__file__)
-        files.append(str(source))
-        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
-    # the blocked packages, whole: the finder refuses them by name, the file rules by path
+    # the blocked modules and packages, whole: the finder refuses them by name, the file rules
+    # by path (found without importing them: the v4 copy would load torch)
     for name in BLOCKED:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
             files.extend(str(Path(p)) for p in spec.submodule_search_locations)
+        elif spec.origin:
+            sources.append(Path(spec.origin))
+    for source in sources:
+        files.append(str(source))
+        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
     return tuple(sorted(set(files)))
 
 
