@@ -1,26 +1,42 @@
 """python -m refimpl: a small command line for scripts (plan a KV cache, grade exercises).
 
-`plan` is the core's own command. Any other sub-command is a plugin: a distribution registers
-it under the `refimpl.commands` entry-point group (the grader registers `grade` in
-pyproject.toml), as `name = "package.module:add_parser"`, and `add_parser(subparsers)` adds it.
-The core never names a package above it; it only reads the installed metadata.
+The package's own sub-commands are listed in `BUILTIN`, each imported by name only when it
+runs. Any other sub-command is a plugin: a distribution registers it under the
+`refimpl.commands` entry-point group (the grader registers `grade` in pyproject.toml) as
+`name = "package.module:add_parser"`, and `add_parser(subparsers)` adds it. The core never
+names a package above it; it only reads the installed metadata.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 
 from refimpl.cli import OneLineErrorParser, run
 
 COMMAND_GROUP = "refimpl.commands"
 
 
+def _plan() -> ModuleType:
+    from refimpl import plan_cli
+
+    return plan_cli
+
+
+# sub-command -> loader of the module that defines `add_parser(subparsers)` (and `plan_argv`
+# when it takes plan's vLLM flags)
+BUILTIN: dict[str, Callable[[], ModuleType]] = {"plan": _plan}
+TAKES_PLAN_FLAGS = ("plan",)
+
+
 def registered_commands() -> dict[str, EntryPoint]:
     """The plugin sub-commands installed in this environment, by name (first one wins)."""
     commands: dict[str, EntryPoint] = {}
     for entry_point in entry_points(group=COMMAND_GROUP):
-        commands.setdefault(entry_point.name, entry_point)
+        if entry_point.name not in BUILTIN:
+            commands.setdefault(entry_point.name, entry_point)
     return commands
 
 
@@ -39,21 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # a named sub-command loads only its own module (`plan` answers without the course layer);
     # none, or an unknown one, loads them all so that --help and the error list every choice
-    everything = command != "plan" and command not in plugins
-    if everything or command == "plan":
-        from refimpl import plan_cli
-
-        plan_cli.add_parser(subparsers)
+    everything = command not in BUILTIN and command not in plugins
+    for name, load in BUILTIN.items():
+        if everything or command == name:
+            load().add_parser(subparsers)
     for name, entry_point in plugins.items():
         if everything or command == name:
             entry_point.load()(subparsers)
-    if command == "plan":  # a pasted serve command; vLLM's spellings
-        from refimpl import plan_cli
-
+    if command in TAKES_PLAN_FLAGS:  # a pasted serve command; vLLM's spellings
         try:
-            argv = ["plan", *plan_cli.plan_argv(argv[1:])]
+            argv = [command, *_plan().plan_argv(argv[1:])]
         except ValueError as exc:
-            print(f"{parser.prog} plan: error: {exc}", file=sys.stderr)
+            print(f"{parser.prog} {command}: error: {exc}", file=sys.stderr)
             return 2
     return run(parser, argv)
 
