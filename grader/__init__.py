@@ -9,17 +9,17 @@ Each prints a PASS/FAIL table naming the first step where the student's state di
 reference, and returns a `GradeReport` (`.passed`, `.num_passed`, `.num_checks`, `.table()`). A
 student's code that runs the reference's own version of what it should write fails (subclass,
 `super()`, a wrapped reference object); `allow_reference=True` switches that off for grading
-the reference itself and the deliberately broken variants in `grader.broken`. Every
-scenario runs under `time_limit` seconds (default 10, `grader.time_limit`): an endless
+the reference itself and the deliberately broken variants in `grader.exercises.broken`. Every
+scenario runs under `time_limit` seconds (default 10, `grader.lockstep.time_limit`): an endless
 loop fails its row with a message naming the scenario instead of hanging the notebook.
-`grader.rules` lists the rules each grader checks, with the covering scenario and
+`grader.exercises.rules` lists the rules each grader checks, with the covering scenario and
 variant.
 
 The check_* functions are the feedback path: they run next to the student's code. Grades come
 from `python -m grader` (`grader.grading`), which runs the student's code in a
 restricted child process that only answers calls, and compares every answer with its own
-reference (`grader.remote`, `grader.sandbox`). The trust model is in this package's
-README.md.
+reference (`grader.sandbox.remote`, `grader.sandbox.limits`). The trust model is in this
+package's README.md.
 """
 
 import importlib
@@ -28,18 +28,18 @@ from typing import Any
 # name -> the module that defines it. Loaded on first use: the grading child imports this
 # package before refimpl, and must be able to do so without loading the reference.
 _EXPORTS = {
-    "CheckResult": "grader.report",
-    "Divergence": "grader.report",
-    "GradeReport": "grader.report",
-    "check_approximate_gcd": "grader.hybrid_checks",
-    "check_block_manager": "grader.paged_checks",
-    "check_packed_groups": "grader.hybrid_checks",
-    "check_fixed_point_hit": "grader.hybrid_allocator_checks",
-    "check_packed_layout": "grader.hybrid_checks",
-    "check_prefix_cache": "grader.paged_checks",
-    "check_scheduler": "grader.paged_checks",
-    "check_window_frees": "grader.hybrid_allocator_checks",
-    "check_swa_indices": "grader.addressing_checks",
+    "CheckResult": "grader.lockstep.report",
+    "Divergence": "grader.lockstep.report",
+    "GradeReport": "grader.lockstep.report",
+    "check_approximate_gcd": "grader.exercises.hybrid_checks",
+    "check_block_manager": "grader.exercises.paged_checks",
+    "check_packed_groups": "grader.exercises.hybrid_checks",
+    "check_fixed_point_hit": "grader.exercises.hybrid_allocator_checks",
+    "check_packed_layout": "grader.exercises.hybrid_checks",
+    "check_prefix_cache": "grader.exercises.paged_checks",
+    "check_scheduler": "grader.exercises.paged_checks",
+    "check_window_frees": "grader.exercises.hybrid_allocator_checks",
+    "check_swa_indices": "grader.exercises.addressing_checks",
 }
 
 __all__ = [

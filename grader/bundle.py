@@ -22,7 +22,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grader.exercises import BEGIN, SOLUTIONS_DIR, STUDENT_DIR, stale_copies
+from grader.exercises.catalogue import BEGIN, SOLUTIONS_DIR, STUDENT_DIR, stale_copies
 
 EXCLUDED = (
     f"{SOLUTIONS_DIR.as_posix()}/",

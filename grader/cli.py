@@ -212,7 +212,7 @@ def _jobs(asked: int | None, settings, notebooks: int) -> int:
     the same time as another (without it, a change must be pinned on the one notebook that
     ran).
     """
-    from grader.sandbox import landlock_abi
+    from grader.sandbox.limits import landlock_abi
 
     if notebooks < 2 or not settings.sandbox or landlock_abi() == 0:
         if asked is not None and asked > 1:
@@ -230,7 +230,7 @@ def _jobs(asked: int | None, settings, notebooks: int) -> int:
 def _grade_one(path: Path, content: bytes | str | None, timeout: float, settings):
     """The grade of one notebook (in a worker process when several are graded at once);
     `content` is its bytes, or why they could not be read."""
-    from grader.exercises import EXERCISES
+    from grader.exercises.catalogue import EXERCISES
     from grader.grading import exercise_hint, failed_grade, grade_missing, grade_notebook
 
     if isinstance(content, bytes):
@@ -257,7 +257,7 @@ def _graded(paths: list[Path], contents: list, timeout: float, settings, jobs: i
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from grader.exercises import EXERCISES
+    from grader.exercises.catalogue import EXERCISES
     from grader.grading import failed_grade, warm_up
 
     warm_up()
@@ -291,7 +291,7 @@ def _sandbox_note(settings) -> str:
     import tempfile
 
     from grader.grading import solution_folders
-    from grader.sandbox import file_rules, landlock_abi
+    from grader.sandbox.limits import file_rules, landlock_abi
 
     if not settings.sandbox:
         return "--no-sandbox: the graded code can read and write this user's files"

@@ -1,7 +1,7 @@
 """Grade a student's notebook: its code runs in a child process, the graders run here.
 
 Only the cells the exercise needs are run (role "setup" and "solution", see
-`grader.exercises`), in notebook order, in a child process (`grader.remote`)
+`grader.exercises.catalogue`), in notebook order, in a child process (`grader.sandbox.remote`)
 that answers the graders' calls and decides nothing: every scenario is replayed here against
 the reference, and each answer is compared here. A scenario still running after `time_limit`
 seconds fails its row (the child is replaced for the next one), and the whole notebook gets
@@ -23,11 +23,11 @@ import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grader.exercises import EXERCISES, Exercise, cell_role, exercise_for
-from grader.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
-from grader.report import GradeReport
-from grader.sandbox import Limits
-from grader.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
+from grader.exercises.catalogue import EXERCISES, Exercise, cell_role, exercise_for
+from grader.lockstep.report import GradeReport
+from grader.lockstep.time_limit import DEFAULT_TIME_LIMIT, check_time_limit
+from grader.sandbox.limits import Limits
+from grader.sandbox.remote import ChildSettings, GradingChild, RemoteStudent, StartFailed
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # an exercise notebook with outputs is well under 1 MB
 
@@ -91,7 +91,12 @@ class GradingSettings:
 
 def check_names(check_name: str) -> list[str]:
     """The rows of a grader, without running it."""
-    from grader import addressing_checks, hybrid_allocator_checks, hybrid_checks, paged_checks
+    from grader.exercises import (
+        addressing_checks,
+        hybrid_allocator_checks,
+        hybrid_checks,
+        paged_checks,
+    )
 
     lists = {
         "check_window_frees": lambda: hybrid_allocator_checks.window_checks(None),
@@ -268,7 +273,7 @@ def warm_up() -> None:
     code and the files the child may not read), so that workers forked afterwards share it."""
     import nbformat  # noqa: F401
 
-    from grader.reference_code import reference_sources
+    from grader.exercises.reference_code import reference_sources
 
     reference_sources()
 

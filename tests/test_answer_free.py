@@ -1,7 +1,7 @@
 """The grading child's refimpl holds no answer under an answer's name, anywhere.
 
 For each exercise, a fresh Python installs the answer-free finder exactly as a grading child
-does, imports every module of refimpl it finds on disk (not the list `grader.answer_free`
+does, imports every module of refimpl it finds on disk (not the list `grader.exercises.answer_free`
 derives: the test must not trust what it checks), and looks at everything they define. A
 function named like an answer (or a private one named after it, such as a Triton kernel behind
 its wrapper) must be a stub that raises `ReferenceUsed`; so must every method of a class named
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.answer_free import ANSWERS, BLOCKED, answer_free_sources
-from grader.exercises import EXERCISES
+from grader.exercises.answer_free import ANSWERS, BLOCKED, answer_free_sources
+from grader.exercises.catalogue import EXERCISES
 
 pytestmark = pytest.mark.slow  # imports all of refimpl in a fresh Python per exercise
 
@@ -33,9 +33,9 @@ import importlib, inspect, json, sys, types
 from pathlib import Path
 
 spec = json.load(open("spec.json"))
-from grader import answer_free
+from grader.exercises import answer_free
 answer_free.install(spec["sources"])
-from grader.answer_free import ReferenceUsed
+from grader.exercises.answer_free import ReferenceUsed
 
 functions, whole, methods = set(spec["functions"]), set(spec["whole"]), spec["methods"]
 problems, refused = [], []

@@ -10,12 +10,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import grader as course
-from grader import broken
-from grader.broken import BROKEN_VARIANTS, BrokenVariant
-from grader.hybrid_checks import reference_kv_cache_config, reference_packed_groups
-from grader.lockstep import Lockstep, first_difference, run_check
-from grader.paged_checks import random_manager_workload, scenario_prefix_cache_example
-from grader.paged_drivers import LockstepManagerDriver
+from grader.exercises import broken, reference_copies, reference_copies_v4
+from grader.exercises.broken import BROKEN_VARIANTS, BrokenVariant
+from grader.exercises.hybrid_checks import reference_kv_cache_config, reference_packed_groups
+from grader.exercises.paged_checks import (
+    random_manager_workload,
+    scenario_prefix_cache_example,
+)
+from grader.exercises.paged_drivers import LockstepManagerDriver
+from grader.lockstep.engine import Lockstep, first_difference, run_check
 from refimpl.hybrid import deepseek_v4
 from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.kv_cache_planning import (
@@ -50,42 +53,42 @@ def test_reference_passes_every_check(grader):
     assert report.num_checks >= 6
 
 
-def test_an_edit_that_changes_nothing_passes_every_grader():
-    """The variants are reference methods recompiled with one edit: recompiling alone changes
-    nothing."""
-    same = {
-        name: broken.edited(getattr(Scheduler, name))
-        for name in ("schedule", "preempt", "postprocess")
+def test_the_graders_copies_of_the_reference_pass_every_grader():
+    """The variants are the grader's copies with one edit: each copy, unedited and recompiled
+    (as `edited` does), behaves as the reference."""
+    copies = {
+        "check_scheduler": reference_copies.SchedulerCopy,
+        "check_block_manager": reference_copies.BlockManagerCopy,
+        "check_prefix_cache": reference_copies.BlockManagerCopy,
+        "check_window_frees": reference_copies.SlidingWindowManagerCopy,
+        "check_fixed_point_hit": reference_copies.HybridKVCacheCoordinatorCopy,
     }
-    assert course.check_scheduler(
-        type("Same", (Scheduler,), same), verbose=False, allow_reference=True
-    ).passed
-    methods = (
-        "_allocate_block",
-        "_block_hashes",
-        "_prefix_hits",
-        "_match_prefix",
-        "can_allocate",
-        "allocate",
-        "deallocate",
-        "can_append",
-        "may_append",
-        "hash_blocks",
+    for grader, copy in copies.items():
+        recompiled = type(
+            "Same",
+            (copy,),
+            {
+                name: broken.edited(value)
+                for name, value in vars(copy).items()
+                if callable(value)
+            },
+        )
+        for implementation in (copy, recompiled):
+            report = getattr(course, grader)(
+                implementation, verbose=False, allow_reference=True
+            )
+            assert report.passed, (grader, report.table())
+    report = course.check_swa_indices(
+        reference_copies_v4.compute_swa_indices_and_lens, verbose=False, allow_reference=True
     )
-    same = type(
-        "Same",
-        (BlockManager,),
-        {name: broken.edited(getattr(BlockManager, name)) for name in methods},
-    )
-    assert course.check_block_manager(same, verbose=False, allow_reference=True).passed
-    assert course.check_prefix_cache(same, verbose=False, allow_reference=True).passed
+    assert report.passed, report.table()
 
 
 def test_an_edit_must_match_exactly_one_line():
     with pytest.raises(ValueError, match="has 0 lines 'no such line'"):
-        broken.edited(Scheduler.schedule, ("no such line", "pass"))
+        broken.edited(reference_copies.SchedulerCopy.schedule, ("no such line", "pass"))
     with pytest.raises(ValueError, match="has 4 lines 'break'"):
-        broken.edited(Scheduler.schedule, ("break", "pass"))
+        broken.edited(reference_copies.SchedulerCopy.schedule, ("break", "pass"))
 
 
 def _relevant_pairs() -> list[tuple[BrokenVariant, str]]:
@@ -337,7 +340,7 @@ def test_student_state_fields_are_read_through_the_public_names():
             super().__init__(num_blocks, block_size)
             del self.used_block_ids
 
-    from grader.lockstep import Diverged
+    from grader.lockstep.engine import Diverged
 
     with pytest.raises(Diverged) as info:
         LockstepManagerDriver(lockstep, NoUsedSet, 4, 4, prefix_cache=False)
@@ -422,7 +425,7 @@ def test_any_state_change_is_reported_at_the_step_that_made_it(seed, k, kind):
 
 # ---------------------------------------------------------------------- every rule has a
 # scenario and a variant
-from grader.rules import GRADER_RULES, rules_table  # noqa: E402
+from grader.exercises.rules import GRADER_RULES, rules_table  # noqa: E402
 
 VARIANTS = {v.name: v for v in BROKEN_VARIANTS}
 # rules whose wrong version is a slip planted by tests/test_exercise_rules.py are tested there
@@ -464,7 +467,7 @@ def test_instructor_guide_lists_the_rules():
     ).read_text()
     assert rules_table() in guide, (
         "update the rules table in notebooks/exercises/README.md from "
-        "grader.rules.rules_table()"
+        "grader.exercises.rules.rules_table()"
     )
     for variant in BROKEN_VARIANTS:
         assert f"`{variant.implementation.__name__}`" in guide, (
@@ -475,7 +478,7 @@ def test_instructor_guide_lists_the_rules():
 # ---------------------------------------------------------------------- realistic mistakes the
 # scenarios must catch
 def test_a_real_collision_reaches_both_worlds_and_is_undone():
-    from grader.paged_worlds import colliding_hashes
+    from grader.exercises.paged_worlds import colliding_hashes
     from refimpl.paged import compute_hash
 
     a, b = [1, 2, 3, 4], [5, 6, 7, 8]
@@ -555,7 +558,7 @@ def test_groups_grader_names_the_first_differing_group():
 
 
 def test_broken_copies_with_no_mistake_switched_on_are_the_reference():
-    """The switchable copies in grader.broken equal vLLM's planner with every switch off, so
+    """The switchable copies in grader.exercises.broken equal vLLM's planner with every switch off, so
     each variant differs from the reference by its one mistake only."""
     for variant in ("pro", "flash"):
         specs = deepseek_v4.kv_cache_specs(variant)
@@ -638,7 +641,7 @@ def test_time_limit_works_off_the_main_thread_and_for_functions():
 def test_time_limit_restores_an_outer_alarm_and_rejects_bad_values():
     import signal
 
-    from grader.time_limit import scenario_time_limit
+    from grader.lockstep.time_limit import scenario_time_limit
 
     previous = signal.signal(signal.SIGALRM, lambda *a: None)
     try:
@@ -664,7 +667,7 @@ def test_a_limit_for_code_in_another_process_is_a_deadline_and_sets_no_alarm():
     import signal
     import time
 
-    from grader.time_limit import (
+    from grader.lockstep.time_limit import (
         ScenarioTimeout,
         scenario_deadline,
         scenario_expired,
@@ -697,8 +700,8 @@ def test_after_the_watchdog_stopped_a_loop_the_thread_still_runs_normally():
 
     script = textwrap.dedent("""
         import grader as course
-        import grader.time_limit as time_limit
-        from grader.grading_child import missing
+        import grader.lockstep.time_limit as time_limit
+        from grader.sandbox.grading_child import missing
         time_limit._can_use_alarm = lambda: False  # force the watchdog, as on Windows or in a thread
         def endless(values, lower_bound=None):
             while True:

@@ -16,10 +16,10 @@ import nbformat
 import pytest
 
 import grader as course
-from grader.answer_free import ReferenceUsed, answer_free_sources
+from grader.exercises.answer_free import ReferenceUsed, answer_free_sources
+from grader.exercises.hybrid_allocator_checks import MINI_V4
+from grader.exercises.hybrid_allocator_worlds import HitWorld, WindowWorld, group_specs
 from grader.grading import grade_notebook
-from grader.hybrid_allocator_checks import MINI_V4
-from grader.hybrid_allocator_worlds import HitWorld, WindowWorld, group_specs
 from refimpl.course.hybrid_simulate import mini_v4_groups
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator

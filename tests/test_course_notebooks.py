@@ -17,7 +17,7 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from grader.exercises import (
+from grader.exercises.catalogue import (
     BEGIN,
     END,
     EXERCISES,
@@ -264,7 +264,7 @@ def test_grade_cli_grades_the_notebooks_of_a_folder_and_counts_missing_ones(tmp_
 def test_grading_two_at_a_time_gives_the_same_sheet_as_one_at_a_time(tmp_path, capsys):
     """--jobs 2 (worker processes, under Landlock) and --jobs 1 print the same lines and write
     the same CSV rows, in the order given: every solution, and a student copy that scores 0."""
-    from grader.sandbox import landlock_abi
+    from grader.sandbox.limits import landlock_abi
 
     notebooks = [str(p) for p in SOLUTIONS] + [str(STUDENTS[0])]
     sheets, outputs = [], []
@@ -284,7 +284,7 @@ def test_grading_two_at_a_time_gives_the_same_sheet_as_one_at_a_time(tmp_path, c
 
 def test_a_worker_that_dies_costs_rows_not_the_run(tmp_path, capsys, monkeypatch):
     from grader import cli
-    from grader.sandbox import landlock_abi
+    from grader.sandbox.limits import landlock_abi
 
     if landlock_abi() == 0:
         pytest.skip("workers run only under Landlock")
@@ -516,7 +516,7 @@ def test_grading_a_loop_inside_a_method_fails_those_rows_and_grades_the_rest(
     # The loop runs in the grading child, so the grader only waits with a deadline: no alarm or
     # watchdog may raise inside the grader itself (one that lands inside `ast.parse` breaks
     # CPython 3.11's parser: "AST constructor recursion depth mismatch").
-    import grader.time_limit as time_limit
+    import grader.lockstep.time_limit as time_limit
 
     def no_async_limit(seconds):
         raise AssertionError("an asynchronous time limit in the grader process")

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import grader as course
-from grader import broken
-from grader.addressing_checks import swa_case, swa_indices_checks
-from grader.addressing_world import swa_world
-from grader.answer_free import answer_free_sources
-from grader.exercises import SOLUTIONS_DIR, cell_role
+from grader.exercises import broken
+from grader.exercises.addressing_checks import swa_case, swa_indices_checks
+from grader.exercises.addressing_world import swa_world
+from grader.exercises.answer_free import answer_free_sources
+from grader.exercises.catalogue import SOLUTIONS_DIR, cell_role
 from grader.grading import grade_notebook
 from refimpl.kernels.reference_v4 import compute_swa_indices_and_lens
 

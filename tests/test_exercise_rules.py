@@ -3,7 +3,7 @@
 Each wrong version is a student's slip planted in the exercise's own solution notebook: one or
 two lines of its solution cells changed as a student might get them wrong (a `<` for a `<=`, a
 `max` for an `lcm`, a missing `reversed`). The setup and solution cells then run here, as
-`check_*` in the notebook runs them, and the rule's scenario (`grader.rules.GRADER_RULES`)
+`check_*` in the notebook runs them, and the rule's scenario (`grader.exercises.rules.GRADER_RULES`)
 must fail, so the score is below full. The unchanged solution passes every row, so the
 failure is the slip's.
 """
@@ -18,9 +18,9 @@ import nbformat
 import pytest
 
 import grader as course
-from grader.exercises import EXERCISES
+from grader.exercises.catalogue import EXERCISES
+from grader.exercises.rules import GRADER_RULES
 from grader.grading import notebook_program
-from grader.rules import GRADER_RULES
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "notebooks" / "exercises" / "solutions"
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import broken
-from grader.exercises import SOLUTIONS_DIR, STUDENT_DIR, cell_role
+from grader.exercises import broken
+from grader.exercises.catalogue import SOLUTIONS_DIR, STUDENT_DIR, cell_role
 from grader.grading import grade_notebook
-from grader.sandbox import landlock_abi
+from grader.sandbox.limits import landlock_abi
 from refimpl.__main__ import main as refimpl_main
 
 pytestmark = pytest.mark.slow  # grades a folder of notebooks in child processes
@@ -74,12 +74,12 @@ for _ in range(200):
         """
 import sys
 import grader
-import grader.report
+import grader.lockstep.report
 runner = sys.modules["__main__"]
 runner._answer = lambda run, state: {"ok": None, "state": {"l": []}}
 runner._run_graders = lambda *args, **kwargs: {"tables": [], "rows": [], "reason": None}
 grader.check_block_manager = lambda *args, **kwargs: None
-grader.report.CheckResult.passed = property(lambda self: True)
+grader.lockstep.report.CheckResult.passed = property(lambda self: True)
 """,
     ),
     "profile_off_and_delegate": (
@@ -275,7 +275,9 @@ def _grade_the_class(root: Path) -> dict:
     if hasattr(broken, "_ConfigurableScheduler"):
         nb = nbformat.read(ROOT / STUDENT_DIR / "03_scheduler.ipynb", as_version=4)
         cell = next(c for c in nb.cells if cell_role(c) == "solution")
-        cell.source += "\n\nfrom grader.broken import _ConfigurableScheduler as Scheduler\n"
+        cell.source += (
+            "\n\nfrom grader.exercises.broken import _ConfigurableScheduler as Scheduler\n"
+        )
         paths.append(
             _write(
                 submissions / "course_copy" / "03_scheduler.ipynb",
@@ -323,7 +325,7 @@ EXPECTED_REASONS = {  # words each row's reason must hold
     "empty_object": "cannot read it as a notebook",
     "binary": "cannot read it as a notebook",
     "cells_not_a_list": "cannot read it as a notebook",
-    "course_copy": "uses the reference (grader.broken._ConfigurableScheduler.schedule)",
+    "course_copy": "uses the reference (grader.exercises.broken._ConfigurableScheduler.schedule)",
 }
 if ABI:
     EXPECTED_REASONS.update(
@@ -492,7 +494,7 @@ class BlockManager(ns["BlockManager"]):
 # a correct Part II answer built from the course's broken variants, reached through the frozen
 # dataclasses that catalogue them, plus the type checks they lack
 VARIANTS_EX4 = """
-from grader import broken as _b
+from grader.exercises import broken as _b
 _impl = {v.name: v.implementation for v in _b.BROKEN_VARIANTS}
 _gcd, _groups = _impl["gcd_accepts_non_ints"], _impl["groups_mla_first"]
 _layout = _impl["layout_group_order"]
@@ -569,6 +571,25 @@ def get_kv_cache_config(groups, available_memory, num_blocks_override=None):
     return KVCacheConfig(n, tensors, groups)
 """
 # the course layer's prefix walk, loaded from its file past the import block
+# the grader's own full copy of the reference block manager (the broken variants' base)
+COPIES_EX1 = """
+from grader.exercises.reference_copies import BlockManagerCopy
+
+class BlockManager(BlockManagerCopy):
+    def __init__(self, num_blocks, block_size):
+        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+"""
+# the same copy run from its file
+COPIES_FILE_EX1 = (
+    """
+import pathlib, refimpl
+_path = pathlib.Path(refimpl.__file__).parents[1] / "grader" / "exercises" / "reference_copies.py"
+ns = {"__name__": "copies"}
+exec(compile(_path.read_text(), "copies", "exec"), ns)
+ns["BlockManager"] = ns["BlockManagerCopy"]
+"""
+    + EX1_FROM_NS
+)
 COURSE_FILE_EX2 = """
 import importlib.util, pathlib, sys, refimpl
 from refimpl.paged import BlockManager as _Base, Sequence as _Seq
@@ -618,7 +639,7 @@ NOTHING_TO_FIND = {
     "broken_variants_ex4": (
         "04_packed_layout",
         lambda: _replace_solutions("04_packed_layout", VARIANTS_EX4),
-        "grader.broken is not available while an exercise is graded",
+        "grader.exercises.broken is not available while an exercise is graded",
     ),
     "reference_ex4": (
         "04_packed_layout",
@@ -635,11 +656,29 @@ NOTHING_TO_FIND = {
         lambda: _replace_solutions("04_packed_layout", PLANNER_B_EX4),
         "uses the reference (refimpl.hybrid.older_planners.get_packed_kv_cache_layout)",
     ),
+    "reference_copies_ex3": (
+        "03_scheduler",
+        lambda: _replace_solutions(
+            "03_scheduler",
+            "from grader.exercises.reference_copies import SchedulerCopy as Scheduler\n",
+        ),
+        "grader.exercises.reference_copies is not available while an exercise is graded",
+    ),
+    "reference_copies_ex1": (
+        "01_block_manager",
+        lambda: _replace_solutions("01_block_manager", COPIES_EX1),
+        "grader.exercises.reference_copies is not available while an exercise is graded",
+    ),
 }
 if ABI:  # the files are unreadable only where Landlock is available
     NOTHING_TO_FIND["triton_source_ex6"] = (
         "06_slot_addressing",
         lambda: _replace_solutions("06_slot_addressing", TRITON_SOURCE_EX6),
+        "cell 4 raised PermissionError",
+    )
+    NOTHING_TO_FIND["copies_file_ex1"] = (
+        "01_block_manager",
+        lambda: _replace_solutions("01_block_manager", COPIES_FILE_EX1),
         "cell 4 raised PermissionError",
     )
     NOTHING_TO_FIND["course_file_ex2"] = (
@@ -1030,7 +1069,7 @@ def test_a_class_graded_as_instructors_do(venvs, setup, user):
 def test_the_childs_refimpl_lacks_the_answers_and_their_helpers():
     """What the child imports for exercise 2: the asked methods raise, the reference's matching
     walk is gone, what the exercise builds on is the reference's."""
-    from grader.answer_free import ReferenceUsed, answer_free_sources
+    from grader.exercises.answer_free import ReferenceUsed, answer_free_sources
 
     source = answer_free_sources(["check_prefix_cache"])["refimpl.paged.block_manager"]
     namespace: dict = {"__reference_used__": ReferenceUsed}
@@ -1183,8 +1222,8 @@ def test_the_child_reads_neither_the_graders_environment_nor_its_command_line(
 
 
 def test_a_fork_bomb_gets_a_few_processes(tmp_path):
-    from grader.processes import process_cap_available
-    from grader.sandbox import Limits
+    from grader.sandbox.limits import Limits
+    from grader.sandbox.processes import process_cap_available
 
     if not process_cap_available():
         pytest.skip("no pids cgroup and RLIMIT_NPROC does not bind this user (root)")
@@ -1194,14 +1233,14 @@ def test_a_fork_bomb_gets_a_few_processes(tmp_path):
 
 
 def test_bytes_written_are_capped(tmp_path):
-    from grader.sandbox import Limits
+    from grader.sandbox.limits import Limits
 
     why = _grade_cell(tmp_path, BYTES_WRITTEN, limits=Limits(write_bytes=64 * 2**20))
     assert "wrote more than 64 MiB" in why, why
 
 
 def test_udp_raw_and_tcp_sockets_are_refused(tmp_path):
-    from grader.sandbox import seccomp_available
+    from grader.sandbox.limits import seccomp_available
 
     if not seccomp_available():
         pytest.skip("no seccomp on this system")
@@ -1289,8 +1328,8 @@ raise RuntimeError(f"held {{len(held)}} deleted files of 8 MiB")
 def test_bytes_in_deleted_files_kept_open_count_too(tmp_path, monkeypatch, how):
     """16 files of 8 MiB, each deleted but kept open (or mapped): 128 MiB held, none of it in
     the folder. The cap counts them, found through the pids cgroup or a walk of /proc."""
-    from grader import processes, remote
-    from grader.sandbox import Limits
+    from grader.sandbox import processes, remote
+    from grader.sandbox.limits import Limits
 
     if "without a cgroup" in how:
 

@@ -20,12 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import grader as course
-from grader import broken, wire
-from grader.exercises import EXERCISES, exercise_for
+from grader.exercises import broken
+from grader.exercises.catalogue import EXERCISES, exercise_for
 from grader.grading import check_names, read_notebook
-from grader.remote import clean_text, describe_exit
-from grader.report import CheckResult, Divergence, GradeReport
-from grader.sandbox import landlock_abi
+from grader.lockstep.report import CheckResult, Divergence, GradeReport
+from grader.sandbox import wire
+from grader.sandbox.limits import landlock_abi
+from grader.sandbox.remote import clean_text, describe_exit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,7 +187,7 @@ def test_a_shared_first_difference_is_shown_once_with_its_count():
 def test_a_long_list_is_shown_around_its_first_difference():
     """The element that differs is never hidden: `where` names its index, and a list too long
     for a line shows its neighbours with their positions."""
-    from grader.lockstep import first_difference
+    from grader.lockstep.engine import first_difference
 
     expected = list(range(60))
     found = [*expected[:40], 99, *expected[41:]]
@@ -343,7 +344,8 @@ def test_the_courses_own_copy_of_the_reference_counts_as_the_reference():
     report = course.check_scheduler(broken._ConfigurableScheduler, verbose=False)
     assert report.num_passed == 0
     assert (
-        "grader.broken._ConfigurableScheduler.schedule" in report.results[0].divergence.found
+        "grader.exercises.broken._ConfigurableScheduler.schedule"
+        in report.results[0].divergence.found
     )
 
 
@@ -364,17 +366,17 @@ def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
     """What a grading child of exercises 1 and 4 imports: stubs for the answers, no source of
     them anywhere, no broken variants, and the rest of refimpl as it is."""
-    from grader.answer_free import answer_free_sources
+    from grader.exercises.answer_free import answer_free_sources
 
     sources = answer_free_sources(["check_block_manager", "check_approximate_gcd"])
     (tmp_path / "sources.json").write_text(json.dumps(sources))
     done = _run_python(
         """
         import json, linecache, sys
-        from grader import answer_free
+        from grader.exercises import answer_free
         answer_free.install(json.load(open("sources.json")))
         import grader
-        from grader.answer_free import ReferenceUsed
+        from grader.exercises.answer_free import ReferenceUsed
         from refimpl.paged import BlockManager, Scheduler, SchedulerConfig
         import refimpl.hybrid.kv_cache_planning as planning
         grader.check_block_manager  # the set-up cell's import works
@@ -389,7 +391,7 @@ def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
                 print(name, "ran")
             except ReferenceUsed as used:
                 print(name, "stub", used.qualified_name)
-        for module in ("grader.broken", "refimpl.course.prefix_match", "refimpl.viz"):
+        for module in ("grader.exercises.broken", "refimpl.course.prefix_match", "refimpl.viz"):
             try:
                 __import__(module)
                 print(module, "imported")
@@ -406,7 +408,7 @@ def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
         "BlockManager stub refimpl.paged.block_manager.BlockManager.__init__",
         "approximate_gcd stub refimpl.hybrid.kv_cache_planning.approximate_gcd",
         "get_kv_cache_groups ran",
-        "grader.broken refused",
+        "grader.exercises.broken refused",
         "refimpl.course.prefix_match refused",
         "refimpl.viz imported",
         "source in linecache False",
@@ -419,7 +421,7 @@ def test_the_childs_refimpl_holds_no_answer_and_no_copy_of_one(tmp_path):
 def test_limits_turn_a_memory_hog_into_a_memory_error(tmp_path):
     done = _run_python(
         """
-        from grader.sandbox import Limits
+        from grader.sandbox.limits import Limits
         Limits().apply()
         try:
             hog = bytearray(64 * 2**30)
@@ -443,7 +445,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
     done = _run_python(
         f"""
         import socket, refimpl.paged.block_manager as reference
-        from grader.sandbox import file_rules, restrict
+        from grader.sandbox.limits import file_rules, restrict
         rules = file_rules({str(work)!r}, [{str(private)!r}], [reference.__file__])
         restrict(rules)
         def attempt(label, action):
@@ -475,7 +477,7 @@ def test_landlock_limits_writes_reads_and_connections(tmp_path):
 
 @pytest.mark.slow
 def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
-    from grader.processes import descendants, end_new_descendants, subreaper
+    from grader.sandbox.processes import descendants, end_new_descendants, subreaper
 
     with subreaper() as enabled:
         if not enabled:
@@ -590,7 +592,7 @@ def test_the_references_helpers_count_as_the_reference():
 
 @pytest.mark.slow
 def test_a_child_that_cannot_set_itself_up_says_so_before_any_student_code_runs():
-    from grader.remote import ChildSettings, GradingChild, StartFailed
+    from grader.sandbox.remote import ChildSettings, GradingChild, StartFailed
 
     with GradingChild(
         ChildSettings(cells=[(1, "x = 1")], checks=["check_nothing"], targets=["x"]),
@@ -662,7 +664,7 @@ def test_cleanup_never_changes_the_mode_of_a_file_a_link_points_to(tmp_path, mon
     """The child's folder holds a read-only folder with a link to a file outside: removing it
     as a user who may not unlink there (emulated: root may) opens the folder, never the
     file."""
-    from grader import remote
+    from grader.sandbox import remote
 
     victim = tmp_path / "victim.txt"
     victim.write_text("instructor's")
@@ -695,7 +697,7 @@ def test_deleted_files_held_open_or_mapped_are_measured(tmp_path, monkeypatch):
     import ctypes
     import mmap
 
-    from grader import processes
+    from grader.sandbox import processes
 
     me = [os.getpid()]
     real_stat = os.stat
@@ -892,7 +894,7 @@ def test_an_exiting_process_whose_entries_close_is_not_hiding(monkeypatch):
     """A process that let go of its memory (exiting, here a zombie) has its /proc entries
     owned by root, closed to a grader that is not root: that is no hiding; a live process
     with closed entries is."""
-    from grader import processes
+    from grader.sandbox import processes
 
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 30

@@ -17,9 +17,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import sandbox
-from grader.answer_free import answer_free_sources
-from grader.sandbox import file_rules, landlock_abi
+from grader.exercises.answer_free import answer_free_sources
+from grader.sandbox import limits as sandbox
+from grader.sandbox.limits import file_rules, landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = "refimpl/paged/block_manager.py"
@@ -121,9 +121,9 @@ def test_every_exercises_child_serves_every_answer_module():
 def test_the_child_refuses_to_grade_when_a_hidden_file_is_readable(tmp_path, monkeypatch):
     """Rules with a hole (refimpl granted whole, as a link once did): the child finds the
     answer module readable before any student code runs, and the grade says so in one line."""
-    from grader import remote
-    from grader.exercises import STUDENT_DIR, cell_role
+    from grader.exercises.catalogue import STUDENT_DIR, cell_role
     from grader.grading import grade_notebook
+    from grader.sandbox import remote
 
     monkeypatch.setenv("GRADER_ALLOW_ROOT", "1")
     package = str(Path(sandbox.refimpl.__file__).resolve().parent)

@@ -670,7 +670,7 @@ def draw_reusable_tokens(
 
 
 # --- chapter 04: the lookup flow over the pool and the free queue
-def _lookup_steps(bm: BlockManager, b) -> list[str]:
+def _lookup_steps(b) -> list[str]:
     """The lookup of one logical block as a chain of short steps (what can_allocate does)."""
     if b.outcome is MatchOutcome.LAST_BLOCK:
         return ["last block", "never looked up"]
@@ -702,7 +702,7 @@ def prefix_lookup_text(
     pool."""
     lines = []
     for b in match.blocks:
-        flow = " -> ".join(_lookup_steps(bm, b))
+        flow = " -> ".join(_lookup_steps(b))
         # the result on a line of its own, so each line fits a 95-column listing
         lines.append(f"L{b.index} {_tokens_text(b.token_ids):<19} {flow}")
         lines.append(f"   => {_lookup_result(b).replace(chr(10), ' ')}")
@@ -762,7 +762,7 @@ def draw_prefix_lookup(
             fontsize=8,
         )
         y = 5.85
-        for i, step in enumerate(_lookup_steps(bm, b)):
+        for i, step in enumerate(_lookup_steps(b)):
             ax.text(
                 x,
                 y,

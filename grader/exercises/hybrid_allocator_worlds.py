@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from grader.calls import StateFields
+from grader.lockstep.calls import StateFields
 from refimpl.hybrid.kv_cache_coordinator import HybridKVCacheCoordinator
 from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,

@@ -2,7 +2,7 @@
 block manager's or a scheduler's life, one compared step per call.
 
 Each driver plays the scheduler's and the model's part identically in both worlds; the worlds
-themselves (what a step does, which fields are compared) are `grader.paged_worlds`.
+themselves (what a step does, which fields are compared) are `grader.exercises.paged_worlds`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import xxhash
 
-from grader.calls import Call, WorldSpec
-from grader.lockstep import Lockstep
-from grader.paged_worlds import ManagerWorld, SchedulerWorld
+from grader.exercises.paged_worlds import ManagerWorld, SchedulerWorld
+from grader.lockstep.calls import Call, WorldSpec
+from grader.lockstep.engine import Lockstep
 
 
 class LockstepManagerDriver:

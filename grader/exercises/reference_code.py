@@ -3,15 +3,16 @@ keeps it out.
 
 An exercise is passed by writing the code, not by running refimpl's. Each grader lists the
 reference functions its exercise asks for (`reference_code`: the names the exercise's notebook
-asks students to write); the course's deliberately broken variants (`grader.broken`) are full
-or partial copies of the reference, so they count too.
+asks students to write); the course's deliberately broken variants (`grader.exercises.broken`)
+are full or partial copies of the reference, so they count too.
 
 - In a notebook (`check_*`, the feedback path) a `ReferenceGuard` watches, with
   `sys.setprofile`, for that code starting while the student's side of a step runs. Code in
   the same process can switch a profiler off; that is fine for feedback.
 - In the command-line grader (the trusted path) the student's code runs in a child process
-  whose refimpl does not hold that code at all (`grader.answer_free`): what the exercise asks
-  for is a stub that raises `ReferenceUsed`, and the course's copies cannot be imported.
+  whose refimpl does not hold that code at all (`grader.exercises.answer_free`): what the
+  exercise asks for is a stub that raises `ReferenceUsed`, and the course's copies cannot be
+  imported.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from grader.answer_free import ANSWERS, BLOCKED, ReferenceUsed, removed_names
-from grader.lockstep import ReferenceGuard, StudentSide
+from grader.exercises.answer_free import ANSWERS, BLOCKED, ReferenceUsed, removed_names
+from grader.lockstep.engine import ReferenceGuard, StudentSide
 
 __all__ = [
     "ReferenceUsed",
@@ -39,8 +40,8 @@ __all__ = [
 
 def reference_code(check_name: str) -> list[tuple[Any, str]]:
     """(owner, attribute) of every reference function the exercise graded by `check_name` asks
-    for, and of the reference's helpers that only those use (`grader.answer_free`: the
-    functions the grading child's refimpl lacks)."""
+    for, and of the reference's helpers that only those use (`grader.exercises.answer_free`:
+    the functions the grading child's refimpl lacks)."""
     import importlib
 
     if check_name not in ANSWERS:
@@ -54,30 +55,37 @@ def reference_code(check_name: str) -> list[tuple[Any, str]]:
 
 
 def course_copies() -> list[tuple[Any, str]]:
-    """(owner, attribute) of every function in `grader.broken` that copies the reference,
-    whole or in part.
+    """(owner, attribute) of every function in `grader.exercises.broken` and in the grader's
+    copies of the reference it edits (`reference_copies`, and `reference_copies_v4` once
+    loaded), whole or in part.
 
-    Only code compiled from `broken.py` itself or from an edited reference method counts: the
-    functions every class shares (a dataclass's `__repr__` wrapper, `object`'s methods) are no
-    copy, and a student's code that runs them is never blamed for it.
+    Only code compiled from those files or from an edited copy counts: the functions every
+    class shares (a dataclass's `__repr__` wrapper, `object`'s methods) are no copy, and a
+    student's code that runs them is never blamed for it.
     """
-    from grader import broken
+    from grader.exercises import broken, reference_copies
+
+    modules = [broken, reference_copies]
+    if "grader.exercises.reference_copies_v4" in sys.modules:
+        modules.append(sys.modules["grader.exercises.reference_copies_v4"])
+    files = {module.__file__ for module in modules}
 
     def own(member: Any) -> bool:
         function = _function_of(member)
         if function is None:
             return False
         filename = function.__code__.co_filename
-        return filename == broken.__file__ or filename.endswith(", edited>")
+        return filename in files or filename.endswith(", edited>")
 
     pairs = []
-    for name, value in vars(broken).items():
-        if getattr(value, "__module__", None) != broken.__name__:
-            continue
-        if inspect.isfunction(value) and own(value):
-            pairs.append((broken, name))
-        elif inspect.isclass(value) and value is not broken.BrokenVariant:
-            pairs.extend((value, attr) for attr, member in vars(value).items() if own(member))
+    for module in modules:
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            if inspect.isfunction(value) and own(value):
+                pairs.append((module, name))
+            elif inspect.isclass(value) and value is not broken.BrokenVariant:
+                pairs.extend((value, a) for a, member in vars(value).items() if own(member))
     return pairs
 
 
@@ -92,8 +100,7 @@ def reference_sources() -> list[str]:
 
 @functools.cache  # the same for every child of a batch; finding it parses every answer module
 def _reference_sources() -> tuple[str, ...]:
-    from grader import broken
-    from grader.exercises import EXERCISES
+    from grader.exercises.catalogue import EXERCISES
 
     modules = {
         owner if isinstance(owner, types.ModuleType) else sys.modules[owner.__module__]
@@ -101,17 +108,21 @@ def _reference_sources() -> tuple[str, ...]:
         for check, _ in exercise.checks
         for owner, _ in reference_code(check)
     }
-    modules.add(broken)
+    sources = [Path(module.__file__) for module in modules]
     files = []
-    for module in modules:
-        source = Path(module.__file__)
-        files.append(str(source))
-        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
-    # the blocked packages, whole: the finder refuses them by name, the file rules by path
+    # the blocked modules and packages, whole: the finder refuses them by name, the file rules
+    # by path (found without importing them: the v4 copy would load torch)
     for name in BLOCKED:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
             files.extend(str(Path(p)) for p in spec.submodule_search_locations)
+        elif spec.origin:
+            sources.append(Path(spec.origin))
+    for source in sources:
+        files.append(str(source))
+        files.extend(str(p) for p in source.parent.glob(f"__pycache__/{source.stem}.*.pyc"))
     return tuple(sorted(set(files)))
 
 

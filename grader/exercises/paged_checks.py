@@ -4,10 +4,10 @@ Each grader replays named scenarios (small, hand-built, one rule each) and seede
 workloads in lockstep against `refimpl.paged`, and returns a `GradeReport` whose table names
 the first step where the student's state differs from the reference's.
 
-The rules of the reference each grader checks are listed in `grader.rules`, each with
-the scenario that fails when it is broken and a variant in `grader.broken` that breaks
-it. In short: `check_block_manager` checks the free-queue order (head out, tail in, last block
-freed first), the exact-fit and empty-pool edges of `can_allocate`/`can_append`, and the
+The rules of the reference each grader checks are listed in `grader.exercises.rules`, each with
+the scenario that fails when it is broken and a variant in `grader.exercises.broken` that
+breaks it. In short: `check_block_manager` checks the free-queue order (head out, tail in, last
+block freed first), the exact-fit and empty-pool edges of `can_allocate`/`can_append`, and the
 new-block test at every block size down to 1; `check_prefix_cache` adds the hash chain
 (continued from the previous block's own hash), registration of exactly the filled blocks,
 matching (last block never looked up, tokens confirm a hit even under a real collision, first
@@ -16,7 +16,7 @@ guard; `check_scheduler` checks prefill before decode with a blocking waiting he
 only the first request, the token budget, `max_num_seqs`, the order of `running`, preemption
 (newest first, to the front of waiting, itself when alone) and `postprocess` (register before
 commit, drop a chunk's token, eos and max_tokens). Every scenario runs under a time limit
-(`grader.time_limit`).
+(`grader.lockstep.time_limit`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from grader.lockstep import Lockstep, run_check
-from grader.paged_drivers import LockstepManagerDriver, LockstepSchedulerDriver
-from grader.reference_code import grading_side
-from grader.report import GradeReport, seeded_checks
-from grader.time_limit import (
+from grader.exercises.paged_drivers import LockstepManagerDriver, LockstepSchedulerDriver
+from grader.exercises.reference_code import grading_side
+from grader.lockstep.engine import Lockstep, run_check
+from grader.lockstep.report import GradeReport, seeded_checks
+from grader.lockstep.time_limit import (
     DEFAULT_TIME_LIMIT,
     check_time_limit,
     limit_is_enforceable,
@@ -271,7 +271,7 @@ def check_block_manager(
     and `may_append`. A manager that also has a prefix cache passes too: these scenarios never
     register a hash. A step that runs `refimpl.paged.BlockManager`'s own methods fails unless
     `allow_reference` (for grading the reference itself or the variants in
-    `grader.broken`). A scenario still running after `time_limit` seconds (None: no
+    `grader.exercises.broken`). A scenario still running after `time_limit` seconds (None: no
     limit) is stopped and fails.
     """
     return report_scenarios(

@@ -1,12 +1,12 @@
 """The grading child: runs a notebook's setup and solution cells, then only answers the
 grader's calls.
 
-`python -m grader` starts this module in a fresh process (`grader.remote`) and
-talks to it over a socket (`grader.wire`). Before any student cell runs, the child
+`python -m grader` starts this module in a fresh process (`grader.sandbox.remote`) and
+talks to it over a socket (`grader.sandbox.wire`). Before any student cell runs, the child
 installs the finder that serves a refimpl without the exercise's answers
-(`grader.answer_free`), lowers its resource limits and closes itself off
-(`grader.sandbox`); then it checks that it can read none of the reference's hidden files, by
-any route, and refuses to run anything if it can.
+(`grader.exercises.answer_free`), lowers its resource limits and closes itself off
+(`grader.sandbox.limits`); then it checks that it can read none of the reference's hidden
+files, by any route, and refuses to run anything if it can.
 Then it runs the cells and serves requests: build a world around the student's class or
 function, apply a `Call` to it, report the world's state, enter or leave a patch. It never sees
 the reference's answers and never decides whether anything passed; everything it sends back is
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-from grader import wire
+from grader.sandbox import wire
 
 NOT_DEFINED = "the notebook does not define it"
 
@@ -80,7 +80,7 @@ def run_cells(cells: list[tuple[int, str]]) -> tuple[dict, str | None]:
 def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
     """What the child sends back for one request: the result (and the world's state), or what
     stopped it."""
-    from grader.answer_free import ReferenceUsed
+    from grader.exercises.answer_free import ReferenceUsed
 
     try:
         answer = {"ok": wire.encode(run())}
@@ -99,7 +99,8 @@ def _answer(run: Callable[[], Any], state: Callable[[], Any] | None) -> dict:
 
 def serve(sock: socket.socket, namespace: dict, problem: str | None) -> None:
     """Answer requests until the grader says goodbye (or closes the socket)."""
-    from grader.paged_worlds import CONTEXTS, build_world
+    import grader.exercises.paged_worlds  # noqa: F401  (registers the worlds and contexts)
+    from grader.lockstep.calls import CONTEXTS, build_world
 
     worlds: dict[str, Any] = {}
     contexts: dict[str, ExitStack] = {}
@@ -148,9 +149,8 @@ class SandboxHole(Exception):
 def prepare(payload: dict) -> None:
     """Everything that happens before the first student cell: the answer-free refimpl, limits,
     imports, sandbox."""
-    from grader import answer_free
-    from grader.processes import die_with_parent
-    from grader.sandbox import (
+    from grader.exercises import answer_free
+    from grader.sandbox.limits import (
         FileRules,
         Limits,
         deny_sockets,
@@ -158,14 +158,15 @@ def prepare(payload: dict) -> None:
         readable_routes,
         restrict,
     )
+    from grader.sandbox.processes import die_with_parent
 
     # first: nothing below may load an answer module from its file
     answer_free.install(payload.pop("sources"))
     die_with_parent()
     Limits(**payload["limits"]).apply(payload["processes_before"])
     # what the set-up cells and `serve` import, loaded while files can still be read
-    import grader.paged_checks  # noqa: F401
-    import grader.paged_worlds  # noqa: F401
+    import grader.exercises.paged_checks  # noqa: F401
+    import grader.exercises.paged_worlds  # noqa: F401
     import refimpl.hybrid  # noqa: F401
     import refimpl.paged  # noqa: F401
 

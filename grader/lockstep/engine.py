@@ -9,7 +9,7 @@ carrying what was expected and what was found.
 
 The student's world lives behind a *student side*. In a notebook it is a `LocalStudent`: the
 student's class runs in the same process, watched by a `ReferenceGuard`. The command-line
-grader uses `grader.remote.RemoteStudent`: the student's code runs in another process
+grader uses `grader.sandbox.remote.RemoteStudent`: the student's code runs in another process
 that only answers calls, and every comparison happens here, against this process's own
 reference. Both sides raise `StudentRaised` (the student's code raised) or `StudentFailure`
 (anything else that is not an answer: the reference ran, the process died), so a scenario reads
@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from grader.calls import Call, StateFields, WorldSpec
-from grader.paged_worlds import CONTEXTS, build_world
-from grader.report import CheckResult, Divergence
-from grader.time_limit import ScenarioTimeout, scenario_time_limit
+from grader.lockstep.calls import CONTEXTS, Call, StateFields, WorldSpec, build_world
+from grader.lockstep.report import CheckResult, Divergence
+from grader.lockstep.time_limit import ScenarioTimeout, scenario_time_limit
 
 
 class StudentRaised(Exception):
@@ -49,7 +48,7 @@ class StudentFailure(Exception):
 
 class StudentSide:
     """Where the student's world lives; see `LocalStudent` and
-    `grader.remote.RemoteStudent`.
+    `grader.sandbox.remote.RemoteStudent`.
 
     A grader handed a StudentSide instead of a class or function drives it as is (the
     command-line grader hands in a `RemoteStudent`).
@@ -57,7 +56,7 @@ class StudentSide:
 
     __name__ = "student"
     # False where the student's code runs in another process: a scenario's time limit is then
-    # a deadline for the waits (see `grader.time_limit`), not an alarm in the grader
+    # a deadline for the waits (see `grader.lockstep.time_limit`), not an alarm in the grader
     runs_in_this_process = True
 
     def start(self, spec: WorldSpec) -> None:
@@ -75,7 +74,7 @@ class StudentSide:
         raise NotImplementedError
 
     def enter(self, name: str, args: tuple) -> None:
-        """Enter the context `paged_worlds.CONTEXTS[name](*args)` on the student's side too."""
+        """Enter the context `calls.CONTEXTS[name](*args)` on the student's side too."""
 
     def exit(self, name: str) -> None:
         """Leave it again."""
@@ -233,7 +232,7 @@ class ReferenceGuard:
         finally:
             sys.setprofile(previous)
 
-    def _on_event(self, frame, event: str, arg: Any) -> None:
+    def _on_event(self, frame, event: str, _arg: Any) -> None:
         if event == "call" and self.called is None:
             self.called = self.names.get(frame.f_code)
 
@@ -360,7 +359,7 @@ class Lockstep:
 
     @contextmanager
     def context(self, name: str, *args: Any) -> Iterator[None]:
-        """Enter one of `paged_worlds.CONTEXTS` (a patch such as `colliding_hashes`) on both
+        """Enter one of `calls.CONTEXTS` (a patch such as `colliding_hashes`) on both
         sides."""
         with CONTEXTS[name](*args):
             side = self.side or StudentSide()
@@ -436,7 +435,7 @@ def run_check(
     """Replay one scenario in lockstep and turn the outcome into a table row.
 
     With `time_limit` (seconds), a scenario still running after that long is stopped and its
-    row fails, naming the step that was running (see `grader.time_limit`). `side` is
+    row fails, naming the step that was running (see `grader.lockstep.time_limit`). `side` is
     where the student's world lives (default: this process, watched by `guard`).
     """
     lockstep = Lockstep(side, guard)

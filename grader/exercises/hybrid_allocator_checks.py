@@ -5,18 +5,18 @@ coordinator's fixed-point prefix hit.
 `remove_skipped_blocks` (vLLM's names) in a `KVCacheManager` whose window groups use the
 student's class; `check_fixed_point_hit(HybridKVCacheCoordinator)` grades the coordinator's
 `find_longest_cache_hit`. Both replay hand-made scenarios and seeded random workloads in
-lockstep against refimpl (`grader.hybrid_allocator_worlds`) and compare, after every step, the
-return value, the free queue, every block table, every block's reference count and which blocks
-carry a prefix hash (and each request's computed tokens or recorded junction).
+lockstep against refimpl (`grader.exercises.hybrid_allocator_worlds`) and compare, after every
+step, the return value, the free queue, every block table, every block's reference count and
+which blocks carry a prefix hash (and each request's computed tokens or recorded junction).
 
-The rules checked (each with its scenario and a broken variant in `grader.rules`): a window of
-W tokens skips `max(0, n - W + 1)` tokens once n are computed; only whole skipped blocks are
-freed, at most the table's length, walking back from the last one and stopping at the first
-null block, last block first, each replaced by the null block and handed to the pool. The hit
-is found full attention first, each group looked up with the length agreed so far, round after
-round until it stops changing, never past `max_cache_hit_length`; full attention's blocks are
-trimmed to the agreed length, and the third value is how much longer the longest single lookup
-was (the uncached shared prefix, which pins a junction).
+The rules checked (each with its scenario and a broken variant in `grader.exercises.rules`): a
+window of W tokens skips `max(0, n - W + 1)` tokens once n are computed; only whole skipped
+blocks are freed, at most the table's length, walking back from the last one and stopping at
+the first null block, last block first, each replaced by the null block and handed to the pool.
+The hit is found full attention first, each group looked up with the length agreed so far,
+round after round until it stops changing, never past `max_cache_hit_length`; full attention's
+blocks are trimmed to the agreed length, and the third value is how much longer the longest
+single lookup was (the uncached shared prefix, which pins a junction).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import random
 from functools import partial
 from typing import Any
 
-from grader.calls import Call, WorldSpec
-from grader.lockstep import Lockstep
-from grader.paged_checks import report_scenarios
-from grader.report import GradeReport, seeded_checks
-from grader.time_limit import DEFAULT_TIME_LIMIT
+from grader.exercises.paged_checks import report_scenarios
+from grader.lockstep.calls import Call, WorldSpec
+from grader.lockstep.engine import Lockstep
+from grader.lockstep.report import GradeReport, seeded_checks
+from grader.lockstep.time_limit import DEFAULT_TIME_LIMIT
 
 # Chapter 12's running example shrunk so every block id fits on screen (its five groups, block
 # sizes and windows divided by 16; `refimpl.course.hybrid_simulate.mini_v4_groups`, which a

@@ -4,7 +4,7 @@ variant that cover it.
 A grader is only as good as its scenarios: a rule no scenario exercises is a rule a wrong
 submission may break and still pass. So every rule below names the scenario (a row of the
 grader's table) that fails when the rule is broken, and a wrong version that breaks exactly
-that rule: a variant in `grader.broken`, or (`planted`) a student's slip that
+that rule: a variant in `grader.exercises.broken`, or (`planted`) a student's slip that
 `tests/test_exercise_rules.py` plants in the exercise's solution notebook. The test suite
 checks both: the scenario exists, and the wrong version fails it while the reference and the
 exercise solutions pass. `tests/test_exercise_rules.py` also plants a student-style slip for
@@ -24,9 +24,9 @@ class Rule:
 
     rule: str
     scenario: str  # a row name of the grader's table
-    variant: str  # a BrokenVariant name in grader.broken, or (planted) a slip's name
+    variant: str  # a BrokenVariant name in grader.exercises.broken, or (planted) a slip's name
     # True: the wrong version is a student's slip planted in the solution notebook by
-    # tests/test_exercise_rules.py, not a variant in grader.broken
+    # tests/test_exercise_rules.py, not a variant in grader.exercises.broken
     planted: bool = False
 
 

@@ -3,10 +3,12 @@
 They exist to test the graders: every grader must fail every variant it is relevant to and pass
 the reference. Instructors can also hand them out ("find the bug with check_prefix_cache").
 
-A Part I variant is the reference class with one small hook overridden (`_needs_new_block`, the
+A variant is one of the grader's own copies of the reference
+(grader.exercises.reference_copies) with one small hook overridden (`_needs_new_block`, the
 Scheduler's `__init__`), or one of its methods recompiled with one line of its source edited
-(`edited`): the rest is the reference itself, so a variant can never drift from it, and the
-edit, shown next to the reference line, is the whole mistake.
+(`edited`): the edit, shown next to the copy's line, is the whole mistake. The copies live in
+the grader, so rewording a line of the core never breaks a variant; that each copy still
+behaves as the reference is tested.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from refimpl.paged import BlockManager, Scheduler
+from grader.exercises.reference_copies import (
+    BlockManagerCopy,
+    HybridKVCacheCoordinatorCopy,
+    SchedulerCopy,
+    SlidingWindowManagerCopy,
+)
 
 
 # --- one edited line
@@ -57,21 +64,22 @@ def edited(function: Callable, *edits: tuple[str, str]) -> Callable:
 
 
 # --- block manager mistakes
-class FreeForwardOrder(BlockManager):
+class FreeForwardOrder(BlockManagerCopy):
     """Frees a sequence's blocks first to last, so shared early blocks are overwritten
     first."""
 
     deallocate = edited(
-        BlockManager.deallocate, ("for block_id in reversed(table):", "for block_id in table:")
+        BlockManagerCopy.deallocate,
+        ("for block_id in reversed(table):", "for block_id in table:"),
     )
 
 
-class AllocateFromTail(BlockManager):
+class AllocateFromTail(BlockManagerCopy):
     """Takes new blocks from the tail of the free queue (LIFO), evicting the freshest cache
     first."""
 
     _allocate_block = edited(
-        BlockManager._allocate_block,
+        BlockManagerCopy._allocate_block,
         (
             "block_id = self.free_block_ids.popleft()",
             "block_id = list(self.free_block_ids)[-1]\nself.free_block_ids.remove(block_id)",
@@ -79,14 +87,14 @@ class AllocateFromTail(BlockManager):
     )
 
 
-class AppendOnMultiple(BlockManager):
+class AppendOnMultiple(BlockManagerCopy):
     """Adds a block when len(seq) % block_size == 0, one token too early."""
 
     def _needs_new_block(self, seq):
         return len(seq) % self.block_size == 0
 
 
-class AppendWhenLenModIsOne(BlockManager):
+class AppendWhenLenModIsOne(BlockManagerCopy):
     """Tests nano-vllm's literal `len % block_size == 1`, which is never true for block_size
     1."""
 
@@ -94,11 +102,11 @@ class AppendWhenLenModIsOne(BlockManager):
         return len(seq) % self.block_size == 1
 
 
-class CanAllocateStrict(BlockManager):
+class CanAllocateStrict(BlockManagerCopy):
     """Refuses a prompt that needs exactly the free blocks left (`>` where `>=` is meant)."""
 
     can_allocate = edited(
-        BlockManager.can_allocate,
+        BlockManagerCopy.can_allocate,
         (
             "if len(self.free_block_ids) < num_new_blocks:",
             "if len(self.free_block_ids) <= num_new_blocks:",
@@ -106,12 +114,12 @@ class CanAllocateStrict(BlockManager):
     )
 
 
-class CanAppendNeedsAFreeBlock(BlockManager):
+class CanAppendNeedsAFreeBlock(BlockManagerCopy):
     """Refuses any decode while the pool is empty, even one that still has room in its last
     block."""
 
     can_append = edited(
-        BlockManager.can_append,
+        BlockManagerCopy.can_append,
         (
             "return not self._needs_new_block(seq) or len(self.free_block_ids) > 0",
             "return len(self.free_block_ids) > 0",
@@ -119,19 +127,21 @@ class CanAppendNeedsAFreeBlock(BlockManager):
     )
 
 
-class FreeIgnoresRefCount(BlockManager):
+class FreeIgnoresRefCount(BlockManagerCopy):
     """Frees every block of a finished sequence, also the ones another sequence still
     shares."""
 
     deallocate = edited(
-        BlockManager.deallocate, ("block.ref_count -= 1", "block.ref_count = 0")
+        BlockManagerCopy.deallocate, ("block.ref_count -= 1", "block.ref_count = 0")
     )
 
 
-class HitResetsRefCount(BlockManager):
+class HitResetsRefCount(BlockManagerCopy):
     """Sets ref_count = 1 on every cache hit, also on a block another sequence is using."""
 
-    allocate = edited(BlockManager.allocate, ("block.ref_count += 1", "block.ref_count = 1"))
+    allocate = edited(
+        BlockManagerCopy.allocate, ("block.ref_count += 1", "block.ref_count = 1")
+    )
 
 
 _REUSED_ENTRY_GUARD = (
@@ -139,18 +149,20 @@ _REUSED_ENTRY_GUARD = (
 )
 
 
-class KeepsReusedBlockEntry(BlockManager):
+class KeepsReusedBlockEntry(BlockManagerCopy):
     """Never deletes the hash entry of a block it hands out again, so the table points at new
     contents."""
 
-    _allocate_block = edited(BlockManager._allocate_block, (_REUSED_ENTRY_GUARD, "if False:"))
+    _allocate_block = edited(
+        BlockManagerCopy._allocate_block, (_REUSED_ENTRY_GUARD, "if False:")
+    )
 
 
-class NoStaleHashGuard(BlockManager):
+class NoStaleHashGuard(BlockManagerCopy):
     """Deletes a reused block's hash entry even when the entry points to another block."""
 
     _allocate_block = edited(
-        BlockManager._allocate_block,
+        BlockManagerCopy._allocate_block,
         (_REUSED_ENTRY_GUARD, "if block.hash != -1 and block.hash in self.hash_to_block_id:"),
     )
 
@@ -160,34 +172,34 @@ _HIT_TEST = (
 )
 
 
-class ConfirmHitByHash(BlockManager):
+class ConfirmHitByHash(BlockManagerCopy):
     """Confirms a hit by comparing the cached block's hash with the looked-up one, not its
     tokens."""
 
     # always equal when the table is right, so a real collision passes
     _prefix_hits = edited(
-        BlockManager._prefix_hits,
+        BlockManagerCopy._prefix_hits,
         (_HIT_TEST, "if block_id == -1 or blocks[block_id].hash != hashes[i]:"),
     )
 
 
-class NoTokenDoubleCheck(BlockManager):
+class NoTokenDoubleCheck(BlockManagerCopy):
     """Trusts a hash hit without comparing tokens: a collision reuses the wrong K/V."""
 
-    _prefix_hits = edited(BlockManager._prefix_hits, (_HIT_TEST, "if block_id == -1:"))
+    _prefix_hits = edited(BlockManagerCopy._prefix_hits, (_HIT_TEST, "if block_id == -1:"))
 
 
-class KeepMatchingAfterMiss(BlockManager):
+class KeepMatchingAfterMiss(BlockManagerCopy):
     """Skips a missing block and keeps matching, counting later cached blocks as hits."""
 
-    _prefix_hits = edited(BlockManager._prefix_hits, ("break", "continue"))
+    _prefix_hits = edited(BlockManagerCopy._prefix_hits, ("break", "continue"))
 
 
-class LooksUpLastBlock(BlockManager):
+class LooksUpLastBlock(BlockManagerCopy):
     """Also matches the last block, so a fully cached prompt would leave nothing to compute."""
 
     _match_prefix = edited(
-        BlockManager._match_prefix,
+        BlockManagerCopy._match_prefix,
         (
             "hits = self._prefix_hits(seq, seq.num_blocks - 1)",
             "hits = self._prefix_hits(seq, seq.num_blocks)",
@@ -200,29 +212,29 @@ _MATCH_RESULT = (
 )
 
 
-class InUseHitsNeedFreeBlocks(BlockManager):
+class InUseHitsNeedFreeBlocks(BlockManagerCopy):
     """Counts a hit on a block in use as needing a free block, so can_allocate refuses too
     often."""
 
     _match_prefix = edited(
-        BlockManager._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks")
+        BlockManagerCopy._match_prefix, (_MATCH_RESULT, "return len(hits), seq.num_blocks")
     )
 
 
-class FreeHitsCostNothing(BlockManager):
+class FreeHitsCostNothing(BlockManagerCopy):
     """Counts a hit on a freed block as costing nothing, although it leaves the free queue."""
 
     _match_prefix = edited(
-        BlockManager._match_prefix,
+        BlockManagerCopy._match_prefix,
         (_MATCH_RESULT, "return len(hits), seq.num_blocks - len(hits)"),
     )
 
 
-class HashWithoutChain(BlockManager):
+class HashWithoutChain(BlockManagerCopy):
     """Hashes each block on its own, so equal blocks after different prefixes collide."""
 
     _block_hashes = edited(
-        BlockManager._block_hashes,
+        BlockManagerCopy._block_hashes,
         (
             "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs], h)",
             "h = compute_hash(packed[8 * i * bs : 8 * (i + 1) * bs])",
@@ -234,7 +246,7 @@ class HashWithoutChain(BlockManager):
     )
 
 
-class PrefixHashFromTable(BlockManager):
+class PrefixHashFromTable(BlockManagerCopy):
     """Continues the chain from the hash whose table entry points at the previous block (not
     its own hash).
 
@@ -243,7 +255,7 @@ class PrefixHashFromTable(BlockManager):
     """
 
     hash_blocks = edited(
-        BlockManager.hash_blocks,
+        BlockManagerCopy.hash_blocks,
         (
             "h = blocks[table[start - 1]].hash if start > 0 else -1",
             "h = next((k for k, v in self.hash_to_block_id.items() if v == table[start - 1]), "
@@ -252,11 +264,11 @@ class PrefixHashFromTable(BlockManager):
     )
 
 
-class RegistersPartialBlock(BlockManager):
+class RegistersPartialBlock(BlockManagerCopy):
     """Rounds the end of the step up, registering a block the step left only partly filled."""
 
     hash_blocks = edited(
-        BlockManager.hash_blocks,
+        BlockManagerCopy.hash_blocks,
         (
             "end = computed // bs",
             "end = min(-(-computed // bs), len(seq.block_table))",
@@ -268,34 +280,35 @@ class RegistersPartialBlock(BlockManager):
 _CHUNK_RULE = "if remaining < num_tokens and scheduled_seqs:"
 
 
-class PreemptFirstRunning(Scheduler):
+class PreemptFirstRunning(SchedulerCopy):
     """Preempts the oldest running sequence instead of the newest."""
 
     schedule = edited(
-        Scheduler.schedule,
+        SchedulerCopy.schedule,
         ("self.preempt(self.running.pop())", "self.preempt(self.running.popleft())"),
     )
 
 
-class ChunkAnyWaiting(Scheduler):
+class ChunkAnyWaiting(SchedulerCopy):
     """Cuts any waiting sequence to the leftover budget, not only the first of the batch."""
 
-    schedule = edited(Scheduler.schedule, (_CHUNK_RULE, "if False:"))
+    schedule = edited(SchedulerCopy.schedule, (_CHUNK_RULE, "if False:"))
 
 
-class BudgetCountsCachedTokens(Scheduler):
+class BudgetCountsCachedTokens(SchedulerCopy):
     """Checks a new request's whole prompt against the token budget, cached blocks included."""
 
     schedule = edited(
-        Scheduler.schedule, (_CHUNK_RULE, "if remaining < seq.num_tokens and scheduled_seqs:")
+        SchedulerCopy.schedule,
+        (_CHUNK_RULE, "if remaining < seq.num_tokens and scheduled_seqs:"),
     )
 
 
-class SkipBlockedWaitingHead(Scheduler):
+class SkipBlockedWaitingHead(SchedulerCopy):
     """Passes over a waiting request that does not fit and prefills a later one that does."""
 
     schedule = edited(
-        Scheduler.schedule,
+        SchedulerCopy.schedule,
         (
             "num_batched_tokens = 0",
             "num_batched_tokens = 0\nskipped = 0  # waiting requests passed over",
@@ -313,14 +326,14 @@ class SkipBlockedWaitingHead(Scheduler):
     )
 
 
-class DropInsteadOfSelfPreempt(Scheduler):
+class DropInsteadOfSelfPreempt(SchedulerCopy):
     """When no other request is left to preempt, skips the request instead of preempting it (it
     is lost)."""
 
-    schedule = edited(Scheduler.schedule, ("self.preempt(seq)", "pass"))
+    schedule = edited(SchedulerCopy.schedule, ("self.preempt(seq)", "pass"))
 
 
-class OneSeqTooMany(Scheduler):
+class OneSeqTooMany(SchedulerCopy):
     """Lets a batch hold max_num_seqs + 1 sequences (`<=` where `<` is meant)."""
 
     def __init__(self, config):
@@ -328,12 +341,12 @@ class OneSeqTooMany(Scheduler):
         self.max_num_seqs += 1
 
 
-class BatchToBackOfRunning(Scheduler):
+class BatchToBackOfRunning(SchedulerCopy):
     """Puts the decode batch back at the end of running, so the requests left out of it run
     first next."""
 
     schedule = edited(
-        Scheduler.schedule,
+        SchedulerCopy.schedule,
         (
             "self.running.extendleft(reversed(scheduled_seqs))",
             "self.running.extend(scheduled_seqs)",
@@ -341,35 +354,35 @@ class BatchToBackOfRunning(Scheduler):
     )
 
 
-class PreemptToBack(Scheduler):
+class PreemptToBack(SchedulerCopy):
     """Puts a preempted sequence at the back of the waiting queue instead of the front."""
 
     preempt = edited(
-        Scheduler.preempt, ("self.waiting.appendleft(seq)", "self.waiting.append(seq)")
+        SchedulerCopy.preempt, ("self.waiting.appendleft(seq)", "self.waiting.append(seq)")
     )
 
 
-class KeepDecodeFlagOnPreempt(Scheduler):
+class KeepDecodeFlagOnPreempt(SchedulerCopy):
     """Forgets to reset is_prefill when preempting, so the recompute is treated as a decode."""
 
-    preempt = edited(Scheduler.preempt, ("seq.is_prefill = True", "pass"))
+    preempt = edited(SchedulerCopy.preempt, ("seq.is_prefill = True", "pass"))
 
 
-class KeepTokenAfterChunk(Scheduler):
+class KeepTokenAfterChunk(SchedulerCopy):
     """Appends the token sampled after a prefill chunk that did not reach the end of the
     prompt."""
 
     postprocess = edited(
-        Scheduler.postprocess,
+        SchedulerCopy.postprocess,
         ("if is_prefill and seq.num_cached_tokens < seq.num_tokens:", "if False:"),
     )
 
 
-class EosDespiteIgnoreEos(Scheduler):
+class EosDespiteIgnoreEos(SchedulerCopy):
     """Finishes a request on eos even when its sampling params say ignore_eos."""
 
     postprocess = edited(
-        Scheduler.postprocess,
+        SchedulerCopy.postprocess,
         (
             "eos_hit = not seq.ignore_eos and token_id == self.eos",
             "eos_hit = token_id == self.eos",
@@ -377,11 +390,11 @@ class EosDespiteIgnoreEos(Scheduler):
     )
 
 
-class RegisterAfterCommit(Scheduler):
+class RegisterAfterCommit(SchedulerCopy):
     """Advances num_cached_tokens before hash_blocks, so filled blocks are never registered."""
 
     postprocess = edited(
-        Scheduler.postprocess,
+        SchedulerCopy.postprocess,
         ("self.block_manager.hash_blocks(seq)", "pass"),
         (
             "seq.num_scheduled_tokens = 0",
@@ -400,7 +413,7 @@ def approximate_gcd_smaller_wins_ties(values, lower_bound=None):
     return min(pads, key=lambda d: (pads[d], d))
 
 
-def approximate_gcd_ignores_lower_bound(values, lower_bound=None):
+def approximate_gcd_ignores_lower_bound(values, lower_bound=None):  # noqa: ARG001 (the bug)
     """Searches from d = 1 whatever the lower bound, so DeepSeek V4's MLA group could be
     split."""
     from refimpl.hybrid.kv_cache_planning import approximate_gcd
@@ -824,14 +837,6 @@ BROKEN_VARIANTS: list[BrokenVariant] = PAGED_BROKEN_VARIANTS + HYBRID_BROKEN_VAR
 
 
 # --- exercise 5 (the hybrid allocator): sliding-window frees and the fixed-point hit
-# Imported here, below the catalogue, so that importing this module for Part I stays as it was.
-from refimpl.hybrid.kv_cache_coordinator import (  # noqa: E402
-    HybridKVCacheCoordinator,
-)
-from refimpl.hybrid.single_type_kv_cache_manager import (  # noqa: E402
-    SingleTypeKVCacheManager,
-    SlidingWindowManager,
-)
 
 _SKIP = "return max(0, num_computed_tokens - self.sliding_window + 1)"
 _SKIP_BLOCKS = (
@@ -839,38 +844,38 @@ _SKIP_BLOCKS = (
 )
 
 
-class SkipOneTokenTooFew(SlidingWindowManager):
+class SkipOneTokenTooFew(SlidingWindowManagerCopy):
     """Skips `n - W` tokens, one too few: a block whose last token just left stays."""
 
     get_num_skipped_tokens = edited(
-        SlidingWindowManager.get_num_skipped_tokens,
+        SlidingWindowManagerCopy.get_num_skipped_tokens,
         (_SKIP, "return max(0, num_computed_tokens - self.sliding_window)"),
     )
 
 
-class SkipOneTokenTooMany(SlidingWindowManager):
+class SkipOneTokenTooMany(SlidingWindowManagerCopy):
     """Skips `n - W + 2` tokens, one too many: frees a block the next token still reads."""
 
     get_num_skipped_tokens = edited(
-        SlidingWindowManager.get_num_skipped_tokens,
+        SlidingWindowManagerCopy.get_num_skipped_tokens,
         (_SKIP, "return max(0, num_computed_tokens - self.sliding_window + 2)"),
     )
 
 
-class SkipWithoutFloor(SlidingWindowManager):
+class SkipWithoutFloor(SlidingWindowManagerCopy):
     """Returns `n - W + 1` even when it is negative (a window longer than the prefix)."""
 
     get_num_skipped_tokens = edited(
-        SlidingWindowManager.get_num_skipped_tokens,
+        SlidingWindowManagerCopy.get_num_skipped_tokens,
         (_SKIP, "return num_computed_tokens - self.sliding_window + 1"),
     )
 
 
-class FreesPartlySkippedBlock(SlidingWindowManager):
+class FreesPartlySkippedBlock(SlidingWindowManagerCopy):
     """Frees a block as soon as one of its tokens left the window (rounds up)."""
 
     _skipped_blocks = edited(
-        SingleTypeKVCacheManager._skipped_blocks,
+        SlidingWindowManagerCopy._skipped_blocks,
         (
             _SKIP_BLOCKS,
             "cdiv(self.get_num_skipped_tokens(total_computed_tokens), self.block_size), "
@@ -879,11 +884,11 @@ class FreesPartlySkippedBlock(SlidingWindowManager):
     )
 
 
-class NoCapAtTable(SlidingWindowManager):
+class NoCapAtTable(SlidingWindowManagerCopy):
     """Does not cap the skipped blocks at the table's length (a window past the table)."""
 
     _skipped_blocks = edited(
-        SingleTypeKVCacheManager._skipped_blocks,
+        SlidingWindowManagerCopy._skipped_blocks,
         (
             _SKIP_BLOCKS,
             "self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, 1 << 30",
@@ -891,17 +896,17 @@ class NoCapAtTable(SlidingWindowManager):
     )
 
 
-class FreesTheNullBlock(SlidingWindowManager):
+class FreesTheNullBlock(SlidingWindowManagerCopy):
     """Walks on past the first null block, freeing the null block again and again."""
 
-    _skipped_blocks = edited(SingleTypeKVCacheManager._skipped_blocks, ("break", "pass"))
+    _skipped_blocks = edited(SlidingWindowManagerCopy._skipped_blocks, ("break", "pass"))
 
 
-class FreesFirstToLast(SlidingWindowManager):
+class FreesFirstToLast(SlidingWindowManagerCopy):
     """Frees the skipped blocks first to last, so the earliest ends up last in the queue."""
 
     remove_skipped_blocks = edited(
-        SingleTypeKVCacheManager.remove_skipped_blocks,
+        SlidingWindowManagerCopy.remove_skipped_blocks,
         (
             "for i in self._skipped_blocks(request_id, total_computed_tokens):",
             "for i in reversed(self._skipped_blocks(request_id, total_computed_tokens)):",
@@ -909,29 +914,29 @@ class FreesFirstToLast(SlidingWindowManager):
     )
 
 
-class DropsFreedEntries(SlidingWindowManager):
+class DropsFreedEntries(SlidingWindowManagerCopy):
     """Deletes the freed entries instead of putting the null block there (the table
     shrinks)."""
 
     remove_skipped_blocks = edited(
-        SingleTypeKVCacheManager.remove_skipped_blocks,
+        SlidingWindowManagerCopy.remove_skipped_blocks,
         ("table[i] = self._null_block", "del table[i]"),
     )
 
 
-class ForgetsToFree(SlidingWindowManager):
+class ForgetsToFree(SlidingWindowManagerCopy):
     """Puts the null block in the table but never gives the blocks back to the pool."""
 
     remove_skipped_blocks = edited(
-        SingleTypeKVCacheManager.remove_skipped_blocks,
+        SlidingWindowManagerCopy.remove_skipped_blocks,
         ("self.block_pool.free_blocks(removed)", "pass"),
     )
 
 
-_FIND = HybridKVCacheCoordinator.find_longest_cache_hit
+_FIND = HybridKVCacheCoordinatorCopy.find_longest_cache_hit
 
 
-class LooksUpInGroupOrder(HybridKVCacheCoordinator):
+class LooksUpInGroupOrder(HybridKVCacheCoordinatorCopy):
     """Looks the groups up in group order, so window groups may come before full
     attention."""
 
@@ -945,13 +950,13 @@ class LooksUpInGroupOrder(HybridKVCacheCoordinator):
     )
 
 
-class StopsAfterOneRound(HybridKVCacheCoordinator):
+class StopsAfterOneRound(HybridKVCacheCoordinatorCopy):
     """Stops the fixed point after one round, even when the last group shortened it."""
 
     find_longest_cache_hit = edited(_FIND, ("if simple_hybrid:", "if True:"))
 
 
-class UntrimmedFullAttention(HybridKVCacheCoordinator):
+class UntrimmedFullAttention(HybridKVCacheCoordinatorCopy):
     """Returns all of full attention's hit blocks, past the agreed length."""
 
     find_longest_cache_hit = edited(
@@ -959,13 +964,13 @@ class UntrimmedFullAttention(HybridKVCacheCoordinator):
     )
 
 
-class NoUncachedPrefix(HybridKVCacheCoordinator):
+class NoUncachedPrefix(HybridKVCacheCoordinatorCopy):
     """Reports no uncached shared prefix (third value 0), so no junction is ever kept."""
 
     find_longest_cache_hit = edited(_FIND, ("longest_hit_length - hit_length,", "0,"))
 
 
-class LooksUpWholePrompt(HybridKVCacheCoordinator):
+class LooksUpWholePrompt(HybridKVCacheCoordinatorCopy):
     """Looks up every hashed token, ignoring max_cache_hit_length (the last token too)."""
 
     find_longest_cache_hit = edited(
@@ -1001,9 +1006,9 @@ BROKEN_VARIANTS += HYBRID_ALLOCATOR_BROKEN_VARIANTS
 # --- exercise 06: slot addressing (compute_swa_indices_and_lens)
 @functools.cache
 def _swa_edited(*edits: tuple[str, str]) -> Callable:
-    from refimpl.kernels import reference_v4
+    from grader.exercises import reference_copies_v4
 
-    return edited(reference_v4.compute_swa_indices_and_lens, *edits)
+    return edited(reference_copies_v4.compute_swa_indices_and_lens, *edits)
 
 
 _SWA_START = "start = (pos - window_size + 1).clamp(min=0)"

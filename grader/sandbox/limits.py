@@ -1,7 +1,7 @@
 """Limits the grading child puts on itself before any student cell runs: resources and files.
 
 The command-line grader runs a student's code in a child process
-(`grader.grading_child`). Before the first student cell, the child
+(`grader.sandbox.grading_child`). Before the first student cell, the child
 
 - lowers its resource limits (`Limits`): data memory, address space, CPU seconds, the size of a
   file it writes, the number of open files, the number of processes (RLIMIT_NPROC; the grader
@@ -69,7 +69,7 @@ class Limits:
 
         RLIMIT_NPROC counts every process of the user, so it is set to `processes_before` (how
         many the user had when the child started) plus `processes`; the kernel ignores it
-        for root, where only a pids cgroup (`grader.processes.PidsCgroup`) caps them.
+        for root, where only a pids cgroup (`grader.sandbox.processes.PidsCgroup`) caps them.
         """
         import resource
 

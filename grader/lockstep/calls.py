@@ -2,14 +2,14 @@
 `WorldSpec` a world is built from, and the `StateFields` a world reports after each step.
 
 Plain picklable data: the same objects are applied to the reference here and sent to the
-student's world in another process (`grader.remote`). `grader.paged_worlds.build_world`
+student's world in another process (`grader.sandbox.remote`). `build_world` (below)
 turns a spec into a world.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +51,21 @@ def plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {key: plain(item) for key, item in value.items()}
     return value
+
+
+# The world kinds and contexts a spec can name. The exercises that define them fill these in
+# when imported (`grader.exercises.paged_worlds`); the lockstep engine and the grading child
+# only look them up, so the engine names no exercise.
+WORLD_KINDS: dict[str, Callable[..., Any]] = {}
+CONTEXTS: dict[str, Callable[..., Any]] = {}
+
+
+def build_world(spec: WorldSpec, implementation: Any | None) -> Any:
+    """The world `spec` describes around `implementation` (a student's class or function), or
+    around the reference's (None)."""
+    if spec.kind not in WORLD_KINDS:
+        raise ValueError(
+            f"no world kind {spec.kind!r} is registered (known: {sorted(WORLD_KINDS)}); "
+            "import the exercise that defines it"
+        )
+    return WORLD_KINDS[spec.kind](implementation, *spec.args)

@@ -1,7 +1,7 @@
 """The world of exercise 06: `compute_swa_indices_and_lens` called on plain lists.
 
-Kept apart from `grader.addressing_checks` (which loads the reference) so that the grading
-child can build it next to the student's function; torch is imported on the first call.
+Kept apart from `grader.exercises.addressing_checks` (which loads the reference) so that the
+grading child can build it next to the student's function; torch is imported on the first call.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def scenario_expired() -> ScenarioTimeout:
 def _alarm(seconds: float) -> Iterator[_Limit]:
     limit = _Limit(seconds, "alarm")
 
-    def on_alarm(signum, frame):
+    def on_alarm(_signum, _frame):
         limit.fired = True
         raise ScenarioTimeout(f"did not finish within {seconds:g} s")
 

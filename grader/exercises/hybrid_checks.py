@@ -4,10 +4,10 @@ grouping `get_packed_kv_cache_groups` and the packed slab `get_kv_cache_config`)
 All three are pure functions, so a "step" is one call: the student's answer is compared with
 `refimpl.hybrid.kv_cache_planning` on worked examples, on every DeepSeek V4 configuration, and
 on seeded random inputs; the first call whose answer differs is reported. Groups and configs
-are objects: both answers are turned into plain data (`grader.calls.plain`) and compared field
-by field, so a row names the first group, tensor or field that differs.
+are objects: both answers are turned into plain data (`grader.lockstep.calls.plain`) and
+compared field by field, so a row names the first group, tensor or field that differs.
 
-The rules checked (each with its check and a broken variant in `grader.rules`):
+The rules checked (each with its check and a broken variant in `grader.exercises.rules`):
 `approximate_gcd` searches d from max(1, lower_bound) (0, negative or None meaning 1) to
 max(values) inclusive, returns a lower bound above every value as is, counts every value's
 padding (repeats included), breaks ties toward the larger d, and rejects no values, values <= 0
@@ -29,7 +29,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from grader.lockstep import (
+from grader.exercises.paged_worlds import plain_function_world
+from grader.exercises.reference_code import grading_side
+from grader.lockstep.engine import (
     Call,
     LocalStudent,
     StudentFailure,
@@ -41,10 +43,8 @@ from grader.lockstep import (
     render,
     timeout_divergence,
 )
-from grader.paged_worlds import plain_function_world
-from grader.reference_code import grading_side
-from grader.report import CheckResult, Divergence, GradeReport, seeded_checks
-from grader.time_limit import (
+from grader.lockstep.report import CheckResult, Divergence, GradeReport, seeded_checks
+from grader.lockstep.time_limit import (
     DEFAULT_TIME_LIMIT,
     ScenarioTimeout,
     check_time_limit,

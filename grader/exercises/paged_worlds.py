@@ -1,11 +1,11 @@
 """The worlds a grader drives, the fields it compares after every step, and how a
-world is built from its spec (the scenario vocabulary is `grader.paged_drivers`).
+world is built from its spec (the scenario vocabulary is `grader.exercises.paged_drivers`).
 
 A world holds one block manager (or scheduler) plus its own copies of the sequences, keyed by a
 short name ("A", "S3") so that the reference's and the student's sequences can be matched.
 Everything a scenario does to a world is one of the world's methods, called through a `Call`
 (a method name and plain arguments): the same call can then be applied to the reference here
-and to the student's world in another process (`grader.remote`), and each world reports
+and to the student's world in another process (`grader.sandbox.remote`), and each world reports
 its own `state()`.
 """
 
@@ -19,8 +19,8 @@ from unittest import mock
 import numpy as np
 import xxhash
 
-from grader.addressing_world import swa_world
-from grader.calls import StateFields, WorldSpec, plain
+from grader.exercises.addressing_world import swa_world
+from grader.lockstep.calls import CONTEXTS, WORLD_KINDS, StateFields, plain
 from refimpl.paged import BlockManager, SamplingParams, Scheduler, Sequence, hashing
 
 
@@ -187,8 +187,8 @@ def function_world(implementation: Callable | None) -> Callable:
 
 def plain_function_world(implementation: Callable | None) -> Callable:
     """A pure function whose answers are objects (groups, a cache config): each answer is
-    turned into plain data (`grader.calls.plain`) where it is made, so it can be compared
-    field by field and sent back from a grading child."""
+    turned into plain data (`grader.lockstep.calls.plain`) where it is made, so it can be
+    compared field by field and sent back from a grading child."""
     function = function_world(implementation)
     return lambda *args: plain(function(*args))
 
@@ -245,27 +245,24 @@ def colliding_hashes(pairs: list[tuple[list[int], list[int]]]) -> Iterator[None]
         yield
 
 
-WORLD_KINDS: dict[str, Callable[..., Any]] = {
-    "manager": ManagerWorld.build,
-    "scheduler": SchedulerWorld.build,
-    "function": function_world,
-    "plain_function": plain_function_world,
-    "swa": swa_world,
-}
-CONTEXTS: dict[str, Callable[..., Any]] = {"colliding_hashes": colliding_hashes}
-
-
-def build_world(spec: WorldSpec, implementation: Any | None) -> Any:
-    """The world `spec` describes around `implementation` (a student's class or function), or
-    around the reference's (None)."""
-    return WORLD_KINDS[spec.kind](implementation, *spec.args)
+WORLD_KINDS.update(
+    {
+        "manager": ManagerWorld.build,
+        "scheduler": SchedulerWorld.build,
+        "function": function_world,
+        "plain_function": plain_function_world,
+        "swa": swa_world,
+    }
+)
+CONTEXTS["colliding_hashes"] = colliding_hashes
 
 
 def _hybrid_world(kind: str) -> Callable[..., Any]:
-    """Exercise 5's worlds (`grader.hybrid_allocator_worlds`), loaded on first use."""
+    """Exercise 5's worlds (`grader.exercises.hybrid_allocator_worlds`), loaded on first
+    use."""
 
     def build(implementation: Any, *args: Any) -> Any:
-        from grader import hybrid_allocator_worlds as worlds
+        from grader.exercises import hybrid_allocator_worlds as worlds
 
         world = worlds.WindowWorld if kind == "hybrid_window" else worlds.HitWorld
         return world.build(implementation, *args)

@@ -6,9 +6,9 @@ The trust model: nothing the child sends is believed as a result. The child only
 their own reference and decide every PASS and FAIL. A child that crashes, exits, stops
 answering, answers nonsense or runs the reference fails the step it was asked about, and the
 next scenario starts a fresh child. The child runs in its own session and process group with
-resource limits and (on Linux) a Landlock sandbox (`grader.sandbox`), in a throwaway
+resource limits and (on Linux) a Landlock sandbox (`grader.sandbox.limits`), in a throwaway
 working directory; at the end its whole group is killed, and any process it left behind is
-found and killed too (`grader.processes`), which voids the notebook's score.
+found and killed too (`grader.sandbox.processes`), which voids the notebook's score.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 
 import grader
 import refimpl
-from grader import wire
-from grader.answer_free import answer_free_sources
-from grader.lockstep import (
+from grader.exercises.answer_free import answer_free_sources
+from grader.exercises.reference_code import reference_sources
+from grader.lockstep.engine import (
     Call,
     StateFields,
     StudentFailure,
@@ -43,7 +43,10 @@ from grader.lockstep import (
     describe_exception,
     reference_complaint,
 )
-from grader.processes import (
+from grader.lockstep.time_limit import scenario_deadline, scenario_expired
+from grader.sandbox import wire
+from grader.sandbox.limits import Limits, file_rules, landlock_abi
+from grader.sandbox.processes import (
     HiddenFiles,
     PidsCgroup,
     descendants,
@@ -53,9 +56,6 @@ from grader.processes import (
     processes_of_this_user,
     subreaper,
 )
-from grader.reference_code import reference_sources
-from grader.sandbox import Limits, file_rules, landlock_abi
-from grader.time_limit import scenario_deadline, scenario_expired
 
 MAX_STARTS = 30  # children one notebook may use up (one per scenario at most, plus the first)
 
@@ -248,7 +248,7 @@ class GradingChild:
         # descriptor only, so the child cannot point it at a file it may not read
         self._stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grader.grading_child", str(theirs.fileno())],
+            [sys.executable, "-m", "grader.sandbox.grading_child", str(theirs.fileno())],
             cwd=self.workdir,
             env=env,
             stdin=subprocess.DEVNULL,

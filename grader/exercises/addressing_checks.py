@@ -8,8 +8,8 @@ prefill rows read from `token_offset`) and on seeded random batches. Arguments t
 lists; the world (`swa_world`) turns them into int32 tensors, calls the function and turns its
 two tensors back into plain data, so the same call runs here or in a grading child.
 
-The rules checked (each with its scenario and a broken variant in `grader.rules`): the window
-of the token at position `pos` starts at `max(pos - W + 1, 0)`, so its length is
+The rules checked (each with its scenario and a broken variant in `grader.exercises.rules`):
+the window of the token at position `pos` starts at `max(pos - W + 1, 0)`, so its length is
 `min(pos + 1, W)`; the slot of position p is `block_table[r, p // block_size] * block_size +
 p % block_size`, oldest first, the rest of the row -1; an invalid token (padding) gets an all
 -1 row and length 0; rows are tokens `token_offset ..`.
@@ -21,11 +21,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from grader.addressing_world import swa_world
-from grader.hybrid_checks import Case, CheckCases, _grade
-from grader.lockstep import render
-from grader.report import GradeReport, seeded_checks
-from grader.time_limit import DEFAULT_TIME_LIMIT
+from grader.exercises.addressing_world import swa_world
+from grader.exercises.hybrid_checks import Case, CheckCases, _grade
+from grader.lockstep.engine import render
+from grader.lockstep.report import GradeReport, seeded_checks
+from grader.lockstep.time_limit import DEFAULT_TIME_LIMIT
 from refimpl.kernels.reference_v4 import (
     compute_swa_indices_and_lens as reference_swa_indices,
 )

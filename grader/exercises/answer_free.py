@@ -17,13 +17,14 @@ frozen dataclass, `linecache`, the source file). So the child never loads it at 
 - the child installs `AnswerFreeFinder` before it imports anything of refimpl. It serves the
   answer modules from those sources (compiled under a name that is no file; the answer-free
   text sits in `linecache` only while its module runs, for Triton's jit) and refuses to import
-  the course's copies of the reference (`grader.broken`) and the course layer's props
+  the course's copies of the reference (`grader.exercises.broken` and the `reference_copies`
+  it edits) and the course layer's props
   (`refimpl.course`: the prefix walk and other chapter props that show the answers;
   `refimpl.viz` imports, its drawings that use those props do not).
 
 The child never reads the reference's source itself; on Linux with Landlock it cannot either:
 the answer modules' files and the blocked packages' folders are unreadable there
-(`grader.reference_code.reference_sources`, `grader.sandbox`).
+(`grader.exercises.reference_code.reference_sources`, `grader.sandbox.limits`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-# modules (and everything beneath them) the grading child may not import
-BLOCKED = ("grader.broken", "refimpl.course")
+# modules (and everything beneath them) the grading child may not import: the broken variants
+# and the grader's own copies of the reference they are built on, and the course layer
+BLOCKED = (
+    "grader.exercises.broken",
+    "grader.exercises.reference_copies",
+    "grader.exercises.reference_copies_v4",
+    "refimpl.course",
+)
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,7 @@ def stripped_checks(checks: list[str]) -> list[str]:
     """The checks whose answers the grading child lacks: `checks`, and every check of a later
     exercise. An exercise builds on the earlier ones (the scheduler on the block manager), so
     their answers stay."""
-    from grader.exercises import EXERCISES
+    from grader.exercises.catalogue import EXERCISES
 
     unknown = sorted(set(checks) - set(ANSWERS))
     if unknown:
@@ -484,7 +491,7 @@ class AnswerFreeFinder(importlib.abc.MetaPathFinder):
     def __init__(self, sources: dict[str, str]) -> None:
         self.sources = dict(sources)
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, _path=None, _target=None):  # called positionally
         if _blocked(fullname):
             return importlib.machinery.ModuleSpec(fullname, _BlockedLoader())
         source = self.sources.pop(fullname, None)
