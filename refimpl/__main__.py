@@ -1,5 +1,4 @@
-"""python -m refimpl: a small command line (plan a KV cache, simulate traffic on it, start
-the lab, grade exercises).
+"""python -m refimpl: plan a KV cache, simulate traffic on it, start the lab, grade exercises.
 
 The package's own sub-commands are listed in `BUILTIN`, each imported by name only when it
 runs. Any other sub-command is a plugin: a distribution registers it under the
