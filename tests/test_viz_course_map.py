@@ -179,8 +179,8 @@ def test_parts_and_minutes():
     ]
     assert [c.number for c in CHAPTERS if c.part == "Part III"] == ["13"]
     assert {c.part for c in CHAPTERS} == {"Start", "Part I", "Part II", "Part III"}
-    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 595
-    assert total_minutes("Part II") == 260
+    assert total_minutes() == sum(c.minutes for c in CHAPTERS) == 690
+    assert total_minutes("Part II") == 280
     with pytest.raises(ValueError, match="no chapter '15'"):
         chapter("15")
 
@@ -189,8 +189,8 @@ def test_text_twin():
     lines = course_map_text().splitlines()
     assert lines[0] == "Start: how the course works (15 min)"
     assert lines[1] == "  00  Start here" + " " * 38 + " 15 min  needs -"
-    assert "  05b Scheduler corner cases" + " " * 26 + " 30 min  needs 05" in lines
-    assert lines[-1] == "total: 595 min, about 9.9 hours"
+    assert "  05b Scheduler corner cases" + " " * 26 + " 45 min  needs 05" in lines
+    assert lines[-1] == "total: 690 min, about 11.5 hours"
     assert sum(1 for line in lines if line.startswith("  ")) == len(CHAPTERS)
 
 
@@ -199,7 +199,7 @@ def test_markdown_table_links_every_chapter():
     assert len(rows) == len(CHAPTERS)
     assert (
         rows[6]
-        == "| 05b | [Scheduler corner cases](05b_scheduler_corner_cases.ipynb) | Part I | 30 | 05 |"
+        == "| 05b | [Scheduler corner cases](05b_scheduler_corner_cases.ipynb) | Part I | 45 | 05 |"
     )
 
 
@@ -222,8 +222,8 @@ def test_picture_reads_at_notebook_width(route):
     legend = ax.get_legend()
     assert [t.get_text() for t in legend.get_texts()][:4] == [
         "Start: how the course works (15 min)",
-        "Part I: nano-vllm's paged cache (275 min)",
-        "Part II: vLLM's hybrid cache (V4, any model) (260 min)",
+        "Part I: nano-vllm's paged cache (350 min)",
+        "Part II: vLLM's hybrid cache (V4, any model) (280 min)",
         "Part III: a tiny DeepSeek V4 runs on it (45 min)",
     ]
     every_text = texts + list(legend.get_texts()) + [legend.get_title(), fig._suptitle]
