@@ -288,8 +288,8 @@ def format_simulation(sim, trace_name: str) -> str:
         f"Clock      {s['clock']}"
         + (": times are estimates" if sim.timed and "roofline" in s["clock"] else ""),
         "",
-        f"Prefix-cache hits  {s['hit_tokens']:,} prompt tokens ({_pct(s['hit_rate'])}); "
-        f"{s['requests_with_hit']:,} of {s['num_requests']:,} requests hit, "
+        f"Prefix-cache hits  {s['hit_tokens']:,} prompt tokens ({_pct(s['hit_rate'])})",
+        f"{'':19}{s['requests_with_hit']:,} of {s['num_requests']:,} requests hit, "
         f"{_pct(s['mean_request_hit_rate'])} per request on average",
         f"Upper bound        {s['upper_bound_tokens']:,} tokens "
         f"({_pct(s['upper_bound_rate'])}): an infinite cache, from the trace itself",
