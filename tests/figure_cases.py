@@ -13,6 +13,7 @@ text.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -795,10 +796,10 @@ def pipeline_glossary_08b():
     )
 
 
-def traffic_figures():
-    """Chapter 15's three figures on the shipped Mooncake slice: shared blocks of two
-    conversations, KV usage of two replays, hit rate against memory (small replays: the
-    requests under 4,000 prompt tokens)."""
+@functools.cache
+def _traffic_inputs():
+    """Chapter 15's inputs on the shipped Mooncake slice: two conversations that share
+    blocks, and replays of the requests under 4,000 prompt tokens at 1 and 2 GiB."""
     from refimpl.models import EngineArgs, plan_model
     from refimpl.sched.traces import SLICE_PATH, read_trace
     from refimpl.simulate import simulate
@@ -815,12 +816,20 @@ def traffic_figures():
         )
         for g in (1, 2)
     }
-    runs = [(label, sim.summary()) for label, sim in sims.items()]
-    return [
-        traffic.draw_shared_blocks(few),
-        traffic.draw_kv_usage(sims),
-        traffic.draw_sweep("KV cache memory", runs, reference=("up to 50%", 0.5)),
-    ]
+    return few, sims
+
+
+def traffic_shared_blocks():
+    return traffic.draw_shared_blocks(_traffic_inputs()[0])
+
+
+def traffic_kv_usage():
+    return traffic.draw_kv_usage(_traffic_inputs()[1])
+
+
+def traffic_sweep():
+    runs = [(label, sim.summary()) for label, sim in _traffic_inputs()[1].items()]
+    return traffic.draw_sweep("KV cache memory", runs, reference=("up to 50%", 0.5))
 
 
 CASES: dict[str, tuple[Callable, Builder]] = {
@@ -873,7 +882,9 @@ CASES: dict[str, tuple[Callable, Builder]] = {
     "engine_state": (v4_engine.draw_engine_state, engine_state_frames),
     "request_plans": (request_plan.draw_request_plan, request_plans),
     "pipeline_glossary": (pipeline_glossary.draw_pipeline_glossary, pipeline_glossary_08b),
-    "traffic": (traffic.draw_sweep, traffic_figures),
+    "traffic_shared_blocks": (traffic.draw_shared_blocks, traffic_shared_blocks),
+    "traffic_kv_usage": (traffic.draw_kv_usage, traffic_kv_usage),
+    "traffic_sweep": (traffic.draw_sweep, traffic_sweep),
 }
 
 
