@@ -1,7 +1,8 @@
 """refimpl's scheduler replays vLLM 0.32's own `Scheduler`, step for step, without vLLM.
 
-`tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window and a DeepSeek
-V4-shaped cache; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
+`tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window, a DeepSeek
+V4-shaped two-group cache, and DeepSeek V4's real caches: the five groups vLLM's planner makes
+for `tests/data/configs/tiny-deepseek-v4`; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
 sha256 digest of vLLM's step log for every fuzzed stream (recorded by
 `python -m tools.crosscheck.scheduler --record ...`, which first checks refimpl equal step for
 step). A stream is a seed: `tools.crosscheck.sched_streams` expands it again here.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import refimpl.sched.async_scheduler as async_scheduler_module
 import refimpl.sched.scheduler as scheduler_module
 from tools.crosscheck.sched_streams import RefimplSide, Setting, digest, drive, make_stream
 
@@ -35,13 +37,19 @@ def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
 
 def test_oracle_covers_every_setting():
     names = {s.name for s, _ in SETTINGS}
-    assert len(names) == 38
-    for layout in ("dense", "swa", "v4"):
+    assert len(names) == 66
+    for layout in ("dense", "swa", "v4", "dsv4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(layout) and n.endswith(mode) for n in names)
     assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
-    assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128}
+    assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128, 512}
+    assert {s.model for s, _ in SETTINGS} == {"", "tiny-deepseek-v4"}
     assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
+    assert any(s.num_spec and s.async_scheduling for s, _ in SETTINGS)
+    assert {(s.aborts, s.async_scheduling) for s, _ in SETTINGS if s.aborts} == {
+        (True, False),
+        (True, True),
+    }
     assert all(len(digests) >= 300 for _, digests in SETTINGS)
     # the streams exercise what they are meant to: prefix hits in every setting, and
     # preemptions in every layout, chunked or not, sync or async (not in every setting: a
@@ -54,6 +62,14 @@ def test_oracle_covers_every_setting():
                 for n, t in TOTALS.items()
                 if n.startswith(layout) and mode in n
             ), (layout, mode)
+    # V4's smallest pools hold a whole prefill chunk's compressor states: preemptions are rare
+    # there, and happen only when chunks are small
+    for mode in ("-chunk-sync", "-chunk-async"):
+        assert any(
+            t["preemptions"] > 0
+            for n, t in TOTALS.items()
+            if n.startswith("dsv4") and mode in n
+        ), mode
 
 
 @pytest.mark.parametrize("setting,digests", SETTINGS, ids=[s.name for s, _ in SETTINGS])
@@ -78,6 +94,22 @@ def mutant(old: str, new: str) -> type:
     return module.Scheduler
 
 
+def async_mutant(scheduler_cls: type, old: str = "", new: str = "") -> type:
+    """refimpl's `AsyncScheduler` on `scheduler_cls` (a mutant), with `old` replaced by
+    `new` in its own source."""
+    source = Path(async_scheduler_module.__file__).read_text()
+    assert old in source, old
+    imported = "from refimpl.sched.scheduler import Scheduler\n"
+    assert imported in source
+    module = types.ModuleType("mutant_async_scheduler")
+    module.Scheduler = scheduler_cls
+    code = (
+        source.replace(imported, "").replace(old, new) if old else source.replace(imported, "")
+    )
+    exec(compile(code, "mutant_async_scheduler.py", "exec"), module.__dict__)
+    return module.AsyncScheduler
+
+
 MUTANTS = {
     # preempt the first running request instead of the last (FCFS)
     "preemption-order": (
@@ -90,7 +122,49 @@ MUTANTS = {
     "junction-pin": ("request.shared_prefix_boundary = boundary", "pass"),
     # keep rejected draft tokens as computed
     "draft-rollback": ("request.num_computed_tokens -= num_rejected", "pass"),
+    # an aborted request keeps its blocks
+    "abort-free": (
+        'request.finish_reason = "abort"\n            self._free_request(request)',
+        'request.finish_reason = "abort"',
+    ),
 }
+#: rules undone under async scheduling: (a MUTANTS key for the Scheduler underneath or None,
+#: old, new in the AsyncScheduler's source, the settings replayed)
+ASYNC_MUTANTS = {
+    # async drafts: the placeholders scheduled as drafts are not counted as in flight
+    "async-draft-placeholders": (
+        None,
+        "self.num_sampled_tokens_per_step + len(\n"
+        "                spec_decode_tokens.get(rid, ())\n            )",
+        "self.num_sampled_tokens_per_step",
+        lambda s: s.num_spec > 0,
+    ),
+    # async aborts: an aborted request keeps its blocks
+    "async-abort-free": ("abort-free", "", "", lambda s: s.aborts),
+}
+
+
+def _kills(cls: type, settings: list, name: str) -> None:
+    """Fails unless `cls` replays one of the first 40 streams of `settings` unlike vLLM."""
+    checked = 0
+    for setting, digests in settings:
+        for seed, want in enumerate(digests[:40]):
+            checked += 1
+            try:
+                if replay(setting, seed, cls) != want:
+                    return
+            except ValueError:
+                return  # the mutant cannot even drive the cache through the stream
+    pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
+
+
+@pytest.mark.parametrize("name", list(ASYNC_MUTANTS))
+def test_async_replay_fails_with_a_rule_undone(name):
+    base, old, new, chosen = ASYNC_MUTANTS[name]
+    cls = async_mutant(
+        scheduler_module.Scheduler if base is None else mutant(*MUTANTS[base]), old, new
+    )
+    _kills(cls, [(s, d) for s, d in SETTINGS if s.async_scheduling and chosen(s)], name)
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
@@ -100,11 +174,13 @@ def test_replay_fails_with_a_rule_undone(name):
     for setting, digests in SETTINGS:
         if setting.async_scheduling:
             continue  # the mutant is the synchronous class
+        if name == "abort-free" and not setting.aborts:
+            continue
         if name == "long-prefill-threshold" and not setting.long_prefill_token_threshold:
             continue
         if name == "preemption-order" and setting.policy != "fcfs":
             continue
-        if name == "junction-pin" and not setting.name.startswith(("swa", "v4")):
+        if name == "junction-pin" and not setting.name.startswith(("swa", "v4", "dsv4")):
             continue
         if name == "draft-rollback" and not setting.num_spec:
             continue
@@ -116,3 +192,13 @@ def test_replay_fails_with_a_rule_undone(name):
             except ValueError:
                 return  # the mutant cannot even drive the cache through the stream
     pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
+
+
+@pytest.mark.parametrize("name", ["junction-pin", "long-prefill-threshold"])
+def test_deepseek_v4_replay_fails_with_a_rule_undone(name):
+    """The real V4 caches (five groups, compressor states of 4 and 8 tokens) alone catch a
+    rule undone."""
+    chosen = [(s, d) for s, d in SETTINGS if s.model and not s.async_scheduling]
+    if name == "long-prefill-threshold":
+        chosen = [(s, d) for s, d in chosen if s.long_prefill_token_threshold]
+    _kills(mutant(*MUTANTS[name]), chosen, name)

@@ -34,6 +34,7 @@ def assert_matches_oracle(name: str, names: list[str], outputs: list[dict]) -> f
     for prompt, out in zip(names, outputs):
         tokens, logits = oracle(name, prompt, MAX_TOKENS)
         assert out["token_ids"] == tokens, f"{name}/{prompt}"
+        assert len(out["logits"]) == len(tokens)  # one row per token, none lost
         for mine, theirs in zip(out["logits"], logits):
             worst = max(worst, (mine - theirs).abs().max().item())
     assert worst < 1e-4
@@ -44,7 +45,13 @@ def assert_matches_oracle(name: str, names: list[str], outputs: list[dict]) -> f
 @pytest.mark.parametrize("caching", [False, True], ids=["no-prefix-cache", "prefix-cache"])
 @pytest.mark.parametrize("budget", [7, 64, 512])
 def test_interleaved_requests_equal_transformers(name, caching, budget):
-    llm = make_llm(name, enable_prefix_caching=caching, max_num_batched_tokens=budget)
+    # vLLM's SchedulerConfig wants max_num_batched_tokens >= max_num_seqs
+    llm = make_llm(
+        name,
+        enable_prefix_caching=caching,
+        max_num_batched_tokens=budget,
+        max_num_seqs=min(budget, 16),
+    )
     names = ["P1", "P2", "P3"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
     assert_matches_oracle(name, names, outputs)
@@ -59,7 +66,7 @@ def test_interleaved_requests_equal_transformers(name, caching, budget):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("budget", [13, 512])
 def test_resume_at_256_token_prefix_hit(name, budget):
-    llm = make_llm(name, max_num_batched_tokens=budget)
+    llm = make_llm(name, max_num_batched_tokens=budget, max_num_seqs=min(budget, 16))
     first = llm.generate([prompts()["P1"]], GREEDY)
     assert_matches_oracle(name, ["P1"], first)
     second = llm.generate([prompts()["P3"]], GREEDY)
@@ -69,14 +76,56 @@ def test_resume_at_256_token_prefix_hit(name, budget):
 
 
 def test_preemption_recomputes_and_still_matches():
-    """A pool that cannot hold three long requests at once preempts one and recomputes it."""
+    """A pool that holds three short requests' prompts but not their growth: vLLM's admission
+    checks only that a whole prompt fits, so decoding (new blocks in both compressor-state
+    groups at once) runs the pool dry, one request is preempted and recomputed, and every
+    output still equals transformers'."""
+    import torch
+
+    from refimpl.v4.oracle import oracle_generate
+
+    llm = make_llm(
+        "A", num_kvcache_blocks=19, max_num_batched_tokens=32, enable_prefix_caching=False
+    )
+    g = torch.Generator().manual_seed(3)
+    short = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (20, 12, 28)]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    outputs = llm.generate(short, params)
+    assert llm.stats.preemptions == 1
+    for prompt, out in zip(short, outputs):
+        tokens, logits = oracle_generate(hf_model("A"), prompt, 12)
+        assert out["token_ids"] == tokens
+        assert max((a - b).abs().max().item() for a, b in zip(out["logits"], logits)) < 1e-4
+
+
+def test_a_waiting_prompt_is_admitted_only_when_it_fits_whole():
+    """vLLM's admission check (`scheduler_reserve_full_isl`): P3 waits until its whole
+    268-token prompt fits the free blocks, so the 60-block pool that Part III's former
+    scheduler ran dry (it admitted P3 chunk by chunk, then preempted) never preempts here."""
     llm = make_llm(
         "A", num_kvcache_blocks=60, max_num_batched_tokens=64, enable_prefix_caching=False
     )
     names = ["P1", "P3", "P2"]
     outputs = llm.generate([prompts()[p] for p in names], GREEDY)
-    assert llm.stats.preemptions >= 1
+    assert llm.stats.preemptions == 0
     assert_matches_oracle("A", names, outputs)
+
+
+def test_the_runner_forgets_a_finished_request_one_step_later():
+    """V1 model runner semantics: a request's state stays with the runner until its id comes
+    back in the next step's `finished_req_ids`."""
+    llm = make_llm("A", max_num_batched_tokens=64)
+    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    a = llm.add_request([5, 6, 7], one)
+    b = llm.add_request(prompts()["P2"], GREEDY)
+    assert llm.step() == [a]  # a samples its only token in the first step
+    assert a.request_id in llm.model_runner.requests
+    llm.step()
+    assert a.request_id not in llm.model_runner.requests
+    assert b.request_id in llm.model_runner.requests
+    while not llm.is_finished():
+        llm.step()
+    assert llm.model_runner.requests == {}  # the last flush reached the runner too
 
 
 def test_preempted_request_gives_back_every_block_keeps_its_tokens_and_is_recomputed():
@@ -104,7 +153,7 @@ def test_preempted_request_gives_back_every_block_keeps_its_tokens_and_is_recomp
     assert llm.scheduler.num_preemptions == 1
     assert y.request.status is RequestStatus.PREEMPTED and y.request.num_computed_tokens == 0
     assert len(y.request.output_token_ids) == 5  # the generated tokens survive
-    assert list(llm.scheduler.waiting) == [y] and llm.scheduler.running == [x]
+    assert list(llm.scheduler.waiting) == [y.request] and llm.scheduler.running == [x.request]
     assert manager.get_block_ids(y.request_id) == ([], [], [], [], [])
     assert all(pool.blocks[b].ref_cnt == 0 for b in held)
     assert pool.get_num_free_blocks() == 7  # x took the two free blocks, y gave back its 7

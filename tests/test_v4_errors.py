@@ -186,7 +186,7 @@ def test_close_releases_the_cache_and_refuses_work():
 def test_two_engines_in_one_process():
     first, second = (
         make_llm(num_kvcache_blocks=64),
-        make_llm(num_kvcache_blocks=32, max_num_batched_tokens=8),
+        make_llm(num_kvcache_blocks=32, max_num_batched_tokens=8, max_num_seqs=4),
     )
     sp = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     assert first.generate([prompts()["P2"]], sp) == second.generate([prompts()["P2"]], sp)

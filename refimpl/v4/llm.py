@@ -4,10 +4,12 @@
         outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8))
     outputs[0]["text"], outputs[0]["token_ids"], llm.stats
 
-Split the way Part I's `LLM` is: the `Scheduler` picks each step's chunks and holds the blocks
-(Part II's `KVCacheManager`), the `ModelRunner` builds the step's tensors and addresses, runs
-the model and samples with the shared `Sampler`, `postprocess` records the result, and
-`record_step` keeps the statistics. The model directory is loaded like Part I's: a local
+Split the way vLLM's engine core is: `refimpl.sched.Scheduler` (vLLM v1's scheduler, the one
+`tools.crosscheck` proves step for step equal to vLLM 0.32's) picks each step's requests and
+token counts and holds the blocks (Part II's `KVCacheManager`) in a `SchedulerOutput`; the
+`ModelRunner` executes that output (tensors, addresses, the model, the shared `Sampler`) and
+answers with a `ModelRunnerOutput`; `update_from_output` records it, and `record_step` keeps
+the statistics. The model directory is loaded like Part I's: a local
 directory, safetensors only (`refimpl.v4.loader`).
 """
 
@@ -15,20 +17,39 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence as SequenceLike
+from dataclasses import dataclass, field
 from time import perf_counter
 
+import torch
 from tqdm import tqdm
 
 from refimpl.engine.lifecycle import ClosableEngine
 from refimpl.engine.llm import EngineStats, load_tokenizer
 from refimpl.engine.prompts import checked_request_tokens, pair_prompts_with_params
 from refimpl.engine.sampler import Sampler
-from refimpl.hybrid.kv_cache_manager import KVCacheManager
 from refimpl.paged.sequence import SamplingParams
+from refimpl.sched import Request, Scheduler, SchedulerConfig
 from refimpl.v4.loader import check_v4_checkpoint, load_hf_model
-from refimpl.v4.model_runner import ModelRunner
-from refimpl.v4.scheduler import ScheduledChunk, Scheduler, V4Request
+from refimpl.v4.model_runner import ModelRunner, ScheduledChunk
 from refimpl.validation import check_bool, check_positive_int
+
+
+@dataclass
+class V4Request:
+    """A scheduler `Request` plus what the engine needs besides: its sampling parameters and,
+    when recorded, the logits behind each sampled token."""
+
+    request: Request
+    sampling_params: SamplingParams
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.request.output_token_ids)
 
 
 def record_step(
@@ -40,14 +61,7 @@ def record_step(
 ) -> None:
     """Add one step to `stats`: prompt tokens computed or taken from the prefix cache, decode
     tokens, time, preemptions, and the peak of blocks in use."""
-    prompt = sum(
-        max(
-            0,
-            min(c.req.request.num_prompt_tokens, c.first_position + c.num_tokens)
-            - c.first_position,
-        )
-        for c in chunks
-    )
+    prompt = sum(c.num_prompt_tokens for c in chunks)
     decode = sum(c.num_tokens for c in chunks) - prompt
     stats.steps += 1
     stats.cached_tokens += sum(c.num_cached_tokens for c in chunks)
@@ -111,15 +125,17 @@ class V4LLM(ClosableEngine):
         self.model_runner = ModelRunner(
             self.hf_model, num_kvcache_blocks, kvcache_block_size, index_kernel_backend
         )
-        manager = KVCacheManager.from_config(
-            self.model_runner.kv_cache.config,
-            self.max_model_len,
-            enable_caching=enable_prefix_caching,
+        scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            max_model_len=self.max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
             prefix_cache_retention_interval=prefix_cache_retention_interval,
         )
-        eos = config.eos_token_id if isinstance(config.eos_token_id, int) else -1
-        self.scheduler = Scheduler(manager, max_num_seqs, max_num_batched_tokens, eos)
+        self.scheduler = Scheduler(scheduler_config, self.model_runner.kv_cache.config)
+        self.eos = config.eos_token_id if isinstance(config.eos_token_id, int) else None
+        # requests queued and not finished yet, by id
+        self.requests: dict[str, V4Request] = {}
         self.tokenizer = load_tokenizer(self.model_dir)
         self.stats = EngineStats()
         # keep the logits behind every sampled token (in V4Request.logits)
@@ -147,50 +163,93 @@ class V4LLM(ClosableEngine):
             self.max_model_len,
         )
         request_id = f"req-{self._next_id}"
-        req = V4Request(
-            self.scheduler.kv_cache_manager.make_request(request_id, ids), sampling_params
+        request = self.scheduler.make_request(
+            request_id,
+            ids,
+            max_tokens=sampling_params.max_tokens,
+            eos_token_id=None if sampling_params.ignore_eos else self.eos,
         )
-        self.scheduler.check_request(req)  # refuses a request that could never fit
+        self.check_fits(request)
         self._next_id += 1
-        return req
+        return V4Request(request, sampling_params)
+
+    def check_fits(self, request: Request) -> None:
+        """Refuse a request that could never run: at its longest (prompt + max_tokens) it
+        would hold more blocks at once than the pool has (windows freeing as it goes).
+        vLLM's scheduler would wait for it forever."""
+        manager = self.scheduler.kv_cache_manager
+        longest = request.num_prompt_tokens + request.max_tokens
+        need = manager.get_max_num_blocks(longest)
+        capacity = manager.num_gpu_blocks - 1  # block 0 is the null block
+        if need > capacity:
+            raise ValueError(
+                f"request {request.request_id} can grow to {need} blocks (up to {longest} "
+                f"tokens: {request.num_prompt_tokens} prompt tokens + "
+                f"max_tokens={request.max_tokens}) but the pool has only {capacity}; it "
+                "could never run"
+            )
 
     def add_request(
         self, prompt: str | list[int], sampling_params: SamplingParams
     ) -> V4Request:
         """Check and queue one request (for stepping the engine by hand with `step()`)."""
         req = self.make_request(prompt, sampling_params)
-        self.scheduler.add(req)
+        self._queue(req)
         return req
 
+    def _queue(self, req: V4Request) -> None:
+        self.scheduler.add_request(req.request)
+        self.requests[req.request_id] = req
+
+    def close(self) -> None:
+        """Abort every unfinished request (vLLM's `finish_requests`, so their blocks go back to
+        the pool), then release the KV cache; the engine refuses work afterwards."""
+        self.scheduler.finish_requests(list(self.scheduler.requests))
+        self.requests.clear()
+        self.model_runner.close()
+        self.closed = True
+
     def is_finished(self) -> bool:
-        return self.scheduler.is_finished()
+        """No request left, and the model runner told about every finished one."""
+        return not self.scheduler.has_requests()
 
     # --- the loop
     def step(self) -> list[V4Request]:
-        """Schedule, run the model on one packed batch, sample, postprocess; returns finished
-        requests."""
+        """Schedule, run the model on one packed batch, sample, `update_from_output`;
+        returns the requests that finished."""
         self._check_open()
         start = perf_counter()
         preemptions_before = self.scheduler.num_preemptions
-        chunks = self.scheduler.schedule()
-        if not chunks:
+        scheduler_output = self.scheduler.schedule()
+        if (
+            not scheduler_output.total_num_scheduled_tokens
+            and self.scheduler.get_num_unfinished_requests()
+        ):
             raise RuntimeError(
                 "no request could be scheduled (the pool is too small for the waiting request)"
             )
         usable = self.model_runner.kv_cache.config.num_blocks - 1
         blocks_in_use = round(self.scheduler.kv_cache_manager.usage * usable)
-        token_ids, logits = self.model_runner.run(chunks)
+        temperatures = {
+            new.req_id: self.requests[new.req_id].sampling_params.temperature
+            for new in scheduler_output.scheduled_new_reqs
+        }
+        runner_output, chunks, logits = self.model_runner.execute_model(
+            scheduler_output, temperatures
+        )
         if self.record_logits:
             for c, row in zip([c for c in chunks if c.samples], logits):
-                c.req.logits.append(row)
-        finished = self.scheduler.postprocess(chunks, token_ids)
-        record_step(
-            self.stats,
-            chunks,
-            perf_counter() - start,
-            blocks_in_use,
-            self.scheduler.num_preemptions - preemptions_before,
-        )
+                self.requests[c.state.req_id].logits.append(row)
+        outputs = self.scheduler.update_from_output(scheduler_output, runner_output)
+        finished = [self.requests.pop(o.request_id) for o in outputs if o.finish_reason]
+        if chunks:  # a step that only flushes finished ids to the runner is not counted
+            record_step(
+                self.stats,
+                chunks,
+                perf_counter() - start,
+                blocks_in_use,
+                self.scheduler.num_preemptions - preemptions_before,
+            )
         return finished
 
     def generate(
@@ -220,7 +279,7 @@ class V4LLM(ClosableEngine):
         self.model_runner.sampler = Sampler(seed, self.model_runner.device)
         self.stats = EngineStats()
         for req in reqs:
-            self.scheduler.add(req)
+            self._queue(req)
         with tqdm(
             total=len(reqs), desc="Generating", dynamic_ncols=True, disable=not use_tqdm
         ) as pbar:

@@ -1,5 +1,11 @@
-"""ModelRunner: turn a step's scheduled chunks into tensors and addresses, run the model,
-sample.
+"""ModelRunner: execute one `SchedulerOutput` of `refimpl.sched.Scheduler`: turn the step's
+scheduled requests into tensors and addresses, run the model, sample.
+
+As vLLM's V1 model runner does, it keeps its own state per request (`CachedRequestState`:
+token ids, block table per group) and updates it from each output (`update_states`): a new
+request brings its prompt and whole block table, a running one only its newly allocated block
+ids, a resumed one (after preemption) a fresh block table and all its token ids, and a
+finished request is forgotten when its id comes back in the next step's `finished_req_ids`.
 
 It owns the cache (the slab Part II planned, see `refimpl.v4.cache`). For each step
 `build_attention_metadata` packs the chunks with Part II's `build_batch` (one block table per
@@ -22,8 +28,8 @@ are. The cache, the addresses and the sampler live on the model's device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -35,10 +41,46 @@ from refimpl.hybrid.addressing import (
     slot_mapping,
 )
 from refimpl.kernels.backend import V4IndexOps, v4_index_ops
+from refimpl.sched.output import ModelRunnerOutput, SchedulerOutput
 from refimpl.v4.attention import AttentionMetadata
 from refimpl.v4.cache import CacheRef, V4KVCache, build_kv_cache
 from refimpl.v4.model import forward_step
-from refimpl.v4.scheduler import ScheduledChunk
+
+
+@dataclass
+class CachedRequestState:
+    """What the runner keeps of a request between steps (vLLM's `CachedRequestState`)."""
+
+    req_id: str
+    num_prompt_tokens: int
+    token_ids: list[int]  # prompt, then every sampled token
+    block_ids: tuple[list[int], ...]  # block table per cache group
+    temperature: float
+
+
+@dataclass
+class ScheduledChunk:
+    """One request's share of a step: `num_tokens` tokens from position `first_position` on."""
+
+    state: CachedRequestState
+    num_tokens: int
+    # tokens of the request already in the cache (computed or a prefix hit)
+    first_position: int
+    # whether the chunk reaches the request's last token, so the step samples its next one
+    samples: bool
+    num_cached_tokens: int = 0  # prefix-cache hit adopted when this step admitted the request
+
+    @property
+    def block_ids(self) -> tuple[list[int], ...]:
+        """The request's block table per cache group at this step (a copy)."""
+        return tuple(list(table) for table in self.state.block_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Prompt tokens among the chunk's tokens (the rest are generated ones, recomputed
+        after a preemption or decoded)."""
+        end = min(self.state.num_prompt_tokens, self.first_position + self.num_tokens)
+        return max(0, end - self.first_position)
 
 
 def complete_entry_slots(batch: BatchInputs, ref: CacheRef, ops: V4IndexOps) -> torch.Tensor:
@@ -135,8 +177,50 @@ class ModelRunner:
             hf_model.config, num_kvcache_blocks, kvcache_block_size, self.device
         )
         self.sampler = Sampler(seed, self.device)
+        self.requests: dict[str, CachedRequestState] = {}
         # the latest step's addresses, for inspection
         self.last_metadata: AttentionMetadata | None = None
+
+    def update_states(
+        self, scheduler_output: SchedulerOutput, temperatures: Mapping[str, float]
+    ) -> list[ScheduledChunk]:
+        """Bring the per-request state up to date with one step's output (vLLM's
+        `_update_states`) and return the step's chunks, in the scheduler's order.
+        `temperatures` gives the sampling temperature of each new request."""
+        for rid in scheduler_output.finished_req_ids:
+            self.requests.pop(rid, None)
+        first: dict[str, int] = {}
+        cached_tokens: dict[str, int] = {}
+        for new in scheduler_output.scheduled_new_reqs:
+            self.requests[new.req_id] = CachedRequestState(
+                new.req_id,
+                len(new.prompt_token_ids),
+                list(new.prompt_token_ids),
+                tuple(list(g) for g in new.block_ids),
+                float(temperatures[new.req_id]),
+            )
+            first[new.req_id] = cached_tokens[new.req_id] = new.num_computed_tokens
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            state = self.requests[rid]
+            if rid in cached.all_token_ids:  # did not run last step: take the scheduler's copy
+                state.token_ids = list(cached.all_token_ids[rid])
+            new_ids = cached.new_block_ids[i]
+            if rid in cached.resumed_req_ids:  # back from preemption: a fresh block table
+                state.block_ids = tuple(list(g) for g in new_ids)
+                cached_tokens[rid] = cached.num_computed_tokens[i]
+            elif new_ids is not None:
+                for table, ids in zip(state.block_ids, new_ids, strict=True):
+                    table.extend(ids)
+            first[rid] = cached.num_computed_tokens[i]
+        chunks = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            state = self.requests[rid]
+            samples = first[rid] + n == len(state.token_ids)
+            chunks.append(
+                ScheduledChunk(state, n, first[rid], samples, cached_tokens.get(rid, 0))
+            )
+        return chunks
 
     def prepare_inputs(
         self, chunks: list[ScheduledChunk]
@@ -144,9 +228,7 @@ class ModelRunner:
         """Packed input ids and the step's `AttentionMetadata`."""
         ids: list[int] = []
         for c in chunks:
-            ids.extend(
-                c.req.request.all_token_ids[c.first_position : c.first_position + c.num_tokens]
-            )
+            ids.extend(c.state.token_ids[c.first_position : c.first_position + c.num_tokens])
         meta = build_attention_metadata(
             self.kv_cache,
             [c.block_ids for c in chunks],
@@ -157,26 +239,39 @@ class ModelRunner:
         return torch.tensor(ids, dtype=torch.long, device=self.device), meta
 
     @torch.no_grad()
-    def run(self, chunks: list[ScheduledChunk]) -> tuple[list[int], torch.Tensor]:
-        """Run one step; return the sampled token of every chunk that `samples` (in chunk
-        order) and the logits (one row per sampled token) behind them."""
-        input_ids, meta = self.prepare_inputs(chunks)
-        hidden = forward_step(self.hf_model, input_ids, meta, self.kv_cache.layers)
-        self.last_metadata = meta
-        sizes = torch.tensor([c.num_tokens for c in chunks], device=hidden.device)
-        ends = torch.cumsum(sizes, 0) - 1
+    def execute_model(
+        self, scheduler_output: SchedulerOutput, temperatures: Mapping[str, float]
+    ) -> tuple[ModelRunnerOutput, list[ScheduledChunk], torch.Tensor]:
+        """Run one step: the sampled tokens per request (`ModelRunnerOutput`, an empty list for
+        a prefill chunk short of the prompt's end), the step's chunks, and the logits behind
+        the sampled tokens (one row each, in chunk order)."""
+        chunks = self.update_states(scheduler_output, temperatures)
+        req_ids = [c.state.req_id for c in chunks]
+        sampled: list[list[int]] = [[] for _ in chunks]
+        vocab = self.hf_model.config.vocab_size
+        logits = torch.empty((0, vocab), device=self.device)
         sampling = [i for i, c in enumerate(chunks) if c.samples]
-        if not sampling:
-            return [], hidden.new_empty((0, self.hf_model.config.vocab_size))
-        logits = self.hf_model.lm_head(hidden[ends[sampling]])
-        temperatures = torch.tensor(
-            [chunks[i].req.sampling_params.temperature for i in sampling],
-            dtype=torch.float32,
-            device=logits.device,
-        )
-        return self.sampler(logits, temperatures).tolist(), logits
+        if chunks:
+            input_ids, meta = self.prepare_inputs(chunks)
+            hidden = forward_step(self.hf_model, input_ids, meta, self.kv_cache.layers)
+            self.last_metadata = meta
+            if sampling:
+                sizes = torch.tensor([c.num_tokens for c in chunks], device=hidden.device)
+                ends = torch.cumsum(sizes, 0) - 1
+                logits = self.hf_model.lm_head(hidden[ends[sampling]])
+                temps = torch.tensor(
+                    [chunks[i].state.temperature for i in sampling],
+                    dtype=torch.float32,
+                    device=logits.device,
+                )
+                for i, token in zip(sampling, self.sampler(logits, temps).tolist()):
+                    sampled[i] = [token]
+                    chunks[i].state.token_ids.append(token)
+        output = ModelRunnerOutput(req_ids, {rid: i for i, rid in enumerate(req_ids)}, sampled)
+        return output, chunks, logits
 
     def close(self) -> None:
         """Drop the cache slab (its memory goes back once nothing else holds a view)."""
         self.kv_cache = None
         self.last_metadata = None
+        self.requests = {}

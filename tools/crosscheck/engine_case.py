@@ -1,12 +1,13 @@
-"""What retention costs the V4 engine, asked of vLLM: the calls `V4LLM`'s scheduler makes on
-its `KVCacheManager`, replayed on vLLM's.
+"""What retention costs the V4 engine, asked of vLLM: the calls `V4LLM`'s scheduler
+(`refimpl.sched.Scheduler`) makes on its `KVCacheManager`, replayed on vLLM's.
 
 The case (chapter 13's tiny V4, config "A" of tests/v4_models.py, 256-token scheduler blocks):
 request A has a 512-token prefix followed by 300 tokens of its own; B is the 512-token prefix
 alone; C is the prefix plus 12 tokens. They run one after another, one generated token each.
 
-`trace_engine_case` runs refimpl's V4 `Scheduler` without a model (the sampled token is a fixed
-id: prefix hits only read prompt tokens) on a `KVCacheManager` wrapped by `TracingManager`,
+`trace_engine_case` runs `refimpl.sched.Scheduler`, as `V4LLM` builds it, without a model
+(the sampled token is a fixed id: prefix hits only read prompt tokens) on a `KVCacheManager`
+wrapped by `TracingManager`,
 which writes each call as a harness operation (`streams.py`); `tools.crosscheck record` plays
 those operations on vLLM's `KVCacheManager` at each retention setting and stores vLLM's answers
 in tests/data/vllm_oracle.json ("engine"). tests/test_v4_retention.py replays them through
@@ -67,32 +68,28 @@ class TracingManager:
         num_new_tokens,
         num_new_computed_tokens=0,
         new_computed_blocks=None,
+        num_lookahead_tokens=0,
+        full_sequence_must_fit=False,
         has_scheduled_reqs=True,
     ):
         rid = request.request_id
+        lookahead, must_fit = num_lookahead_tokens, full_sequence_must_fit
         if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             # the lookup just before it, junction pinned as the scheduler does
-            op = (
-                "schedule",
-                rid,
-                num_new_tokens,
-                0,
-                False,
-                has_scheduled_reqs,
-                0,
-                False,
-                True,
-            )
+            op = ("schedule", rid, num_new_tokens, lookahead, must_fit, has_scheduled_reqs)
+            op += (0, False, True)
         elif request.num_computed_tokens >= request.num_prompt_tokens:
-            op = ("decode", rid, num_new_tokens, 0)
+            op = ("decode", rid, num_new_tokens, lookahead)
         else:
-            op = ("schedule", rid, num_new_tokens, 0, False, True, 0, False, True)
+            op = ("schedule", rid, num_new_tokens, lookahead, must_fit, True, 0, False, True)
         self.ops.append(op)
         return self.m.allocate_slots(
             request,
             num_new_tokens,
             num_new_computed_tokens=num_new_computed_tokens,
             new_computed_blocks=new_computed_blocks,
+            num_lookahead_tokens=num_lookahead_tokens,
+            full_sequence_must_fit=full_sequence_must_fit,
             has_scheduled_reqs=has_scheduled_reqs,
         )
 
@@ -102,15 +99,15 @@ class TracingManager:
 
 
 def trace_engine_case(retention: int | None) -> list[tuple]:
-    """The harness operations of A, B and C run one after another by V4's scheduler."""
+    """The harness operations of A, B and C run one after another by the scheduler V4LLM
+    builds (its `KVCacheManager` wrapped by `TracingManager`)."""
     from refimpl.hybrid.kv_cache_interface import (
         FullAttentionSpec,
+        KVCacheConfig,
         KVCacheGroupSpec,
         SlidingWindowSpec,
     )
-    from refimpl.hybrid.kv_cache_manager import KVCacheManager
-    from refimpl.paged.sequence import SamplingParams
-    from refimpl.v4.scheduler import Scheduler, V4Request
+    from refimpl.sched import ModelRunnerOutput, Scheduler, SchedulerConfig
 
     def spec(desc):
         common = dict(num_kv_heads=1, head_size=8, dtype="float16")
@@ -121,21 +118,22 @@ def trace_engine_case(retention: int | None) -> list[tuple]:
     groups = [
         KVCacheGroupSpec((f"layer{i}",), spec(d)) for i, d in enumerate(ENGINE_GROUPS.groups)
     ]
-    manager = TracingManager(
-        KVCacheManager(
-            groups,
-            NUM_KVCACHE_BLOCKS,
-            ENGINE_GROUPS.max_model_len,
-            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-            prefix_cache_retention_interval=retention,
-        )
+    config = SchedulerConfig(
+        max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs=16,
+        max_model_len=ENGINE_GROUPS.max_model_len,
+        prefix_cache_retention_interval=retention,
     )
-    scheduler = Scheduler(manager, 16, MAX_NUM_BATCHED_TOKENS)
-    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    scheduler = Scheduler(config, KVCacheConfig(NUM_KVCACHE_BLOCKS, (), groups))
+    manager = scheduler.kv_cache_manager = TracingManager(scheduler.kv_cache_manager)
     for i, prompt in enumerate(engine_prompts().values()):
-        scheduler.add(V4Request(manager.make_request(f"req-{i}", prompt), params))
-        while not scheduler.is_finished():
-            chunks = scheduler.schedule()
-            scheduler.postprocess(chunks, [7] * sum(c.samples for c in chunks))
+        scheduler.add_request(scheduler.make_request(f"req-{i}", prompt, max_tokens=1))
+        while scheduler.has_requests():
+            out = scheduler.schedule()
+            ids = list(out.num_scheduled_tokens)
+            done = [scheduler.requests[r] for r in ids]
+            sampled = [[7] if r.num_computed_tokens == r.num_tokens else [] for r in done]
+            runner = ModelRunnerOutput(ids, {r: k for k, r in enumerate(ids)}, sampled)
+            scheduler.update_from_output(out, runner)
     assert scheduler.num_preemptions == 0
     return manager.ops

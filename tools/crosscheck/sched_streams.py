@@ -3,14 +3,17 @@
 Nothing here imports vLLM: the vLLM side (`tools.crosscheck.scheduler`) and the oracle replay
 test (`tests/test_sched_vllm_oracle.py`) drive a scheduler through the same `drive` loop.
 
-A setting is a cache layout (groups of ("full", block_size) or ("swa", block_size, window))
-with a pool size, scheduling flags and a retention interval. A stream is a seed: it expands
+A setting is a cache layout (groups of ("full", block_size) or ("swa", block_size, window),
+or a model config whose layers give the specs: the tiny DeepSeek V4) with a pool size,
+scheduling flags and a retention interval. A stream is a seed: it expands
 to arrivals per step (prompts built from a few shared prefixes so prefix hits happen, output
 limits, priorities). The made-up model runner samples one token per request whose scheduled
 chunk reaches the end of its tokens (`not request.is_prefill_chunk`, read from the
 scheduler's own request after `schedule()`); the token is a function of (request id, step),
 and a fixed share of them is EOS. Under async scheduling the output of step N is handed back
-after step N+1 is scheduled, as vLLM's engine core does with a batch queue of two.
+after step N+1 is scheduled, as vLLM's engine core does with a batch queue of two. Settings
+with `aborts` finish some requests from outside (`finish_requests`, one id per call) a few
+steps after they arrive, before that step's arrivals and schedule.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import hashlib
 import json
 import random
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 EOS = 0
 # block-outermost: groups whose pages differ in size may share one pool (both planners)
 LAYOUT = "BLHNC"
 VOCAB = 60
+CONFIGS = Path(__file__).resolve().parents[2] / "tests/data/configs"
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,14 @@ class Setting:
     policy: str = "fcfs"
     async_scheduling: bool = False
     retention: int | None = 0
-    unit: int = 1
+    unit: int = 1  # scales prompt lengths (large block sizes need long prompts)
     # draft tokens per step (an n-gram drafter: no draft model, no lookahead slots); sync only
-    num_spec: int = 0  # scales prompt lengths (large block sizes need long prompts)
+    num_spec: int = 0
+    # a config folder under tests/data/configs whose model gives the specs (then `groups` is
+    # empty): vLLM's side builds the model's layers, refimpl's reads the config
+    model: str = ""
+    # some requests are aborted from outside (`finish_requests`) a few steps after arrival
+    aborts: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -114,6 +124,68 @@ def settings() -> list[Setting]:
                 if x.name == f"{name}-ret0-{'chunk' if chunked else 'nochunk'}-sync"
             )
             out.append(replace(base, name=base.name + "-spec2", num_spec=2))
+            # async scheduling with drafts: the scheduler fills placeholders (-1) that the
+            # worker's drafter would overwrite, and counts them as in flight
+            asy = next(x for x in out if x.name == base.name.replace("-sync", "-async"))
+            out.append(replace(asy, name=asy.name + "-spec2", num_spec=2))
+        for asy in (False, True):
+            base = next(
+                x for x in out if x.name == f"{name}-ret0-chunk-{'async' if asy else 'sync'}"
+            )
+            out.append(replace(base, name=base.name + "-abort", aborts=True))
+        # retention k where the layout has a window (dense caches only run retention 0)
+        ret = 0 if name == "dense" else k
+        base = next(x for x in out if x.name == f"{name}-ret{ret}-nochunk-async")
+        out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
+    v4 = v4_settings()
+    base = next(x for x in v4 if x.name == "dsv4-ret0-chunk-async")
+    return out + v4 + [replace(base, name=base.name + "-abort", aborts=True)]
+
+
+#: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
+#: tiny DeepSeek V4 (5 packed groups), by (chunked, async) at unit 16; measured with
+#: `python -m tools.crosscheck.scheduler --min-blocks` (its compressor-state groups keep 4- and
+#: 8-token blocks, so a step's in-flight tokens decide most of it).
+V4_MIN_BLOCKS = {
+    (True, False): 453,
+    (True, True): 869,
+    (False, False): 1055,
+    (False, True): 1055,
+}
+V4_CONFIG = "tiny-deepseek-v4"
+
+
+def v4_settings() -> list[Setting]:
+    """DeepSeek V4's real caches (the tiny config's 5 groups: two SWA groups of 64-token
+    blocks, the compressed-attention group of 256, the compressor states of 4 and 8) at
+    retention None, 0 and k, chunked or not, sync or async."""
+    out = []
+    unit = 16
+    for retention in (None, 0, 512):
+        for chunked in (True, False):
+            for asy in (False, True):
+                i = len(out)
+                mml = 160 * unit
+                out.append(
+                    Setting(
+                        name=f"dsv4-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
+                        f"{'async' if asy else 'sync'}",
+                        groups=(),
+                        num_blocks=V4_MIN_BLOCKS[(chunked, asy)],
+                        max_model_len=mml,
+                        # many sequences: a pool that fits one prefill chunk's compressor
+                        # states runs out when many decodes hold their blocks
+                        max_num_seqs=32 if i % 5 in (1, 3) else 16,
+                        max_num_batched_tokens=(64 * unit) if chunked else mml,
+                        enable_chunked_prefill=chunked,
+                        long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                        policy="priority" if i % 3 == 1 else "fcfs",
+                        async_scheduling=asy,
+                        retention=retention,
+                        unit=unit,
+                        model=V4_CONFIG,
+                    )
+                )
     return out
 
 
@@ -142,6 +214,13 @@ def make_stream(seed: int, setting: Setting) -> list[list[dict]]:
             )
             n += 1
         steps.append(arrivals)
+    if setting.aborts:
+        # drawn apart from the arrivals, so a stream's traffic is the same with or without
+        abort_rng = random.Random(f"abort-{seed}")
+        for t, arrivals in enumerate(steps):
+            for arrival in arrivals:
+                if abort_rng.random() < 0.3:
+                    arrival["abort_at"] = t + abort_rng.randrange(1, 16)
     return steps
 
 
@@ -173,6 +252,10 @@ class Side:
 
     def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
         """The drafter's proposals after a step (synchronous scheduling)."""
+        raise NotImplementedError
+
+    def finish(self, req_id: str) -> None:
+        """Abort a request from outside (a client went away)."""
         raise NotImplementedError
 
     def has_requests(self) -> bool:
@@ -235,8 +318,16 @@ def drive(
     tokens."""
     log = []
     pending: list[tuple[Any, set[str], int]] = []
+    aborts: dict[int, list[str]] = {}
+    for arrivals in stream:
+        for arrival in arrivals:
+            if arrival.get("abort_at") is not None:
+                aborts.setdefault(arrival["abort_at"], []).append(arrival["id"])
     step = 0
     while step < len(stream) or side.has_requests() or pending:
+        # one id per call: both schedulers iterate a set of the ids they are given
+        for rid in aborts.get(step, ()):
+            side.finish(rid)
         for arrival in stream[step] if step < len(stream) else ():
             side.add(arrival, step)
         out = side.schedule()
@@ -282,26 +373,38 @@ def summary(log: list[dict]) -> dict:
     }
 
 
+def refimpl_specs(setting: Setting) -> dict:
+    """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
+    from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
+
+    if setting.model:
+        from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
+
+        raw = json.loads((CONFIGS / setting.model / "config.json").read_text())
+        # vLLM 0.32's CPU build runs V4 with DeepSeek's fp8_ds_mla rows and an fp8 indexer
+        return kv_cache_specs(DeepseekV4Config.from_hf_config(raw), cache_dtype="fp8_ds_mla")
+    specs = {}
+    for i, g in enumerate(setting.groups):
+        common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype="float16")
+        specs[f"layer{i}"] = (
+            FullAttentionSpec(**common)
+            if g[0] == "full"
+            else SlidingWindowSpec(sliding_window=g[2], **common)
+        )
+    return specs
+
+
 class RefimplSide(Side):
     """refimpl's scheduler on refimpl's planner output for the setting."""
 
     def __init__(self, setting: Setting, scheduler_cls: type | None = None) -> None:
         """`scheduler_cls` replaces the class `make_scheduler` picks (tests pass a scheduler
         with a rule undone)."""
-        from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
         from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
         from refimpl.sched import SchedulerConfig, make_scheduler
 
-        specs = {}
-        for i, g in enumerate(setting.groups):
-            common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype="float16")
-            specs[f"layer{i}"] = (
-                FullAttentionSpec(**common)
-                if g[0] == "full"
-                else SlidingWindowSpec(sliding_window=g[2], **common)
-            )
         config = get_kv_cache_config(
-            get_kv_cache_groups(specs, kv_cache_layout=LAYOUT),
+            get_kv_cache_groups(refimpl_specs(setting), kv_cache_layout=LAYOUT),
             1 << 40,
             num_blocks_override=setting.num_blocks,
             kv_cache_layout=LAYOUT,
@@ -354,6 +457,9 @@ class RefimplSide(Side):
 
     def update_drafts(self, req_ids: list[str], drafts: list[list[int]]) -> None:
         self.s.update_draft_token_ids(req_ids, drafts)
+
+    def finish(self, req_id: str) -> None:
+        self.s.finish_requests(req_id)
 
     def has_requests(self) -> bool:
         return self.s.has_requests()

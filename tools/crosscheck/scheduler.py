@@ -24,9 +24,11 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tools.crosscheck.sched_streams import (
+    CONFIGS,
     EOS,
     LAYOUT,
     RefimplSide,
@@ -38,6 +40,7 @@ from tools.crosscheck.sched_streams import (
     normalize_output,
     settings,
     summary,
+    v4_settings,
 )
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "tests/data/configs/tiny-llama"
@@ -59,7 +62,7 @@ def _build(setting: Setting):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     vc = EngineArgs(
-        model=str(CONFIG_DIR),
+        model=str(CONFIGS / setting.model) if setting.model else str(CONFIG_DIR),
         load_format="dummy",
         skip_tokenizer_init=True,
         enforce_eager=True,
@@ -75,7 +78,8 @@ def _build(setting: Setting):
         # an n-gram drafter needs no draft model; it reserves no lookahead slots
         speculative_config=(
             {
-                "method": "ngram",
+                # vLLM accepts async scheduling with the GPU n-gram drafter only
+                "method": "ngram_gpu" if setting.async_scheduling else "ngram",
                 "num_speculative_tokens": setting.num_spec,
                 "prompt_lookup_max": 3,
                 "prompt_lookup_min": 1,
@@ -87,9 +91,21 @@ def _build(setting: Setting):
     # vLLM's CPU platform turns async scheduling off ("not required on CPU"); the scheduler
     # itself is platform-free, so the setting is restored as a GPU platform keeps it
     vc.scheduler_config.async_scheduling = setting.async_scheduling
+    # and for MLA models (DeepSeek V4) it turns chunked prefill and prefix caching off and
+    # raises the batch to max_model_len; the scheduler runs them as a GPU platform keeps them
+    vc.scheduler_config.enable_chunked_prefill = setting.enable_chunked_prefill
+    vc.scheduler_config.max_num_batched_tokens = setting.max_num_batched_tokens
+    vc.cache_config.enable_prefix_caching = True
     vc.cache_config.prefix_cache_retention_interval = setting.retention
     vc.cache_config.kv_cache_layout = LAYOUT
     specs = {}
+    if setting.model:
+        # the model's own layers on the meta device, their specs as the model runner asks
+        from vllm.config import set_current_vllm_config
+
+        from tools.crosscheck.vllm_models import build_layers, layer_spec_objects
+
+        specs = layer_spec_objects(vc, build_layers(vc))
     for i, g in enumerate(setting.groups):
         common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype=torch.float16)
         specs[f"layer{i}"] = (
@@ -97,7 +113,11 @@ def _build(setting: Setting):
             if g[0] == "full"
             else SlidingWindowSpec(sliding_window=g[2], **common)
         )
-    configs = get_kv_cache_configs(vc, [specs], [1 << 40])
+    if setting.model:
+        with set_current_vllm_config(vc):
+            configs = get_kv_cache_configs(vc, [specs], [1 << 40])
+    else:
+        configs = get_kv_cache_configs(vc, [specs], [1 << 40])
     kcc = generate_scheduler_kv_cache_config(configs)
     vc.cache_config.num_gpu_blocks = kcc.num_blocks
     vc.cache_config.block_size = min(g.kv_cache_spec.block_size for g in kcc.kv_cache_groups)
@@ -174,6 +194,11 @@ class VllmSide(Side):
 
         self.s.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
 
+    def finish(self, req_id: str) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self.s.finish_requests(req_id, RequestStatus.FINISHED_ABORTED)
+
     def has_requests(self) -> bool:
         return self.s.get_num_unfinished_requests() > 0 or bool(self.s.finished_req_ids)
 
@@ -200,13 +225,37 @@ def check_stream(setting: Setting, seed: int) -> list[dict]:
     return a
 
 
+def min_blocks() -> dict:
+    """The smallest `num_gpu_blocks_override` vLLM's planner accepts for each V4 setting kind
+    (it refuses a pool that cannot hold one request of max_model_len)."""
+    found = {}
+    for setting in v4_settings():
+        key = (setting.enable_chunked_prefill, setting.async_scheduling)
+        if key in found:
+            continue
+        lo, hi = 1, 1 << 14  # hi is accepted, lo is not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                _build(replace(setting, num_blocks=mid))
+                hi = mid
+            except ValueError:
+                lo = mid
+        found[key] = hi
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--streams", type=int, default=20)
     p.add_argument("--only", default="", help="substrings of setting names, comma-separated")
     p.add_argument("--record", default="")
+    p.add_argument("--min-blocks", action="store_true", help="print V4_MIN_BLOCKS and stop")
     args = p.parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
+    if args.min_blocks:
+        print(min_blocks())
+        return 0
     oracle = {
         "generator": "tools/crosscheck/sched_streams.py (stream seed = index in digests)",
         "settings": [],
