@@ -359,6 +359,8 @@ class KVCacheManager:
 
     def _check_request(self, request: Request) -> None:
         """A `Request`, and not a second one under the id of a request that holds blocks."""
+        if self._requests.get(getattr(request, "request_id", None)) is request:
+            return  # it holds blocks, so it passed these checks when it got them
         if not isinstance(request, Request):
             raise TypeError(
                 "request must be a refimpl.hybrid.request.Request, got "
