@@ -210,6 +210,8 @@ class BlockPool:
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop a block's prefix-cache entries before it is reused; True if it had any."""
+        if block.block_hash is None:  # most reused blocks: no key, so no extra keys either
+            return False
         return self._remove_cached_block_hashes(block)
 
     # --- allocate / free

@@ -202,19 +202,30 @@ class KVCacheManager:
         (`num_new_computed_tokens > 0`), as vLLM allows.
         """
         self._check_request(request)
-        for name, value in (
-            ("num_new_tokens", num_new_tokens),
-            ("num_new_computed_tokens", num_new_computed_tokens),
-            ("num_lookahead_tokens", num_lookahead_tokens),
-            ("reserved_blocks", reserved_blocks),
+        if not (  # the common case (plain ints and bools) in one test; else name the bad one
+            type(num_new_tokens) is int
+            and type(num_new_computed_tokens) is int
+            and type(num_lookahead_tokens) is int
+            and type(reserved_blocks) is int
+            and min(num_new_tokens, num_new_computed_tokens) >= 0
+            and min(num_lookahead_tokens, reserved_blocks) >= 0
+            and type(delay_cache_blocks) is bool
+            and type(full_sequence_must_fit) is bool
+            and type(has_scheduled_reqs) is bool
         ):
-            check_int_at_least(name, value, 0)
-        for name, flag in (
-            ("delay_cache_blocks", delay_cache_blocks),
-            ("full_sequence_must_fit", full_sequence_must_fit),
-            ("has_scheduled_reqs", has_scheduled_reqs),
-        ):
-            check_bool(name, flag)
+            for name, value in (
+                ("num_new_tokens", num_new_tokens),
+                ("num_new_computed_tokens", num_new_computed_tokens),
+                ("num_lookahead_tokens", num_lookahead_tokens),
+                ("reserved_blocks", reserved_blocks),
+            ):
+                check_int_at_least(name, value, 0)
+            for name, flag in (
+                ("delay_cache_blocks", delay_cache_blocks),
+                ("full_sequence_must_fit", full_sequence_must_fit),
+                ("has_scheduled_reqs", has_scheduled_reqs),
+            ):
+                check_bool(name, flag)
         if new_computed_blocks is not None and not isinstance(
             new_computed_blocks, KVCacheBlocks
         ):
@@ -348,6 +359,8 @@ class KVCacheManager:
 
     def _check_request(self, request: Request) -> None:
         """A `Request`, and not a second one under the id of a request that holds blocks."""
+        if self._requests.get(getattr(request, "request_id", None)) is request:
+            return  # it holds blocks, so it passed these checks when it got them
         if not isinstance(request, Request):
             raise TypeError(
                 "request must be a refimpl.hybrid.request.Request, got "

@@ -77,11 +77,20 @@ class Request:
         but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
         h = self.hash_block_size
         first = len(self.block_hashes) * h
-        num_new = (self.num_tokens - first) // h
+        prompt, output = self.prompt_token_ids, self.output_token_ids
+        num_new = (len(prompt) + len(output) - first) // h
         if num_new <= 0:
             return  # most decode steps: no chunk completed, no copy of the tokens
-        tokens = self.all_token_ids
-        raw = np.asarray(tokens[first : first + num_new * h], dtype="<i8").tobytes()
+        # only the new chunks' tokens, without joining prompt and output (a long prompt
+        # would be copied every time a decode step completes a chunk)
+        end, num_prompt = first + num_new * h, len(prompt)
+        if end <= num_prompt:
+            tokens = prompt[first:end]
+        elif first >= num_prompt:
+            tokens = output[first - num_prompt : end - num_prompt]
+        else:
+            tokens = prompt[first:] + output[: end - num_prompt]
+        raw = np.asarray(tokens, dtype="<i8").tobytes()
         step = 8 * h
         parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
         for i in range(num_new):

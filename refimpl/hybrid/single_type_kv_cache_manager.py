@@ -61,9 +61,10 @@ class BlockHashListWithBlockSize:
         return len(self.block_hashes) // self.scale
 
     def __getitem__(self, j: int) -> BlockHash:
-        if not 0 <= j < len(self):
+        i = (j + 1) * self.scale - 1  # j < len(self) exactly when i < len(block_hashes)
+        if j < 0 or i >= len(self.block_hashes):
             raise IndexError(f"block {j} has no hash yet ({len(self)} full blocks)")
-        return self.block_hashes[(j + 1) * self.scale - 1]
+        return self.block_hashes[i]
 
 
 class SingleTypeKVCacheManager:
