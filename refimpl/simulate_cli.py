@@ -318,11 +318,15 @@ def format_simulation(sim, trace_name: str) -> str:
         f"{s['batch_requests_max']:,}), mean {s['batch_tokens_mean']:,.0f} tokens (max "
         f"{s['batch_tokens_max']:,}) per step"
     )
-    throughput = f"Throughput         {r.num_steps:,} steps"
     if sim.timed:
-        throughput += (
-            f" in {s['simulated_seconds']:,.1f} s{est}: "
-            f"{s['tokens_per_second']:,.0f} tokens/s{est}"
+        throughput = (
+            f"Throughput         {r.num_steps:,} steps in {s['simulated_seconds']:,.1f} s"
+            f"{est}: {s['tokens_per_second']:,.0f} tokens/s{est}"
+        )
+    else:
+        throughput = (
+            f"Throughput         {r.num_steps:,} steps; no step-time model, so no seconds "
+            "(--clock roofline)"
         )
     lines.append(throughput)
     return "\n".join(lines)
