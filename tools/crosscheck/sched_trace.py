@@ -38,7 +38,12 @@ TRACE_MAX_MODEL_LEN = 1 << 17
 TRACE_CHUNK = 2048
 #: smallest pool vLLM 0.32's planner accepts for the tiny DeepSeek V4 at TRACE_MAX_MODEL_LEN,
 #: by (chunked, async); measured with `python -m tools.crosscheck.sched_trace --min-blocks`
-TRACE_V4_MIN_BLOCKS: dict[tuple[bool, bool], int] = {}
+TRACE_V4_MIN_BLOCKS = {
+    (True, False): 1371,
+    (True, True): 2203,
+    (False, False): 53765,
+    (False, True): 53765,
+}
 
 
 def trace_stream() -> list[list[dict]]:
