@@ -95,10 +95,10 @@ def trace_settings() -> list[Setting]:
                         if not groups
                         else _pool(groups, batch, asy, spare)
                     )
+                    mode = f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}"
                     out.append(
                         Setting(
-                            name=f"trace-{name}-ret{retention}-"
-                            f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}",
+                            name=f"trace-{name}-ret{retention}-{mode}",
                             groups=groups,
                             num_blocks=nb,
                             max_model_len=TRACE_MAX_MODEL_LEN,
