@@ -41,9 +41,16 @@ TINY_CONFIGS = (
     "tiny-cohere2",
     "tiny-falcon-h1",
     "tiny-lfm2",
+    "tiny-falcon",
 )
 #: configs with sliding-window layers, run again with a small batch
-WINDOWED_CONFIGS = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-phi3", "tiny-cohere2")
+WINDOWED_CONFIGS = (
+    "tiny-gemma2",
+    "tiny-gemma3",
+    "tiny-gpt-oss",
+    "tiny-phi3",
+    "tiny-cohere2",
+)
 SMALL_BATCH = 256
 MEMORY = 64 << 20
 MAX_MODEL_LEN = 2048
