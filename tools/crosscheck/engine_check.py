@@ -41,6 +41,7 @@ TINY_CONFIGS = (
     "tiny-cohere2",
     "tiny-falcon-h1",
     "tiny-lfm2",
+    "tiny-chatglm",
     "tiny-falcon",
 )
 #: configs with sliding-window layers, run again with a small batch
