@@ -48,6 +48,7 @@ TINY_CONFIGS = (
     "tiny-mamba2",
     "tiny-jamba",
     "tiny-zamba2",
+    "tiny-hrm",
 )
 #: configs with sliding-window layers, run again with a small batch
 WINDOWED_CONFIGS = (
