@@ -48,6 +48,7 @@ TINY_CONFIGS = (
     "tiny-mamba2",
     "tiny-jamba",
     "tiny-zamba2",
+    "tiny-iquest",
     "tiny-hrm",
 )
 #: configs with sliding-window layers, run again with a small batch
@@ -57,6 +58,7 @@ WINDOWED_CONFIGS = (
     "tiny-gpt-oss",
     "tiny-phi3",
     "tiny-cohere2",
+    "tiny-iquest",
 )
 SMALL_BATCH = 256
 MEMORY = 64 << 20
