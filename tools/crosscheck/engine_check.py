@@ -43,6 +43,7 @@ TINY_CONFIGS = (
     "tiny-lfm2",
     "tiny-minicpm3",
     "tiny-chatglm",
+    "tiny-longcat",
     "tiny-falcon",
     "tiny-mamba",
     "tiny-mamba2",
