@@ -41,6 +41,7 @@ TINY_CONFIGS = (
     "tiny-cohere2",
     "tiny-falcon-h1",
     "tiny-lfm2",
+    "tiny-gemma4",
     "tiny-minicpm3",
     "tiny-chatglm",
     "tiny-longcat",
@@ -59,6 +60,7 @@ WINDOWED_CONFIGS = (
     "tiny-gpt-oss",
     "tiny-phi3",
     "tiny-cohere2",
+    "tiny-gemma4",
     "tiny-iquest",
 )
 SMALL_BATCH = 256
