@@ -41,7 +41,9 @@ def test_every_tiny_config_ran_and_the_windows_with_a_small_batch():
 @pytest.mark.parametrize("run", RUNS, ids=[run_id(r) for r in RUNS])
 def test_refimpl_prints_vllms_startup_line(run):
     logged = run["logged"]
-    ours = engine_check.refimpl_figures(run["config"], logged, run["kv_cache_memory_bytes"])
+    ours = engine_check.refimpl_figures(
+        run["config"], logged, run["kv_cache_memory_bytes"], run.get("cpu_isa")
+    )
     assert (ours["tokens"], ours["concurrency"]) == (logged["tokens"], logged["concurrency"])
 
 
@@ -81,6 +83,6 @@ def test_undoing_the_window_reservation_breaks_the_small_batch_runs():
         for run in small:
             logged = run["logged"]
             ours = engine_check.refimpl_figures(
-                run["config"], logged, run["kv_cache_memory_bytes"]
+                run["config"], logged, run["kv_cache_memory_bytes"], run.get("cpu_isa")
             )
             assert ours["tokens"] != logged["tokens"], run["config"]

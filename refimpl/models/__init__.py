@@ -167,7 +167,7 @@ def get_kv_cache_spec(
     block_size: int | None = None,
     max_model_len: int | None = None,
     dtype: str = "auto",
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = None,
     cpu_isa: str | None = None,
     num_mtp_layers: int = 0,
     mamba_ssm_cache_dtype: str = "auto",
@@ -180,8 +180,10 @@ def get_kv_cache_spec(
     GPU for this KV cache dtype (`backends.default_backend`: FlashAttention, or FlashAttention
     MLA, whose 16-token blocks give way to FlashMLA's 64 for an fp8 MLA cache).
     `block_size`: `--block-size`, None for vLLM's choice. `enable_prefix_caching` decides
-    the Mamba cache mode of hybrids ("align": Mamba blocks as large as attention blocks;
-    otherwise one state per request, a block of `max_model_len` tokens).
+    the Mamba cache mode ("align": Mamba blocks as large as attention blocks; otherwise one
+    state per request, a block of `max_model_len` tokens). None is vLLM's default: on, but
+    off for an attention-free model (all Mamba), whose prefix caching vLLM calls experimental
+    (`ModelConfig.is_prefix_caching_supported`).
     `backend` "cpu_attn" (or "cpu_mla" / "amx_mla" to name vLLM's CPU MLA backend) plans
     vLLM's CPU platform for `cpu_isa`: "avx512_bf16_amx", "avx512_bf16", "avx512" or "avx2"
     (`cpu_platform.CPU_ISAS`), or None / "auto" for this host's. vLLM keeps Mamba SSM states
@@ -201,7 +203,8 @@ def get_kv_cache_spec(
     check_str("kv_cache_dtype", kv_cache_dtype)
     check_str("dtype", dtype)
     check_str("backend", backend, optional=True)
-    check_bool("enable_prefix_caching", enable_prefix_caching)
+    if enable_prefix_caching is not None:
+        check_bool("enable_prefix_caching", enable_prefix_caching)
     check_cpu_isa(cpu_isa)
     if num_speculative_tokens:
         check_positive_int("num_speculative_tokens", num_speculative_tokens)
@@ -229,6 +232,8 @@ def get_kv_cache_spec(
         )
     model = family.cache_layers(cfg, tensor_parallel_size)
     generic.check_heads_split(cfg, tensor_parallel_size)
+    if enable_prefix_caching is None:
+        enable_prefix_caching = not all(isinstance(x, MambaLayer) for x in model.layers)
     isa, platform_notes = None, []
     if backend is not None and backend.lower() in _CPU_BACKENDS:
         isa = resolve_cpu_isa(cpu_isa)

@@ -472,7 +472,7 @@ class EngineArgs:
             block_size=self.block_size,
             max_model_len=max_len,
             dtype=self.dtype,
-            enable_prefix_caching=True if prefix_caching is None else prefix_caching,
+            enable_prefix_caching=prefix_caching,
             cpu_isa=self.cpu_isa,
             mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype,
         )

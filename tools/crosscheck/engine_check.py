@@ -41,9 +41,28 @@ TINY_CONFIGS = (
     "tiny-cohere2",
     "tiny-falcon-h1",
     "tiny-lfm2",
+    "tiny-gemma4",
+    "tiny-minicpm3",
+    "tiny-chatglm",
+    "tiny-longcat",
+    "tiny-falcon",
+    "tiny-mamba",
+    "tiny-mamba2",
+    "tiny-jamba",
+    "tiny-zamba2",
+    "tiny-iquest",
+    "tiny-hrm",
 )
 #: configs with sliding-window layers, run again with a small batch
-WINDOWED_CONFIGS = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-phi3", "tiny-cohere2")
+WINDOWED_CONFIGS = (
+    "tiny-gemma2",
+    "tiny-gemma3",
+    "tiny-gpt-oss",
+    "tiny-phi3",
+    "tiny-cohere2",
+    "tiny-gemma4",
+    "tiny-iquest",
+)
 SMALL_BATCH = 256
 MEMORY = 64 << 20
 MAX_MODEL_LEN = 2048
@@ -107,9 +126,12 @@ def run_engine(name: str, max_num_batched_tokens: int | None = None) -> dict:
     }
 
 
-def refimpl_figures(name: str, logged: dict, memory: int = MEMORY) -> dict:
+def refimpl_figures(
+    name: str, logged: dict, memory: int = MEMORY, cpu_isa: str | None = None
+) -> dict:
     """What `python -m refimpl plan --config` prints for this engine's settings (vLLM's CPU
-    platform, the batch size and scheduling the engine logged)."""
+    platform on `cpu_isa`, None for this host; the batch size and scheduling the engine
+    logged)."""
     from refimpl.models import EngineArgs, plan_model
 
     plan = plan_model(
@@ -120,6 +142,7 @@ def refimpl_figures(name: str, logged: dict, memory: int = MEMORY) -> dict:
             max_num_batched_tokens=logged["max_num_batched_tokens"],
             async_scheduling=logged["async_scheduling"],
             attention_backend="cpu_attn",
+            cpu_isa=cpu_isa,
         )
     )
     return {
@@ -135,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     command = argv.pop(0) if argv and argv[0] in ("run", "record") else "run"
     runs = engine_runs(argv or list(TINY_CONFIGS))
     failed, recorded = 0, []
+    from refimpl.models.cpu_platform import detect_cpu_isa
+
     for name, batch in runs:
         try:
             logged = run_engine(name, batch)
@@ -147,10 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                 "config": name,
                 "kv_cache_memory_bytes": MEMORY,
                 "max_num_batched_tokens_flag": batch,
+                # the host's instruction set, which picks the Mamba SSM state dtype
+                "cpu_isa": detect_cpu_isa().name,
                 "logged": {k: v for k, v in logged.items() if k != "seconds"},
             }
         )
-        ours = refimpl_figures(name, logged)
+        ours = refimpl_figures(name, logged, cpu_isa=recorded[-1]["cpu_isa"])
         same = (
             ours["tokens"] == logged["tokens"] and ours["concurrency"] == logged["concurrency"]
         )
