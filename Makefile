@@ -140,15 +140,19 @@ crosscheck-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.vllm_serve_defaults record
 
 # vLLM 0.32's own Scheduler (built as its unit tests build it, no model) against refimpl.sched,
-# step for step on fuzzed traffic; -record rewrites tests/data/vllm_sched_oracle.json (~20 min).
+# step for step on fuzzed traffic and on the shipped Mooncake slice; -record rewrites
+# tests/data/vllm_sched_oracle.json (~20 min) and tests/data/vllm_sched_trace_oracle.json.
 SCHED_STREAMS ?= 300
 .PHONY: crosscheck-sched crosscheck-sched-record
 crosscheck-sched: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.scheduler --streams 20
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.sched_trace
 
 crosscheck-sched-record: $(VLLM_STAMP)
 	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.scheduler \
 		--streams $(SCHED_STREAMS) --record tests/data/vllm_sched_oracle.json
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m tools.crosscheck.sched_trace \
+		--record tests/data/vllm_sched_trace_oracle.json
 
 # vLLM builds the per-layer specs of every config in tests/data/configs itself (its model class
 # on the meta device, its platform's block size, each layer's get_kv_cache_spec) and plans them;
