@@ -26,6 +26,7 @@ from typing import NamedTuple
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
+    FullAttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
     SlidingWindowSpec,
@@ -357,7 +358,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     ) -> None:
         super().__init__(kv_cache_groups, num_blocks, **kwargs)
         # Groups with equal specs are looked up together; full attention first (its hit is an
-        # upper bound for everybody and is cheap to trim).
+        # upper bound for everybody and is cheap to trim), every other kind (sliding window,
+        # chunked local) after it in group order, as vLLM sorts them.
         # (Specs are compared with ==, so a list is used rather than a dict: specs may be
         # unhashable.)
         spec_groups: list[SpecGroup] = []
@@ -372,7 +374,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             else:
                 spec_groups.append(SpecGroup(spec, [gid], eagle))
         self.attention_groups: list[SpecGroup] = sorted(
-            spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
+            spec_groups,
+            key=lambda group: not isinstance(group.kv_cache_spec, FullAttentionSpec),
         )
         for group in self.attention_groups:  # the whole spec group drops, as in vLLM
             for gid in group.group_ids:
@@ -409,8 +412,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         longest_hit_length = 0
         hits: list[list[KVCacheBlock] | None] = [None] * num_groups
         hit_tokens = [0] * num_groups
-        simple_hybrid = len(self.attention_groups) == 2 and not isinstance(
-            self.attention_groups[0].kv_cache_spec, SlidingWindowSpec
+        simple_hybrid = len(self.attention_groups) == 2 and isinstance(
+            self.attention_groups[0].kv_cache_spec, FullAttentionSpec
         )
         eagle_verified: set[int] = set()
         hashed_tokens = len(block_hashes) * self.hash_block_size
