@@ -3,7 +3,8 @@
 Nothing here imports vLLM: the vLLM side (`tools.crosscheck.scheduler`) and the oracle replay
 test (`tests/test_sched_vllm_oracle.py`) drive a scheduler through the same `drive` loop.
 
-A setting is a cache layout (groups of ("full", block_size) or ("swa", block_size, window),
+A setting is a cache layout (groups of ("full", block_size), ("swa", block_size, window) or
+("chunked", block_size, attention_chunk_size),
 or a model config whose layers give the specs: the tiny DeepSeek V4) with a pool size,
 scheduling flags and a retention interval. A stream is a seed: it expands
 to arrivals per step (prompts built from a few shared prefixes so prefix hits happen, output
@@ -73,7 +74,24 @@ def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
         ("v4", (("full", 64), ("swa", 16, 64)), 6, 4, 128),
+        # Llama 4's layer pattern (three chunked local layers, then a full one) at small
+        # scale: chunks of 32 tokens over 16-token blocks, so prompts cross chunks often;
+        # retention only takes None or 0 here (no window: k is skipped)
+        ("llama4", (("full", 16),) + (("chunked", 16, 32),) * 3, 3, 1, 32),
     ]
+
+
+def min_blocks_per_request(group: tuple, max_model_len: int, in_flight: int) -> int:
+    """Blocks one request of `max_model_len` needs in a group (vLLM's per-request admission
+    cap): all of them for full attention, a window or a chunk plus the tokens in flight for
+    the others."""
+    kind, block_size = group[:2]
+    blocks = -(-max_model_len // block_size)
+    if kind == "swa":
+        return min(blocks, -(-(group[2] - 1 + in_flight) // block_size) + 1)
+    if kind == "chunked":
+        return -(-min(group[2] + in_flight, max_model_len) // block_size)
+    return blocks
 
 
 def settings() -> list[Setting]:
@@ -92,12 +110,7 @@ def settings() -> list[Setting]:
                     batch = (64 * unit) if chunked else mml
                     in_flight = batch * (2 if asy else 1)
                     # the smallest pool vLLM accepts (one request of max_model_len), plus spare
-                    nb = spare + sum(
-                        -(-mml // g[1])
-                        if g[0] == "full"
-                        else min(-(-mml // g[1]), -(-(g[2] - 1 + in_flight) // g[1]) + 1)
-                        for g in groups
-                    )
+                    nb = spare + sum(min_blocks_per_request(g, mml, in_flight) for g in groups)
                     out.append(
                         Setting(
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
@@ -134,7 +147,7 @@ def settings() -> list[Setting]:
             )
             out.append(replace(base, name=base.name + "-abort", aborts=True))
         # retention k where the layout has a window (dense caches only run retention 0)
-        ret = 0 if name == "dense" else k
+        ret = k if any(g[0] == "swa" for g in groups) else 0
         base = next(x for x in out if x.name == f"{name}-ret{ret}-nochunk-async")
         out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
     v4 = v4_settings()
@@ -375,7 +388,7 @@ def summary(log: list[dict]) -> dict:
 
 def refimpl_specs(setting: Setting) -> dict:
     """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
-    from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
+    from refimpl.hybrid import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 
     if setting.model:
         from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
@@ -386,6 +399,9 @@ def refimpl_specs(setting: Setting) -> dict:
     specs = {}
     for i, g in enumerate(setting.groups):
         common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype="float16")
+        if g[0] == "chunked":
+            specs[f"layer{i}"] = ChunkedLocalAttentionSpec(attention_chunk_size=g[2], **common)
+            continue
         specs[f"layer{i}"] = (
             FullAttentionSpec(**common)
             if g[0] == "full"
