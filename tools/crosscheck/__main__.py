@@ -76,6 +76,8 @@ RETENTION_CASES = [
         ],
     ),
 ]
+# streams per group set when only some group sets are recorded (`record --group-sets`)
+RECORDED_PER_NEW_SET = 4
 # DeepSeek V4's real block sizes: long tables; a prefix of the stream
 RECORDED_REAL_SIZE_OPS = 30
 
@@ -109,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         help="prefix_cache_retention_interval settings: none (dense), 0 (vLLM's default), "
         "Nx (N times the scheduler block size); comma-separated",
     )
+    parser.add_argument(
+        "--group-sets",
+        default="",
+        help="record: only these group sets (comma-separated), RECORDED_PER_NEW_SET streams "
+        "each at every retention, merged into the oracle in place of their old entries",
+    )
     args = parser.parse_args(argv)
 
     import vllm
@@ -120,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     from tools.crosscheck.vllm_side import VllmAllocator
 
     settings = args.retention.split(",")
+    if args.command == "record" and args.group_sets:
+        return record_group_sets(args.group_sets.split(","), vllm.__version__)
     if args.command == "record":
         streams = []
         for retention in RETENTION_SETTINGS:
@@ -257,6 +267,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {n:5d} disagree without the {rule}")
         general_failures += [] if n else [f"undoing the {rule} changes nothing"]
     return 1 if failed or plan_failures or general_failures else 0
+
+
+def record_group_sets(names: list[str], vllm_version: str) -> int:
+    """Record vLLM's answers for a few group sets only (the first `RECORDED_PER_NEW_SET`
+    seeds of each, at every retention) and merge them into the oracle, keeping every other
+    entry as it was: adding a group set does not re-record the others."""
+    from tools.crosscheck.allocator import run_stream, stream_for
+    from tools.crosscheck.vllm_side import VllmAllocator
+
+    unknown = sorted(set(names) - set(GROUP_SETS))
+    if unknown:
+        raise SystemExit(f"unknown group sets {unknown}; known: {sorted(GROUP_SETS)}")
+    oracle = json.loads(ORACLE.read_text())
+    if oracle["vllm_version"] != vllm_version:
+        raise SystemExit(f"the oracle is vLLM {oracle['vllm_version']}'s, not {vllm_version}")
+    seeds = {name: [] for name in names}
+    seed = 0
+    while any(len(found) < RECORDED_PER_NEW_SET for found in seeds.values()):
+        name = stream_for(seed)[0].name
+        if name in seeds and len(seeds[name]) < RECORDED_PER_NEW_SET:
+            seeds[name].append(seed)
+        seed += 1
+    streams = [s for s in oracle["streams"] if s["group_set"] not in seeds]
+    for retention in RETENTION_SETTINGS:
+        for name in names:
+            for seed in seeds[name]:
+                gs, ops = stream_for(seed)
+                record, at, _ = run_stream(gs, ops, VllmAllocator, retention)
+                if at is not None:
+                    raise SystemExit(f"stream {seed} ({name}, {retention}): diverges at {at}")
+                streams.append(
+                    {
+                        "seed": seed,
+                        "group_set": name,
+                        "retention": retention,
+                        "ops": ops,
+                        "observations": record,
+                    }
+                )
+    oracle["streams"] = streams
+    ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
+    print(f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams")
+    return 0
 
 
 if __name__ == "__main__":
