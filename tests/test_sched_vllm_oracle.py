@@ -37,13 +37,19 @@ def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
 
 def test_oracle_covers_every_setting():
     names = {s.name for s, _ in SETTINGS}
-    assert len(names) == 66
-    for layout in ("dense", "swa", "v4", "dsv4"):
+    assert len(names) == 81
+    for layout in ("dense", "swa", "v4", "llama4", "dsv4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(layout) and n.endswith(mode) for n in names)
     assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
     assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128, 512}
     assert {s.model for s, _ in SETTINGS} == {"", "tiny-deepseek-v4"}
+    # Llama 4's chunked local layers: chunks of 32 tokens over 16-token blocks, retention
+    # None and 0 (vLLM refuses k without a window), every scheduling mode
+    llama4 = [s for s, _ in SETTINGS if s.name.startswith("llama4")]
+    assert len(llama4) == 15
+    assert all(s.groups[0] == ("chunked", 16, 32) for s in llama4)  # full is not group 0
+    assert {s.retention for s in llama4} == {None, 0}
     assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
     assert any(s.num_spec and s.async_scheduling for s, _ in SETTINGS)
     assert {(s.aborts, s.async_scheduling) for s, _ in SETTINGS if s.aborts} == {
@@ -55,7 +61,7 @@ def test_oracle_covers_every_setting():
     # preemptions in every layout, chunked or not, sync or async (not in every setting: a
     # no-chunk budget of max_model_len makes vLLM's smallest pool larger)
     assert all(t["hit_tokens"] > 0 for t in TOTALS.values())
-    for layout in ("dense", "swa", "v4"):
+    for layout in ("dense", "swa", "v4", "llama4"):
         for mode in ("-chunk-sync", "-chunk-async", "-nochunk-sync", "-nochunk-async"):
             assert any(
                 t["preemptions"] > 0
@@ -192,6 +198,21 @@ def test_replay_fails_with_a_rule_undone(name):
             except ValueError:
                 return  # the mutant cannot even drive the cache through the stream
     pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
+
+
+@pytest.mark.parametrize("rule", ["no skipped chunks", "hit from block 0"])
+def test_llama4_replay_fails_with_a_chunked_local_rule_undone(monkeypatch, rule):
+    """Each chunked local attention rule of the cache manager, undone, makes one of the first
+    streams of the Llama 4 settings replay unlike vLLM.
+
+    Two rules are caught by the allocator oracle only (tests/test_hybrid_vllm_oracle.py): the
+    admission cap (a chunk plus the tokens in flight) is below every prompt these streams
+    send, and the lookup order (full attention first) changes only the shared-prefix
+    junction, which a step's output does not show and only a sliding window acts on."""
+    from test_hybrid_vllm_oracle import undo_chunked_local_rule
+
+    undo_chunked_local_rule(monkeypatch, rule)
+    _kills(None, [(s, d) for s, d in SETTINGS if s.name.startswith("llama4")], rule)
 
 
 @pytest.mark.parametrize("name", ["junction-pin", "long-prefill-threshold"])

@@ -74,10 +74,11 @@ def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
         ("v4", (("full", 64), ("swa", 16, 64)), 6, 4, 128),
-        # Llama 4's layer pattern (three chunked local layers, then a full one) at small
-        # scale: chunks of 32 tokens over 16-token blocks, so prompts cross chunks often;
-        # retention only takes None or 0 here (no window: k is skipped)
-        ("llama4", (("full", 16),) + (("chunked", 16, 32),) * 3, 3, 1, 32),
+        # Llama 4's layer pattern (three chunked local layers, then a full one, so the full
+        # group is not group 0) at small scale: chunks of 32 tokens over 16-token blocks, so
+        # prompts cross chunks often; retention only takes None or 0 here (no window: k is
+        # skipped)
+        ("llama4", (("chunked", 16, 32),) * 3 + (("full", 16),), 3, 1, 32),
     ]
 
 
