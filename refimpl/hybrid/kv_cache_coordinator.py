@@ -9,7 +9,8 @@ vLLM picks one of three, and so does `get_kv_cache_coordinator`:
 - `UnitaryKVCacheCoordinator` for a model with one cache group: one lookup in that group;
 - `HybridKVCacheCoordinator` otherwise: a hit of L tokens is usable only if every group can
   serve it (full attention needs all blocks of [0, L), a sliding window only the last W - 1
-  tokens before L), so L shrinks until all groups agree (a fixed point). Hit lengths are
+  tokens before L, a chunked local group only the blocks of the chunk L is in), so L shrinks
+  until all groups agree (a fixed point). Hit lengths are
   multiples of the scheduler block size, the least common multiple of the group block sizes
   (256 for DeepSeek V4: lcm(256, 64, 64, 8, 4)).
 
