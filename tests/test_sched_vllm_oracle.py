@@ -1,8 +1,9 @@
 """refimpl's scheduler replays vLLM 0.32's own `Scheduler`, step for step, without vLLM.
 
 `tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window, a DeepSeek
-V4-shaped two-group cache, and DeepSeek V4's real caches: the five groups vLLM's planner makes
-for `tests/data/configs/tiny-deepseek-v4`; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
+V4-shaped two-group cache, Llama 4's three chunked local groups beside a full one, and DeepSeek
+V4's real caches: the five groups vLLM's planner makes for `tests/data/configs/tiny-deepseek-v4`;
+retention None, 0, k; chunked or not; async or not; FCFS or priority), the
 sha256 digest of vLLM's step log for every fuzzed stream (recorded by
 `python -m tools.crosscheck.scheduler --record ...`, which first checks refimpl equal step for
 step). A stream is a seed: `tools.crosscheck.sched_streams` expands it again here.

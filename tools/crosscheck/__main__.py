@@ -6,6 +6,8 @@ the planner crosscheck against the installed vLLM, and print the figures by caus
 fixed set of streams and configurations to tests/data/vllm_oracle.json, which
 tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM (and the V4 engine's
 retention case, `engine_case.py`, which tests/test_v4_retention.py replays).
+`python -m tools.crosscheck record --group-sets A,B` records only those group sets and merges
+them into tests/data/vllm_oracle.json, leaving every other recorded stream as it was.
 """
 
 from __future__ import annotations
