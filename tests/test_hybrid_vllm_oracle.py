@@ -213,7 +213,7 @@ def _mutant_coordinator_module(old: str, new: str) -> types.ModuleType:
     return module
 
 
-CHUNKED_GROUP_SETS = ("full+chunk8", "chunk12+full-cap", "chunk-single")
+CHUNKED_GROUP_SETS = ("full+chunk8", "chunk12+full-cap", "chunk-single", "full+swa7+chunk8")
 
 
 def undo_chunked_local_rule(monkeypatch, rule: str) -> None:

@@ -78,6 +78,20 @@ RETENTION_CASES = [
         ],
     ),
 ]
+# Llama 4's admission cap, which random streams rarely reach: the full-sequence check asks a
+# chunked group for one chunk plus the tokens in flight (5 blocks of 4 here, not 10), so r1's
+# 40 tokens (15 blocks) fit beside r0 (17 free); without the cap they would not (20).
+CHUNKED_CASES = [
+    (
+        "chunk12+full-cap",
+        [
+            ("new", "r0", list(range(24))),
+            ("schedule", "r0", 24, 0, False, False, 0, False),
+            ("new", "r1", list(range(100, 140))),
+            ("schedule", "r1", 8, 0, True, True, 0, False),
+        ],
+    )
+]
 # streams per group set when only some group sets are recorded (`record --group-sets`)
 RECORDED_PER_NEW_SET = 4
 # DeepSeek V4's real block sizes: long tables; a prefix of the stream
@@ -116,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--group-sets",
         default="",
-        help="record: only these group sets (comma-separated), RECORDED_PER_NEW_SET streams "
-        "each at every retention, merged into the oracle in place of their old entries",
+        help="run: the allocator streams of these group sets only (comma-separated), and no "
+        "planner check; record: only these group sets, RECORDED_PER_NEW_SET streams each at "
+        "every retention, merged into the oracle in place of their old entries",
     )
     args = parser.parse_args(argv)
 
@@ -149,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                         "observations": record,
                     }
                 )
-        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases
+        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases; -3: the
+        # chunked admission cap
         cases = [(-1, *c) for c in RECORDED_CASES] + [(-2, *c) for c in RETENTION_CASES]
+        cases += [(-3, *c) for c in CHUNKED_CASES]
         for seed, name, ops in cases:
             record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
             streams.append(
@@ -206,10 +223,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"crosscheck against vLLM {vllm.__version__}", flush=True)
     failed = False
-    ops = sum(len(stream_for(seed)[1]) for seed in range(args.streams))
+    names = [n for n in args.group_sets.split(",") if n]
+    ops = sum(len(stream_for(seed, names)[1]) for seed in range(args.streams))
     for retention in settings:
         agreed, failures, by_cause = crosscheck_allocator(
-            args.streams, VllmAllocator, retention
+            args.streams, VllmAllocator, retention, names=names
         )
         failed |= bool(failures)
         print(
@@ -220,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for cause, n in sorted(by_cause.items()):
             print(f"    {n:5d} agreeing streams exercised: {cause}")
+    if names:
+        return 1 if failed else 0
     plan_failures, plan_by_cause = [], Counter()
     for seed in range(args.configs):
         case = random_config(seed)
@@ -273,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def record_group_sets(names: list[str], vllm_version: str) -> int:
     """Record vLLM's answers for a few group sets only (the first `RECORDED_PER_NEW_SET`
-    seeds of each, at every retention) and merge them into the oracle, keeping every other
+    seeds of each, at every retention, and their `CHUNKED_CASES`) and merge them into the
+    oracle, keeping every other
     entry as it was: adding a group set does not re-record the others."""
     from tools.crosscheck.allocator import run_stream, stream_for
     from tools.crosscheck.vllm_side import VllmAllocator
@@ -308,6 +329,18 @@ def record_group_sets(names: list[str], vllm_version: str) -> int:
                         "observations": record,
                     }
                 )
+    for name, ops in CHUNKED_CASES:
+        if name in seeds:
+            record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
+            streams.append(
+                {
+                    "seed": -3,
+                    "group_set": name,
+                    "retention": "0",
+                    "ops": ops,
+                    "observations": record,
+                }
+            )
     oracle["streams"] = streams
     ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
     print(f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams")

@@ -121,6 +121,8 @@ GROUP_SETS: dict[str, GroupSet] = {
             max_in_flight_tokens=8,
         ),
         GroupSet("chunk-single", (("chunked", 4, 8),), 24),
+        # all three kinds: the hybrid lookup's fixed point runs past one iteration
+        GroupSet("full+swa7+chunk8", (("full", 4), ("swa", 4, 7), ("chunked", 4, 8)), 40),
         # the in-flight token cap of the full-sequence admission check
         GroupSet(
             "in-flight-cap",
