@@ -153,7 +153,9 @@ def settings() -> list[Setting]:
         out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
     v4 = v4_settings()
     base = next(x for x in v4 if x.name == "dsv4-ret0-chunk-async")
-    return out + v4 + [replace(base, name=base.name + "-abort", aborts=True)]
+    return (
+        out + v4 + [replace(base, name=base.name + "-abort", aborts=True)] + llama4_settings()
+    )
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -198,6 +200,49 @@ def v4_settings() -> list[Setting]:
                         retention=retention,
                         unit=unit,
                         model=V4_CONFIG,
+                    )
+                )
+    return out
+
+
+LLAMA4_CONFIG = "tiny-llama4"
+#: the caches vLLM's CPU platform builds for it: three chunked local layers of 256-token
+#: chunks, then a full one, all in 128-token blocks (for the pool size only)
+LLAMA4_GROUPS = (("chunked", 128, 256),) * 3 + (("full", 128),)
+
+
+def llama4_settings() -> list[Setting]:
+    """Llama 4's caches as vLLM's own `Llama4ForCausalLM` makes them for the tiny config
+    (tests/data/configs/tiny-llama4; refimpl reads the same file): retention None and 0,
+    chunked or not, sync or async, on the smallest pool plus 3 blocks."""
+    out = []
+    unit = 8
+    mml = 160 * unit
+    for retention in (None, 0):
+        for chunked in (True, False):
+            for asy in (False, True):
+                i = len(out)
+                batch = (64 * unit) if chunked else mml
+                in_flight = batch * (2 if asy else 1)
+                out.append(
+                    Setting(
+                        name=f"tiny-llama4-ret{retention}-"
+                        f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}",
+                        groups=(),
+                        num_blocks=3
+                        + sum(
+                            min_blocks_per_request(g, mml, in_flight) for g in LLAMA4_GROUPS
+                        ),
+                        max_model_len=mml,
+                        max_num_seqs=8 if i % 3 == 1 else 5,
+                        max_num_batched_tokens=batch,
+                        enable_chunked_prefill=chunked,
+                        long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                        policy="priority" if i % 3 == 2 else "fcfs",
+                        async_scheduling=asy,
+                        retention=retention,
+                        unit=unit,
+                        model=LLAMA4_CONFIG,
                     )
                 )
     return out
@@ -391,6 +436,15 @@ def refimpl_specs(setting: Setting) -> dict:
     """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
     from refimpl.hybrid import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 
+    if setting.model and setting.model != V4_CONFIG:
+        from refimpl.models import get_kv_cache_spec
+
+        # what vLLM's CPU platform builds (its attention backend picks the block size)
+        return get_kv_cache_spec(
+            CONFIGS / setting.model / "config.json",
+            backend="cpu_attn",
+            max_model_len=setting.max_model_len,
+        ).specs
     if setting.model:
         from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
 
