@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,11 @@ def test_the_recording_covers_every_group_set_retention_and_real_work():
     assert {(s["group_set"], s["retention"]) for s in refused} == {
         ("full", "2x"),
         ("full-eagle", "2x"),
+        # chunked local groups cache densely: vLLM refuses a positive retention without a
+        # window
+        ("full+chunk8", "2x"),
+        ("chunk12+full-cap", "2x"),
+        ("chunk-single", "2x"),
     }
 
 
@@ -63,6 +69,17 @@ def replay(stream) -> None:
     for i, (op, expected) in enumerate(zip(stream["ops"], stream["observations"])):
         got = _jsonable((harness.play(tuple(op)), harness.observe()))
         assert got == expected, f"operation {i}: {op}"
+
+
+def diverging(streams) -> int:
+    """How many of the recorded streams refimpl (as patched now) replays unlike vLLM."""
+    failures = 0
+    for stream in streams:
+        try:
+            replay(stream)
+        except AssertionError:
+            failures += 1
+    return failures
 
 
 @pytest.mark.parametrize(
@@ -130,13 +147,7 @@ def test_the_replay_catches_each_vllm_032_rule(monkeypatch, mutation):
                 else C.KVCacheCoordinatorNoPrefixCache(groups, n, **kw)
             ),
         )
-    failures = 0
-    for stream in streams:
-        try:
-            replay(stream)
-        except AssertionError:
-            failures += 1
-    assert failures > 0
+    assert diverging(streams) > 0
 
 
 def test_the_issue_cases_as_vllm_answered_them():
@@ -194,3 +205,66 @@ def test_the_replay_catches_a_manager_that_pins_the_junction_itself(monkeypatch)
             caught.append(stream["seed"])
     # both issue cases, and random streams as well
     assert caught.count(-2) == 2 and any(seed >= 0 for seed in caught)
+
+
+def _mutant_coordinator_module(old: str, new: str) -> types.ModuleType:
+    """A copy of `refimpl.hybrid.kv_cache_coordinator` with `old` replaced by `new`."""
+    from refimpl.hybrid import kv_cache_coordinator
+
+    source = Path(kv_cache_coordinator.__file__).read_text()
+    assert old in source, old
+    module = types.ModuleType("mutant_kv_cache_coordinator")
+    exec(compile(source.replace(old, new), "mutant_coordinator.py", "exec"), module.__dict__)
+    return module
+
+
+CHUNKED_GROUP_SETS = ("full+chunk8", "chunk12+full-cap", "chunk-single", "full+swa7+chunk8")
+
+
+def undo_chunked_local_rule(monkeypatch, rule: str) -> None:
+    """Undo one of vLLM 0.32's chunked local attention rules in refimpl (the scheduler
+    oracle's test uses it too)."""
+    from refimpl.hybrid import kv_cache_manager as M
+    from refimpl.hybrid.single_type_kv_cache_manager import (
+        ChunkedLocalAttentionManager,
+        FullAttentionManager,
+    )
+
+    if rule == "no skipped chunks":  # blocks of finished chunks are kept, like full attention
+        monkeypatch.setattr(
+            ChunkedLocalAttentionManager, "get_num_skipped_tokens", lambda self, n: 0
+        )
+    elif rule == "hit from block 0":  # a hit needs every block, not just its last chunk's
+        monkeypatch.setattr(
+            ChunkedLocalAttentionManager,
+            "find_longest_cache_hit",
+            FullAttentionManager.find_longest_cache_hit,
+        )
+    elif rule == "no admission cap":  # the full-sequence check asks for every block
+        monkeypatch.setattr(
+            ChunkedLocalAttentionManager, "max_admission_blocks_per_request", lambda self: None
+        )
+    elif rule == "full not first":  # the hybrid lookup keeps group order (refimpl's old sort)
+        module = _mutant_coordinator_module(
+            "key=lambda group: not isinstance(group.kv_cache_spec, FullAttentionSpec)",
+            "key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)",
+        )
+        monkeypatch.setattr(M, "get_kv_cache_coordinator", module.get_kv_cache_coordinator)
+    else:
+        raise ValueError(f"unknown rule {rule!r}")
+
+
+@pytest.mark.parametrize(
+    "rule", ["no skipped chunks", "hit from block 0", "no admission cap", "full not first"]
+)
+def test_the_replay_catches_each_chunked_local_rule(monkeypatch, rule):
+    """Each chunked local attention rule, undone, makes a recorded chunked stream diverge."""
+    undo_chunked_local_rule(monkeypatch, rule)
+    streams = [
+        s
+        for s in ORACLE["streams"]
+        if s["group_set"] in CHUNKED_GROUP_SETS
+        and s["observations"][:1] != [["refused", "ValueError"]]
+    ]
+    assert streams
+    assert diverging(streams) > 0, f"{rule}: all {len(streams)} chunked streams still replay"

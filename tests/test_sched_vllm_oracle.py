@@ -1,8 +1,10 @@
 """refimpl's scheduler replays vLLM 0.32's own `Scheduler`, step for step, without vLLM.
 
 `tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window, a DeepSeek
-V4-shaped two-group cache, and DeepSeek V4's real caches: the five groups vLLM's planner makes
-for `tests/data/configs/tiny-deepseek-v4`; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
+V4-shaped two-group cache, Llama 4's three chunked local groups beside a full one, DeepSeek V4's
+real caches: the five groups vLLM's planner makes for `tests/data/configs/tiny-deepseek-v4`, and
+Llama 4's as vLLM's own model makes them for `tests/data/configs/tiny-llama4`; retention None,
+0, k; chunked or not; async or not; FCFS or priority), the
 sha256 digest of vLLM's step log for every fuzzed stream (recorded by
 `python -m tools.crosscheck.scheduler --record ...`, which first checks refimpl equal step for
 step). A stream is a seed: `tools.crosscheck.sched_streams` expands it again here.
@@ -37,13 +39,22 @@ def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
 
 def test_oracle_covers_every_setting():
     names = {s.name for s, _ in SETTINGS}
-    assert len(names) == 66
-    for layout in ("dense", "swa", "v4", "dsv4"):
+    assert len(names) == 89
+    for layout in ("dense", "swa", "v4", "llama4", "dsv4", "tiny-llama4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(layout) and n.endswith(mode) for n in names)
     assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
     assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128, 512}
-    assert {s.model for s, _ in SETTINGS} == {"", "tiny-deepseek-v4"}
+    assert {s.model for s, _ in SETTINGS} == {"", "tiny-deepseek-v4", "tiny-llama4"}
+    # Llama 4's chunked local layers, retention None and 0 (vLLM refuses k without a
+    # window), every scheduling mode: as cache groups (chunks of 32 tokens over 16-token
+    # blocks), and as vLLM's own Llama4ForCausalLM builds them for the tiny config (chunks of
+    # 256 over the CPU backend's 128-token blocks)
+    llama4 = [s for s, _ in SETTINGS if "llama4" in s.name]
+    assert len(llama4) == 23
+    assert all(s.groups[0] == ("chunked", 16, 32) for s in llama4 if not s.model)
+    assert {s.model for s in llama4} == {"", "tiny-llama4"}
+    assert {s.retention for s in llama4} == {None, 0}
     assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
     assert any(s.num_spec and s.async_scheduling for s, _ in SETTINGS)
     assert {(s.aborts, s.async_scheduling) for s, _ in SETTINGS if s.aborts} == {
@@ -55,7 +66,7 @@ def test_oracle_covers_every_setting():
     # preemptions in every layout, chunked or not, sync or async (not in every setting: a
     # no-chunk budget of max_model_len makes vLLM's smallest pool larger)
     assert all(t["hit_tokens"] > 0 for t in TOTALS.values())
-    for layout in ("dense", "swa", "v4"):
+    for layout in ("dense", "swa", "v4", "llama4", "tiny-llama4"):
         for mode in ("-chunk-sync", "-chunk-async", "-nochunk-sync", "-nochunk-async"):
             assert any(
                 t["preemptions"] > 0
@@ -192,6 +203,21 @@ def test_replay_fails_with_a_rule_undone(name):
             except ValueError:
                 return  # the mutant cannot even drive the cache through the stream
     pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
+
+
+@pytest.mark.parametrize("rule", ["no skipped chunks", "hit from block 0"])
+def test_llama4_replay_fails_with_a_chunked_local_rule_undone(monkeypatch, rule):
+    """Each chunked local attention rule of the cache manager, undone, makes one of the first
+    streams of the Llama 4 settings replay unlike vLLM.
+
+    Two rules are caught by the allocator oracle only (tests/test_hybrid_vllm_oracle.py): the
+    admission cap (a chunk plus the tokens in flight) is below every prompt these streams
+    send, and the lookup order (full attention first) changes only the shared-prefix
+    junction, which a step's output does not show and only a sliding window acts on."""
+    from test_hybrid_vllm_oracle import undo_chunked_local_rule
+
+    undo_chunked_local_rule(monkeypatch, rule)
+    _kills(None, [(s, d) for s, d in SETTINGS if "llama4" in s.name], rule)
 
 
 @pytest.mark.parametrize("name", ["junction-pin", "long-prefill-threshold"])

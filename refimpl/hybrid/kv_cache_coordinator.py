@@ -9,7 +9,8 @@ vLLM picks one of three, and so does `get_kv_cache_coordinator`:
 - `UnitaryKVCacheCoordinator` for a model with one cache group: one lookup in that group;
 - `HybridKVCacheCoordinator` otherwise: a hit of L tokens is usable only if every group can
   serve it (full attention needs all blocks of [0, L), a sliding window only the last W - 1
-  tokens before L), so L shrinks until all groups agree (a fixed point). Hit lengths are
+  tokens before L, a chunked local group only the blocks of the chunk L is in), so L shrinks
+  until all groups agree (a fixed point). Hit lengths are
   multiples of the scheduler block size, the least common multiple of the group block sizes
   (256 for DeepSeek V4: lcm(256, 64, 64, 8, 4)).
 
@@ -26,6 +27,7 @@ from typing import NamedTuple
 from refimpl.hybrid.block_pool import BlockPool
 from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
+    FullAttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
     SlidingWindowSpec,
@@ -357,7 +359,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     ) -> None:
         super().__init__(kv_cache_groups, num_blocks, **kwargs)
         # Groups with equal specs are looked up together; full attention first (its hit is an
-        # upper bound for everybody and is cheap to trim).
+        # upper bound for everybody and is cheap to trim), every other kind (sliding window,
+        # chunked local) after it in group order, as vLLM sorts them.
         # (Specs are compared with ==, so a list is used rather than a dict: specs may be
         # unhashable.)
         spec_groups: list[SpecGroup] = []
@@ -372,7 +375,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             else:
                 spec_groups.append(SpecGroup(spec, [gid], eagle))
         self.attention_groups: list[SpecGroup] = sorted(
-            spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
+            spec_groups,
+            key=lambda group: not isinstance(group.kv_cache_spec, FullAttentionSpec),
         )
         for group in self.attention_groups:  # the whole spec group drops, as in vLLM
             for gid in group.group_ids:
@@ -409,8 +413,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         longest_hit_length = 0
         hits: list[list[KVCacheBlock] | None] = [None] * num_groups
         hit_tokens = [0] * num_groups
-        simple_hybrid = len(self.attention_groups) == 2 and not isinstance(
-            self.attention_groups[0].kv_cache_spec, SlidingWindowSpec
+        simple_hybrid = len(self.attention_groups) == 2 and isinstance(
+            self.attention_groups[0].kv_cache_spec, FullAttentionSpec
         )
         eagle_verified: set[int] = set()
         hashed_tokens = len(block_hashes) * self.hash_block_size

@@ -417,8 +417,8 @@ class KVCacheManager:
 
     def get_max_num_blocks(self, num_tokens: int) -> int:
         """Blocks a new request of `num_tokens` tokens can hold at once: every block for a full
-        group; for a sliding-window group, when `max_num_batched_tokens` bounds a step, only
-        the window plus one step's tokens (its older blocks are freed as it goes).
+        group; for a sliding-window (chunked local) group, when `max_num_batched_tokens` bounds
+        a step, only the window (chunk) plus one step's tokens (older blocks are freed).
 
         refimpl's own helper: an engine asks it once per request to refuse a request that could
         never fit the pool (vLLM makes the same check once, for `max_model_len`, at start-up).

@@ -17,6 +17,9 @@ a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomp
 Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
 DeepSeek V4); a manager views them at its own block size by taking the hash at the last
 sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
+
+Llama 4's chunked local layers get a third kind, `ChunkedLocalAttentionManager`: blocks of
+finished chunks are freed like a window's, and a hit needs only the blocks of its last chunk.
 """
 
 from __future__ import annotations
@@ -629,24 +632,111 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return computed_blocks
 
 
+class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
+    """Chunked local attention of `C` tokens (Llama 4's local layers): token p reads only the
+    tokens of its own chunk, positions [p // C * C, p].
+
+    Once a chunk is done, no later token reads its KV, so its blocks are freed and replaced
+    by the null block (the base `remove_skipped_blocks`), and a prefix hit needs only the
+    blocks of the chunk it ends in: everything before that chunk counts as computed for free.
+    Every full block is hashed (vLLM applies no retention to chunked groups: they cache
+    densely). As in vLLM 0.32, hits end on this group's block boundaries (the group's block
+    must be the scheduler block) and eagle drafting is refused; both are checked at lookup,
+    where vLLM checks them, so a cache without prefix caching accepts them.
+    """
+
+    def __init__(
+        self,
+        kv_cache_spec: KVCacheSpec,
+        block_pool: BlockPool,
+        kv_cache_group_id: int,
+        **kwargs,
+    ) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
+        self.attention_chunk_size: int = self.kv_cache_spec.attention_chunk_size
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """The next token sits at `num_computed_tokens` and reads back to the start of its
+        chunk: every whole chunk before it is skipped (at a chunk start, all of them)."""
+        return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
+
+    def max_admission_blocks_per_request(self) -> int | None:
+        """One chunk plus the tokens in flight (vLLM's rule: no extra block for a window
+        that starts mid-block, unlike a sliding window).
+
+        vLLM also caps the tokens at `max_model_len`; a request never asks for more blocks
+        than that, so the cap changes nothing and is left out."""
+        if self.max_in_flight_tokens is None:
+            return None
+        return cdiv(self.attention_chunk_size + self.max_in_flight_tokens, self.block_size)
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: AttentionSpec,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+        drop_eagle_block: bool = False,
+    ) -> tuple[list[KVCacheBlock], ...]:
+        """Null blocks up to the start of the chunk that `max_length` falls in, then the cached
+        blocks of that chunk from its start, stopping at the first miss.
+
+        The blocks before the chunk are never read again, so they are a hit whether cached or
+        not: a lookup that stops at a chunk start hits all of it with nulls alone. (The hit
+        length is the number of blocks returned times the block size.)
+        """
+        block_size = kv_cache_spec.block_size
+        if drop_eagle_block:
+            raise ValueError(
+                "eagle/MTP drafting with a chunked local attention group is not supported "
+                "(vLLM 0.32 refuses it too)"
+            )
+        if (alignment_tokens or block_size) != block_size:
+            raise ValueError(
+                f"chunked local attention hits end on its block size {block_size}, not on "
+                f"alignment_tokens {alignment_tokens} (vLLM 0.32 needs equal block sizes)"
+            )
+        hashes = BlockHashListWithBlockSize(
+            block_hashes, hash_block_size or block_size, block_size
+        )
+        chunk = kv_cache_spec.attention_chunk_size
+        max_num_blocks = min(max_length // block_size, len(hashes))
+        chunk_start_block = max_length // chunk * chunk // block_size
+        computed_blocks = tuple(
+            [block_pool.null_block] * chunk_start_block for _ in kv_cache_group_ids
+        )
+        for i in range(chunk_start_block, max_num_blocks):
+            cached_blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if cached_blocks is None:
+                break
+            for computed, cached in zip(computed_blocks, cached_blocks):
+                computed.append(cached)
+        return computed_blocks
+
+
 def make_manager(
     kv_cache_spec: KVCacheGroupSpec | KVCacheSpec,
     block_pool: BlockPool,
     kv_cache_group_id: int,
     **kwargs,
 ) -> SingleTypeKVCacheManager:
-    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full
-    attention. Chunked local and Mamba groups are planned (kv_cache_planning) but refimpl has
-    no allocator for them (vLLM's ChunkedLocalAttentionManager, MambaManager)."""
+    """The manager class for a spec, as vLLM's registry maps them: a sliding window gets
+    `SlidingWindowManager`, chunked local attention `ChunkedLocalAttentionManager`, everything
+    else full attention. Mamba groups are planned (kv_cache_planning) but refimpl has no
+    allocator for them (vLLM's MambaManager)."""
     spec = unwrap_spec(kv_cache_spec)
-    if isinstance(spec, (ChunkedLocalAttentionSpec, MambaSpec)):
+    if isinstance(spec, MambaSpec):
         raise ValueError(
             f"refimpl's allocator has no manager for {type(spec).__name__} groups; they can "
             "be planned (plan_kv_cache) but not allocated"
         )
-    cls = (
-        SlidingWindowManager
-        if isinstance(unwrap_spec(kv_cache_spec), SlidingWindowSpec)
-        else FullAttentionManager
-    )
+    cls: type[SingleTypeKVCacheManager] = FullAttentionManager
+    if isinstance(spec, SlidingWindowSpec):
+        cls = SlidingWindowManager
+    elif isinstance(spec, ChunkedLocalAttentionSpec):
+        cls = ChunkedLocalAttentionManager
     return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

@@ -51,6 +51,7 @@ _FAMILIES = {
     "longcat": ("LongcatFlashForCausalLM",),
     "iquest": ("IQuestLoopCoderForCausalLM",),
     "hrm": ("HrmTextForCausalLM",),
+    "llama4": ("Llama4ForCausalLM", "Llama4ForConditionalGeneration"),
     "lfm2": ("Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Lfm2VlForConditionalGeneration"),
     "mamba": (
         "MambaForCausalLM",
@@ -105,8 +106,6 @@ GENERIC = GENERIC = (
     "KimiVLForConditionalGeneration",
     "LLaMAForCausalLM",
     "LagunaForCausalLM",
-    "Llama4ForCausalLM",
-    "Llama4ForConditionalGeneration",
     "LlavaForConditionalGeneration",
     "LlavaNextForConditionalGeneration",
     "LlavaNextVideoForConditionalGeneration",

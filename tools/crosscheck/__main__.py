@@ -6,6 +6,8 @@ the planner crosscheck against the installed vLLM, and print the figures by caus
 fixed set of streams and configurations to tests/data/vllm_oracle.json, which
 tests/test_hybrid_vllm_oracle.py replays through refimpl without vLLM (and the V4 engine's
 retention case, `engine_case.py`, which tests/test_v4_retention.py replays).
+`python -m tools.crosscheck record --group-sets A,B` records only those group sets and merges
+them into tests/data/vllm_oracle.json, leaving every other recorded stream as it was.
 """
 
 from __future__ import annotations
@@ -76,6 +78,22 @@ RETENTION_CASES = [
         ],
     ),
 ]
+# Llama 4's admission cap, which random streams rarely reach: the full-sequence check asks a
+# chunked group for one chunk plus the tokens in flight (5 blocks of 4 here, not 10), so r1's
+# 40 tokens (15 blocks) fit beside r0 (17 free); without the cap they would not (20).
+CHUNKED_CASES = [
+    (
+        "chunk12+full-cap",
+        [
+            ("new", "r0", list(range(24))),
+            ("schedule", "r0", 24, 0, False, False, 0, False),
+            ("new", "r1", list(range(100, 140))),
+            ("schedule", "r1", 8, 0, True, True, 0, False),
+        ],
+    )
+]
+# streams per group set when only some group sets are recorded (`record --group-sets`)
+RECORDED_PER_NEW_SET = 4
 # DeepSeek V4's real block sizes: long tables; a prefix of the stream
 RECORDED_REAL_SIZE_OPS = 30
 
@@ -109,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         help="prefix_cache_retention_interval settings: none (dense), 0 (vLLM's default), "
         "Nx (N times the scheduler block size); comma-separated",
     )
+    parser.add_argument(
+        "--group-sets",
+        default="",
+        help="run: the allocator streams of these group sets only (comma-separated), and no "
+        "planner check; record: only these group sets, RECORDED_PER_NEW_SET streams each at "
+        "every retention, merged into the oracle in place of their old entries",
+    )
     args = parser.parse_args(argv)
 
     import vllm
@@ -120,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     from tools.crosscheck.vllm_side import VllmAllocator
 
     settings = args.retention.split(",")
+    if args.command == "record" and args.group_sets:
+        return record_group_sets(args.group_sets.split(","), vllm.__version__)
     if args.command == "record":
         streams = []
         for retention in RETENTION_SETTINGS:
@@ -137,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                         "observations": record,
                     }
                 )
-        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases
+        # seed -1: the eagle / partial-tail cases; -2: issue 30's retention-0 cases; -3: the
+        # chunked admission cap
         cases = [(-1, *c) for c in RECORDED_CASES] + [(-2, *c) for c in RETENTION_CASES]
+        cases += [(-3, *c) for c in CHUNKED_CASES]
         for seed, name, ops in cases:
             record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
             streams.append(
@@ -194,10 +223,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"crosscheck against vLLM {vllm.__version__}", flush=True)
     failed = False
-    ops = sum(len(stream_for(seed)[1]) for seed in range(args.streams))
+    names = [n for n in args.group_sets.split(",") if n]
+    ops = sum(len(stream_for(seed, names)[1]) for seed in range(args.streams))
     for retention in settings:
         agreed, failures, by_cause = crosscheck_allocator(
-            args.streams, VllmAllocator, retention
+            args.streams, VllmAllocator, retention, names=names
         )
         failed |= bool(failures)
         print(
@@ -208,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for cause, n in sorted(by_cause.items()):
             print(f"    {n:5d} agreeing streams exercised: {cause}")
+    if names:
+        return 1 if failed else 0
     plan_failures, plan_by_cause = [], Counter()
     for seed in range(args.configs):
         case = random_config(seed)
@@ -257,6 +289,62 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {n:5d} disagree without the {rule}")
         general_failures += [] if n else [f"undoing the {rule} changes nothing"]
     return 1 if failed or plan_failures or general_failures else 0
+
+
+def record_group_sets(names: list[str], vllm_version: str) -> int:
+    """Record vLLM's answers for a few group sets only (the first `RECORDED_PER_NEW_SET`
+    seeds of each, at every retention, and their `CHUNKED_CASES`) and merge them into the
+    oracle, keeping every other
+    entry as it was: adding a group set does not re-record the others."""
+    from tools.crosscheck.allocator import run_stream, stream_for
+    from tools.crosscheck.vllm_side import VllmAllocator
+
+    unknown = sorted(set(names) - set(GROUP_SETS))
+    if unknown:
+        raise SystemExit(f"unknown group sets {unknown}; known: {sorted(GROUP_SETS)}")
+    oracle = json.loads(ORACLE.read_text())
+    if oracle["vllm_version"] != vllm_version:
+        raise SystemExit(f"the oracle is vLLM {oracle['vllm_version']}'s, not {vllm_version}")
+    seeds = {name: [] for name in names}
+    seed = 0
+    while any(len(found) < RECORDED_PER_NEW_SET for found in seeds.values()):
+        name = stream_for(seed)[0].name
+        if name in seeds and len(seeds[name]) < RECORDED_PER_NEW_SET:
+            seeds[name].append(seed)
+        seed += 1
+    streams = [s for s in oracle["streams"] if s["group_set"] not in seeds]
+    for retention in RETENTION_SETTINGS:
+        for name in names:
+            for seed in seeds[name]:
+                gs, ops = stream_for(seed)
+                record, at, _ = run_stream(gs, ops, VllmAllocator, retention)
+                if at is not None:
+                    raise SystemExit(f"stream {seed} ({name}, {retention}): diverges at {at}")
+                streams.append(
+                    {
+                        "seed": seed,
+                        "group_set": name,
+                        "retention": retention,
+                        "ops": ops,
+                        "observations": record,
+                    }
+                )
+    for name, ops in CHUNKED_CASES:
+        if name in seeds:
+            record, _, _ = run_stream(GROUP_SETS[name], ops, VllmAllocator, "0")
+            streams.append(
+                {
+                    "seed": -3,
+                    "group_set": name,
+                    "retention": "0",
+                    "ops": ops,
+                    "observations": record,
+                }
+            )
+    oracle["streams"] = streams
+    ORACLE.write_text(json.dumps(oracle, separators=(",", ":")) + "\n")
+    print(f"wrote {ORACLE} ({ORACLE.stat().st_size:,} bytes): {len(streams)} streams")
+    return 0
 
 
 if __name__ == "__main__":

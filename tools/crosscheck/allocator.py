@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from functools import partial
 
 from tools.crosscheck.refimpl_side import RefimplAllocator
@@ -80,9 +81,10 @@ def _jsonable(x):
     return x
 
 
-def stream_for(seed: int) -> tuple[GroupSet, list[tuple]]:
-    """Stream `seed`: the group sets take turns; the stream length varies from 20 to 80."""
-    names = sorted(GROUP_SETS)
+def stream_for(seed: int, names: Sequence[str] = ()) -> tuple[GroupSet, list[tuple]]:
+    """Stream `seed`: the group sets (all, or `names`) take turns; the stream length varies
+    from 20 to 80."""
+    names = sorted(names or GROUP_SETS)
     gs = GROUP_SETS[names[seed % len(names)]]
     rng = random.Random(seed)
     return gs, random_stream(rng, gs, rng.randrange(20, 81))
@@ -107,6 +109,9 @@ def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
         found.add("DeepSeek V4 real block sizes")
     if gs.max_in_flight_tokens is not None:
         found.add("in-flight token cap")
+    chunked = [i for i, g in enumerate(gs.groups) if g[0] == "chunked"]
+    if chunked:
+        found.add("chunked local attention")
     tokens: dict[str, list[int]] = {}  # prompt of each request
     prefilling: dict[str, int] = {}  # started requests with uncomputed prompt tokens
     preempted: set[str] = set()
@@ -124,6 +129,8 @@ def causes(gs: GroupSet, ops: list[tuple], record: list) -> set[str]:
             rid, pinned = op[1], (op[8] if len(op) > 8 else True)
             if hit_len:
                 found.add("prefix hit")
+            if any(out[1][i][:1] == [0] for i in chunked):
+                found.add("chunked hit: null blocks before its last chunk")
             if junction:
                 found.add(
                     "shared-prefix junction pinned"
@@ -179,13 +186,17 @@ def _shares_block_with(
 
 
 def crosscheck_allocator(
-    num_streams: int, make_other, retention: str = "0", log=print
+    num_streams: int,
+    make_other,
+    retention: str = "0",
+    log=print,
+    names: Sequence[str] = (),
 ) -> tuple[int, list[str], Counter]:
     """Returns (streams that agree, one report line per failing stream, agreeing streams per
-    cause)."""
+    cause); `names` limits the streams to those group sets."""
     agreed, failures, by_cause = 0, [], Counter()
     for seed in range(num_streams):
-        gs, ops = stream_for(seed)
+        gs, ops = stream_for(seed, names)
         record, at, diff = run_stream(gs, ops, make_other, retention)
         if at is None:
             agreed += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from refimpl.hybrid.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheGroupSpec,
     SlidingWindowSpec,
@@ -17,6 +18,10 @@ def make_spec(desc: tuple):
     common = dict(num_kv_heads=1, head_size=8, dtype="float16")
     if desc[0] == "full":
         return FullAttentionSpec(block_size=desc[1], **common)
+    if desc[0] == "chunked":
+        return ChunkedLocalAttentionSpec(
+            block_size=desc[1], attention_chunk_size=desc[2], **common
+        )
     return SlidingWindowSpec(block_size=desc[1], sliding_window=desc[2], **common)
 
 

@@ -3,7 +3,8 @@
 Nothing here imports vLLM: the vLLM side (`tools.crosscheck.scheduler`) and the oracle replay
 test (`tests/test_sched_vllm_oracle.py`) drive a scheduler through the same `drive` loop.
 
-A setting is a cache layout (groups of ("full", block_size) or ("swa", block_size, window),
+A setting is a cache layout (groups of ("full", block_size), ("swa", block_size, window) or
+("chunked", block_size, attention_chunk_size),
 or a model config whose layers give the specs: the tiny DeepSeek V4) with a pool size,
 scheduling flags and a retention interval. A stream is a seed: it expands
 to arrivals per step (prompts built from a few shared prefixes so prefix hits happen, output
@@ -73,7 +74,25 @@ def _layouts() -> list[tuple[str, tuple[tuple, ...], int, int, int]]:
         # DeepSeek V4's group structure at small scale: a full (compressed) group with large
         # blocks beside a sliding window with small ones (scheduler block = lcm)
         ("v4", (("full", 64), ("swa", 16, 64)), 6, 4, 128),
+        # Llama 4's layer pattern (three chunked local layers, then a full one, so the full
+        # group is not group 0) at small scale: chunks of 32 tokens over 16-token blocks, so
+        # prompts cross chunks often; retention only takes None or 0 here (no window: k is
+        # skipped)
+        ("llama4", (("chunked", 16, 32),) * 3 + (("full", 16),), 3, 1, 32),
     ]
+
+
+def min_blocks_per_request(group: tuple, max_model_len: int, in_flight: int) -> int:
+    """Blocks one request of `max_model_len` needs in a group (vLLM's per-request admission
+    cap): all of them for full attention, a window or a chunk plus the tokens in flight for
+    the others."""
+    kind, block_size = group[:2]
+    blocks = -(-max_model_len // block_size)
+    if kind == "swa":
+        return min(blocks, -(-(group[2] - 1 + in_flight) // block_size) + 1)
+    if kind == "chunked":
+        return -(-min(group[2] + in_flight, max_model_len) // block_size)
+    return blocks
 
 
 def settings() -> list[Setting]:
@@ -92,12 +111,7 @@ def settings() -> list[Setting]:
                     batch = (64 * unit) if chunked else mml
                     in_flight = batch * (2 if asy else 1)
                     # the smallest pool vLLM accepts (one request of max_model_len), plus spare
-                    nb = spare + sum(
-                        -(-mml // g[1])
-                        if g[0] == "full"
-                        else min(-(-mml // g[1]), -(-(g[2] - 1 + in_flight) // g[1]) + 1)
-                        for g in groups
-                    )
+                    nb = spare + sum(min_blocks_per_request(g, mml, in_flight) for g in groups)
                     out.append(
                         Setting(
                             name=f"{name}-ret{retention}-{'chunk' if chunked else 'nochunk'}-"
@@ -134,12 +148,14 @@ def settings() -> list[Setting]:
             )
             out.append(replace(base, name=base.name + "-abort", aborts=True))
         # retention k where the layout has a window (dense caches only run retention 0)
-        ret = 0 if name == "dense" else k
+        ret = k if any(g[0] == "swa" for g in groups) else 0
         base = next(x for x in out if x.name == f"{name}-ret{ret}-nochunk-async")
         out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
     v4 = v4_settings()
     base = next(x for x in v4 if x.name == "dsv4-ret0-chunk-async")
-    return out + v4 + [replace(base, name=base.name + "-abort", aborts=True)]
+    return (
+        out + v4 + [replace(base, name=base.name + "-abort", aborts=True)] + llama4_settings()
+    )
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -184,6 +200,49 @@ def v4_settings() -> list[Setting]:
                         retention=retention,
                         unit=unit,
                         model=V4_CONFIG,
+                    )
+                )
+    return out
+
+
+LLAMA4_CONFIG = "tiny-llama4"
+#: the caches vLLM's CPU platform builds for it: three chunked local layers of 256-token
+#: chunks, then a full one, all in 128-token blocks (for the pool size only)
+LLAMA4_GROUPS = (("chunked", 128, 256),) * 3 + (("full", 128),)
+
+
+def llama4_settings() -> list[Setting]:
+    """Llama 4's caches as vLLM's own `Llama4ForCausalLM` makes them for the tiny config
+    (tests/data/configs/tiny-llama4; refimpl reads the same file): retention None and 0,
+    chunked or not, sync or async, on the smallest pool plus 3 blocks."""
+    out = []
+    unit = 8
+    mml = 160 * unit
+    for retention in (None, 0):
+        for chunked in (True, False):
+            for asy in (False, True):
+                i = len(out)
+                batch = (64 * unit) if chunked else mml
+                in_flight = batch * (2 if asy else 1)
+                out.append(
+                    Setting(
+                        name=f"tiny-llama4-ret{retention}-"
+                        f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}",
+                        groups=(),
+                        num_blocks=3
+                        + sum(
+                            min_blocks_per_request(g, mml, in_flight) for g in LLAMA4_GROUPS
+                        ),
+                        max_model_len=mml,
+                        max_num_seqs=8 if i % 3 == 1 else 5,
+                        max_num_batched_tokens=batch,
+                        enable_chunked_prefill=chunked,
+                        long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                        policy="priority" if i % 3 == 2 else "fcfs",
+                        async_scheduling=asy,
+                        retention=retention,
+                        unit=unit,
+                        model=LLAMA4_CONFIG,
                     )
                 )
     return out
@@ -375,8 +434,17 @@ def summary(log: list[dict]) -> dict:
 
 def refimpl_specs(setting: Setting) -> dict:
     """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
-    from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
+    from refimpl.hybrid import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 
+    if setting.model and setting.model != V4_CONFIG:
+        from refimpl.models import get_kv_cache_spec
+
+        # what vLLM's CPU platform builds (its attention backend picks the block size)
+        return get_kv_cache_spec(
+            CONFIGS / setting.model / "config.json",
+            backend="cpu_attn",
+            max_model_len=setting.max_model_len,
+        ).specs
     if setting.model:
         from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
 
@@ -386,6 +454,9 @@ def refimpl_specs(setting: Setting) -> dict:
     specs = {}
     for i, g in enumerate(setting.groups):
         common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype="float16")
+        if g[0] == "chunked":
+            specs[f"layer{i}"] = ChunkedLocalAttentionSpec(attention_chunk_size=g[2], **common)
+            continue
         specs[f"layer{i}"] = (
             FullAttentionSpec(**common)
             if g[0] == "full"

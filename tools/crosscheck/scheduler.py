@@ -59,7 +59,11 @@ def _build(setting: Setting):
         get_kv_cache_configs,
         resolve_kv_cache_block_sizes,
     )
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        SlidingWindowSpec,
+    )
 
     vc = EngineArgs(
         model=str(CONFIGS / setting.model) if setting.model else str(CONFIG_DIR),
@@ -108,6 +112,9 @@ def _build(setting: Setting):
         specs = layer_spec_objects(vc, build_layers(vc))
     for i, g in enumerate(setting.groups):
         common = dict(block_size=g[1], num_kv_heads=1, head_size=8, dtype=torch.float16)
+        if g[0] == "chunked":
+            specs[f"layer{i}"] = ChunkedLocalAttentionSpec(attention_chunk_size=g[2], **common)
+            continue
         specs[f"layer{i}"] = (
             FullAttentionSpec(**common)
             if g[0] == "full"

@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class GroupSet:
-    """Cache groups for the allocator: ("full", block_size) or ("swa", block_size, window),
-    with an optional eagle flag per group.
+    """Cache groups for the allocator: ("full", block_size), ("swa", block_size, window) or
+    ("chunked", block_size, attention_chunk_size), with an optional eagle flag per group.
 
     `unit` scales prompt lengths and chunk sizes (DeepSeek V4's real block sizes need prompts
     of hundreds of tokens before a hit can end on a 256-token boundary). `max_in_flight_tokens`
@@ -111,6 +111,18 @@ GROUP_SETS: dict[str, GroupSet] = {
             use_eagle=True,
         ),
         GroupSet("full8+swa4", (("full", 8), ("swa", 4, 5)), 40),
+        # Llama 4: chunked local layers (chunks of 8 and 12 tokens over 4-token blocks, so
+        # prompts cross several chunks) beside full attention, and one alone (unitary)
+        GroupSet("full+chunk8", (("full", 4), ("chunked", 4, 8), ("chunked", 4, 8)), 36),
+        GroupSet(
+            "chunk12+full-cap",
+            (("chunked", 4, 12), ("full", 4)),
+            30,
+            max_in_flight_tokens=8,
+        ),
+        GroupSet("chunk-single", (("chunked", 4, 8),), 24),
+        # all three kinds: the hybrid lookup's fixed point runs past one iteration
+        GroupSet("full+swa7+chunk8", (("full", 4), ("swa", 4, 7), ("chunked", 4, 8)), 40),
         # the in-flight token cap of the full-sequence admission check
         GroupSet(
             "in-flight-cap",

@@ -15,6 +15,7 @@ from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -34,6 +35,10 @@ def make_spec(desc: tuple):
     common = dict(num_kv_heads=1, head_size=8, dtype=torch.float16)
     if desc[0] == "full":
         return FullAttentionSpec(block_size=desc[1], **common)
+    if desc[0] == "chunked":
+        return ChunkedLocalAttentionSpec(
+            block_size=desc[1], attention_chunk_size=desc[2], **common
+        )
     return SlidingWindowSpec(block_size=desc[1], sliding_window=desc[2], **common)
 
 
