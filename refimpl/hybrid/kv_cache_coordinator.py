@@ -28,6 +28,7 @@ from refimpl.hybrid.kv_cache_interface import (
     AttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
     unwrap_spec,
 )
@@ -60,11 +61,12 @@ def check_retention_interval(
             "scheduler "
             f"block size {scheduler_block_size}, got {retention_interval}"
         )
-    if retention_interval and not any(isinstance(s, SlidingWindowSpec) for s in specs):
+    if retention_interval and not any(
+        isinstance(s, (SlidingWindowSpec, MambaSpec)) for s in specs
+    ):
         raise ValueError(
-            "prefix_cache_retention_interval is set but no cache group has a sliding window, "
-            "so it "
-            "would have no effect; use 0 (it applies only to sliding-window groups)"
+            "prefix_cache_retention_interval is set but no cache group has a sliding window "
+            "or Mamba state, so it would have no effect; use 0 (it applies only to those)"
         )
 
 
@@ -137,8 +139,15 @@ class KVCacheCoordinator:
                 raise ValueError(
                     f"hash_block_size must be a positive int, got {hash_block_size!r}"
                 )
-        self.hash_block_size = hash_block_size or math.gcd(*sizes)
-        bad = [b for b in sizes if b % self.hash_block_size]
+        # vLLM hashes at the scheduler block size when nothing is looked up at a finer one
+        # (caching off, or a Mamba group that keeps one state per request)
+        coarse = not enable_caching or any(
+            isinstance(s, MambaSpec) and s.mamba_cache_mode != "align" for s in specs
+        )
+        self.hash_block_size = hash_block_size or (
+            self.scheduler_block_size if coarse else math.gcd(*sizes)
+        )
+        bad = [b for b in sizes if b % self.hash_block_size and not coarse]
         if bad:
             raise ValueError(
                 f"hash_block_size {self.hash_block_size} must divide every group block size, "
@@ -204,12 +213,22 @@ class KVCacheCoordinator:
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None,
         total_computed_tokens: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
+        """Sum over groups. `prefill_end` (Mamba's prefill checkpoint, on the chunk reaching
+        it) counts only under retention 0: otherwise every chunk publishes a state."""
+        if self.retention_interval != 0:
+            prefill_end = 0
         total = 0
         for gid, manager in enumerate(self.single_type_managers):
             hits = new_computed_blocks[gid] if new_computed_blocks else ()
             total += manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, hits, total_computed_tokens, apply_admission_cap
+                request_id,
+                num_tokens,
+                hits,
+                total_computed_tokens,
+                apply_admission_cap,
+                prefill_end,
             )
         return total
 
@@ -273,6 +292,10 @@ class KVCacheCoordinator:
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
             manager.free(request_id)
+
+    def new_step_starts(self) -> None:
+        for manager in self.single_type_managers:
+            manager.new_step_starts()
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Release the copy-on-write pairs of every group: (group id, source id, copy id)."""
@@ -372,7 +395,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             else:
                 spec_groups.append(SpecGroup(spec, [gid], eagle))
         self.attention_groups: list[SpecGroup] = sorted(
-            spec_groups, key=lambda group: isinstance(group.kv_cache_spec, SlidingWindowSpec)
+            spec_groups,
+            key=lambda group: isinstance(group.kv_cache_spec, (SlidingWindowSpec, MambaSpec)),
         )
         for group in self.attention_groups:  # the whole spec group drops, as in vLLM
             for gid in group.group_ids:
@@ -410,7 +434,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         hits: list[list[KVCacheBlock] | None] = [None] * num_groups
         hit_tokens = [0] * num_groups
         simple_hybrid = len(self.attention_groups) == 2 and not isinstance(
-            self.attention_groups[0].kv_cache_spec, SlidingWindowSpec
+            self.attention_groups[0].kv_cache_spec, (SlidingWindowSpec, MambaSpec)
         )
         eagle_verified: set[int] = set()
         hashed_tokens = len(block_hashes) * self.hash_block_size

@@ -53,6 +53,8 @@ class Setting:
     model: str = ""
     # some requests are aborted from outside (`finish_requests`) a few steps after arrival
     aborts: bool = False
+    # prefix caching off: a Mamba hybrid then keeps one state per request (mode "none")
+    enable_prefix_caching: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -139,7 +141,50 @@ def settings() -> list[Setting]:
         out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
     v4 = v4_settings()
     base = next(x for x in v4 if x.name == "dsv4-ret0-chunk-async")
-    return out + v4 + [replace(base, name=base.name + "-abort", aborts=True)]
+    abort = replace(base, name=base.name + "-abort", aborts=True)
+    return out + v4 + [abort] + mamba_settings()
+
+
+#: The Mamba2-attention hybrid the Mamba settings run (granite-4.0-h's layout at small scale:
+#: three Mamba2 mixers and one attention layer, 128-token blocks on vLLM's CPU platform).
+MAMBA_CONFIG = "tiny-granite-h"
+#: vLLM 0.32's smallest accepted pool for one max_model_len request, plus spare blocks, by
+#: prefix caching (measured with `python -m tools.crosscheck.scheduler --min-blocks`)
+MAMBA_BLOCKS = {True: 22, False: 15}
+
+
+def mamba_settings() -> list[Setting]:
+    """A Mamba hybrid with prefix caching on (vLLM's "align" mode; retention None, 0 and k)
+    and off ("none": one state block per request), chunked or not, sync or async."""
+    out = []
+    unit = 8
+    mml = 160 * unit
+    for caching, retentions in ((True, (None, 0, 4 * 128)), (False, (0,))):
+        for retention in retentions:
+            for chunked in (True, False):
+                for asy in (False, True):
+                    i = len(out)
+                    mode = f"ret{retention}" if caching else "nocache"
+                    out.append(
+                        Setting(
+                            name=f"mamba-{mode}-{'chunk' if chunked else 'nochunk'}-"
+                            f"{'async' if asy else 'sync'}",
+                            groups=(),
+                            num_blocks=MAMBA_BLOCKS[caching],
+                            max_model_len=mml,
+                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
+                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                            policy="priority" if i % 3 == 1 else "fcfs",
+                            async_scheduling=asy,
+                            retention=retention,
+                            unit=unit,
+                            model=MAMBA_CONFIG,
+                            enable_prefix_caching=caching,
+                        )
+                    )
+    return out
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -377,6 +422,17 @@ def refimpl_specs(setting: Setting) -> dict:
     """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
     from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
 
+    if setting.model == MAMBA_CONFIG:
+        from refimpl.models import get_kv_cache_spec
+
+        return dict(
+            get_kv_cache_spec(
+                CONFIGS / setting.model,
+                backend="cpu_attn",
+                max_model_len=setting.max_model_len,
+                enable_prefix_caching=setting.enable_prefix_caching,
+            ).specs
+        )
     if setting.model:
         from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
 
@@ -421,6 +477,7 @@ class RefimplSide(Side):
                 async_scheduling=setting.async_scheduling,
                 prefix_cache_retention_interval=setting.retention,
                 num_speculative_tokens=setting.num_spec,
+                enable_prefix_caching=setting.enable_prefix_caching,
             ),
             config,
         )
