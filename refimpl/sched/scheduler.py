@@ -104,6 +104,11 @@ class Scheduler:
         mamba = [s for s in specs if isinstance(s, MambaSpec)]
         self.has_mamba_layers = bool(mamba)
         self.need_mamba_block_aligned_split = any(s.mamba_cache_mode == "align" for s in mamba)
+        if self.need_mamba_block_aligned_split and not scheduler_config.enable_chunked_prefill:
+            raise ValueError(
+                "Mamba cache mode 'align' (prefix caching on a Mamba hybrid) needs "
+                "enable_chunked_prefill=True, as in vLLM"
+            )
         self.mamba_prefill_checkpoint_alignment = (
             mamba_prefill_checkpoint_alignment(mamba[0]) if mamba else None
         )

@@ -154,14 +154,16 @@ MAMBA_BLOCKS = {True: 22, False: 15}
 
 
 def mamba_settings() -> list[Setting]:
-    """A Mamba hybrid with prefix caching on (vLLM's "align" mode; retention None, 0 and k)
-    and off ("none": one state block per request), chunked or not, sync or async."""
+    """A Mamba hybrid with prefix caching on (vLLM's "align" mode; retention None, 0 and k;
+    chunked prefill, which vLLM requires there) and off ("none": one state block per request;
+    chunked or not), sync or async."""
     out = []
     unit = 8
     mml = 160 * unit
     for caching, retentions in ((True, (None, 0, 4 * 128)), (False, (0,))):
         for retention in retentions:
-            for chunked in (True, False):
+            # vLLM requires chunked prefill for "align" (chunks end on block boundaries)
+            for chunked in (True, False) if not caching else (True,):
                 for asy in (False, True):
                     i = len(out)
                     mode = f"ret{retention}" if caching else "nocache"
