@@ -873,42 +873,67 @@ class MambaManager(SingleTypeKVCacheManager):
         revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
         return num_new + revived
 
+    def _plan_align_allocation(
+        self, request_id: str, num_tokens: int
+    ) -> tuple[int, int, list]:
+        """Align mode: (nulls to append, blocks to take from the pool, speculative slots to move
+        to the table's end) for `allocate_new_blocks(request_id, num_tokens)`."""
+        table = self.req_to_blocks.get(request_id, [])
+        prev_len = len(table)
+        required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
+        checkpoint_block = int(request_id in self._checkpoints)
+        if required <= prev_len and not checkpoint_block:
+            return 0, 0, []
+        num_skipped = required - self.num_speculative_blocks - 1
+        num_nulls = max(num_skipped - checkpoint_block - prev_len, 0)
+        moved = []
+        if request_id in self._allocated_block_reqs:
+            # speculative slots the new running state leaves behind (owned by this request
+            # alone) move to the end; the checkpoint slot stays where the kernel writes it
+            for idx in range(prev_len - self.num_speculative_blocks, prev_len):
+                if idx >= num_skipped - checkpoint_block:
+                    break
+                moved.append(idx)
+        num_new = max(required - (prev_len + num_nulls + len(moved)), 0)
+        return num_nulls, num_new, moved
+
     def num_new_blocks_needed(self, request_id: str, num_tokens: int) -> int:
-        """Blocks `allocate_new_blocks` takes from the pool (align: the slots past the
-        table, the checkpoint block included)."""
+        """Blocks `allocate_new_blocks` takes from the pool (align: the new running state,
+        a checkpoint slot, speculative slots)."""
         if self.mamba_cache_mode != "align":
             return super().num_new_blocks_needed(
                 request_id, num_tokens + self.block_size * self.num_speculative_blocks
             )
-        table_len = len(self.req_to_blocks.get(request_id, ()))
-        required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
-        if required <= table_len and request_id not in self._checkpoints:
-            return 0
-        skipped = required - self.num_speculative_blocks - 1
-        if table_len < skipped:
-            table_len = skipped - int(request_id in self._checkpoints)
-        return max(required - table_len, 0)
+        return self._plan_align_allocation(request_id, num_tokens)[1]
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Mode "none": the base rule. Mode "align": the table grows to the slot of the new
         running state; the slots in between become null blocks (except a reserved checkpoint
-        slot), and the slot of the previous state is remembered so `remove_skipped_blocks`
-        frees it one step later. Returns the table's new entries, null blocks included."""
+        slot), speculative slots left behind move to the end, and the slot of the previous
+        state is remembered so `remove_skipped_blocks` frees it one step later. Returns the
+        table's new entries, null blocks included (vLLM sends them too)."""
         if self.mamba_cache_mode != "align":
-            return super().allocate_new_blocks(
-                request_id, num_tokens + self.block_size * self.num_speculative_blocks
-            )
-        if self.num_new_blocks_needed(request_id, num_tokens) > (
-            self.block_pool.get_num_free_blocks()
-        ):
+            # one state block (plus the speculative ones), never a prefix hit to copy
+            needed = self.num_new_blocks_needed(request_id, num_tokens)
+            if needed > self.block_pool.get_num_free_blocks():
+                raise ValueError(
+                    f"request {request_id} needs {needed} Mamba state blocks in group "
+                    f"{self.kv_cache_group_id} but only "
+                    f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
+                )
+            new_blocks = self.block_pool.get_new_blocks(needed)
+            self.req_to_blocks[request_id].extend(new_blocks)
+            return new_blocks
+        num_nulls, num_new, moved = self._plan_align_allocation(request_id, num_tokens)
+        if num_new > self.block_pool.get_num_free_blocks():
             raise ValueError(
-                f"request {request_id} needs more Mamba state blocks in group "
-                f"{self.kv_cache_group_id} than are free; nothing was allocated"
+                f"request {request_id} needs {num_new} Mamba state blocks in group "
+                f"{self.kv_cache_group_id} but only {self.block_pool.get_num_free_blocks()} "
+                "are free; nothing was allocated"
             )
         table = self.req_to_blocks[request_id]
         required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
-        checkpoint_block = int(request_id in self._checkpoints)
-        if required <= len(table) and not checkpoint_block:
+        if required <= len(table) and request_id not in self._checkpoints:
             self._allocated_block_reqs.add(request_id)
             return []
         prev_len = len(table)
@@ -916,10 +941,11 @@ class MambaManager(SingleTypeKVCacheManager):
             self.last_state_block_idx[request_id] = prev_len - 1 - self.num_speculative_blocks
         elif prev_len > 0:
             self.last_state_block_idx[request_id] = prev_len - 1  # the hit's state
-        num_skipped = required - self.num_speculative_blocks - 1
-        if prev_len < num_skipped:
-            table.extend([self._null_block] * (num_skipped - checkpoint_block - prev_len))
-        new_blocks = self.block_pool.get_new_blocks(max(required - len(table), 0))
+        table.extend([self._null_block] * num_nulls)
+        for idx in moved:
+            table.append(table[idx])
+            table[idx] = self._null_block
+        new_blocks = self.block_pool.get_new_blocks(num_new)
         returned = table[prev_len:] + new_blocks
         table.extend(new_blocks)
         self._allocated_block_reqs.add(request_id)

@@ -186,7 +186,22 @@ def mamba_settings() -> list[Setting]:
                             enable_prefix_caching=caching,
                         )
                     )
-    return out
+    extra = []
+    for base in out:
+        if base.retention == 0 or not base.enable_prefix_caching:
+            if base.enable_chunked_prefill:
+                # n-gram drafts (2 per step): each Mamba group keeps 2 more state blocks
+                extra.append(
+                    replace(
+                        base,
+                        name=base.name + "-spec2",
+                        num_spec=2,
+                        num_blocks=base.num_blocks + 3 * 2,
+                    )
+                )
+            if base.enable_prefix_caching:
+                extra.append(replace(base, name=base.name + "-abort", aborts=True))
+    return out + extra
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -433,6 +448,7 @@ def refimpl_specs(setting: Setting) -> dict:
                 backend="cpu_attn",
                 max_model_len=setting.max_model_len,
                 enable_prefix_caching=setting.enable_prefix_caching,
+                num_speculative_tokens=setting.num_spec,
             ).specs
         )
     if setting.model:
