@@ -876,8 +876,8 @@ class MambaManager(SingleTypeKVCacheManager):
     def _plan_align_allocation(
         self, request_id: str, num_tokens: int
     ) -> tuple[int, int, list]:
-        """Align mode: (nulls to append, blocks to take from the pool, speculative slots to move
-        to the table's end) for `allocate_new_blocks(request_id, num_tokens)`."""
+        """Align mode: (nulls to append, blocks to take from the pool, speculative slots to
+        move to the table's end) for `allocate_new_blocks(request_id, num_tokens)`."""
         table = self.req_to_blocks.get(request_id, [])
         prev_len = len(table)
         required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
@@ -1044,67 +1044,55 @@ class MambaManager(SingleTypeKVCacheManager):
         self.cached_blocks_this_step.clear()
 
     # --- freeing
-    def _removable_blocks(self, request_id: str, total_computed_tokens: int) -> list[int]:
-        """Align mode: table indices `remove_skipped_blocks` frees, in its order."""
+    def _removable_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> tuple[list[int], int, int | None]:
+        """Align mode: (retired slots to free, last first; the new retired mark; the slot of
+        the previous state if it goes too) for `remove_skipped_blocks`."""
         table = self.req_to_blocks.get(request_id) or []
-        skipped = self.get_num_skipped_tokens(total_computed_tokens)
-        indices: list[int] = []
-        if skipped > 0:
-            first = self._num_retired_blocks.get(request_id, 0)
-            last = min(skipped // self.block_size, len(table))
-            indices = [i for i in range(last - 1, first - 1, -1) if not table[i].is_null]
+        first = self._num_retired_blocks.get(request_id, 0)
+        last = min(
+            self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table)
+        )
+        retired = [i for i in range(last - 1, first - 1, -1) if not table[i].is_null]
         last_state = self.last_state_block_idx.get(request_id)
         if (
-            last_state is not None
-            and last_state < cdiv(total_computed_tokens, self.block_size) - 1
-            and not table[last_state].is_null
-            and last_state not in indices
+            last_state is None
+            or last_state >= cdiv(total_computed_tokens, self.block_size) - 1
+            or last_state in retired
+            or table[last_state].is_null
         ):
-            indices.append(last_state)
-        return indices
+            last_state = None
+        return retired, max(first, last), last_state
 
     def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
         if self.mamba_cache_mode != "align":
             return super().num_freeable_skipped_blocks(request_id, total_computed_tokens)
         table = self.req_to_blocks.get(request_id) or []
-        return sum(
-            1
-            for i in self._removable_blocks(request_id, total_computed_tokens)
-            if table[i].ref_cnt == 1
-        )
+        retired, _, last_state = self._removable_blocks(request_id, total_computed_tokens)
+        indices = retired + ([] if last_state is None else [last_state])
+        return sum(1 for i in indices if table[i].ref_cnt == 1)
 
     def remove_skipped_blocks(
         self, request_id: str, total_computed_tokens: int
     ) -> list[KVCacheBlock]:
         """Align mode: free every state before the one the next token reads (skipping the
-        null gaps prefill leaves), then the slot of two steps ago, whose state the previous
-        step copied on."""
+        null gaps prefill leaves), then, on its own, the slot of the previous state, whose
+        state this step copies on. Returns the freed blocks."""
         if self.mamba_cache_mode != "align":
             return super().remove_skipped_blocks(request_id, total_computed_tokens)
-        table = self.req_to_blocks.get(request_id)
-        removed: list[KVCacheBlock] = []
-        skipped = self.get_num_skipped_tokens(total_computed_tokens)
-        if skipped > 0 and table is not None:
-            first = self._num_retired_blocks.get(request_id, 0)
-            last = min(skipped // self.block_size, len(table))
-            if first < last:
-                for i in range(last - 1, first - 1, -1):
-                    if not table[i].is_null:
-                        removed.append(table[i])
-                        table[i] = self._null_block
-                self.block_pool.free_blocks(removed)
-                self._num_retired_blocks[request_id] = last
-        last_state = self.last_state_block_idx.get(request_id)
-        if (
-            last_state is not None
-            and last_state < cdiv(total_computed_tokens, self.block_size) - 1
-        ):
-            table = self.req_to_blocks[request_id]
-            if not table[last_state].is_null:
-                block = table[last_state]
-                self.block_pool.free_blocks([block])
-                table[last_state] = self._null_block
-                removed.append(block)
+        table = self.req_to_blocks.get(request_id) or []
+        retired, mark, last_state = self._removable_blocks(request_id, total_computed_tokens)
+        removed = [table[i] for i in retired]
+        for i in retired:
+            table[i] = self._null_block
+        if mark > self._num_retired_blocks.get(request_id, 0):
+            self.block_pool.free_blocks(removed)
+            self._num_retired_blocks[request_id] = mark
+        if last_state is not None:
+            removed.append(table[last_state])
+            self.block_pool.free_blocks([table[last_state]])
+            table[last_state] = self._null_block
         return removed
 
     def free(self, request_id: str) -> None:
