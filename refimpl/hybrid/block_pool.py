@@ -153,11 +153,9 @@ class BlockPool:
         block: KVCacheBlock,
         kv_cache_group_id: int,
         num_tokens: int,
-        replace_existing_hashes: bool = False,
     ) -> None:
         """Register a block under the hash of a prefix of `num_tokens` tokens that ends inside
-        it (`replace_existing_hashes`: the block's contents were replaced, as a Mamba
-        checkpoint slot's are, so every key it had goes first).
+        it.
 
         vLLM 0.32's rules: a block without a key takes this one as its own key (so it counts as
         cached and is freed to the back of the queue); a block whose key covers fewer tokens
@@ -170,7 +168,7 @@ class BlockPool:
         already = block.block_hash == key or key in self.cached_block_hashes_by_block.get(
             block.block_id, ()
         )
-        if replace_existing_hashes or (
+        if (
             not already
             and block.block_hash is not None
             and block.block_hash_num_tokens is not None

