@@ -18,7 +18,10 @@ longest request is 122,530 tokens) plus 8 spare blocks (none for V4). Every sett
 prefix hits (91k to 226k prompt tokens). Preemptions: 54 in every chunked dense setting, 53
 to 84 in chunked swa, 0 to 3 on V4; unchunked, dense 5, swa and V4 none (a budget of
 max_model_len sizes vLLM's smallest pool for a whole max_model_len step of window blocks,
-far more than 32 running windows need).
+far more than 32 running windows need). The Mamba hybrid (tiny-granite-h, 128-token blocks):
+prefix caching on (vLLM's "align", chunked only) at retention None, 0 and 512, and off
+("none"), chunked or not; its pool is one request of max_model_len plus 8 spare blocks; hits
+108k to 184k tokens with caching on, preemptions 45 to 81 chunked, 2 unchunked.
 
 Nothing here imports vLLM; `python -m tools.crosscheck.sched_trace` (vLLM's venv) checks both
 sides step for step and records `tests/data/vllm_sched_trace_oracle.json`.
