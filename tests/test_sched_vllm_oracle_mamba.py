@@ -189,3 +189,33 @@ def test_mamba_replay_fails_with_a_manager_rule_undone(name, monkeypatch):
     old, new, settings = MANAGER_MUTANTS[name]
     manager_mutant(old, new, monkeypatch)
     _kills(settings, name)
+
+
+def test_align_mode_refuses_what_vllm_refuses_or_refimpl_does_not_model():
+    """vLLM asserts chunked prefill for "align"; lookahead slots (EAGLE/MTP) there are not
+    modelled. Both are one-line ValueErrors from the scheduler's constructor."""
+    from refimpl.hybrid.kv_cache_planning import get_kv_cache_config, get_kv_cache_groups
+    from refimpl.sched import SchedulerConfig, make_scheduler
+    from tools.crosscheck.sched_streams import LAYOUT, refimpl_specs
+
+    setting = next(s for s, _ in ALIGN if not s.num_spec)
+    config = get_kv_cache_config(
+        get_kv_cache_groups(refimpl_specs(setting), kv_cache_layout=LAYOUT),
+        1 << 40,
+        num_blocks_override=setting.num_blocks,
+        kv_cache_layout=LAYOUT,
+    )
+    base = dict(
+        max_num_batched_tokens=512, max_num_seqs=4, max_model_len=setting.max_model_len
+    )
+    with pytest.raises(ValueError, match="enable_chunked_prefill=True"):
+        make_scheduler(
+            SchedulerConfig(
+                **{**base, "max_num_batched_tokens": setting.max_model_len},
+                enable_chunked_prefill=False,
+            ),
+            config,
+        )
+    with pytest.raises(ValueError, match="num_lookahead_tokens"):
+        make_scheduler(SchedulerConfig(**base, num_lookahead_tokens=2), config)
+    make_scheduler(SchedulerConfig(**base), config)  # the setting itself is accepted

@@ -112,6 +112,13 @@ class Scheduler:
                 "Mamba cache mode 'align' (prefix caching on a Mamba hybrid) needs "
                 "enable_chunked_prefill=True, as in vLLM"
             )
+        if self.need_mamba_block_aligned_split and self.num_lookahead_tokens:
+            # vLLM sizes Mamba states without the lookahead slots; refimpl's manager does not
+            # get the split count
+            raise ValueError(
+                "num_lookahead_tokens > 0 (an EAGLE/MTP drafter's slots) with a Mamba hybrid "
+                "in 'align' mode is not modelled; use 0 (an n-gram drafter)"
+            )
         self.mamba_prefill_checkpoint_alignment = (
             mamba_prefill_checkpoint_alignment(mamba[0]) if mamba else None
         )
