@@ -2,8 +2,8 @@
 
 `tests/data/vllm_sched_oracle.json` holds, per setting (dense, sliding window, a DeepSeek
 V4-shaped two-group cache, DeepSeek V4's real caches: the five groups vLLM's planner makes
-for `tests/data/configs/tiny-deepseek-v4`, and a Mamba hybrid, tiny-granite-h, with prefix
-caching on and off; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
+for `tests/data/configs/tiny-deepseek-v4`, and two Mamba hybrids, tiny-granite-h and
+tiny-jamba, with prefix caching on and off; retention None, 0, k; chunked or not; async or not; FCFS or priority), the
 sha256 digest of vLLM's step log for every fuzzed stream (recorded by
 `python -m tools.crosscheck.scheduler --record ...`, which first checks refimpl equal step for
 step). A stream is a seed: `tools.crosscheck.sched_streams` expands it again here.
@@ -38,13 +38,18 @@ def replay(setting: Setting, seed: int, scheduler_cls=None) -> str:
 
 def test_oracle_covers_every_setting():
     names = {s.name for s, _ in SETTINGS}
-    assert len(names) == 82  # 16 of them the Mamba hybrid's (test_sched_vllm_oracle_mamba)
+    assert len(names) == 92  # 26 of them Mamba hybrids' (test_sched_vllm_oracle_mamba)
     for layout in ("dense", "swa", "v4", "dsv4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(layout) and n.endswith(mode) for n in names)
     assert {s.policy for s, _ in SETTINGS} == {"fcfs", "priority"}
     assert {s.retention for s, _ in SETTINGS} == {None, 0, 32, 128, 512}
-    assert {s.model for s, _ in SETTINGS} == {"", "tiny-deepseek-v4", "tiny-granite-h"}
+    assert {s.model for s, _ in SETTINGS} == {
+        "",
+        "tiny-deepseek-v4",
+        "tiny-granite-h",
+        "tiny-jamba",
+    }
     assert {s.num_spec for s, _ in SETTINGS} == {0, 2}
     assert any(s.num_spec and s.async_scheduling for s, _ in SETTINGS)
     assert {(s.aborts, s.async_scheduling) for s, _ in SETTINGS if s.aborts} == {

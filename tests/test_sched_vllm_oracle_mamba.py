@@ -1,10 +1,11 @@
 """Each Mamba rule of refimpl's scheduler and cache is reached by vLLM 0.32's oracle.
 
-`tests/test_sched_vllm_oracle.py` replays every recorded setting, the Mamba hybrid's among
-them (`tools.crosscheck.sched_streams.mamba_settings`: tiny-granite-h with prefix caching on,
-vLLM's "align" mode, at retention None, 0 and 512, and off, mode "none"). Here each Mamba rule
-is undone in a copy of the scheduler's or the manager's source (a mutant), and the replay of
-the recorded streams must then differ from vLLM's digest (or the cache refuses the stream).
+`tests/test_sched_vllm_oracle.py` replays every recorded setting, the Mamba hybrids' among
+them (`tools.crosscheck.sched_streams.mamba_settings`: tiny-granite-h, Mamba2 layers with a
+prefill checkpoint block, and tiny-jamba, Mamba1 layers without; prefix caching on, vLLM's
+"align" mode, at retention None, 0 and 512, and off, mode "none"). Here each Mamba rule is
+undone in a copy of the scheduler's or the manager's source (a mutant), and the replay of the
+recorded streams must then differ from vLLM's digest (or the cache refuses the stream).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import refimpl.hybrid.kv_cache_coordinator as coordinator_module
 import refimpl.hybrid.single_type_kv_cache_manager as managers_module
 from refimpl.hybrid.kv_cache_interface import MambaSpec, unwrap_spec
 from tests.test_sched_vllm_oracle import SETTINGS, TOTALS, mutant, replay
-from tools.crosscheck.sched_streams import MAMBA_CONFIG
+from tools.crosscheck.sched_streams import JAMBA_CONFIG, MAMBA_CONFIG
 
 MAMBA = [(s, d) for s, d in SETTINGS if s.model == MAMBA_CONFIG]
-ALIGN = [(s, d) for s, d in MAMBA if s.enable_prefix_caching]
+JAMBA = [(s, d) for s, d in SETTINGS if s.model == JAMBA_CONFIG]
+#: prefix caching on: granite first (its checkpoint block makes more rules act), then Jamba
+ALIGN = [(s, d) for s, d in MAMBA + JAMBA if s.enable_prefix_caching]
 
 
 def test_oracle_covers_the_mamba_hybrid():
@@ -41,7 +44,9 @@ def test_oracle_covers_the_mamba_hybrid():
     assert any(s.num_spec for s, _ in MAMBA if not s.enable_prefix_caching)
     assert all(len(d) >= 300 for _, d in MAMBA)
     assert all(TOTALS[s.name]["hit_tokens"] > 0 for s, _ in ALIGN)
-    assert all(TOTALS[s.name]["preemptions"] > 0 for s, _ in MAMBA)
+    assert all(TOTALS[s.name]["preemptions"] > 0 for s, _ in MAMBA + JAMBA)
+    jamba = {s.name for s, _ in JAMBA}
+    assert jamba == {n.replace("mamba-", "jamba-") for n in names if n.count("-") == 3}
 
 
 def manager_mutant(old: str, new: str, monkeypatch) -> None:
@@ -182,6 +187,14 @@ MANAGER_MUTANTS = {
 def test_mamba_replay_fails_with_a_scheduler_rule_undone(name):
     old, new, settings = SCHEDULER_MUTANTS[name]
     _kills([(s, d) for s, d in settings if not s.async_scheduling], name, mutant(old, new))
+
+
+@pytest.mark.parametrize("name", ["aligned-split", "split-block-floor", "new-step-starts"])
+def test_jamba_alone_fails_with_a_scheduler_rule_undone(name):
+    """Mamba1 layers keep no checkpoint block: the Jamba settings alone catch the split."""
+    old, new, _ = SCHEDULER_MUTANTS[name]
+    jamba = [(s, d) for s, d in JAMBA if s.enable_prefix_caching and not s.async_scheduling]
+    _kills(jamba, name, mutant(old, new))
 
 
 @pytest.mark.parametrize("name", list(MANAGER_MUTANTS))

@@ -146,48 +146,31 @@ def settings() -> list[Setting]:
 
 
 #: The Mamba2-attention hybrid the Mamba settings run (granite-4.0-h's layout at small scale:
-#: three Mamba2 mixers and one attention layer, 128-token blocks on vLLM's CPU platform).
+#: three Mamba2 mixers, which keep a prefill checkpoint block, and one attention layer;
+#: 128-token blocks on vLLM's CPU platform).
 MAMBA_CONFIG = "tiny-granite-h"
-#: vLLM 0.32's smallest accepted pool for one max_model_len request, plus spare blocks, by
-#: prefix caching (measured with `python -m tools.crosscheck.scheduler --min-blocks`)
-MAMBA_BLOCKS = {True: 22, False: 15}
+#: A Mamba1-attention hybrid (Jamba's layout: three Mamba1 mixers, no checkpoint block, and one
+#: attention layer; 128-token blocks).
+JAMBA_CONFIG = "tiny-jamba"
+#: pools per (config, prefix caching): vLLM 0.32's smallest accepted pool for one request of
+#: max_model_len (granite 20 and 14, jamba 17 and 14: bisected on `scheduler._build`), plus
+#: 2 spare blocks with caching and 1 without
+MAMBA_BLOCKS = {
+    (MAMBA_CONFIG, True): 22,
+    (MAMBA_CONFIG, False): 15,
+    (JAMBA_CONFIG, True): 19,
+    (JAMBA_CONFIG, False): 15,
+}
 
 
 def mamba_settings() -> list[Setting]:
-    """A Mamba hybrid with prefix caching on (vLLM's "align" mode; retention None, 0 and k;
+    """Mamba hybrids with prefix caching on (vLLM's "align" mode; retention None, 0 and k;
     chunked prefill, which vLLM requires there) and off ("none": one state block per request;
-    chunked or not), sync or async."""
-    out = []
-    unit = 8
-    mml = 160 * unit
-    for caching, retentions in ((True, (None, 0, 4 * 128)), (False, (0,))):
-        for retention in retentions:
-            # vLLM requires chunked prefill for "align" (chunks end on block boundaries)
-            for chunked in (True, False) if not caching else (True,):
-                for asy in (False, True):
-                    i = len(out)
-                    mode = f"ret{retention}" if caching else "nocache"
-                    out.append(
-                        Setting(
-                            name=f"mamba-{mode}-{'chunk' if chunked else 'nochunk'}-"
-                            f"{'async' if asy else 'sync'}",
-                            groups=(),
-                            num_blocks=MAMBA_BLOCKS[caching],
-                            max_model_len=mml,
-                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
-                            max_num_batched_tokens=(64 * unit) if chunked else mml,
-                            enable_chunked_prefill=chunked,
-                            long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
-                            policy="priority" if i % 3 == 1 else "fcfs",
-                            async_scheduling=asy,
-                            retention=retention,
-                            unit=unit,
-                            model=MAMBA_CONFIG,
-                            enable_prefix_caching=caching,
-                        )
-                    )
+    chunked or not), sync or async: granite-like ("mamba-...", also with drafts and aborts)
+    and Jamba-like ("jamba-...")."""
+    granite = _mamba_settings("mamba", MAMBA_CONFIG)
     extra = []
-    for base in out:
+    for base in granite:
         if base.retention == 0 or not base.enable_prefix_caching:
             if base.enable_chunked_prefill:
                 # n-gram drafts (2 per step): each Mamba group keeps 2 more state blocks
@@ -201,7 +184,40 @@ def mamba_settings() -> list[Setting]:
                 )
             if base.enable_prefix_caching:
                 extra.append(replace(base, name=base.name + "-abort", aborts=True))
-    return out + extra
+    return granite + extra + _mamba_settings("jamba", JAMBA_CONFIG)
+
+
+def _mamba_settings(prefix: str, config: str) -> list[Setting]:
+    out = []
+    unit = 8
+    mml = 160 * unit
+    for caching, retentions in ((True, (None, 0, 4 * 128)), (False, (0,))):
+        for retention in retentions:
+            # vLLM requires chunked prefill for "align" (chunks end on block boundaries)
+            for chunked in (True, False) if not caching else (True,):
+                for asy in (False, True):
+                    i = len(out)
+                    mode = f"ret{retention}" if caching else "nocache"
+                    out.append(
+                        Setting(
+                            name=f"{prefix}-{mode}-{'chunk' if chunked else 'nochunk'}-"
+                            f"{'async' if asy else 'sync'}",
+                            groups=(),
+                            num_blocks=MAMBA_BLOCKS[(config, caching)],
+                            max_model_len=mml,
+                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
+                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                            policy="priority" if i % 3 == 1 else "fcfs",
+                            async_scheduling=asy,
+                            retention=retention,
+                            unit=unit,
+                            model=config,
+                            enable_prefix_caching=caching,
+                        )
+                    )
+    return out
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -439,7 +455,7 @@ def refimpl_specs(setting: Setting) -> dict:
     """{layer name: refimpl spec} for a setting: its groups, or its model's caches."""
     from refimpl.hybrid import FullAttentionSpec, SlidingWindowSpec
 
-    if setting.model == MAMBA_CONFIG:
+    if setting.model in (MAMBA_CONFIG, JAMBA_CONFIG):
         from refimpl.models import get_kv_cache_spec
 
         return dict(
