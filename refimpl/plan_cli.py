@@ -309,7 +309,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--mamba-cache-mode",
         choices=("align", "none"),
         help="Mamba hybrids: 'align' (a state block per attention block) or 'none' (one "
-        "state per request) (default: align with prefix caching, else none)",
+        "state per request); vLLM 0.32 sets it from prefix caching whatever is given: "
+        "align with prefix caching, none without",
     )
     serve.add_argument(
         "--block-size",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from refimpl.hybrid.kv_cache_interface import MambaSpec, unwrap_spec
 from refimpl.models.gpus import DEFAULT_GPU, GPUInfo, find_gpu
 from refimpl.models.planning import ModelKVCachePlan
 from refimpl.models.weights import count_parameters
@@ -44,8 +45,15 @@ def scheduler_config(
     c, s = plan.config, plan.config.scheduler
     args = c.engine_args
     caching = args.enable_prefix_caching
-    if args.mamba_cache_mode is not None:
-        caching = args.mamba_cache_mode == "align"
+    mamba = [
+        spec
+        for group in plan.kv.kv_cache_config.kv_cache_groups
+        if isinstance(spec := unwrap_spec(group), MambaSpec)
+    ]
+    if mamba:
+        # the plan resolved it (vLLM: on by default, off for an all-Mamba model) into the
+        # Mamba cache mode: "align" exactly when prefix caching is on
+        caching = mamba[0].mamba_cache_mode == "align"
     return SchedulerConfig(
         max_num_batched_tokens=s.max_num_batched_tokens,
         max_num_seqs=s.max_num_seqs,

@@ -320,9 +320,15 @@ def test_groups_of_one_kind_need_no_layout():
     )
 
 
-def test_the_allocator_refuses_kinds_it_only_plans():
-    from refimpl.hybrid.single_type_kv_cache_manager import make_manager
+def test_the_allocator_gives_mamba_groups_their_manager():
+    from refimpl.hybrid.block_pool import BlockPool
+    from refimpl.hybrid.single_type_kv_cache_manager import MambaManager, make_manager
 
     state = MambaSpec(block_size=16, shapes=((4, 4),), dtypes=("float32",))
-    with pytest.raises(ValueError, match="no manager for MambaSpec"):
-        make_manager(KVCacheGroupSpec(["m"], state), None, 0)
+    manager = make_manager(KVCacheGroupSpec(["m"], state), BlockPool(4), 0)
+    assert isinstance(manager, MambaManager) and manager.mamba_cache_mode == "none"
+    aligned = MambaSpec(
+        block_size=16, shapes=((4, 4),), dtypes=("float32",), mamba_cache_mode="align"
+    )
+    with pytest.raises(ValueError, match="sub-block hits"):
+        make_manager(aligned, BlockPool(4), 0, alignment_tokens=8, hash_block_size=8)

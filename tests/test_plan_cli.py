@@ -622,18 +622,24 @@ def test_plan_answers_within_a_second(capsys):
     assert time.perf_counter() - start < 2.0
 
 
-def test_mamba_cache_mode_is_vllms_name_for_the_prefix_caching_choice(capsys):
-    """'align' keeps a state block per attention block (vLLM's default with prefix caching),
-    'none' one state per request, a block as long as the request."""
+def test_mamba_cache_mode_follows_prefix_caching_as_in_vllm(capsys):
+    """'align' keeps a state block per attention block (prefix caching on), 'none' one state
+    per request, a block as long as the request (off). vLLM 0.32's MambaModelConfig sets the
+    mode from prefix caching whatever --mamba-cache-mode says (checked against vLLM's
+    `EngineArgs(...).create_engine_config()` on tiny-granite-h: mode none with caching on
+    becomes align, align with caching off becomes none)."""
     base = ["--config", str(CONFIGS / "granite-4.0-h-tiny"), "--kv-cache-memory-bytes", "20G"]
     base += ["--max-model-len", "8K", "--json"]
     none = json.loads(plan(capsys, *base, "--mamba-cache-mode", "none"))
     off = json.loads(plan(capsys, *base, "--no-enable-prefix-caching"))
+    align_off = json.loads(
+        plan(capsys, *base, "--mamba-cache-mode", "align", "--no-enable-prefix-caching")
+    )
     align = json.loads(plan(capsys, *base, "--mamba-cache-mode", "align"))
     default = json.loads(plan(capsys, *base))
-    assert none["groups"] == off["groups"] and align["groups"] == default["groups"]
-    assert none["groups"] != align["groups"]
-    mamba = [g for g in none["groups"] if g["kind"] == "MambaSpec"]
+    assert none["groups"] == align["groups"] == default["groups"]
+    assert align_off["groups"] == off["groups"] != default["groups"]
+    mamba = [g for g in off["groups"] if g["kind"] == "MambaSpec"]
     assert {g["block_size"] for g in mamba} == {8192}
 
 

@@ -2,7 +2,8 @@
 for step, without vLLM.
 
 `tests/data/vllm_sched_trace_oracle.json` holds, per setting (dense, sliding window and
-DeepSeek V4's real caches; retention None, 0, k; chunked or not; sync or async), the sha256
+DeepSeek V4's real caches, and the Mamba hybrid tiny-granite-h with prefix caching on and off;
+retention None, 0, k; chunked or not; sync or async), the sha256
 digest of vLLM's step log over the shipped slice's 100 requests, recorded by
 `python -m tools.crosscheck.sched_trace --record ...` after checking refimpl equal step for
 step. `tools.crosscheck.sched_trace` says how the trace becomes arrivals per step.
@@ -39,12 +40,17 @@ def test_trace_oracle_covers_every_setting():
     assert set(SETTINGS) == {s.name for s in trace_settings()}
     for s in trace_settings():
         assert Setting.from_json(SETTINGS[s.name]["setting"]) == s, s.name
-    for layout in ("dense", "swa", "dsv4"):
+    for layout in ("dense", "swa", "dsv4", "mamba"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(f"trace-{layout}") and n.endswith(mode) for n in SETTINGS)
-    # the slice exercises the cache: prefix hits everywhere, preemptions in every layout
-    assert all(e["totals"]["hit_tokens"] > 0 for e in SETTINGS.values())
-    for layout in ("dense", "swa", "dsv4"):
+    # the slice exercises the cache: prefix hits wherever prefix caching is on, preemptions
+    # in every layout
+    assert all(
+        e["totals"]["hit_tokens"] > 0
+        for e in SETTINGS.values()
+        if e["setting"].get("enable_prefix_caching", True)
+    )
+    for layout in ("dense", "swa", "dsv4", "mamba"):
         assert any(
             e["totals"]["preemptions"] > 0
             for n, e in SETTINGS.items()
@@ -69,6 +75,7 @@ TRACE_MUTANTS = [
     ("long-prefill-threshold", "trace-dsv4-ret0-chunk-sync"),
     ("junction-pin", "trace-swa-ret0-chunk-sync"),
     ("junction-pin", "trace-dsv4-ret0-chunk-sync"),
+    ("long-prefill-threshold", "trace-mamba-ret0-chunk-sync"),
 ]
 
 
@@ -84,3 +91,13 @@ def test_trace_replay_fails_with_preemption_order_undone():
     state refimpl's manager refuses (vLLM's order never does)."""
     with pytest.raises(ValueError, match="new_computed_blocks"):
         replay("trace-dense-ret0-chunk-sync", mutant(*MUTANTS["preemption-order"]))
+
+
+@pytest.mark.slow
+def test_trace_replay_fails_with_the_mamba_split_undone():
+    """Without vLLM's Mamba chunk split, the trace replays unlike vLLM."""
+    from tests.test_sched_vllm_oracle_mamba import SCHEDULER_MUTANTS
+
+    old, new, _ = SCHEDULER_MUTANTS["aligned-split"]
+    name = "trace-mamba-ret0-chunk-sync"
+    assert replay(name, mutant(old, new)) != SETTINGS[name]["digest"]

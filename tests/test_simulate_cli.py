@@ -118,3 +118,41 @@ def test_a_pasted_serve_command_with_vllm_spellings_plans_the_same(capsys, trace
     again, _ = capsys.readouterr()
     assert code == pasted == 0
     assert json.loads(out) == json.loads(again)
+
+
+#: granite-4.0-h's layout at small scale: 48-token blocks on an H100 (the real model's are 400)
+TINY_MAMBA_HYBRID = "tests/data/configs/tiny-granite-h"
+
+
+def simulate_json(capsys, *argv, config: str = TINY_MAMBA_HYBRID) -> dict:
+    code = main(["simulate", "--config", config, "--json", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_a_mamba_hybrid_runs_with_and_without_prefix_caching(capsys, trace):
+    """Mamba states are allocated: with prefix caching (vLLM's "align") the shared system
+    prompt hits; without it ("none", one state per request) nothing does. vLLM 0.32 derives
+    the mode from prefix caching, so `--mamba-cache-mode none` alone changes nothing."""
+    base = ["--trace", trace, "--max-model-len", "4096", "--kv-cache-memory-bytes", "1G"]
+    on = simulate_json(capsys, *base)
+    off = simulate_json(capsys, *base, "--no-enable-prefix-caching")
+    mode_none = simulate_json(capsys, *base, "--mamba-cache-mode", "none")
+    assert 0 < on["hit_tokens"] <= on["upper_bound_tokens"]
+    assert off["hit_tokens"] == 0 and off["upper_bound_tokens"] == on["upper_bound_tokens"]
+    assert mode_none == on
+
+
+@pytest.mark.slow
+def test_a_mamba_hybrid_replays_the_mooncake_slice(capsys):
+    """The shipped Mooncake slice on granite-4.0-h-tiny (400-token blocks), prefix caching on
+    and off (about 4 s each)."""
+    base = ["--trace", "refimpl/sched/data/mooncake_conversation_slice.jsonl"]
+    base += ["--max-model-len", "131072", "--kv-cache-memory-bytes", "4G"]
+    config = "tests/data/configs/granite-4.0-h-tiny"
+    on = simulate_json(capsys, *base, config=config)
+    off = simulate_json(capsys, *base, "--no-enable-prefix-caching", config=config)
+    assert on["num_requests"] == off["num_requests"] == 100
+    assert 0 < on["hit_tokens"] <= on["upper_bound_tokens"]
+    assert off["hit_tokens"] == 0

@@ -49,6 +49,7 @@ from refimpl.hybrid.kv_cache_utils import (
 from refimpl.hybrid.request import Request, RequestStatus
 from refimpl.hybrid.single_type_kv_cache_manager import (
     FullAttentionManager,
+    MambaManager,
     SlidingWindowManager,
 )
 
@@ -68,6 +69,7 @@ __all__ = [
     "ChunkedLocalAttentionSpec",
     "KVCacheLayout",
     "KVCachePlan",
+    "MambaManager",
     "MambaSpec",
     "plan_kv_cache",
     "FreeKVCacheBlockQueue",

@@ -30,6 +30,7 @@ from refimpl.hybrid.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheGroupSpec,
     KVCacheSpec,
+    MambaSpec,
     SlidingWindowSpec,
     unwrap_spec,
 )
@@ -62,11 +63,12 @@ def check_retention_interval(
             "scheduler "
             f"block size {scheduler_block_size}, got {retention_interval}"
         )
-    if retention_interval and not any(isinstance(s, SlidingWindowSpec) for s in specs):
+    if retention_interval and not any(
+        isinstance(s, (SlidingWindowSpec, MambaSpec)) for s in specs
+    ):
         raise ValueError(
-            "prefix_cache_retention_interval is set but no cache group has a sliding window, "
-            "so it "
-            "would have no effect; use 0 (it applies only to sliding-window groups)"
+            "prefix_cache_retention_interval is set but no cache group has a sliding window "
+            "or Mamba state, so it would have no effect; use 0 (it applies only to those)"
         )
 
 
@@ -139,8 +141,15 @@ class KVCacheCoordinator:
                 raise ValueError(
                     f"hash_block_size must be a positive int, got {hash_block_size!r}"
                 )
-        self.hash_block_size = hash_block_size or math.gcd(*sizes)
-        bad = [b for b in sizes if b % self.hash_block_size]
+        # vLLM hashes at the scheduler block size when nothing is looked up at a finer one
+        # (caching off, or a Mamba group that keeps one state per request)
+        coarse = not enable_caching or any(
+            isinstance(s, MambaSpec) and s.mamba_cache_mode != "align" for s in specs
+        )
+        self.hash_block_size = hash_block_size or (
+            self.scheduler_block_size if coarse else math.gcd(*sizes)
+        )
+        bad = [b for b in sizes if b % self.hash_block_size and not coarse]
         if bad:
             raise ValueError(
                 f"hash_block_size {self.hash_block_size} must divide every group block size, "
@@ -206,12 +215,22 @@ class KVCacheCoordinator:
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None,
         total_computed_tokens: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
+        """Sum over groups. `prefill_end` (Mamba's prefill checkpoint, on the chunk reaching
+        it) counts only under retention 0: otherwise every chunk publishes a state."""
+        if self.retention_interval != 0:
+            prefill_end = 0
         total = 0
         for gid, manager in enumerate(self.single_type_managers):
             hits = new_computed_blocks[gid] if new_computed_blocks else ()
             total += manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, hits, total_computed_tokens, apply_admission_cap
+                request_id,
+                num_tokens,
+                hits,
+                total_computed_tokens,
+                apply_admission_cap,
+                prefill_end,
             )
         return total
 
@@ -275,6 +294,10 @@ class KVCacheCoordinator:
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
             manager.free(request_id)
+
+    def new_step_starts(self) -> None:
+        for manager in self.single_type_managers:
+            manager.new_step_starts()
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Release the copy-on-write pairs of every group: (group id, source id, copy id)."""

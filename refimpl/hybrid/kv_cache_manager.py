@@ -268,6 +268,9 @@ class KVCacheManager:
         ):
             watermark = 0
 
+        # where the prefill ends (a resumed request replays its outputs too): Mamba's
+        # checkpoint rule reads it
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if full_sequence_must_fit:
             need_all = coordinator.get_num_blocks_to_allocate(
                 request.request_id,
@@ -275,6 +278,7 @@ class KVCacheManager:
                 hits,
                 total_computed,
                 apply_admission_cap=True,
+                prefill_end=prefill_end,
             )
             if need_all + watermark > self.block_pool.get_num_free_blocks():
                 return None
@@ -289,7 +293,11 @@ class KVCacheManager:
             request.request_id, max(0, total_computed - request.num_in_flight_tokens)
         )
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
-            request.request_id, num_tokens_need_slots, hits, total_computed
+            request.request_id,
+            num_tokens_need_slots,
+            hits,
+            total_computed,
+            prefill_end=prefill_end,
         )
         if (
             num_blocks_to_allocate + watermark
@@ -395,6 +403,11 @@ class KVCacheManager:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as
         (group id, source block id, copy block id)."""
         return self.coordinator.take_kv_cache_block_copies()
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (vLLM's hook; Mamba groups forget which keys the previous
+        step registered)."""
+        self.coordinator.new_step_starts()
 
     def free(self, request: Request) -> None:
         """Give back all blocks of a finished or preempted request (tail first, per group)."""

@@ -14,11 +14,16 @@ One manager owns the block tables of one cache group. All managers draw block id
 With eagle/MTP speculative decoding, the managers of the eagle groups give up the last block of
 a prefix hit (`drop_eagle_block`), because the drafter needs those tokens recomputed.
 
+Mamba hybrids (granite-4.0-h, Jamba, Qwen3-Next, Nemotron-H, Falcon-H1) add `MambaManager`:
+a recurrent state instead of per-token KV, one block per request without prefix caching, and
+with it ("align") one state per attention block, of which only the running one and the ones
+the prefix cache registered are kept.
+
 Prefix hashes arrive at `hash_block_size` granularity (the gcd of the group block sizes, 4 for
 DeepSeek V4); a manager views them at its own block size by taking the hash at the last
 sub-boundary of each block, which is valid because the hashes chain over the whole prefix.
 
-Llama 4's chunked local layers get a third kind, `ChunkedLocalAttentionManager`: blocks of
+Llama 4's chunked local layers get `ChunkedLocalAttentionManager`: the blocks of
 finished chunks are freed like a window's, and a hit needs only the blocks of its last chunk.
 """
 
@@ -38,7 +43,11 @@ from refimpl.hybrid.kv_cache_interface import (
     cdiv,
     unwrap_spec,
 )
-from refimpl.hybrid.kv_cache_utils import BlockHash, KVCacheBlock
+from refimpl.hybrid.kv_cache_utils import (
+    BlockHash,
+    KVCacheBlock,
+    make_block_hash_with_group_id,
+)
 from refimpl.hybrid.request import Request
 
 
@@ -144,11 +153,13 @@ class SingleTypeKVCacheManager:
         new_computed_blocks: Sequence[KVCacheBlock] = (),
         total_computed_tokens: int = 0,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
         """Blocks this group must take from the free queue to hold `num_tokens` tokens.
 
         Prefix hits that sit in the free queue (ref_cnt 0) count too: touching them takes them
-        out of the queue, so they are no longer available to anyone else.
+        out of the queue, so they are no longer available to anyone else. `prefill_end` (where
+        the request's prefill ends, 0 under non-zero retention) is read by Mamba only.
         """
         required = cdiv(num_tokens, self.block_size)
         cap = self.max_admission_blocks_per_request() if apply_admission_cap else None
@@ -336,6 +347,9 @@ class SingleTypeKVCacheManager:
             table[i] = self._null_block
         self.block_pool.free_blocks(removed)
         return removed
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (Mamba forgets the keys registered in the previous one)."""
 
     def free(self, request_id: str) -> None:
         """Give back every block of a finished or preempted request, tail first."""
@@ -718,6 +732,422 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         return computed_blocks
 
 
+def get_mamba_prefill_checkpoint_position(num_tokens: int, block_size: int) -> int:
+    """The last block boundary strictly before `num_tokens`: where a prefill of `num_tokens`
+    tokens leaves a reusable Mamba state (a resend recomputes at least its last token)."""
+    return max((num_tokens - 1) // block_size * block_size, 0)
+
+
+def is_mamba_prefill_checkpoint_valid(
+    query_start: int,
+    query_end: int,
+    checkpoint_position: int,
+    hash_block_size: int,
+    mamba_block_size: int,
+    checkpoint_alignment: int | None,
+) -> bool:
+    """Can the Mamba kernel export the state at `checkpoint_position` from inside the chunk
+    [query_start, query_end)? Only where the layer keeps a checkpoint block (vLLM's Mamba2
+    mixer, alignment 1), the chunk starts on a hash boundary and the checkpoint lands in a
+    later column than the chunk's initial state."""
+    if checkpoint_alignment is None:
+        return False
+    initial_state_col = (query_start - 1) // mamba_block_size
+    checkpoint_col = cdiv(query_end, mamba_block_size) - 2
+    return (
+        query_start % hash_block_size == 0
+        and checkpoint_col > initial_state_col
+        and query_start + hash_block_size <= checkpoint_position
+        and query_start < checkpoint_position < query_end
+        and (checkpoint_position - query_start) % checkpoint_alignment == 0
+    )
+
+
+def mamba_prefill_checkpoint_alignment(spec: MambaSpec) -> int | None:
+    """Token alignment at which the layer can export a state mid-chunk: 1 for a layer that
+    keeps a prefill checkpoint block (vLLM's Mamba2 mixer), None (cannot) otherwise."""
+    return 1 if spec.num_prefill_checkpoint_blocks > 0 else None
+
+
+class MambaManager(SingleTypeKVCacheManager):
+    """Recurrent state of Mamba / linear-attention layers: one state, not one slot per token.
+
+    Mode "none" (prefix caching off) is the base manager with a block of `max_model_len`
+    tokens: one state block per request (plus one per speculative token). Mode "align"
+    (prefix caching on) gives the state blocks the attention block size; slot p of the table
+    holds the state after (p + 1) * block_size tokens, so the scheduler ends prefill chunks on
+    block boundaries (`Scheduler._mamba_block_aligned_split`). Only the running state is kept:
+    every older slot becomes the null block, except the blocks the prefix cache registered,
+    which the pool keeps until evicted. A layer with a prefill checkpoint block (Mamba2) also
+    exports the state at the last block boundary inside the prompt's final chunk, so that
+    chunk need not stop there.
+    """
+
+    def __init__(
+        self,
+        kv_cache_spec: KVCacheSpec,
+        block_pool: BlockPool,
+        kv_cache_group_id: int,
+        **kwargs,
+    ) -> None:
+        super().__init__(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)
+        spec: MambaSpec = self.kv_cache_spec  # type: ignore[assignment]
+        self.mamba_cache_mode = spec.mamba_cache_mode
+        if self.mamba_cache_mode == "align" and self.alignment_tokens != self.block_size:
+            raise ValueError(
+                f"Mamba 'align' mode needs hits aligned to its block size {self.block_size}, "
+                f"got alignment_tokens {self.alignment_tokens} (sub-block hits: not modelled)"
+            )
+        self.num_speculative_blocks = spec.num_speculative_blocks
+        self.checkpoint_alignment = mamba_prefill_checkpoint_alignment(spec)
+        self.has_prefill_checkpoint_blocks = (
+            self.mamba_cache_mode == "align" and spec.num_prefill_checkpoint_blocks > 0
+        )
+        # keys registered this step: their states are computed only by this step's forward
+        self.cached_blocks_this_step: set = set()
+        # align mode: retired slots, requests with blocks, checkpoint slots reserved
+        self._num_retired_blocks: dict[str, int] = {}
+        self._allocated_block_reqs: set[str] = set()
+        self._checkpoints: dict[str, tuple[int, int]] = {}
+
+    # --- lookup
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[BlockHash],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: AttentionSpec,
+        hash_block_size: int | None = None,
+        alignment_tokens: int | None = None,
+        drop_eagle_block: bool = False,
+    ) -> tuple[list[KVCacheBlock], ...]:
+        """The last cached state at or before `max_length`, scanning right to left: a state
+        alone resumes the recurrence, so everything before it is the null block. (Draft models
+        have no Mamba layers: an eagle lookup drops nothing here.)"""
+        bs = kv_cache_spec.block_size
+        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
+        alignment = alignment_tokens or bs
+        computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
+        for i in range(min(max_length // bs, len(hashes)) - 1, -1, -1):
+            cached = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if cached is None or (i + 1) * bs % alignment:
+                continue
+            for table, block in zip(computed, cached):
+                table.extend([block_pool.null_block] * i)
+                table.append(block)
+            break
+        return computed
+
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int,
+        kv_cache_spec: AttentionSpec,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+    ) -> list[bool] | None:
+        """Which states of blocks [start_block, end_block) to register: all (None, dense);
+        with retention 0 only the state ending on each reachable boundary (the prompt's replay
+        point, a junction); with k also the last state of every k-token segment."""
+        if retention_interval is None or alignment_tokens is None:
+            return None
+        bs = kv_cache_spec.block_size
+        mask = [False] * (end_block - start_block)
+        if retention_interval:
+            per_segment = retention_interval // bs
+            if per_segment <= 1:
+                return None
+            first = (start_block + per_segment) // per_segment * per_segment - 1
+            for i in range(first - start_block, len(mask), per_segment):
+                mask[i] = True
+        for boundary in reachable_boundaries:
+            block = boundary // alignment_tokens * alignment_tokens // bs - 1
+            if start_block <= block < end_block:
+                mask[block - start_block] = True
+        return mask
+
+    # --- counting and allocation
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Only the state after the last computed token is read."""
+        return num_computed_tokens - 1
+
+    def _needs_internal_checkpoint(
+        self,
+        request_id: str,
+        query_start: int,
+        query_end: int,
+        checkpoint_position: int,
+        prefill_end: int,
+    ) -> bool:
+        """Does the chunk [query_start, query_end) reserve a block for the state the kernel
+        exports at `checkpoint_position` (the prompt's final chunk, or every chunk under
+        dense retention, where `prefill_end` is 0)?"""
+        checkpoint_idx = cdiv(query_end, self.block_size) - 2
+        blocks = self.req_to_blocks[request_id]
+        return (
+            self.has_prefill_checkpoint_blocks
+            and query_end >= prefill_end
+            and is_mamba_prefill_checkpoint_valid(
+                query_start,
+                query_end,
+                checkpoint_position,
+                self.hash_block_size,
+                self.block_size,
+                self.checkpoint_alignment,
+            )
+            and checkpoint_idx >= 0
+            and (
+                checkpoint_idx >= len(blocks)
+                or blocks[checkpoint_idx].is_null
+                or (
+                    request_id in self._allocated_block_reqs
+                    and checkpoint_idx >= len(blocks) - self.num_speculative_blocks
+                )
+            )
+        )
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        total_computed_tokens: int = 0,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        """Blocks this step takes. A hit on a state registered in this same step is refused
+        (more blocks than the pool has): its state exists only after this step's forward.
+        In "align" mode a step needs at most the new running state, a checkpoint block and
+        the speculative blocks (lookahead tokens do not count: draft models have no Mamba
+        layers); the count may be negative when the table is ahead, as in vLLM."""
+        if new_computed_blocks and new_computed_blocks[-1].block_hash in (
+            self.cached_blocks_this_step
+        ):
+            return self.block_pool.num_gpu_blocks + 1
+        if self.mamba_cache_mode != "align":
+            return super().get_num_blocks_to_allocate(
+                request_id,
+                num_tokens + self.block_size * self.num_speculative_blocks,
+                new_computed_blocks,
+                total_computed_tokens,
+                apply_admission_cap,
+            )
+        table = self.req_to_blocks[request_id]
+        num_new = (
+            cdiv(num_tokens, self.block_size)
+            + self.num_speculative_blocks
+            - len(new_computed_blocks)
+            - len(table)
+        )
+        position = get_mamba_prefill_checkpoint_position(num_tokens, self.alignment_tokens)
+        if not self._needs_internal_checkpoint(
+            request_id, total_computed_tokens, num_tokens, position, prefill_end
+        ):
+            position = 0
+        if not apply_admission_cap:
+            if position > 0:
+                self._checkpoints[request_id] = (
+                    position,
+                    cdiv(num_tokens, self.block_size) - 2,
+                )
+            else:
+                self._checkpoints.pop(request_id, None)
+        if num_new > 0:
+            cap = 1 + int(position > 0)
+            if request_id not in self._allocated_block_reqs:
+                cap += self.num_speculative_blocks
+            num_new = min(num_new, cap)
+        revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+        return num_new + revived
+
+    def _plan_align_allocation(
+        self, request_id: str, num_tokens: int
+    ) -> tuple[int, int, list]:
+        """Align mode: (nulls to append, blocks to take from the pool, speculative slots to
+        move to the table's end) for `allocate_new_blocks(request_id, num_tokens)`."""
+        table = self.req_to_blocks.get(request_id, [])
+        prev_len = len(table)
+        required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
+        checkpoint_block = int(request_id in self._checkpoints)
+        if required <= prev_len and not checkpoint_block:
+            return 0, 0, []
+        num_skipped = required - self.num_speculative_blocks - 1
+        num_nulls = max(num_skipped - checkpoint_block - prev_len, 0)
+        moved = []
+        if request_id in self._allocated_block_reqs:
+            # speculative slots the new running state leaves behind (owned by this request
+            # alone) move to the end; the checkpoint slot stays where the kernel writes it
+            for idx in range(prev_len - self.num_speculative_blocks, prev_len):
+                if idx >= num_skipped - checkpoint_block:
+                    break
+                moved.append(idx)
+        num_new = max(required - (prev_len + num_nulls + len(moved)), 0)
+        return num_nulls, num_new, moved
+
+    def num_new_blocks_needed(self, request_id: str, num_tokens: int) -> int:
+        """Blocks `allocate_new_blocks` takes from the pool (align: the new running state,
+        a checkpoint slot, speculative slots)."""
+        if self.mamba_cache_mode != "align":
+            return super().num_new_blocks_needed(
+                request_id, num_tokens + self.block_size * self.num_speculative_blocks
+            )
+        return self._plan_align_allocation(request_id, num_tokens)[1]
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Mode "none": the base rule. Mode "align": the table grows to the slot of the new
+        running state; the slots in between become null blocks (except a reserved checkpoint
+        slot) and speculative slots left behind move to the end. Returns the table's new
+        entries, null blocks included (vLLM sends them too)."""
+        if self.mamba_cache_mode != "align":
+            # one state block (plus the speculative ones), never a prefix hit to copy
+            needed = self.num_new_blocks_needed(request_id, num_tokens)
+            if needed > self.block_pool.get_num_free_blocks():
+                raise ValueError(
+                    f"request {request_id} needs {needed} Mamba state blocks in group "
+                    f"{self.kv_cache_group_id} but only "
+                    f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
+                )
+            new_blocks = self.block_pool.get_new_blocks(needed)
+            self.req_to_blocks[request_id].extend(new_blocks)
+            return new_blocks
+        num_nulls, num_new, moved = self._plan_align_allocation(request_id, num_tokens)
+        if num_new > self.block_pool.get_num_free_blocks():
+            raise ValueError(
+                f"request {request_id} needs {num_new} Mamba state blocks in group "
+                f"{self.kv_cache_group_id} but only {self.block_pool.get_num_free_blocks()} "
+                "are free; nothing was allocated"
+            )
+        table = self.req_to_blocks[request_id]
+        required = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
+        if required <= len(table) and request_id not in self._checkpoints:
+            self._allocated_block_reqs.add(request_id)
+            return []
+        prev_len = len(table)
+        table.extend([self._null_block] * num_nulls)
+        for idx in moved:
+            table.append(table[idx])
+            table[idx] = self._null_block
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        returned = table[prev_len:] + new_blocks
+        table.extend(new_blocks)
+        self._allocated_block_reqs.add(request_id)
+        return returned
+
+    # --- caching
+    def cache_blocks(
+        self,
+        request: Request,
+        num_tokens: int,
+        retention_interval: int | None = None,
+        *,
+        replay_boundaries: Sequence[int] = (),
+    ) -> None:
+        """Register the states, then (align) the prompt's last boundary; every key registered
+        now is remembered as this step's (see `get_num_blocks_to_allocate`)."""
+        rid = request.request_id
+        before = self.num_cached_block.get(rid, 0)
+        super().cache_blocks(
+            request, num_tokens, retention_interval, replay_boundaries=replay_boundaries
+        )
+        after = self.num_cached_block.get(rid, 0)
+        if self.mamba_cache_mode == "align":
+            key = self._cache_partial_tail_block(request, num_tokens)
+            if key is not None:
+                self.cached_blocks_this_step.add(key)
+        table = self.req_to_blocks[rid]
+        for block in table[before:after]:
+            if not block.is_null and block.block_hash is not None:
+                self.cached_blocks_this_step.add(block.block_hash)
+
+    def _cache_partial_tail_block(self, request: Request, num_tokens: int):
+        """Register the state at the prompt's last boundary, `(num_prompt_tokens - 1)` rounded
+        down (where a resend resumes), when `num_tokens` reaches it; returns its key (also when
+        an earlier step registered it: a same-step hit on it is then refused), or None.
+
+        A step with a checkpoint slot registers nothing here. vLLM re-keys that slot at the
+        checkpoint, or drops its keys when retention keeps no state there; with block-sized
+        hashes (refimpl refuses finer ones) the slot is block `position / block_size - 1`,
+        which the full-block pass has just registered under that very key whenever retention
+        keeps it, and which came fresh from the pool, without keys, otherwise.
+        """
+        if request.request_id in self._checkpoints:
+            return None
+        if num_tokens <= 0 or num_tokens % self.hash_block_size:
+            return None
+        if num_tokens != get_mamba_prefill_checkpoint_position(
+            request.num_prompt_tokens, self.hash_block_size
+        ):
+            return None
+        table = self.req_to_blocks[request.request_id]
+        idx = cdiv(num_tokens, self.block_size) - 1
+        if idx >= len(table) or table[idx].is_null:
+            return None
+        key_hash = request.block_hashes[num_tokens // self.hash_block_size - 1]
+        self.block_pool.cache_partial_block(
+            key_hash, table[idx], self.kv_cache_group_id, num_tokens
+        )
+        return make_block_hash_with_group_id(key_hash, self.kv_cache_group_id)
+
+    def new_step_starts(self) -> None:
+        self.cached_blocks_this_step.clear()
+
+    # --- freeing
+    def _removable_blocks(self, request_id: str, total_computed_tokens: int) -> list[int]:
+        """Align mode: the slots `remove_skipped_blocks` frees, last first: every non-null
+        slot before the one the next token reads, from the retired mark on."""
+        table = self.req_to_blocks.get(request_id) or []
+        first = self._num_retired_blocks.get(request_id, 0)
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        last = min(skipped // self.block_size, len(table))
+        return [i for i in range(last - 1, first - 1, -1) if not table[i].is_null]
+
+    def num_freeable_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> int:
+        if self.mamba_cache_mode != "align":
+            return super().num_freeable_skipped_blocks(request_id, total_computed_tokens)
+        table = self.req_to_blocks.get(request_id) or []
+        indices = self._removable_blocks(request_id, total_computed_tokens)
+        return sum(1 for i in indices if table[i].ref_cnt == 1)
+
+    def remove_skipped_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> list[KVCacheBlock]:
+        """Align mode: free every state before the one the next token reads, skipping the null
+        gaps prefill leaves (a retired mark remembers how far it got). Returns the freed
+        blocks.
+
+        vLLM also frees the slot of the previous running state (`last_state_block_idx`) once
+        `processed_tokens` passes it; that slot lies below `cdiv(processed, block_size) - 1 ==
+        (processed - 1) // block_size`, the bound of this retirement, so it is always freed
+        here already.
+        """
+        if self.mamba_cache_mode != "align":
+            return super().remove_skipped_blocks(request_id, total_computed_tokens)
+        table = self.req_to_blocks.get(request_id) or []
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        last = min(skipped // self.block_size, len(table))
+        if last <= self._num_retired_blocks.get(request_id, 0):
+            return []
+        indices = self._removable_blocks(request_id, total_computed_tokens)
+        removed = [table[i] for i in indices]
+        for i in indices:
+            table[i] = self._null_block
+        self.block_pool.free_blocks(removed)
+        self._num_retired_blocks[request_id] = last
+        return removed
+
+    def free(self, request_id: str) -> None:
+        """Give back every block and forget the request's align-mode bookkeeping."""
+        self._allocated_block_reqs.discard(request_id)
+        self._num_retired_blocks.pop(request_id, None)
+        self._checkpoints.pop(request_id, None)
+        super().free(request_id)
+
+
 def make_manager(
     kv_cache_spec: KVCacheGroupSpec | KVCacheSpec,
     block_pool: BlockPool,
@@ -725,18 +1155,15 @@ def make_manager(
     **kwargs,
 ) -> SingleTypeKVCacheManager:
     """The manager class for a spec, as vLLM's registry maps them: a sliding window gets
-    `SlidingWindowManager`, chunked local attention `ChunkedLocalAttentionManager`, everything
-    else full attention. Mamba groups are planned (kv_cache_planning) but refimpl has no
-    allocator for them (vLLM's MambaManager)."""
+    `SlidingWindowManager`, chunked local attention `ChunkedLocalAttentionManager`, a Mamba
+    state `MambaManager` (modes "none" and "align", the two vLLM 0.32 runs), everything else
+    full attention."""
     spec = unwrap_spec(kv_cache_spec)
-    if isinstance(spec, MambaSpec):
-        raise ValueError(
-            f"refimpl's allocator has no manager for {type(spec).__name__} groups; they can "
-            "be planned (plan_kv_cache) but not allocated"
-        )
     cls: type[SingleTypeKVCacheManager] = FullAttentionManager
     if isinstance(spec, SlidingWindowSpec):
         cls = SlidingWindowManager
     elif isinstance(spec, ChunkedLocalAttentionSpec):
         cls = ChunkedLocalAttentionManager
+    elif isinstance(spec, MambaSpec):
+        cls = MambaManager
     return cls(kv_cache_spec, block_pool, kv_cache_group_id, **kwargs)

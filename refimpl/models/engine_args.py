@@ -456,9 +456,9 @@ class EngineArgs:
         max_len, notes = verify_max_model_len(
             self.max_model_len, derived, cfg.get("model_max_length")
         )
+        # vLLM 0.32 derives the Mamba cache mode from prefix caching (MambaModelConfig:
+        # "align" when on, "none" when off), whatever --mamba-cache-mode says
         prefix_caching = self.enable_prefix_caching
-        if self.mamba_cache_mode is not None:
-            prefix_caching = self.mamba_cache_mode == "align"
         speculative = None
         if self.speculative_config is not None:
             speculative = resolve_speculative_config(self.speculative_config, cfg)

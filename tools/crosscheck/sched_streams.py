@@ -54,6 +54,8 @@ class Setting:
     model: str = ""
     # some requests are aborted from outside (`finish_requests`) a few steps after arrival
     aborts: bool = False
+    # prefix caching off: a Mamba hybrid then keeps one state per request (mode "none")
+    enable_prefix_caching: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -153,9 +155,83 @@ def settings() -> list[Setting]:
         out.append(replace(base, name=base.name + "-spec2-abort", num_spec=2, aborts=True))
     v4 = v4_settings()
     base = next(x for x in v4 if x.name == "dsv4-ret0-chunk-async")
-    return (
-        out + v4 + [replace(base, name=base.name + "-abort", aborts=True)] + llama4_settings()
-    )
+    abort = replace(base, name=base.name + "-abort", aborts=True)
+    return out + v4 + [abort] + llama4_settings() + mamba_settings()
+
+
+#: The Mamba2-attention hybrid the Mamba settings run (granite-4.0-h's layout at small scale:
+#: three Mamba2 mixers, which keep a prefill checkpoint block, and one attention layer;
+#: 128-token blocks on vLLM's CPU platform).
+MAMBA_CONFIG = "tiny-granite-h"
+#: A Mamba1-attention hybrid (Jamba's layout: three Mamba1 mixers, no checkpoint block, and one
+#: attention layer; 128-token blocks).
+JAMBA_CONFIG = "tiny-jamba"
+#: pools per (config, prefix caching): vLLM 0.32's smallest accepted pool for one request of
+#: max_model_len (granite 20 and 14, jamba 17 and 14: bisected on `scheduler._build`), plus
+#: 2 spare blocks with caching and 1 without
+MAMBA_BLOCKS = {
+    (MAMBA_CONFIG, True): 22,
+    (MAMBA_CONFIG, False): 15,
+    (JAMBA_CONFIG, True): 19,
+    (JAMBA_CONFIG, False): 15,
+}
+
+
+def mamba_settings() -> list[Setting]:
+    """Mamba hybrids with prefix caching on (vLLM's "align" mode; retention None, 0 and k;
+    chunked prefill, which vLLM requires there) and off ("none": one state block per request;
+    chunked or not), sync or async: granite-like ("mamba-...", also with drafts and aborts)
+    and Jamba-like ("jamba-...")."""
+    granite = _mamba_settings("mamba", MAMBA_CONFIG)
+    extra = []
+    for base in granite:
+        if base.retention == 0 or not base.enable_prefix_caching:
+            if base.enable_chunked_prefill:
+                # n-gram drafts (2 per step): each Mamba group keeps 2 more state blocks
+                extra.append(
+                    replace(
+                        base,
+                        name=base.name + "-spec2",
+                        num_spec=2,
+                        num_blocks=base.num_blocks + 3 * 2,
+                    )
+                )
+            if base.enable_prefix_caching:
+                extra.append(replace(base, name=base.name + "-abort", aborts=True))
+    return granite + extra + _mamba_settings("jamba", JAMBA_CONFIG)
+
+
+def _mamba_settings(prefix: str, config: str) -> list[Setting]:
+    out = []
+    unit = 8
+    mml = 160 * unit
+    for caching, retentions in ((True, (None, 0, 4 * 128)), (False, (0,))):
+        for retention in retentions:
+            # vLLM requires chunked prefill for "align" (chunks end on block boundaries)
+            for chunked in (True, False) if not caching else (True,):
+                for asy in (False, True):
+                    i = len(out)
+                    mode = f"ret{retention}" if caching else "nocache"
+                    out.append(
+                        Setting(
+                            name=f"{prefix}-{mode}-{'chunk' if chunked else 'nochunk'}-"
+                            f"{'async' if asy else 'sync'}",
+                            groups=(),
+                            num_blocks=MAMBA_BLOCKS[(config, caching)],
+                            max_model_len=mml,
+                            max_num_seqs=8 if i % 5 in (1, 3) else 5,
+                            max_num_batched_tokens=(64 * unit) if chunked else mml,
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=(24 * unit) if i % 3 == 0 else 0,
+                            policy="priority" if i % 3 == 1 else "fcfs",
+                            async_scheduling=asy,
+                            retention=retention,
+                            unit=unit,
+                            model=config,
+                            enable_prefix_caching=caching,
+                        )
+                    )
+    return out
 
 
 #: The smallest pool vLLM 0.32's planner accepts for one request of max_model_len on the
@@ -440,11 +516,15 @@ def refimpl_specs(setting: Setting) -> dict:
         from refimpl.models import get_kv_cache_spec
 
         # what vLLM's CPU platform builds (its attention backend picks the block size)
-        return get_kv_cache_spec(
-            CONFIGS / setting.model / "config.json",
-            backend="cpu_attn",
-            max_model_len=setting.max_model_len,
-        ).specs
+        return dict(
+            get_kv_cache_spec(
+                CONFIGS / setting.model,
+                backend="cpu_attn",
+                max_model_len=setting.max_model_len,
+                enable_prefix_caching=setting.enable_prefix_caching,
+                num_speculative_tokens=setting.num_spec,
+            ).specs
+        )
     if setting.model:
         from refimpl.hybrid.deepseek_v4 import DeepseekV4Config, kv_cache_specs
 
@@ -492,6 +572,7 @@ class RefimplSide(Side):
                 async_scheduling=setting.async_scheduling,
                 prefix_cache_retention_interval=setting.retention,
                 num_speculative_tokens=setting.num_spec,
+                enable_prefix_caching=setting.enable_prefix_caching,
             ),
             config,
         )

@@ -18,7 +18,10 @@ longest request is 122,530 tokens) plus 8 spare blocks (none for V4). Every sett
 prefix hits (91k to 226k prompt tokens). Preemptions: 54 in every chunked dense setting, 53
 to 84 in chunked swa, 0 to 3 on V4; unchunked, dense 5, swa and V4 none (a budget of
 max_model_len sizes vLLM's smallest pool for a whole max_model_len step of window blocks,
-far more than 32 running windows need).
+far more than 32 running windows need). The Mamba hybrid (tiny-granite-h, 128-token blocks):
+prefix caching on (vLLM's "align", chunked only) at retention None, 0 and 512, and off
+("none"), chunked or not; its pool is one request of max_model_len plus 8 spare blocks; hits
+108k to 184k tokens with caching on, preemptions 45 to 81 chunked, 2 unchunked.
 
 Nothing here imports vLLM; `python -m tools.crosscheck.sched_trace` (vLLM's venv) checks both
 sides step for step and records `tests/data/vllm_sched_trace_oracle.json`.
@@ -29,6 +32,7 @@ from __future__ import annotations
 from refimpl.sched.traces import SLICE_PATH, read_trace
 from tools.crosscheck.sched_streams import (
     EOS,
+    MAMBA_CONFIG,
     VOCAB,
     RefimplSide,
     Setting,
@@ -114,6 +118,35 @@ def trace_settings() -> list[Setting]:
                             async_scheduling=asy,
                             retention=retention,
                             model="" if groups else "tiny-deepseek-v4",
+                        )
+                    )
+    # the Mamba hybrid: prefix caching on ("align", chunked only, as vLLM requires) at
+    # retention None, 0 and k, and off ("none"), chunked or not
+    per_request = -(-TRACE_MAX_MODEL_LEN // 128)  # attention blocks, + 1 null block
+    for caching, retentions in ((True, (None, 0, 512)), (False, (0,))):
+        for retention in retentions:
+            for chunked in (True, False) if not caching else (True,):
+                for asy in (False, True):
+                    mode = f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}"
+                    label = f"ret{retention}" if caching else "nocache"
+                    out.append(
+                        Setting(
+                            name=f"trace-mamba-{label}-{mode}",
+                            groups=(),
+                            # 3 Mamba groups: 2 state blocks and a checkpoint each when
+                            # aligned, one state each otherwise; plus 8 spare
+                            num_blocks=per_request + 1 + (9 if caching else 3) + 8,
+                            max_model_len=TRACE_MAX_MODEL_LEN,
+                            max_num_seqs=32,
+                            max_num_batched_tokens=(
+                                TRACE_CHUNK if chunked else TRACE_MAX_MODEL_LEN
+                            ),
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=512 if chunked else 0,
+                            async_scheduling=asy,
+                            retention=retention,
+                            model=MAMBA_CONFIG,
+                            enable_prefix_caching=caching,
                         )
                     )
     return out

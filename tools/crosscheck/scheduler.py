@@ -77,7 +77,7 @@ def _build(setting: Setting):
         long_prefill_token_threshold=setting.long_prefill_token_threshold,
         scheduling_policy=setting.policy,
         async_scheduling=setting.async_scheduling,
-        enable_prefix_caching=True,
+        enable_prefix_caching=setting.enable_prefix_caching,
         num_gpu_blocks_override=setting.num_blocks,
         # an n-gram drafter needs no draft model; it reserves no lookahead slots
         speculative_config=(
@@ -99,7 +99,7 @@ def _build(setting: Setting):
     # raises the batch to max_model_len; the scheduler runs them as a GPU platform keeps them
     vc.scheduler_config.enable_chunked_prefill = setting.enable_chunked_prefill
     vc.scheduler_config.max_num_batched_tokens = setting.max_num_batched_tokens
-    vc.cache_config.enable_prefix_caching = True
+    vc.cache_config.enable_prefix_caching = setting.enable_prefix_caching
     vc.cache_config.prefix_cache_retention_interval = setting.retention
     vc.cache_config.kv_cache_layout = LAYOUT
     specs = {}
