@@ -279,7 +279,7 @@ def format_simulation(sim, trace_name: str) -> str:
         f"Trace      {Path(trace_name).name[:40]}: {s['num_requests']:,} requests, "
         f"{s['prompt_tokens']:,} prompt tokens",
         f"Plan       {c.model.architecture}, TP {c.model.tensor_parallel_size}: "
-        f"{s['num_blocks']:,} blocks of {s['block_size']} tokens "
+        f"{s['num_blocks']:,} blocks of {c.model.block_size:,} tokens "
         f"({sim.plan.num_tokens:,} tokens of KV cache)",
         f"Scheduler  max-num-seqs {sc.max_num_seqs:,}, max-num-batched-tokens "
         f"{sc.max_num_batched_tokens:,}, chunked prefill "

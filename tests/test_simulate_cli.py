@@ -156,3 +156,13 @@ def test_a_mamba_hybrid_replays_the_mooncake_slice(capsys):
     assert on["num_requests"] == off["num_requests"] == 100
     assert 0 < on["hit_tokens"] <= on["upper_bound_tokens"]
     assert off["hit_tokens"] == 0
+
+
+def test_the_plan_line_names_the_attention_block_not_the_scheduler_block(capsys, trace):
+    """Without prefix caching a Mamba state block spans max_model_len, so the scheduler's
+    block (the lcm) is 4,096 tokens; the report names the block `plan` prints (48 tokens)."""
+    base = ["simulate", "--config", TINY_MAMBA_HYBRID, "--trace", trace]
+    base += ["--max-model-len", "4096", "--kv-cache-memory-bytes", "1G"]
+    assert main([*base, "--no-enable-prefix-caching"]) == 0
+    out, _ = capsys.readouterr()
+    assert "blocks of 48 tokens (" in out and "blocks of 4096" not in out
