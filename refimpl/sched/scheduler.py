@@ -124,6 +124,7 @@ class Scheduler:
             request_id,
             base.prompt_token_ids,
             self.hash_block_size,
+            block_hashes=base.block_hashes,  # hashed once, by the manager's request
             max_tokens=max_tokens,
             eos_token_id=eos_token_id,
             priority=priority,
