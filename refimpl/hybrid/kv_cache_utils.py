@@ -147,10 +147,25 @@ class FreeKVCacheBlockQueue:
         return first
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        """Take the first `n` blocks, in queue order."""
+        """Take the first `n` blocks, in queue order (one walk, then one relink, as vLLM)."""
         if n > self.num_free_blocks:
             raise ValueError(f"cannot pop {n} blocks: only {self.num_free_blocks} are free")
-        return [self.popleft() for _ in range(n)]
+        if n <= 0:
+            return []
+        head = self.fake_free_list_head
+        out = []
+        block = head.next_free_block
+        for _ in range(n):
+            assert block is not None
+            out.append(block)
+            after = block.next_free_block
+            block.prev_free_block = block.next_free_block = None
+            block = after
+        assert block is not None
+        head.next_free_block = block
+        block.prev_free_block = head
+        self.num_free_blocks -= n
+        return out
 
     def remove(self, block: KVCacheBlock) -> None:
         """Take a block out from anywhere in the queue in O(1) (a prefix hit revives it)."""
@@ -163,15 +178,35 @@ class FreeKVCacheBlockQueue:
         self._link_before(self.fake_free_list_tail, block)
 
     def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
-        for block in blocks:
-            self.append(block)
+        """Put blocks at the tail, keeping their order: the last one is reused last."""
+        self._link_n_before(self.fake_free_list_tail, blocks)
 
     def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Put blocks at the head, keeping their order: blocks[0] becomes the new head."""
         anchor = self.fake_free_list_head.next_free_block
         assert anchor is not None
+        self._link_n_before(anchor, blocks)
+
+    def _link_n_before(self, anchor: KVCacheBlock, blocks: Iterable[KVCacheBlock]) -> None:
+        """`_link_before(anchor, block)` for each block in order, as one chain: the blocks
+        are linked to each other, then the chain's ends to the list (as vLLM's append_n)."""
+        before = anchor.prev_free_block
+        assert before is not None
+        count = 0
         for block in blocks:
-            self._link_before(anchor, block)
+            if block.prev_free_block is not None or block.next_free_block is not None:
+                # keep the list whole: close the chain linked so far, then refuse
+                before.next_free_block = anchor
+                anchor.prev_free_block = before
+                self.num_free_blocks += count
+                raise ValueError(f"block {block.block_id} is already in the free queue")
+            before.next_free_block = block
+            block.prev_free_block = before
+            before = block
+            count += 1
+        before.next_free_block = anchor
+        anchor.prev_free_block = before
+        self.num_free_blocks += count
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """The free blocks in queue order (head first); O(n), for tests and pictures."""

@@ -67,6 +67,16 @@ class BlockHashListWithBlockSize:
         return self.block_hashes[i]
 
 
+def resolve_block_hashes(
+    block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int
+) -> Sequence[BlockHash]:
+    """The hashes viewed at `block_size`: the list itself when the sizes are equal (no view
+    to index through), else a `BlockHashListWithBlockSize` (vLLM's `resolve_block_hashes`)."""
+    if block_size == hash_block_size:
+        return block_hashes
+    return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)
+
+
 class SingleTypeKVCacheManager:
     """Block tables of one cache group: allocate, cache, look up, free.
 
@@ -205,6 +215,13 @@ class SingleTypeKVCacheManager:
         the table, and both stay referenced by `pending_copies` until
         `take_kv_cache_block_copies` runs.
         """
+        table = self.req_to_blocks.get(request_id)
+        if (
+            table is not None
+            and cdiv(num_tokens, self.block_size) <= len(table)
+            and request_id not in self._partial_hit_reqs
+        ):
+            return []  # the table covers num_tokens already (vLLM returns [] here too)
         needed = self.num_new_blocks_needed(request_id, num_tokens)
         if needed > self.block_pool.get_num_free_blocks():
             raise ValueError(
@@ -279,7 +296,7 @@ class SingleTypeKVCacheManager:
             retention_interval=retention_interval,
             reachable_boundaries=boundaries,
         )
-        hashes = BlockHashListWithBlockSize(
+        hashes = resolve_block_hashes(
             request.block_hashes, self.hash_block_size, self.block_size
         )
         self.block_pool.cache_full_blocks(
@@ -432,7 +449,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         given up and recomputed.
         """
         bs = kv_cache_spec.block_size
-        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
+        hashes = resolve_block_hashes(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
         for j in range(min(max_length // bs, len(hashes))):
