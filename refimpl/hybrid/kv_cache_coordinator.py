@@ -235,6 +235,8 @@ class KVCacheCoordinator:
                 f"request {request_id} needs {needed} new blocks over all groups but only "
                 f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
             )
+        if not needed:  # most decode steps: every manager would return [] (as vLLM's do)
+            return tuple([] for _ in self.single_type_managers)
         return tuple(
             m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers
         )

@@ -385,7 +385,8 @@ class KVCacheManager:
         prefix caching is on (the async scheduler calls it once a step's sampled tokens are
         known)."""
         self._check_request(request)
-        check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
+        if type(num_computed_tokens) is not int or num_computed_tokens < 0:
+            check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
         if self.enable_caching and request.request_id in self._requests:
             self.coordinator.cache_blocks(
                 request, min(num_computed_tokens, request.num_tokens)
