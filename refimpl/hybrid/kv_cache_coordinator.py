@@ -213,6 +213,15 @@ class KVCacheCoordinator:
             )
         return total
 
+    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+        """Whether no group has anything to free, allocate or register for this step (see
+        `SingleTypeKVCacheManager.has_slots_for`; a group registers at most
+        `num_tokens_to_cache` tokens, so asking with that many is enough)."""
+        return all(
+            m.has_slots_for(request_id, num_tokens, num_tokens_to_cache)
+            for m in self.single_type_managers
+        )
+
     def allocate_new_computed_blocks(
         self,
         request_id: str,

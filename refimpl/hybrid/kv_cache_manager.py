@@ -282,6 +282,17 @@ class KVCacheManager:
         num_tokens_need_slots = min(
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
+        if hits is None and coordinator.has_slots_for(
+            request.request_id,
+            num_tokens_need_slots,
+            min(total_computed + num_new_tokens, request.num_tokens),
+        ):
+            # Most decode steps: every slot exists and no block fills up, so vLLM's calls
+            # below would free, allocate and register nothing; only the fit check remains.
+            if watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
+                return None
+            self._requests[request.request_id] = request
+            return self.empty_blocks()
         # Blocks outside the window are garbage whatever happens next: free them first, so
         # they count as free for the check below (and stay freed if it fails). Only up to
         # the processed tokens: a step still in flight reads the window below its tokens.

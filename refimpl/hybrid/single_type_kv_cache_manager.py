@@ -143,6 +143,13 @@ class SingleTypeKVCacheManager:
         for full attention). Sliding windows override it."""
         return None
 
+    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+        """Whether a step of a running request up to `num_tokens` slots, with
+        `num_tokens_to_cache` computed, asks nothing of this group: no block to free, allocate
+        or register. refimpl's own shortcut for `KVCacheManager.allocate_slots` (vLLM makes
+        the calls, which then do nothing); only full attention answers, other kinds say no."""
+        return False
+
     # --- counting
     def get_num_blocks_to_allocate(
         self,
@@ -373,6 +380,20 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         """Nothing: full attention skips no token (vLLM's base method returns at once when
         `get_num_skipped_tokens` is 0; this says so without walking the table)."""
         return []
+
+    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+        """The table already covers `num_tokens`, no copy-on-write is pending, no block fills
+        up by `num_tokens_to_cache` and no key can end inside a block (one hash per block):
+        `allocate_new_blocks` would return [] and `cache_blocks` register nothing."""
+        table = self.req_to_blocks.get(request_id)
+        return (
+            table is not None
+            and cdiv(num_tokens, self.block_size) <= len(table)
+            and num_tokens_to_cache // self.block_size
+            <= self.num_cached_block.get(request_id, 0)
+            and self.block_size == self.hash_block_size
+            and request_id not in self._partial_hit_reqs
+        )
 
     def cache_blocks(
         self,
