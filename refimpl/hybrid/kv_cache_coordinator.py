@@ -217,10 +217,10 @@ class KVCacheCoordinator:
         """Whether no group has anything to free, allocate or register for this step (see
         `SingleTypeKVCacheManager.has_slots_for`; a group registers at most
         `num_tokens_to_cache` tokens, so asking with that many is enough)."""
-        return all(
-            m.has_slots_for(request_id, num_tokens, num_tokens_to_cache)
-            for m in self.single_type_managers
-        )
+        for manager in self.single_type_managers:
+            if not manager.has_slots_for(request_id, num_tokens, num_tokens_to_cache):
+                return False
+        return True
 
     def allocate_new_computed_blocks(
         self,

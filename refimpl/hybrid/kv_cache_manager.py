@@ -152,7 +152,7 @@ class KVCacheManager:
         return Request(request_id, token_ids, self.hash_block_size)
 
     def empty_blocks(self) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
+        return KVCacheBlocks(tuple([[] for _ in self.coordinator.single_type_managers]))
 
     # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
@@ -399,9 +399,10 @@ class KVCacheManager:
         if type(num_computed_tokens) is not int or num_computed_tokens < 0:
             check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
         if self.enable_caching and request.request_id in self._requests:
-            self.coordinator.cache_blocks(
-                request, min(num_computed_tokens, request.num_tokens)
-            )
+            num_tokens = min(num_computed_tokens, request.num_tokens)
+            # most decode steps fill no block: vLLM's cache_blocks would register nothing
+            if not self.coordinator.has_slots_for(request.request_id, 0, num_tokens):
+                self.coordinator.cache_blocks(request, num_tokens)
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as

@@ -188,11 +188,12 @@ def replay(
                     stats[eco.request_id].finish_step = step
                     computed.pop(eco.request_id, None)
                     finished += 1
+            running = RequestStatus.RUNNING
             for rid in ids:
                 req = reqs.get(rid)
                 # a request preempted since this step was scheduled keeps its count from
                 # before the preemption (its own is back at 0)
-                if req is not None and req.status == RequestStatus.RUNNING:
+                if req is not None and req.status == running:
                     computed[rid] = req.num_computed_tokens
         if timed:
             now += dt
