@@ -207,8 +207,10 @@ class KVCacheManager:
             and type(num_new_computed_tokens) is int
             and type(num_lookahead_tokens) is int
             and type(reserved_blocks) is int
-            and min(num_new_tokens, num_new_computed_tokens) >= 0
-            and min(num_lookahead_tokens, reserved_blocks) >= 0
+            and num_new_tokens >= 0
+            and num_new_computed_tokens >= 0
+            and num_lookahead_tokens >= 0
+            and reserved_blocks >= 0
             and type(delay_cache_blocks) is bool
             and type(full_sequence_must_fit) is bool
             and type(has_scheduled_reqs) is bool
@@ -262,7 +264,7 @@ class KVCacheManager:
             )
         coordinator = self.coordinator
         watermark = self.watermark_blocks
-        if not (
+        if watermark and not (  # (no status to read when there is no watermark)
             has_scheduled_reqs
             and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
         ):
