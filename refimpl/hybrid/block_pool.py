@@ -51,10 +51,10 @@ class BlockHashToBlockMap:
         return next(iter(blocks.values()))
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
-        blocks = self._cache.get(key)
-        if blocks is None:
-            self._cache[key] = block
-        elif isinstance(blocks, KVCacheBlock):
+        blocks = self._cache.setdefault(key, block)  # a new key: one dict operation
+        if blocks is block:
+            return
+        if isinstance(blocks, KVCacheBlock):
             self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
         else:
             blocks[block.block_id] = block

@@ -94,7 +94,7 @@ class Request:
         raw = struct.pack(f"<{len(tokens)}q", *tokens)  # int64 as hash_block_tokens packs
         step = 8 * h
         parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
-        hashes = self.block_hashes
+        hashes, digest = self.block_hashes, xxhash.xxh3_128_digest
         for start in range(0, len(raw), step):
-            parent = xxhash.xxh3_128_digest(parent + raw[start : start + step])
+            parent = digest(parent + raw[start : start + step])
             hashes.append(parent)
