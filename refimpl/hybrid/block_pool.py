@@ -242,7 +242,7 @@ class BlockPool:
         blocks = self.free_block_queue.popleft_n(num_blocks)
         caching = self.enable_caching
         for block in blocks:
-            if caching and block.block_hash is not None:  # most reused blocks have no key
+            if caching:
                 self._maybe_evict_cached_block(block)
             if block.ref_cnt != 0:
                 raise InvariantError(
