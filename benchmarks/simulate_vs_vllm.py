@@ -45,8 +45,8 @@ from pathlib import Path
 from refimpl.models import EngineArgs, plan_model
 from refimpl.sched.traces import read_trace
 from refimpl.simulate import make_clock, make_plan_scheduler, scheduler_config
-from tools.crosscheck.sched_streams import RefimplSide, Setting, normalize_output
 from tools.crosscheck import scheduler as crosscheck
+from tools.crosscheck.sched_streams import RefimplSide, Setting, normalize_output
 from tools.crosscheck.scheduler import VllmSide
 
 CONFIG = Path(__file__).resolve().parent / "configs" / "llama-3.1-70b-instruct"
@@ -114,17 +114,22 @@ def drive(side, trace, clock, depth: int, check: bool) -> tuple[int, list[str]]:
             nxt += 1
         out = side.schedule()
         scheduled = [
-            (n, requests[rid].num_computed_tokens) for rid, n in out.num_scheduled_tokens.items()
+            (n, requests[rid].num_computed_tokens)
+            for rid, n in out.num_scheduled_tokens.items()
         ]
         dt = clock.step_seconds(scheduled)
         if check:
             record = json.dumps(normalize_output(out), sort_keys=True).encode()
             digests.append(hashlib.sha256(record).hexdigest()[:16])
         if out.total_num_scheduled_tokens:
-            pending.append((out, {rid for rid in out.num_scheduled_tokens if side.samples(rid)}))
+            pending.append(
+                (out, {rid for rid in out.num_scheduled_tokens if side.samples(rid)})
+            )
         if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
             o, samplers = pending.pop(0)
-            side.update(o, {rid: [1] if rid in samplers else [] for rid in o.num_scheduled_tokens})
+            side.update(
+                o, {rid: [1] if rid in samplers else [] for rid in o.num_scheduled_tokens}
+            )
         if timed:
             now += dt
         step += 1

@@ -213,7 +213,9 @@ class KVCacheCoordinator:
             )
         return total
 
-    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
         """Whether no group has anything to free, allocate or register for this step (see
         `SingleTypeKVCacheManager.has_slots_for`; a group registers at most
         `num_tokens_to_cache` tokens, so asking with that many is enough)."""

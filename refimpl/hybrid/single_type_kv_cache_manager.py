@@ -143,7 +143,9 @@ class SingleTypeKVCacheManager:
         for full attention). Sliding windows override it."""
         return None
 
-    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
         """Whether a step of a running request up to `num_tokens` slots, with
         `num_tokens_to_cache` computed, asks nothing of this group: no block to free, allocate
         or register. refimpl's own shortcut for `KVCacheManager.allocate_slots` (vLLM makes
@@ -381,7 +383,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         `get_num_skipped_tokens` is 0; this says so without walking the table)."""
         return []
 
-    def has_slots_for(self, request_id: str, num_tokens: int, num_tokens_to_cache: int) -> bool:
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
         """The table already covers `num_tokens`, no copy-on-write is pending, no block fills
         up by `num_tokens_to_cache` and no key can end inside a block (one hash per block):
         `allocate_new_blocks` would return [] and `cache_blocks` register nothing."""
