@@ -76,12 +76,17 @@ class KVCacheBlock:
 
     `block_hash_num_tokens` is the prefix length the key stands for: the end of the block for a
     full block, a point inside it for a partial entry (vLLM's `_cache_partial_tail_block`).
+
+    `block_hash` is read as an attribute but changed only by `set_block_hash` (which refuses a
+    block that has one) and `reset_hash`. vLLM wraps it in a property; here it is a plain slot,
+    because the pool reads it for every block it hands out, frees or registers, millions of
+    times on a long trace, and a property read is a call.
     """
 
     __slots__ = (
         "block_id",
         "ref_cnt",
-        "_block_hash",
+        "block_hash",
         "block_hash_num_tokens",
         "prev_free_block",
         "next_free_block",
@@ -91,33 +96,29 @@ class KVCacheBlock:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
-        self._block_hash: BlockHashWithGroupId | None = None
+        self.block_hash: BlockHashWithGroupId | None = None
         self.block_hash_num_tokens: int | None = None
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
 
-    @property
-    def block_hash(self) -> BlockHashWithGroupId | None:
-        return self._block_hash
-
     def set_block_hash(self, key: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
-        if self._block_hash is not None:
+        if self.block_hash is not None:
             raise InvariantError(
                 f"block {self.block_id} already has a hash; reset it before re-hashing"
             )
-        self._block_hash = key
+        self.block_hash = key
         self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Forget the prefix-cache key (the block is about to hold other tokens)."""
-        self._block_hash = None
+        self.block_hash = None
         self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
         tag = ", null" if self.is_null else ""
-        hashed = ", hashed" if self._block_hash is not None else ""
+        hashed = ", hashed" if self.block_hash is not None else ""
         return f"KVCacheBlock({self.block_id}, ref_cnt={self.ref_cnt}{hashed}{tag})"
 
 
