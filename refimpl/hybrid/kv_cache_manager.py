@@ -290,8 +290,11 @@ class KVCacheManager:
             min(total_computed + num_new_tokens, request.num_tokens),
         ):
             # Most decode steps: every slot exists and no block fills up, so vLLM's calls
-            # below would free, allocate and register nothing; only the fit check remains.
-            if watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
+            # below would free, allocate and register nothing; only the fit check remains
+            # (which needs 0 blocks: it can fail only with a watermark or reserved blocks).
+            if (watermark or reserved_blocks) and (
+                watermark > self.block_pool.get_num_free_blocks() - reserved_blocks
+            ):
                 return None
             self._requests[request.request_id] = request
             return self.empty_blocks()

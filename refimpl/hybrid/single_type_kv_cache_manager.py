@@ -392,7 +392,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         table = self.req_to_blocks.get(request_id)
         return (
             table is not None
-            and cdiv(num_tokens, self.block_size) <= len(table)
+            and num_tokens <= len(table) * self.block_size
             and num_tokens_to_cache // self.block_size
             <= self.num_cached_block.get(request_id, 0)
             and self.block_size == self.hash_block_size
