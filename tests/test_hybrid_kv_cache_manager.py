@@ -331,3 +331,39 @@ def test_get_max_num_blocks_bounds_what_a_request_ever_holds():
     assert peak == 12 <= m.get_max_num_blocks(33)
     with pytest.raises(ValueError, match="num_tokens"):
         m.get_max_num_blocks(0)
+
+
+def test_decode_fast_path_leaves_the_same_state_as_the_full_path():
+    """allocate_slots skips the coordinator's calls when `has_slots_for` says a step needs no
+    block; a manager made to take the full path every time ends every step in the same state
+    (tables, free queue, prefix hits), and the fast path did run."""
+
+    def run(fast: bool):
+        m = KVCacheManager([full()], num_blocks=12, max_model_len=64)
+        answers = []
+        has_slots_for = m.coordinator.has_slots_for
+
+        def counted(*args):
+            answers.append(fast and has_slots_for(*args))
+            return answers[-1]
+
+        m.coordinator.has_slots_for = counted
+        states = []
+        a = m.make_request("a", range(10))
+        step(m, a, 10)
+        for t in range(14):  # decode: a block fills every 4 tokens
+            a.append_output_token_ids([100 + t])
+            step(m, a, 1)
+            m.cache_blocks(a, a.num_computed_tokens)
+            states.append((m.get_block_ids("a"), free_ids(m)))
+        m.free(a)
+        b = m.make_request("b", [*range(10), *range(100, 113)])
+        hits, n, _ = m.get_computed_blocks(b)
+        states.append((hits.get_block_ids(), n, free_ids(m)))
+        return states, sum(answers)
+
+    fast_states, taken = run(True)
+    full_states, not_taken = run(False)
+    assert fast_states == full_states
+    assert taken >= 10 and not_taken == 0
+    assert fast_states[-1][1] == 20  # the decode tokens were registered as blocks filled

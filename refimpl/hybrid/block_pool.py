@@ -37,25 +37,37 @@ class BlockHashToBlockMap:
 
     Usually one block per key; a second request that computed the same block before the first
     one registered it keeps its own copy, and both stay registered (no deduplication), so block
-    tables never have to be rewritten.
+    tables never have to be rewritten. As in vLLM, a key holds its block itself and only a key
+    with several blocks holds a dict {block id: block} (no dict per key to build and collect).
     """
 
     def __init__(self) -> None:
-        self._cache: dict[BlockHashWithGroupId, dict[int, KVCacheBlock]] = {}
+        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
         blocks = self._cache.get(key)
-        if not blocks:
-            return None
+        if blocks is None or isinstance(blocks, KVCacheBlock):
+            return blocks
         return next(iter(blocks.values()))
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
-        self._cache.setdefault(key, {})[block.block_id] = block
+        blocks = self._cache.setdefault(key, block)  # a new key: one dict operation
+        if blocks is block:
+            return
+        if isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
         blocks = self._cache.get(key)
         if blocks is None:
             return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id != block_id:
+                return None
+            del self._cache[key]
+            return blocks
         block = blocks.pop(block_id, None)
         if not blocks:
             del self._cache[key]
@@ -63,7 +75,7 @@ class BlockHashToBlockMap:
 
     def items(self) -> Iterator[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
         for key, blocks in self._cache.items():
-            yield key, list(blocks.values())
+            yield key, [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
 
     def __len__(self) -> int:
         """Number of distinct keys."""
@@ -134,6 +146,7 @@ class BlockPool:
                 "blocks "
                 f"and the request has {len(block_hashes)} block hashes"
             )
+        insert = self.cached_block_hash_to_block.insert
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block.is_null or (
@@ -142,10 +155,11 @@ class BlockPool:
                 continue
             if block.block_hash is not None:  # a partial entry becomes a full one
                 self._remove_cached_block_hashes(block)
+            # the block has no key now, hence no extra key: the full key becomes its own
+            # (what `_insert_block_hash` does for a block without a key)
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
-            self._insert_block_hash(
-                key, block, None if block_size is None else (i + 1) * block_size
-            )
+            block.set_block_hash(key, None if block_size is None else (i + 1) * block_size)
+            insert(key, block)
 
     def cache_partial_block(
         self,
@@ -193,15 +207,16 @@ class BlockPool:
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
         """Drop every key of a block (its own and the extra ones); True if it had any."""
-        keys = [block.block_hash] if block.block_hash is not None else []
-        keys += self.cached_block_hashes_by_block.pop(block.block_id, [])
-        for key in keys:
-            if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
+        own = block.block_hash
+        keys = self.cached_block_hashes_by_block.pop(block.block_id, ())
+        pop = self.cached_block_hash_to_block.pop
+        for key in keys if own is None else (own, *keys):
+            if pop(key, block.block_id) is None:
                 raise InvariantError(
                     f"block {block.block_id} has a key missing from the hash map"
                 )
         block.reset_hash()
-        return bool(keys)
+        return own is not None or bool(keys)
 
     def is_cached(self, block: KVCacheBlock) -> bool:
         """Does the block answer any prefix-cache key? (Extra keys exist only next to its
@@ -225,8 +240,9 @@ class BlockPool:
                 "free"
             )
         blocks = self.free_block_queue.popleft_n(num_blocks)
+        caching = self.enable_caching
         for block in blocks:
-            if self.enable_caching:
+            if caching:
                 self._maybe_evict_cached_block(block)
             if block.ref_cnt != 0:
                 raise InvariantError(
@@ -253,6 +269,7 @@ class BlockPool:
         """
         to_front: list[KVCacheBlock] = []
         to_back: list[KVCacheBlock] = []
+        caching = self.enable_caching
         for block in ordered_blocks:
             if block.ref_cnt <= 0 and not block.is_null:
                 raise InvariantError(
@@ -260,10 +277,10 @@ class BlockPool:
                 )
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                if not self.enable_caching or not self.is_cached(block):
-                    to_front.append(block)
-                else:
+                if caching and block.block_hash is not None:  # `is_cached`, without a call
                     to_back.append(block)
+                else:
+                    to_front.append(block)
         self.free_block_queue.prepend_n(to_front)
         self.free_block_queue.append_n(to_back)
 

@@ -234,6 +234,17 @@ class KVCacheCoordinator:
             )
         return total
 
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
+        """Whether no group has anything to free, allocate or register for this step (see
+        `SingleTypeKVCacheManager.has_slots_for`; a group registers at most
+        `num_tokens_to_cache` tokens, so asking with that many is enough)."""
+        for manager in self.single_type_managers:
+            if not manager.has_slots_for(request_id, num_tokens, num_tokens_to_cache):
+                return False
+        return True
+
     def allocate_new_computed_blocks(
         self,
         request_id: str,
@@ -256,6 +267,8 @@ class KVCacheCoordinator:
                 f"request {request_id} needs {needed} new blocks over all groups but only "
                 f"{self.block_pool.get_num_free_blocks()} are free; nothing was allocated"
             )
+        if not needed:  # most decode steps: every manager would return [] (as vLLM's do)
+            return tuple([] for _ in self.single_type_managers)
         return tuple(
             m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers
         )

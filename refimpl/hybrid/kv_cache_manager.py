@@ -152,7 +152,7 @@ class KVCacheManager:
         return Request(request_id, token_ids, self.hash_block_size)
 
     def empty_blocks(self) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple([] for _ in self.coordinator.single_type_managers))
+        return KVCacheBlocks(tuple([[] for _ in self.coordinator.single_type_managers]))
 
     # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
@@ -207,8 +207,10 @@ class KVCacheManager:
             and type(num_new_computed_tokens) is int
             and type(num_lookahead_tokens) is int
             and type(reserved_blocks) is int
-            and min(num_new_tokens, num_new_computed_tokens) >= 0
-            and min(num_lookahead_tokens, reserved_blocks) >= 0
+            and num_new_tokens >= 0
+            and num_new_computed_tokens >= 0
+            and num_lookahead_tokens >= 0
+            and reserved_blocks >= 0
             and type(delay_cache_blocks) is bool
             and type(full_sequence_must_fit) is bool
             and type(has_scheduled_reqs) is bool
@@ -262,7 +264,7 @@ class KVCacheManager:
             )
         coordinator = self.coordinator
         watermark = self.watermark_blocks
-        if not (
+        if watermark and not (  # (no status to read when there is no watermark)
             has_scheduled_reqs
             and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
         ):
@@ -286,6 +288,20 @@ class KVCacheManager:
         num_tokens_need_slots = min(
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
+        if hits is None and coordinator.has_slots_for(
+            request.request_id,
+            num_tokens_need_slots,
+            min(total_computed + num_new_tokens, request.num_tokens),
+        ):
+            # Most decode steps: every slot exists and no block fills up, so vLLM's calls
+            # below would free, allocate and register nothing; only the fit check remains
+            # (which needs 0 blocks: it can fail only with a watermark or reserved blocks).
+            if (watermark or reserved_blocks) and (
+                watermark > self.block_pool.get_num_free_blocks() - reserved_blocks
+            ):
+                return None
+            self._requests[request.request_id] = request
+            return self.empty_blocks()
         # Blocks outside the window are garbage whatever happens next: free them first, so
         # they count as free for the check below (and stay freed if it fails). Only up to
         # the processed tokens: a step still in flight reads the window below its tokens.
@@ -393,11 +409,13 @@ class KVCacheManager:
         prefix caching is on (the async scheduler calls it once a step's sampled tokens are
         known)."""
         self._check_request(request)
-        check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
+        if type(num_computed_tokens) is not int or num_computed_tokens < 0:
+            check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
         if self.enable_caching and request.request_id in self._requests:
-            self.coordinator.cache_blocks(
-                request, min(num_computed_tokens, request.num_tokens)
-            )
+            num_tokens = min(num_computed_tokens, request.num_tokens)
+            # most decode steps fill no block: vLLM's cache_blocks would register nothing
+            if not self.coordinator.has_slots_for(request.request_id, 0, num_tokens):
+                self.coordinator.cache_blocks(request, num_tokens)
 
     def take_kv_cache_block_copies(self) -> list[tuple[int, int, int]]:
         """Tell the allocator the worker ran the pending copy-on-write copies; returns them as

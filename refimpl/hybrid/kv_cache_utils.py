@@ -76,12 +76,17 @@ class KVCacheBlock:
 
     `block_hash_num_tokens` is the prefix length the key stands for: the end of the block for a
     full block, a point inside it for a partial entry (vLLM's `_cache_partial_tail_block`).
+
+    `block_hash` is read as an attribute but changed only by `set_block_hash` (which refuses a
+    block that has one) and `reset_hash`. vLLM wraps it in a property; here it is a plain slot,
+    because the pool reads it for every block it hands out, frees or registers, millions of
+    times on a long trace, and a property read is a call.
     """
 
     __slots__ = (
         "block_id",
         "ref_cnt",
-        "_block_hash",
+        "block_hash",
         "block_hash_num_tokens",
         "prev_free_block",
         "next_free_block",
@@ -91,33 +96,29 @@ class KVCacheBlock:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
-        self._block_hash: BlockHashWithGroupId | None = None
+        self.block_hash: BlockHashWithGroupId | None = None
         self.block_hash_num_tokens: int | None = None
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
 
-    @property
-    def block_hash(self) -> BlockHashWithGroupId | None:
-        return self._block_hash
-
     def set_block_hash(self, key: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         """Give the block its prefix-cache key; a block is hashed once until `reset_hash`."""
-        if self._block_hash is not None:
+        if self.block_hash is not None:
             raise InvariantError(
                 f"block {self.block_id} already has a hash; reset it before re-hashing"
             )
-        self._block_hash = key
+        self.block_hash = key
         self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Forget the prefix-cache key (the block is about to hold other tokens)."""
-        self._block_hash = None
+        self.block_hash = None
         self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
         tag = ", null" if self.is_null else ""
-        hashed = ", hashed" if self._block_hash is not None else ""
+        hashed = ", hashed" if self.block_hash is not None else ""
         return f"KVCacheBlock({self.block_id}, ref_cnt={self.ref_cnt}{hashed}{tag})"
 
 
@@ -147,10 +148,25 @@ class FreeKVCacheBlockQueue:
         return first
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        """Take the first `n` blocks, in queue order."""
+        """Take the first `n` blocks, in queue order (one walk, then one relink, as vLLM)."""
         if n > self.num_free_blocks:
             raise ValueError(f"cannot pop {n} blocks: only {self.num_free_blocks} are free")
-        return [self.popleft() for _ in range(n)]
+        if n <= 0:
+            return []
+        head = self.fake_free_list_head
+        out = []
+        block = head.next_free_block
+        for _ in range(n):
+            assert block is not None
+            out.append(block)
+            after = block.next_free_block
+            block.prev_free_block = block.next_free_block = None
+            block = after
+        assert block is not None
+        head.next_free_block = block
+        block.prev_free_block = head
+        self.num_free_blocks -= n
+        return out
 
     def remove(self, block: KVCacheBlock) -> None:
         """Take a block out from anywhere in the queue in O(1) (a prefix hit revives it)."""
@@ -163,15 +179,35 @@ class FreeKVCacheBlockQueue:
         self._link_before(self.fake_free_list_tail, block)
 
     def append_n(self, blocks: Iterable[KVCacheBlock]) -> None:
-        for block in blocks:
-            self.append(block)
+        """Put blocks at the tail, keeping their order: the last one is reused last."""
+        self._link_n_before(self.fake_free_list_tail, blocks)
 
     def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Put blocks at the head, keeping their order: blocks[0] becomes the new head."""
         anchor = self.fake_free_list_head.next_free_block
         assert anchor is not None
+        self._link_n_before(anchor, blocks)
+
+    def _link_n_before(self, anchor: KVCacheBlock, blocks: Iterable[KVCacheBlock]) -> None:
+        """`_link_before(anchor, block)` for each block in order, as one chain: the blocks
+        are linked to each other, then the chain's ends to the list (as vLLM's append_n)."""
+        before = anchor.prev_free_block
+        assert before is not None
+        count = 0
         for block in blocks:
-            self._link_before(anchor, block)
+            if block.prev_free_block is not None or block.next_free_block is not None:
+                # keep the list whole: close the chain linked so far, then refuse
+                before.next_free_block = anchor
+                anchor.prev_free_block = before
+                self.num_free_blocks += count
+                raise ValueError(f"block {block.block_id} is already in the free queue")
+            before.next_free_block = block
+            block.prev_free_block = before
+            before = block
+            count += 1
+        before.next_free_block = anchor
+        anchor.prev_free_block = before
+        self.num_free_blocks += count
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """The free blocks in queue order (head first); O(n), for tests and pictures."""

@@ -8,10 +8,10 @@ chain).
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import xxhash
 
 from refimpl.hybrid.kv_cache_utils import NONE_HASH, BlockHash
@@ -74,7 +74,8 @@ class Request:
 
     def _update_block_hashes(self) -> None:
         """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
-        but the tokens are converted to bytes once (long prompts have many 4-token chunks)."""
+        but the tokens are converted to bytes once (long prompts have many 4-token chunks) and
+        each chunk is hashed in one call (xxh3 of parent + tokens, as the streamed updates)."""
         h = self.hash_block_size
         first = len(self.block_hashes) * h
         prompt, output = self.prompt_token_ids, self.output_token_ids
@@ -90,12 +91,10 @@ class Request:
             tokens = output[first - num_prompt : end - num_prompt]
         else:
             tokens = prompt[first:] + output[: end - num_prompt]
-        raw = np.asarray(tokens, dtype="<i8").tobytes()
+        raw = struct.pack(f"<{len(tokens)}q", *tokens)  # int64 as hash_block_tokens packs
         step = 8 * h
         parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
-        for i in range(num_new):
-            digest = xxhash.xxh3_128()
-            digest.update(parent)
-            digest.update(raw[i * step : (i + 1) * step])
-            parent = digest.digest()
-            self.block_hashes.append(parent)
+        hashes, digest = self.block_hashes, xxhash.xxh3_128_digest
+        for start in range(0, len(raw), step):
+            parent = digest(parent + raw[start : start + step])
+            hashes.append(parent)

@@ -79,6 +79,16 @@ class BlockHashListWithBlockSize:
         return self.block_hashes[i]
 
 
+def resolve_block_hashes(
+    block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int
+) -> Sequence[BlockHash]:
+    """The hashes viewed at `block_size`: the list itself when the sizes are equal (no view
+    to index through), else a `BlockHashListWithBlockSize` (vLLM's `resolve_block_hashes`)."""
+    if block_size == hash_block_size:
+        return block_hashes
+    return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)
+
+
 class SingleTypeKVCacheManager:
     """Block tables of one cache group: allocate, cache, look up, free.
 
@@ -144,6 +154,15 @@ class SingleTypeKVCacheManager:
         """Which of blocks [start_block, end_block) are worth hashing (None: all of them, as
         for full attention). Sliding windows override it."""
         return None
+
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
+        """Whether a step of a running request up to `num_tokens` slots, with
+        `num_tokens_to_cache` computed, asks nothing of this group: no block to free, allocate
+        or register. refimpl's own shortcut for `KVCacheManager.allocate_slots` (vLLM makes
+        the calls, which then do nothing); only full attention answers, other kinds say no."""
+        return False
 
     # --- counting
     def get_num_blocks_to_allocate(
@@ -219,6 +238,13 @@ class SingleTypeKVCacheManager:
         the table, and both stay referenced by `pending_copies` until
         `take_kv_cache_block_copies` runs.
         """
+        table = self.req_to_blocks.get(request_id)
+        if (
+            table is not None
+            and cdiv(num_tokens, self.block_size) <= len(table)
+            and request_id not in self._partial_hit_reqs
+        ):
+            return []  # the table covers num_tokens already (vLLM returns [] here too)
         needed = self.num_new_blocks_needed(request_id, num_tokens)
         if needed > self.block_pool.get_num_free_blocks():
             raise ValueError(
@@ -293,7 +319,7 @@ class SingleTypeKVCacheManager:
             retention_interval=retention_interval,
             reachable_boundaries=boundaries,
         )
-        hashes = BlockHashListWithBlockSize(
+        hashes = resolve_block_hashes(
             request.block_hashes, self.hash_block_size, self.block_size
         )
         self.block_pool.cache_full_blocks(
@@ -374,6 +400,22 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         `get_num_skipped_tokens` is 0; this says so without walking the table)."""
         return []
 
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
+        """The table already covers `num_tokens`, no copy-on-write is pending, no block fills
+        up by `num_tokens_to_cache` and no key can end inside a block (one hash per block):
+        `allocate_new_blocks` would return [] and `cache_blocks` register nothing."""
+        table = self.req_to_blocks.get(request_id)
+        return (
+            table is not None
+            and num_tokens <= len(table) * self.block_size
+            and num_tokens_to_cache // self.block_size
+            <= self.num_cached_block.get(request_id, 0)
+            and self.block_size == self.hash_block_size
+            and request_id not in self._partial_hit_reqs
+        )
+
     def cache_blocks(
         self,
         request: Request,
@@ -449,7 +491,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         given up and recomputed.
         """
         bs = kv_cache_spec.block_size
-        hashes = BlockHashListWithBlockSize(block_hashes, hash_block_size or bs, bs)
+        hashes = resolve_block_hashes(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
         for j in range(min(max_length // bs, len(hashes))):

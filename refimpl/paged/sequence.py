@@ -10,6 +10,8 @@ from enum import Enum, auto
 from itertools import count
 from numbers import Real
 
+import numpy as np
+
 from refimpl.validation import (
     check_bool,
     check_instance,
@@ -80,8 +82,9 @@ def checked_token_ids(
 
     `struct.pack` converts the whole list in C and refuses floats, strings and ids past int64;
     a negative id sets the top bit of its last byte, so those bytes are all ASCII exactly when
-    no id is negative. It takes True as 1, so the types are also collected (in C, by `map`).
-    Only a refused list is walked in Python, to name the first bad id.
+    no id is negative. It takes True as 1 and False as 0, so the ids packed as 0 or 1 (numpy
+    finds them in C) have their type looked at. Only a refused list is walked in Python, to
+    name the first bad id.
     """
     try:
         token_ids = list(token_ids)
@@ -93,10 +96,16 @@ def checked_token_ids(
         packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
     except struct.error:
         packed = None  # refused: find the first bad id below
-    if packed is None or not packed[7::8].isascii() or bool in set(map(type, token_ids)):
+    if packed is None or not packed[7::8].isascii() or _has_bool(token_ids, packed):
         for i, token_id in enumerate(token_ids):
             check_token_id(token_id, f"{name}[{i}]")
     return token_ids, packed
+
+
+def _has_bool(token_ids: list[int], packed: bytes) -> bool:
+    """Whether an id is True or False (`packed`: the ids as little-endian int64)."""
+    zero_or_one = np.flatnonzero(np.frombuffer(packed, dtype="<i8") <= 1)
+    return any(type(token_ids[i]) is bool for i in zero_or_one)
 
 
 class Sequence:

@@ -70,11 +70,14 @@ class RooflineStepTime:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
 
     def step_seconds(self, scheduled: Sequence[tuple[int, int]]) -> float:
-        num_tokens = sum(new for new, _ in scheduled)
-        context = sum(ctx for _, ctx in scheduled)
+        num_tokens = context = attended = 0  # one pass: a step schedules many requests
+        for new, ctx in scheduled:
+            num_tokens += new
+            context += ctx
+            attended += new * ctx
         # every new token attends over at most its request's whole context
         flops = num_tokens * self.flops_per_token
-        flops += self.attention_flops_per_token_context * sum(n * c for n, c in scheduled)
+        flops += self.attention_flops_per_token_context * attended
         memory = self.weight_bytes + self.kv_bytes_per_token * context
         return max(flops / self.peak_flops, memory / self.memory_bandwidth)
 

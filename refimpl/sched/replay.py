@@ -153,16 +153,17 @@ def replay(
                 s.first_step, s.first_seconds = step, now if timed else 0.0
                 s.hit_tokens = new.num_computed_tokens
         cached = out.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids  # empty on most steps: then nothing to count
         for rid, nc in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-            if rid in cached.resumed_req_ids:
+            if resumed and rid in resumed:
                 lost = computed.get(rid, 0) - nc
                 stats[rid].recomputed_tokens += max(0, lost)
         for rid in out.preempted_req_ids:
             stats[rid].num_preemptions += 1
-        scheduled = []
         reqs = scheduler.requests
-        for rid, n in out.num_scheduled_tokens.items():
-            scheduled.append((n, reqs[rid].num_computed_tokens))
+        scheduled = [
+            (n, reqs[rid].num_computed_tokens) for rid, n in out.num_scheduled_tokens.items()
+        ]
         dt = clock.step_seconds(scheduled)
         steps.seconds.append(now if timed else 0.0)
         steps.num_reqs.append(len(scheduled))
@@ -188,11 +189,12 @@ def replay(
                     stats[eco.request_id].finish_step = step
                     computed.pop(eco.request_id, None)
                     finished += 1
+            running = RequestStatus.RUNNING
             for rid in ids:
                 req = reqs.get(rid)
                 # a request preempted since this step was scheduled keeps its count from
                 # before the preemption (its own is back at 0)
-                if req is not None and req.status == RequestStatus.RUNNING:
+                if req is not None and req.status == running:
                     computed[rid] = req.num_computed_tokens
         if timed:
             now += dt

@@ -56,8 +56,9 @@ from refimpl.validation import check_instance
 
 def _block_ids(blocks: KVCacheBlocks) -> tuple[list[int], ...] | None:
     """Block ids per group, or None when no group got a block (vLLM's `allow_none=True`)."""
-    ids = blocks.get_block_ids()
-    return None if all(len(g) == 0 for g in ids) else ids
+    if not any(blocks.blocks):  # most decode steps (vLLM tests the blocks first too)
+        return None
+    return blocks.get_block_ids()
 
 
 class Scheduler:
@@ -156,6 +157,7 @@ class Scheduler:
             request_id,
             base.prompt_token_ids,
             self.hash_block_size,
+            block_hashes=base.block_hashes,  # hashed once, by the manager's request
             max_tokens=max_tokens,
             eos_token_id=eos_token_id,
             priority=priority,

@@ -63,7 +63,8 @@ def mooncake_token_ids(hash_ids: Iterable[int], input_length: int) -> list[int]:
     out: list[int] = []
     for h in hash_ids:
         out.extend(range(h * b, h * b + b))
-    return out[:input_length]
+    del out[input_length:]  # in place: a long prompt is not copied again
+    return out
 
 
 # --- reading
