@@ -141,12 +141,14 @@ def _percentile(values: Sequence[float], q: float) -> float:
 @dataclass(frozen=True)
 class Simulation:
     """One replay: the plan it ran on, the per-request and per-step counts, and the trace's
-    infinite-cache upper bound per request."""
+    infinite-cache upper bound per request. `refused` names the trace's requests that never
+    reached the scheduler (see `simulate`)."""
 
     plan: ModelKVCachePlan
     result: ReplayResult
     upper_bound: tuple[int, ...]
     timed: bool
+    refused: tuple[str, ...] = ()
 
     def summary(self, points: int = 10) -> dict:
         """The figures `simulate` prints, as plain data (`points`: KV usage samples)."""
@@ -171,6 +173,7 @@ class Simulation:
         ]
         return {
             "num_requests": len(reqs),
+            "refused_requests": len(self.refused),
             "prompt_tokens": r.prompt_tokens,
             "hit_tokens": r.hit_tokens,
             "hit_rate": r.hit_tokens / prompt,
@@ -214,8 +217,25 @@ def simulate(
     **scheduling,
 ) -> Simulation:
     """Replay `trace` on a fresh scheduler for `plan` (see the module doc); `scheduling`
-    takes `scheduler_config`'s keywords (policy, long-prefill threshold, retention)."""
+    takes `scheduler_config`'s keywords (policy, long-prefill threshold, retention).
+
+    A request whose prompt has `max_model_len` tokens or more is refused, as vLLM's input
+    processor refuses it (the server answers with an error; the scheduler never sees it):
+    it is left out of the replay, the hit rate and the upper bound, and counted apart."""
     step_clock = make_clock(plan, clock, gpu)
+    served = [r for r in trace if r.input_length < plan.max_model_len]
+    refused = tuple(r.request_id for r in trace if r.input_length >= plan.max_model_len)
+    if not served:
+        raise ValueError(
+            f"every request's prompt has max_model_len ({plan.max_model_len:,}) tokens or "
+            "more, so vLLM would refuse them all: raise --max-model-len"
+        )
     scheduler = make_plan_scheduler(plan, **scheduling)
-    result = replay(trace, scheduler, step_clock, progress=progress)
-    return Simulation(plan, result, tuple(prefix_hit_upper_bound(trace)), step_clock.is_timed)
+    result = replay(served, scheduler, step_clock, progress=progress)
+    return Simulation(
+        plan,
+        result,
+        tuple(prefix_hit_upper_bound(served)),
+        step_clock.is_timed,
+        refused,
+    )

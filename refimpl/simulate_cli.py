@@ -276,7 +276,9 @@ def format_simulation(sim, trace_name: str) -> str:
     r = sim.result
     est = " est." if sim.timed else ""
     lines = [
-        f"Trace      {Path(trace_name).name[:40]}: {s['num_requests']:,} requests, "
+        f"Trace      {Path(trace_name).name[:40]}: "
+        + (f"{s['num_requests'] + len(sim.refused):,} requests, " if sim.refused else "")
+        + f"{s['num_requests']:,} {'served' if sim.refused else 'requests'}, "
         f"{s['prompt_tokens']:,} prompt tokens",
         f"Plan       {c.model.architecture}, TP {c.model.tensor_parallel_size}: "
         f"{s['num_blocks']:,} blocks of {c.model.block_size:,} tokens "
@@ -287,6 +289,14 @@ def format_simulation(sim, trace_name: str) -> str:
         f"{'on' if sc.async_scheduling else 'off'}",
         f"Clock      {s['clock']}"
         + (": times are estimates" if sim.timed and "roofline" in s["clock"] else ""),
+    ]
+    if sim.refused:
+        lines += [
+            f"Refused    {len(sim.refused):,} requests with prompts of max-model-len "
+            f"({sim.plan.max_model_len:,}) tokens or more,",
+            f"{'':11}as vLLM's server refuses them; the figures below leave them out",
+        ]
+    lines += [
         "",
         f"Prefix-cache hits  {s['hit_tokens']:,} prompt tokens ({_pct(s['hit_rate'])})",
         f"{'':19}{s['requests_with_hit']:,} of {s['num_requests']:,} requests hit, "

@@ -166,3 +166,22 @@ def test_the_plan_line_names_the_attention_block_not_the_scheduler_block(capsys,
     assert main([*base, "--no-enable-prefix-caching"]) == 0
     out, _ = capsys.readouterr()
     assert "blocks of 48 tokens (" in out and "blocks of 4096" not in out
+
+
+def test_prompts_of_max_model_len_are_refused_as_vllm_refuses_them(capsys, trace):
+    """vLLM's input processor refuses a prompt of max_model_len tokens or more (the server
+    answers with an error): the second turns (460 tokens) are left out at 460 and counted;
+    the hits and the upper bound are the first turns' (the 300-token system prompt, twice)."""
+    base = ["--trace", trace, "--kv-cache-memory-bytes", "1G", "--max-model-len"]
+    code, out, _ = run(capsys, *base, "460", "--json")
+    assert code == 0
+    s = json.loads(out)
+    assert (s["num_requests"], s["refused_requests"]) == (3, 3)
+    assert s["prompt_tokens"] == 3 * 400 and s["upper_bound_tokens"] == 2 * 300
+    code, out, _ = run(capsys, *base, "461", "--json")
+    assert json.loads(out)["refused_requests"] == 0
+    code, out, _ = run(capsys, *base, "460")
+    assert "6 requests, 3 served, 1,200 prompt tokens" in out
+    assert "Refused    3 requests with prompts of max-model-len (460) tokens or more" in out
+    code, _, err = run(capsys, *base, "400")
+    assert code == 2 and "vLLM would refuse them all" in err
