@@ -37,7 +37,7 @@ from refimpl.validation import (
 class KVCacheBlocks:
     """Blocks per group (group order), as returned to the scheduler."""
 
-    blocks: tuple[list[KVCacheBlock], ...]
+    blocks: tuple[Sequence[KVCacheBlock], ...]  # empty tuples in `empty_kv_cache_blocks`
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         return tuple([b.block_id for b in group] for group in self.blocks)
@@ -114,6 +114,11 @@ class KVCacheManager:
         self.block_pool = self.coordinator.block_pool
         self.num_gpu_blocks = num_blocks
         self.watermark_blocks = int(watermark * num_blocks)
+        # one shared answer for "no blocks", as vLLM's empty_kv_cache_blocks: most decode steps
+        # return it, and empty tuples cannot be changed by whoever receives it
+        self.empty_kv_cache_blocks = KVCacheBlocks(
+            tuple(() for _ in self.coordinator.single_type_managers)
+        )
 
     @classmethod
     def from_config(
@@ -152,7 +157,7 @@ class KVCacheManager:
         return Request(request_id, token_ids, self.hash_block_size)
 
     def empty_blocks(self) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple([[] for _ in self.coordinator.single_type_managers]))
+        return self.empty_kv_cache_blocks
 
     # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
