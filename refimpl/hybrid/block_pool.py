@@ -207,14 +207,16 @@ class BlockPool:
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
         """Drop every key of a block (its own and the extra ones); True if it had any."""
-        own = block.block_hash
-        keys = self.cached_block_hashes_by_block.pop(block.block_id, ())
+        own, block_id = block.block_hash, block.block_id
+        keys = self.cached_block_hashes_by_block.pop(block_id, ())
         pop = self.cached_block_hash_to_block.pop
-        for key in keys if own is None else (own, *keys):
-            if pop(key, block.block_id) is None:
-                raise InvariantError(
-                    f"block {block.block_id} has a key missing from the hash map"
-                )
+        # own key first, then the extra ones (rare: no tuple of keys built for the common
+        # eviction of a block with only its own key)
+        if own is not None and pop(own, block_id) is None:
+            raise InvariantError(f"block {block_id} has a key missing from the hash map")
+        for key in keys:
+            if pop(key, block_id) is None:
+                raise InvariantError(f"block {block_id} has a key missing from the hash map")
         block.reset_hash()
         return own is not None or bool(keys)
 

@@ -33,11 +33,17 @@ from refimpl.validation import (
 )
 
 
+def _prefill_end(request: Request) -> int:
+    """Where the prefill ends (a resumed request replays its outputs too): Mamba's checkpoint
+    rule reads it. Asked only when blocks are counted (not on the decode fast path)."""
+    return max(request.num_prompt_tokens, request.num_tokens - 1)
+
+
 @dataclass
 class KVCacheBlocks:
     """Blocks per group (group order), as returned to the scheduler."""
 
-    blocks: tuple[list[KVCacheBlock], ...]
+    blocks: tuple[Sequence[KVCacheBlock], ...]  # empty tuples in `empty_kv_cache_blocks`
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         return tuple([b.block_id for b in group] for group in self.blocks)
@@ -114,6 +120,11 @@ class KVCacheManager:
         self.block_pool = self.coordinator.block_pool
         self.num_gpu_blocks = num_blocks
         self.watermark_blocks = int(watermark * num_blocks)
+        # one shared answer for "no blocks", as vLLM's empty_kv_cache_blocks: most decode steps
+        # return it, and empty tuples cannot be changed by whoever receives it
+        self.empty_kv_cache_blocks = KVCacheBlocks(
+            tuple(() for _ in self.coordinator.single_type_managers)
+        )
 
     @classmethod
     def from_config(
@@ -152,7 +163,7 @@ class KVCacheManager:
         return Request(request_id, token_ids, self.hash_block_size)
 
     def empty_blocks(self) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple([[] for _ in self.coordinator.single_type_managers]))
+        return self.empty_kv_cache_blocks
 
     # --- prefix cache
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
@@ -270,17 +281,15 @@ class KVCacheManager:
         ):
             watermark = 0
 
-        # where the prefill ends (a resumed request replays its outputs too): Mamba's
-        # checkpoint rule reads it
-        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        num_tokens = request.num_tokens  # (a property: read once)
         if full_sequence_must_fit:
             need_all = coordinator.get_num_blocks_to_allocate(
                 request.request_id,
-                min(request.num_tokens, self.max_model_len),
+                min(num_tokens, self.max_model_len),
                 hits,
                 total_computed,
                 apply_admission_cap=True,
-                prefill_end=prefill_end,
+                prefill_end=_prefill_end(request),
             )
             if need_all + watermark > self.block_pool.get_num_free_blocks():
                 return None
@@ -291,7 +300,7 @@ class KVCacheManager:
         if hits is None and coordinator.has_slots_for(
             request.request_id,
             num_tokens_need_slots,
-            min(total_computed + num_new_tokens, request.num_tokens),
+            min(total_computed + num_new_tokens, num_tokens),
         ):
             # Most decode steps: every slot exists and no block fills up, so vLLM's calls
             # below would free, allocate and register nothing; only the fit check remains
@@ -313,7 +322,7 @@ class KVCacheManager:
             num_tokens_need_slots,
             hits,
             total_computed,
-            prefill_end=prefill_end,
+            prefill_end=_prefill_end(request),
         )
         if (
             num_blocks_to_allocate + watermark
@@ -328,9 +337,7 @@ class KVCacheManager:
         self._requests[request.request_id] = request
 
         if self.enable_caching and not delay_cache_blocks:
-            coordinator.cache_blocks(
-                request, min(total_computed + num_new_tokens, request.num_tokens)
-            )
+            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, num_tokens))
         return KVCacheBlocks(new_blocks)
 
     def _check_hit_blocks(self, hits: Sequence[Sequence[KVCacheBlock]]) -> None:
