@@ -2,8 +2,9 @@
 for step, without vLLM.
 
 `tests/data/vllm_sched_trace_oracle.json` holds, per setting (dense, sliding window and
-DeepSeek V4's real caches, and the Mamba hybrid tiny-granite-h with prefix caching on and off;
-retention None, 0, k; chunked or not; sync or async), the sha256
+DeepSeek V4's real caches, the Mamba hybrid tiny-granite-h with prefix caching on and off, and
+Llama 4's chunked local caches for tiny-llama4; retention None, 0, k; chunked or not; sync or
+async), the sha256
 digest of vLLM's step log over the shipped slice's 100 requests, recorded by
 `python -m tools.crosscheck.sched_trace --record ...` after checking refimpl equal step for
 step. `tools.crosscheck.sched_trace` says how the trace becomes arrivals per step.
@@ -40,7 +41,7 @@ def test_trace_oracle_covers_every_setting():
     assert set(SETTINGS) == {s.name for s in trace_settings()}
     for s in trace_settings():
         assert Setting.from_json(SETTINGS[s.name]["setting"]) == s, s.name
-    for layout in ("dense", "swa", "dsv4", "mamba"):
+    for layout in ("dense", "swa", "dsv4", "mamba", "llama4"):
         for mode in ("chunk-sync", "chunk-async", "nochunk-sync", "nochunk-async"):
             assert any(n.startswith(f"trace-{layout}") and n.endswith(mode) for n in SETTINGS)
     # the slice exercises the cache: prefix hits wherever prefix caching is on, preemptions
@@ -50,7 +51,7 @@ def test_trace_oracle_covers_every_setting():
         for e in SETTINGS.values()
         if e["setting"].get("enable_prefix_caching", True)
     )
-    for layout in ("dense", "swa", "dsv4", "mamba"):
+    for layout in ("dense", "swa", "dsv4", "mamba", "llama4"):
         assert any(
             e["totals"]["preemptions"] > 0
             for n, e in SETTINGS.items()
@@ -101,3 +102,17 @@ def test_trace_replay_fails_with_the_mamba_split_undone():
     old, new, _ = SCHEDULER_MUTANTS["aligned-split"]
     name = "trace-mamba-ret0-chunk-sync"
     assert replay(name, mutant(old, new)) != SETTINGS[name]["digest"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["no skipped chunks", "hit from block 0"])
+def test_trace_replay_fails_with_a_chunked_local_rule_undone(monkeypatch, rule):
+    """Each chunked local rule undone makes the Llama 4 trace replay unlike vLLM."""
+    from test_hybrid_vllm_oracle import undo_chunked_local_rule
+
+    undo_chunked_local_rule(monkeypatch, rule)
+    name = "trace-llama4-ret0-chunk-sync"
+    try:
+        assert replay(name) != SETTINGS[name]["digest"]
+    except ValueError:
+        pass  # the mutant cannot even drive the cache through the trace

@@ -21,7 +21,11 @@ max_model_len sizes vLLM's smallest pool for a whole max_model_len step of windo
 far more than 32 running windows need). The Mamba hybrid (tiny-granite-h, 128-token blocks):
 prefix caching on (vLLM's "align", chunked only) at retention None, 0 and 512, and off
 ("none"), chunked or not; its pool is one request of max_model_len plus 8 spare blocks; hits
-108k to 184k tokens with caching on, preemptions 45 to 81 chunked, 2 unchunked.
+108k to 184k tokens with caching on, preemptions 45 to 81 chunked, 2 unchunked. Llama 4's
+caches as vLLM's own model makes them for tiny-llama4 (3 chunked local groups of 256-token
+chunks beside a full one, 128-token blocks), retention None and 0, chunked or not, sync or
+async; pool: vLLM's per-request admission cap plus 8 spare blocks; hits 199k to 205k tokens,
+preemptions 43 to 57 chunked, none unchunked.
 
 Nothing here imports vLLM; `python -m tools.crosscheck.sched_trace` (vLLM's venv) checks both
 sides step for step and records `tests/data/vllm_sched_trace_oracle.json`.
@@ -32,12 +36,15 @@ from __future__ import annotations
 from refimpl.sched.traces import SLICE_PATH, read_trace
 from tools.crosscheck.sched_streams import (
     EOS,
+    LLAMA4_CONFIG,
+    LLAMA4_GROUPS,
     MAMBA_CONFIG,
     VOCAB,
     RefimplSide,
     Setting,
     digest,
     drive,
+    min_blocks_per_request,
     summary,
 )
 
@@ -149,6 +156,34 @@ def trace_settings() -> list[Setting]:
                             enable_prefix_caching=caching,
                         )
                     )
+    # Llama 4's caches as vLLM's own model makes them for the tiny config (3 chunked local
+    # groups of 256-token chunks and a full one, 128-token blocks): retention None and 0
+    # (vLLM refuses k without a window), chunked or not, sync or async
+    for retention in (None, 0):
+        for chunked in (True, False):
+            for asy in (False, True):
+                batch = TRACE_CHUNK if chunked else TRACE_MAX_MODEL_LEN
+                in_flight = batch * (2 if asy else 1)
+                mode = f"{'chunk' if chunked else 'nochunk'}-{'async' if asy else 'sync'}"
+                out.append(
+                    Setting(
+                        name=f"trace-llama4-ret{retention}-{mode}",
+                        groups=(),
+                        num_blocks=8
+                        + sum(
+                            min_blocks_per_request(g, TRACE_MAX_MODEL_LEN, in_flight)
+                            for g in LLAMA4_GROUPS
+                        ),
+                        max_model_len=TRACE_MAX_MODEL_LEN,
+                        max_num_seqs=32,
+                        max_num_batched_tokens=batch,
+                        enable_chunked_prefill=chunked,
+                        long_prefill_token_threshold=512 if chunked else 0,
+                        async_scheduling=asy,
+                        retention=retention,
+                        model=LLAMA4_CONFIG,
+                    )
+                )
     return out
 
 
