@@ -111,6 +111,7 @@ def test_the_childs_refimpl_lacks_exactly_the_answers():
         "SlidingWindowManager.get_num_skipped_tokens",
         "SingleTypeKVCacheManager.remove_skipped_blocks",
         "SingleTypeKVCacheManager._skipped_blocks",
+        "MambaManager.remove_skipped_blocks",
     }
     module = "refimpl.hybrid.single_type_kv_cache_manager"
     for name in stubs:

@@ -110,6 +110,12 @@ ANSWERS["check_window_frees"] = (
         # calling it would hand over the answer's loop
         ("remove_skipped_blocks", "_skipped_blocks"),
     ),
+    # the Mamba manager's align-mode retirement nulls and frees table slots the same way
+    Answer(
+        "refimpl.hybrid.single_type_kv_cache_manager",
+        "MambaManager",
+        ("remove_skipped_blocks",),
+    ),
 )
 ANSWERS["check_fixed_point_hit"] = (
     Answer(
