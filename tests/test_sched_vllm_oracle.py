@@ -164,8 +164,9 @@ ASYNC_MUTANTS = {
 }
 
 
-def _kills(cls: type, settings: list, name: str) -> None:
-    """Fails unless `cls` replays one of the first 40 streams of `settings` unlike vLLM."""
+def _kills(cls: type | None, settings: list, name: str) -> None:
+    """Fails unless `cls` (None: the scheduler as it is, over a patched cache) replays one of
+    the first 40 streams of `settings` unlike vLLM."""
     checked = 0
     for setting, digests in settings:
         for seed, want in enumerate(digests[:40]):
@@ -175,6 +176,8 @@ def _kills(cls: type, settings: list, name: str) -> None:
                     return
             except ValueError:
                 return  # the mutant cannot even drive the cache through the stream
+            except RuntimeError:
+                return  # the stream never drains (a request waits forever)
     pytest.fail(f"mutant {name} replayed {checked} streams like vLLM")
 
 
