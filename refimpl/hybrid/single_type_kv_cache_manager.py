@@ -89,6 +89,24 @@ def resolve_block_hashes(
     return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)
 
 
+def append_cached_run(
+    computed: tuple[list[KVCacheBlock], ...],
+    hashes: Sequence[BlockHash],
+    start: int,
+    stop: int,
+    kv_cache_group_ids: Sequence[int],
+    block_pool: BlockPool,
+) -> None:
+    """Append each group's cached blocks for hashes[start:stop], stopping at the first miss:
+    a hit must be contiguous, since a block's hash covers the whole prefix before it."""
+    for j in range(start, stop):
+        cached = block_pool.get_cached_block(hashes[j], kv_cache_group_ids)
+        if cached is None:
+            return
+        for table, block in zip(computed, cached):
+            table.append(block)
+
+
 class SingleTypeKVCacheManager:
     """Block tables of one cache group: allocate, cache, look up, free.
 
@@ -494,12 +512,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hashes = resolve_block_hashes(block_hashes, hash_block_size or bs, bs)
         alignment = alignment_tokens or bs
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in kv_cache_group_ids)
-        for j in range(min(max_length // bs, len(hashes))):
-            cached = block_pool.get_cached_block(hashes[j], kv_cache_group_ids)
-            if cached is None:
-                break
-            for table, block in zip(computed, cached):
-                table.append(block)
+        stop = min(max_length // bs, len(hashes))
+        append_cached_run(computed, hashes, 0, stop, kv_cache_group_ids, block_pool)
         hit_length = len(computed[0]) * bs
         if drop_eagle_block and hit_length > 0:
             hit_length -= min(alignment, bs)
@@ -756,21 +770,21 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
                 f"chunked local attention hits end on its block size {block_size}, not on "
                 f"alignment_tokens {alignment_tokens} (vLLM 0.32 needs equal block sizes)"
             )
-        hashes = BlockHashListWithBlockSize(
-            block_hashes, hash_block_size or block_size, block_size
-        )
+        hashes = resolve_block_hashes(block_hashes, hash_block_size or block_size, block_size)
         chunk = kv_cache_spec.attention_chunk_size
         max_num_blocks = min(max_length // block_size, len(hashes))
         chunk_start_block = max_length // chunk * chunk // block_size
         computed_blocks = tuple(
             [block_pool.null_block] * chunk_start_block for _ in kv_cache_group_ids
         )
-        for i in range(chunk_start_block, max_num_blocks):
-            cached_blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if cached_blocks is None:
-                break
-            for computed, cached in zip(computed_blocks, cached_blocks):
-                computed.append(cached)
+        append_cached_run(
+            computed_blocks,
+            hashes,
+            chunk_start_block,
+            max_num_blocks,
+            kv_cache_group_ids,
+            block_pool,
+        )
         return computed_blocks
 
 
