@@ -154,9 +154,8 @@ ASYNC_MUTANTS = {
     # async drafts: the placeholders scheduled as drafts are not counted as in flight
     "async-draft-placeholders": (
         None,
-        "self.num_sampled_tokens_per_step + len(\n"
-        "                spec_decode_tokens.get(rid, ())\n            )",
-        "self.num_sampled_tokens_per_step",
+        "request.num_output_placeholders += len(spec_decode_tokens.get(rid, ()))",
+        "pass",
         lambda s: s.num_spec > 0,
     ),
     # async aborts: an aborted request keeps its blocks

@@ -60,17 +60,17 @@ class BlockHashToBlockMap:
             blocks[block.block_id] = block
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
-        blocks = self._cache.get(key)
+        blocks = self._cache.pop(key, None)  # one dict operation for the usual single block
         if blocks is None:
             return None
         if isinstance(blocks, KVCacheBlock):
-            if blocks.block_id != block_id:
-                return None
-            del self._cache[key]
-            return blocks
+            if blocks.block_id == block_id:
+                return blocks
+            self._cache[key] = blocks  # another block holds the key: put it back
+            return None
         block = blocks.pop(block_id, None)
-        if not blocks:
-            del self._cache[key]
+        if blocks:
+            self._cache[key] = blocks
         return block
 
     def items(self) -> Iterator[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
@@ -242,17 +242,24 @@ class BlockPool:
                 "free"
             )
         blocks = self.free_block_queue.popleft_n(num_blocks)
-        caching = self.enable_caching
-        for block in blocks:
-            if caching:
+        if self.enable_caching:  # (one loop either way, as vLLM's, hence two loops here)
+            for block in blocks:
                 self._maybe_evict_cached_block(block)
-            if block.ref_cnt != 0:
-                raise InvariantError(
-                    f"block {block.block_id} was in the free queue with ref_cnt "
-                    f"{block.ref_cnt}"
-                )
-            block.ref_cnt = 1
+                if block.ref_cnt != 0:
+                    self._raise_free_with_refs(block)
+                block.ref_cnt = 1
+        else:
+            for block in blocks:
+                if block.ref_cnt != 0:
+                    self._raise_free_with_refs(block)
+                block.ref_cnt = 1
         return blocks
+
+    @staticmethod
+    def _raise_free_with_refs(block: KVCacheBlock) -> None:
+        raise InvariantError(
+            f"block {block.block_id} was in the free queue with ref_cnt {block.ref_cnt}"
+        )
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take one more reference on blocks found by a prefix hit (reviving free ones)."""
@@ -273,12 +280,14 @@ class BlockPool:
         to_back: list[KVCacheBlock] = []
         caching = self.enable_caching
         for block in ordered_blocks:
-            if block.ref_cnt <= 0 and not block.is_null:
-                raise InvariantError(
-                    f"freeing block {block.block_id} whose ref_cnt is already {block.ref_cnt}"
-                )
             block.ref_cnt -= 1
-            if block.ref_cnt == 0 and not block.is_null:
+            if block.ref_cnt <= 0 and not block.is_null:
+                if block.ref_cnt < 0:
+                    block.ref_cnt += 1
+                    raise InvariantError(
+                        f"freeing block {block.block_id} whose ref_cnt is already "
+                        f"{block.ref_cnt}"
+                    )
                 if caching and block.block_hash is not None:  # `is_cached`, without a call
                     to_back.append(block)
                 else:

@@ -383,6 +383,14 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         )
         return hits, len(hits[0]) * spec.block_size, 0
 
+    def has_slots_for(
+        self, request_id: str, num_tokens: int, num_tokens_to_cache: int
+    ) -> bool:
+        """The one group's answer (no loop: asked for every request in every step)."""
+        return self.single_type_managers[0].has_slots_for(
+            request_id, num_tokens, num_tokens_to_cache
+        )
+
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """Several cache groups (vLLM's `HybridKVCacheCoordinator`): the fixed-point lookup."""

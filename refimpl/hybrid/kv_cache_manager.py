@@ -22,8 +22,8 @@ from refimpl.hybrid.kv_cache_interface import (
     KVCacheSpec,
     cdiv,
 )
-from refimpl.hybrid.kv_cache_utils import KVCacheBlock
-from refimpl.hybrid.request import Request, RequestStatus
+from refimpl.hybrid.kv_cache_utils import NONE_HASH, KVCacheBlock
+from refimpl.hybrid.request import Request, RequestStatus, hash_packed_chunks
 from refimpl.paged.sequence import checked_token_ids
 from refimpl.validation import (
     check_bool,
@@ -146,21 +146,32 @@ class KVCacheManager:
     def scheduler_block_size(self) -> int:
         return self.coordinator.scheduler_block_size
 
-    def make_request(self, request_id: str, prompt_token_ids: Sequence[int]) -> Request:
-        """A `Request` hashed at this manager's hash block size.
+    def make_request(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        request_class: type[Request] = Request,
+        **fields,
+    ) -> Request:
+        """A `Request` (or a subclass's, with its extra `fields`) hashed at this manager's
+        hash block size.
 
         The ids are checked as Part I checks a `Sequence`'s (integers from 0 to 2**63 - 1, the
         int64 the prefix hash packs), the prompt must not be empty and the id must be a string,
-        as vLLM's input processor requires.
+        as vLLM's input processor requires. The prompt is hashed from the bytes the check
+        packed (a long prompt is packed once).
         """
         check_instance("request_id", request_id, str)
-        token_ids, _ = checked_token_ids(prompt_token_ids, "prompt_token_ids")
+        token_ids, packed = checked_token_ids(prompt_token_ids, "prompt_token_ids")
         if not token_ids:
             raise ValueError(
                 f"request {request_id!r} has an empty prompt: a request needs at least one "
                 "prompt token"
             )
-        return Request(request_id, token_ids, self.hash_block_size)
+        block_hashes = hash_packed_chunks(NONE_HASH, packed, self.hash_block_size)
+        return request_class(
+            request_id, token_ids, self.hash_block_size, block_hashes=block_hashes, **fields
+        )
 
     def empty_blocks(self) -> KVCacheBlocks:
         return self.empty_kv_cache_blocks
@@ -212,7 +223,10 @@ class KVCacheManager:
         `num_new_tokens` may be 0 when the step only adopts a prefix hit
         (`num_new_computed_tokens > 0`), as vLLM allows.
         """
-        self._check_request(request)
+        # (a request that holds blocks passed the check when it got them: the decode steps
+        # skip the call)
+        if self._requests.get(getattr(request, "request_id", None)) is not request:
+            self._check_request(request)
         if not (  # the common case (plain ints and bools) in one test; else name the bad one
             type(num_new_tokens) is int
             and type(num_new_computed_tokens) is int
@@ -258,9 +272,11 @@ class KVCacheManager:
                 "num_new_computed_tokens > 0 needs the new_computed_blocks from "
                 "get_computed_blocks"
             )
-        total_computed = min(
-            request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
-        )
+        # (comparisons rather than min() on this path: it runs for every request in every
+        # step, and min() parses keywords on each call in Python 3.11)
+        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        if total_computed > self.max_model_len:
+            total_computed = self.max_model_len
         if hits is not None:
             self._check_hits_cover(request, hits, total_computed)
         if (
@@ -281,7 +297,7 @@ class KVCacheManager:
         ):
             watermark = 0
 
-        num_tokens = request.num_tokens  # (a property: read once)
+        num_tokens = request.num_tokens
         if full_sequence_must_fit:
             need_all = coordinator.get_num_blocks_to_allocate(
                 request.request_id,
@@ -294,13 +310,14 @@ class KVCacheManager:
             if need_all + watermark > self.block_pool.get_num_free_blocks():
                 return None
 
-        num_tokens_need_slots = min(
-            total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
-        )
+        num_tokens_need_slots = total_computed + num_new_tokens + num_lookahead_tokens
+        if num_tokens_need_slots > self.max_model_len:
+            num_tokens_need_slots = self.max_model_len
+        num_tokens_to_cache = total_computed + num_new_tokens  # (the known ones only)
+        if num_tokens_to_cache > num_tokens:
+            num_tokens_to_cache = num_tokens
         if hits is None and coordinator.has_slots_for(
-            request.request_id,
-            num_tokens_need_slots,
-            min(total_computed + num_new_tokens, num_tokens),
+            request.request_id, num_tokens_need_slots, num_tokens_to_cache
         ):
             # Most decode steps: every slot exists and no block fills up, so vLLM's calls
             # below would free, allocate and register nothing; only the fit check remains
@@ -309,8 +326,7 @@ class KVCacheManager:
                 watermark > self.block_pool.get_num_free_blocks() - reserved_blocks
             ):
                 return None
-            self._requests[request.request_id] = request
-            return self.empty_blocks()
+            return self.empty_kv_cache_blocks
         # Blocks outside the window are garbage whatever happens next: free them first, so
         # they count as free for the check below (and stay freed if it fails). Only up to
         # the processed tokens: a step still in flight reads the window below its tokens.
@@ -337,7 +353,7 @@ class KVCacheManager:
         self._requests[request.request_id] = request
 
         if self.enable_caching and not delay_cache_blocks:
-            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, num_tokens))
+            coordinator.cache_blocks(request, num_tokens_to_cache)
         return KVCacheBlocks(new_blocks)
 
     def _check_hit_blocks(self, hits: Sequence[Sequence[KVCacheBlock]]) -> None:
@@ -415,11 +431,16 @@ class KVCacheManager:
         """Register the hashes of the request's blocks that `num_computed_tokens` fill, if
         prefix caching is on (the async scheduler calls it once a step's sampled tokens are
         known)."""
-        self._check_request(request)
+        # (a request that holds blocks passed the check when it got them: the decode steps
+        # skip the call)
+        if self._requests.get(getattr(request, "request_id", None)) is not request:
+            self._check_request(request)
         if type(num_computed_tokens) is not int or num_computed_tokens < 0:
             check_int_at_least("num_computed_tokens", num_computed_tokens, 0)
         if self.enable_caching and request.request_id in self._requests:
-            num_tokens = min(num_computed_tokens, request.num_tokens)
+            num_tokens = request.num_tokens
+            if num_computed_tokens < num_tokens:
+                num_tokens = num_computed_tokens
             # most decode steps fill no block: vLLM's cache_blocks would register nothing
             if not self.coordinator.has_slots_for(request.request_id, 0, num_tokens):
                 self.coordinator.cache_blocks(request, num_tokens)

@@ -156,8 +156,7 @@ class FreeKVCacheBlockQueue:
         head = self.fake_free_list_head
         out = []
         block = head.next_free_block
-        for _ in range(n):
-            assert block is not None
+        for _ in range(n):  # (n <= num_free_blocks: the walk never reaches the tail)
             out.append(block)
             after = block.next_free_block
             block.prev_free_block = block.next_free_block = None

@@ -48,15 +48,15 @@ class Request:
     def __post_init__(self) -> None:
         check_positive_int("hash_block_size", self.hash_block_size)
         self.prompt_token_ids = list(self.prompt_token_ids)
+        # vLLM's `num_tokens` is a property (the length of its token list); here a count kept
+        # by `append_output_token_ids`, the only place tokens are added, because the
+        # scheduler reads it several times per request and step
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
         self._update_block_hashes()
 
     @property
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -68,22 +68,27 @@ class Request:
         draft tokens and (async scheduling) tokens sampled but not yet returned."""
         return self.num_tokens
 
-    def append_output_token_ids(self, token_ids: Sequence[int]) -> None:
-        self.output_token_ids.extend(token_ids)
-        self._update_block_hashes()
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        """Add sampled tokens (one id or several, as vLLM's method takes) and hash the
+        chunks they complete."""
+        if isinstance(token_ids, int):
+            self.output_token_ids.append(token_ids)
+        else:
+            self.output_token_ids.extend(token_ids)
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
+        if self.num_tokens >= (len(self.block_hashes) + 1) * self.hash_block_size:
+            self._update_block_hashes()  # a chunk is complete (most decode steps: none)
 
     def _update_block_hashes(self) -> None:
-        """Hash every newly completed chunk; same result as `hash_block_tokens` chunk by chunk,
-        but the tokens are converted to bytes once (long prompts have many 4-token chunks) and
-        each chunk is hashed in one call (xxh3 of parent + tokens, as the streamed updates)."""
+        """Hash every newly completed chunk (`hash_packed_chunks`); the tokens are converted
+        to bytes once, and only the new chunks' tokens, without joining prompt and output (a
+        long prompt would be copied every time a decode step completes a chunk)."""
         h = self.hash_block_size
         first = len(self.block_hashes) * h
         prompt, output = self.prompt_token_ids, self.output_token_ids
-        num_new = (len(prompt) + len(output) - first) // h
+        num_new = (self.num_tokens - first) // h
         if num_new <= 0:
-            return  # most decode steps: no chunk completed, no copy of the tokens
-        # only the new chunks' tokens, without joining prompt and output (a long prompt
-        # would be copied every time a decode step completes a chunk)
+            return
         end, num_prompt = first + num_new * h, len(prompt)
         if end <= num_prompt:
             tokens = prompt[first:end]
@@ -92,9 +97,18 @@ class Request:
         else:
             tokens = prompt[first:] + output[: end - num_prompt]
         raw = struct.pack(f"<{len(tokens)}q", *tokens)  # int64 as hash_block_tokens packs
-        step = 8 * h
         parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
-        hashes, digest = self.block_hashes, xxhash.xxh3_128_digest
-        for start in range(0, len(raw), step):
-            parent = digest(parent + raw[start : start + step])
-            hashes.append(parent)
+        self.block_hashes.extend(hash_packed_chunks(parent, raw, h))
+
+
+def hash_packed_chunks(parent: BlockHash, raw: bytes, hash_block_size: int) -> list[BlockHash]:
+    """The chained hashes of the whole `hash_block_size`-token chunks in `raw` (token ids as
+    little-endian int64), the first chained to `parent`: the same as `hash_block_tokens`
+    chunk by chunk, one xxh3 call per chunk. `KVCacheManager.make_request` hashes a new
+    prompt from the bytes its check already packed."""
+    step = 8 * hash_block_size
+    hashes, digest = [], xxhash.xxh3_128_digest
+    for start in range(0, len(raw) - step + 1, step):
+        parent = digest(parent + raw[start : start + step])
+        hashes.append(parent)
+    return hashes

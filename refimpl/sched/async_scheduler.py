@@ -27,9 +27,9 @@ class AsyncScheduler(Scheduler):
             if request.is_prefill_chunk:
                 continue
             # this step samples one token plus its accepted drafts: not known yet
-            request.num_output_placeholders += self.num_sampled_tokens_per_step + len(
-                spec_decode_tokens.get(rid, ())
-            )
+            request.num_output_placeholders += self.num_sampled_tokens_per_step
+            if spec_decode_tokens:
+                request.num_output_placeholders += len(spec_decode_tokens.get(rid, ()))
             # the drafter's next proposals, filled in on the worker
             request.spec_token_ids = self._spec_token_placeholders
 
@@ -37,7 +37,11 @@ class AsyncScheduler(Scheduler):
         self, request: Request, new_token_ids: list[int], is_stale: bool = False
     ) -> tuple[list[int], bool]:
         status_before = request.status
-        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
+        # the base class named, not super(): Python 3.11 builds a super object per call, and
+        # this runs for every request in every step
+        new_token_ids, stopped = Scheduler._update_request_with_output(
+            self, request, new_token_ids
+        )
         if not is_stale:
             # placeholders were zeroed at preemption; stale output must not go below zero
             request.num_output_placeholders -= len(new_token_ids)

@@ -154,16 +154,22 @@ def replay(
                 s.hit_tokens = new.num_computed_tokens
         cached = out.scheduled_cached_reqs
         resumed = cached.resumed_req_ids  # empty on most steps: then nothing to count
-        for rid, nc in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-            if resumed and rid in resumed:
-                lost = computed.get(rid, 0) - nc
-                stats[rid].recomputed_tokens += max(0, lost)
+        if resumed:
+            for rid, nc in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                if rid in resumed:
+                    lost = computed.get(rid, 0) - nc
+                    stats[rid].recomputed_tokens += max(0, lost)
         for rid in out.preempted_req_ids:
             stats[rid].num_preemptions += 1
         reqs = scheduler.requests
-        scheduled = [
-            (n, reqs[rid].num_computed_tokens) for rid, n in out.num_scheduled_tokens.items()
-        ]
+        # per scheduled request: (new tokens, computed tokens) for the clock; the requests
+        # whose chunk reaches the end of their tokens sample one token
+        scheduled, samplers = [], set()
+        for rid, n in out.num_scheduled_tokens.items():
+            req = reqs[rid]
+            scheduled.append((n, req.num_computed_tokens))
+            if not req.is_prefill_chunk:
+                samplers.add(rid)
         dt = clock.step_seconds(scheduled)
         steps.seconds.append(now if timed else 0.0)
         steps.num_reqs.append(len(scheduled))
@@ -173,17 +179,14 @@ def replay(
         steps.num_preempted.append(len(out.preempted_req_ids))
         steps.duration.append(dt)
         if out.total_num_scheduled_tokens:
-            samplers = {
-                rid for rid in out.num_scheduled_tokens if not reqs[rid].is_prefill_chunk
-            }
-            pending.append((out, samplers))
-        if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
-            o, samplers = pending.pop(0)
-            ids = list(o.num_scheduled_tokens)
+            ids = list(out.num_scheduled_tokens)
             sampled = [[SAMPLED_TOKEN] if rid in samplers else [] for rid in ids]
-            outputs = scheduler.update_from_output(
-                o, ModelRunnerOutput(ids, {r: i for i, r in enumerate(ids)}, sampled)
-            )
+            runner_output = ModelRunnerOutput(ids, dict(zip(ids, range(len(ids)))), sampled)
+            pending.append((out, runner_output))
+        if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
+            o, runner_output = pending.pop(0)
+            ids = runner_output.req_ids
+            outputs = scheduler.update_from_output(o, runner_output)
             for eco in outputs:
                 if eco.finish_reason is not None:
                     stats[eco.request_id].finish_step = step

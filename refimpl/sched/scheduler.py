@@ -150,14 +150,12 @@ class Scheduler:
         priority: int = 0,
         arrival_time: float = 0.0,
     ) -> Request:
-        """A `Request` hashed at this scheduler's hash block size (prompt checked as the
-        manager's `make_request` checks it)."""
-        base = self.kv_cache_manager.make_request(request_id, prompt_token_ids)
-        return Request(
+        """A `Request` hashed at this scheduler's hash block size (built, and its prompt
+        checked, by the manager's `make_request`)."""
+        return self.kv_cache_manager.make_request(
             request_id,
-            base.prompt_token_ids,
-            self.hash_block_size,
-            block_hashes=base.block_hashes,  # hashed once, by the manager's request
+            prompt_token_ids,
+            Request,
             max_tokens=max_tokens,
             eos_token_id=eos_token_id,
             priority=priority,
@@ -263,14 +261,20 @@ class Scheduler:
             )
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget, input_budget - draft_slots)
+            # the caps as comparisons: min() parses keywords on every call in Python 3.11,
+            # and this runs for every request in every step
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            if num_new_tokens > input_budget - draft_slots:
+                num_new_tokens = input_budget - draft_slots
             # never compute a position past max_model_len (draft tokens could)
-            num_new_tokens = min(
-                num_new_tokens,
+            room = (
                 self.max_model_len
                 - request.num_computed_tokens
-                - self.num_sampled_tokens_per_step,
+                - self.num_sampled_tokens_per_step
             )
+            if num_new_tokens > room:
+                num_new_tokens = room
             if self.need_mamba_block_aligned_split:
                 num_new_tokens = self._mamba_block_aligned_split(request, num_new_tokens)
             if num_new_tokens <= 0:
@@ -572,12 +576,14 @@ class Scheduler:
         req_to_new_blocks: dict[str, KVCacheBlocks],
     ) -> CachedRequestData:
         data = CachedRequestData()
+        num_running = len(running_reqs)
+        previous = self.prev_step_scheduled_req_ids
         for idx, req in enumerate(running_reqs + resumed_reqs):
             rid = req.request_id
             data.req_ids.append(rid)
-            if idx >= len(running_reqs):
+            if idx >= num_running:
                 data.resumed_req_ids.add(rid)
-            if rid not in self.prev_step_scheduled_req_ids:
+            if rid not in previous:
                 data.all_token_ids[rid] = req.all_token_ids
             data.new_block_ids.append(_block_ids(req_to_new_blocks[rid]))
             data.num_computed_tokens.append(req.num_computed_tokens)
@@ -612,11 +618,14 @@ class Scheduler:
         """Take one step's sampled tokens: append them, roll back rejected drafts, stop
         requests at EOS or their length limit and free them."""
         sampled = model_runner_output.sampled_token_ids
+        req_id_to_index = model_runner_output.req_id_to_index
+        spec_decode_tokens = scheduler_output.scheduled_spec_decode_tokens
+        requests = self.requests
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[int] = set()
         stopped_preempted: list[Request] = []
         for rid, n in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests.get(rid)
+            request = requests.get(rid)
             stale = False
             if request is not None:
                 request.num_in_flight_tokens -= n
@@ -627,10 +636,8 @@ class Scheduler:
                 continue  # aborted while the step ran
             if stale and request.drop_stale_output:
                 continue
-            generated = (
-                list(sampled[model_runner_output.req_id_to_index[rid]]) if sampled else []
-            )
-            spec = scheduler_output.scheduled_spec_decode_tokens.get(rid)
+            generated = sampled[req_id_to_index[rid]] if sampled else []
+            spec = spec_decode_tokens.get(rid) if spec_decode_tokens else None
             if spec and generated:
                 num_accepted = max(len(generated) - self.num_sampled_tokens_per_step, 0)
                 num_rejected = len(spec) - num_accepted
@@ -665,7 +672,7 @@ class Scheduler:
         """Append tokens one by one until one stops the request (the rest are dropped)."""
         del is_stale  # only the async scheduler reads it
         for num_new, token in enumerate(new_token_ids, 1):
-            request.append_output_token_ids([token])
+            request.append_output_token_ids(token)
             if self.check_stop(request):
                 return new_token_ids[:num_new], True
         return new_token_ids, False
