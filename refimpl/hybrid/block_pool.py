@@ -208,7 +208,8 @@ class BlockPool:
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
         """Drop every key of a block (its own and the extra ones); True if it had any."""
         own, block_id = block.block_hash, block.block_id
-        keys = self.cached_block_hashes_by_block.pop(block_id, ())
+        extra = self.cached_block_hashes_by_block  # (empty unless partial entries exist)
+        keys = extra.pop(block_id, ()) if extra else ()
         pop = self.cached_block_hash_to_block.pop
         # own key first, then the extra ones (rare: no tuple of keys built for the common
         # eviction of a block with only its own key)
