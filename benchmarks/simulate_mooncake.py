@@ -6,9 +6,12 @@ The trace is not shipped (3 MB): download FAST25-release/traces/conversation_tra
 github.com/kvcache-ai/Mooncake. Prints the wall time of the replay (planning and reading the
 trace are timed apart), the steps and the headline figures.
 
-Measured on the 2-core machine the project builds on, nearly idle (load ~1), commit 22764c5:
-replay 68.4 s wall / 68.4 s CPU with the roofline clock, 66.9 s with `--clock arrivals`
-(113,747 steps); 129.9 s wall / 123.8 s CPU before the speed-ups (commit 57675d1).
+Measured on the 2-core machine the project builds on, idle, pinned to one core
+(`taskset -c 1`), roofline clock, 113,747 steps: replay 61.9 s CPU and 64.0 s CPU in two
+runs (commit 3f8af13 and the one after); the same code before those speed-ups took 73.7 s
+and 77 to 80 s on the same day (the machine's speed varies by about 10% between days:
+commit 22764c5 measured 68.4 s on another day and 77 s on this one); 129.9 s wall / 123.8 s
+CPU before the first speed-ups (commit 57675d1).
 """
 
 from __future__ import annotations

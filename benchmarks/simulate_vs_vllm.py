@@ -29,12 +29,14 @@ What is compared:
   `SchedulerOutput` (requests, tokens, computed tokens, new block ids per group, resumed,
   preempted and finished ids) and the two digest lists must be equal step for step.
 
-Measured (one run, commit 22764c5, the 2-core machine the project builds on, nearly idle;
-`--check`, roofline clock, the whole trace: 12,031 requests, 113,747 steps): refimpl 71.7 s
-CPU (72.0 s wall), vLLM 129.9 s CPU (130.7 s wall): vLLM / refimpl = 1.81, and every step
-equal. Where refimpl's time goes: about 40% is work per block or per prompt token (building
-and hashing the prompts; evicting, registering, freeing and looking up about 10 million
-16-token blocks), the rest the scheduler's bookkeeping on ~4 million request-steps.
+Measured (one run, the 2-core machine the project builds on, idle; `--check`, roofline
+clock, the whole trace: 12,031 requests, 113,747 steps): at commit 22764c5 refimpl 71.7 s
+CPU, vLLM 129.9 s CPU (ratio 1.81); after the per-request-step speed-ups (the commit after
+3f8af13) refimpl 64.9 s CPU (65.0 s wall), vLLM 143.0 s CPU (143.1 s wall): vLLM / refimpl
+= 2.20, and every step equal. Where refimpl's time goes: about 40% is work per block or
+per prompt token (building and hashing the prompts; evicting, registering, freeing and
+looking up about 10 million 16-token blocks), the rest the scheduler's bookkeeping on ~4
+million request-steps.
 """
 
 from __future__ import annotations
