@@ -228,9 +228,16 @@ class BlockPool:
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop a block's prefix-cache entries before it is reused; True if it had any."""
-        if block.block_hash is None:  # most reused blocks: no key, so no extra keys either
+        block_hash = block.block_hash
+        if block_hash is None:  # most reused blocks: no key, so no extra keys either
             return False
-        return self._remove_cached_block_hashes(block)
+        if self.cached_block_hashes_by_block:  # some block has extra (partial) keys
+            return self._remove_cached_block_hashes(block)
+        # vLLM's eviction: the block's one key out of the map, then its hash reset
+        if self.cached_block_hash_to_block.pop(block_hash, block.block_id) is None:
+            raise InvariantError(f"block {block.block_id} has a key missing from the hash map")
+        block.reset_hash()
+        return True
 
     # --- allocate / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

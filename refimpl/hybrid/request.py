@@ -47,7 +47,10 @@ class Request:
 
     def __post_init__(self) -> None:
         check_positive_int("hash_block_size", self.hash_block_size)
-        self.prompt_token_ids = list(self.prompt_token_ids)
+        # a list is kept as given, as vLLM's Request keeps its prompt (make_request passes
+        # the fresh list its check built: a long prompt is not copied twice); else a list
+        if type(self.prompt_token_ids) is not list:
+            self.prompt_token_ids = list(self.prompt_token_ids)
         # vLLM's `num_tokens` is a property (the length of its token list); here a count kept
         # by `append_output_token_ids`, the only place tokens are added, because the
         # scheduler reads it several times per request and step

@@ -355,7 +355,9 @@ class Scheduler:
         new_reqs_data = [
             NewRequestData(
                 req_id=req.request_id,
-                prompt_token_ids=list(req.prompt_token_ids),
+                # the request's own list, as vLLM's NewRequestData.from_request passes it (the
+                # runner copies what it keeps)
+                prompt_token_ids=req.prompt_token_ids,
                 block_ids=req_to_new_blocks[req.request_id].get_block_ids(),
                 num_computed_tokens=req.num_computed_tokens,
                 max_tokens=req.max_tokens,
