@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from refimpl.sched.clock import ArrivalOrderClock, MeasuredStepTime, RooflineStepTime
 from refimpl.sched.traces import (
@@ -56,10 +58,39 @@ def test_a_changed_slice_is_refused(tmp_path, monkeypatch):
 def test_mooncake_tokens_are_512_per_block_and_the_last_block_is_partial():
     ids = mooncake_token_ids([7, 3], 600)
     assert len(ids) == 600
-    assert ids[:512] == list(range(7 * 512, 8 * 512))
-    assert ids[512:] == list(range(3 * 512, 3 * 512 + 88))
-    # equal block ids give equal tokens; different ids never share a token
-    assert set(mooncake_token_ids([1], 512)).isdisjoint(mooncake_token_ids([2], 512))
+    filler = [j % 256 for j in range(1, 512)]
+    assert ids[:512] == [256 + 7, *filler]
+    assert ids[512:] == [256 + 3, *filler[:87]]
+    # one id per block above 256 (CPython's shared small ints hold the rest)
+    assert [i for i, t in enumerate(ids) if t > 256] == [0, 512]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True), min_size=2),
+    st.data(),
+)
+def test_mooncake_prompts_share_a_prefix_exactly_as_far_as_their_block_ids_agree(
+    prompts, data
+):
+    """The made-up tokens keep Mooncake's meaning: the longest common token prefix of two
+    prompts is where their block ids (and, in a shared last block, their lengths) part."""
+    lengths = [
+        512 * (len(p) - 1) + data.draw(st.integers(1, 512), label="last block")
+        for p in prompts
+    ]
+    tokens = [mooncake_token_ids(p, n) for p, n in zip(prompts, lengths)]
+    for (a, n), (b, m), ta, tb in zip(
+        zip(prompts, lengths), zip(prompts[1:], lengths[1:]), tokens, tokens[1:]
+    ):
+        same_ids = 0
+        while same_ids < min(len(a), len(b)) and a[same_ids] == b[same_ids]:
+            same_ids += 1
+        expected = min(512 * same_ids, n, m)
+        common = 0
+        while common < min(n, m) and ta[common] == tb[common]:
+            common += 1
+        assert common == expected
 
 
 def test_jsonl_prompts_as_ids_or_named_segments():
@@ -88,6 +119,8 @@ BAD = [
     ([_line(5, 10, 1, [1]), _line(4, 10, 1, [2])], "line 2: timestamp 4 is before"),
     ([_line(0, 10, 1, [1]), _line(1, 600, 1, [4, 4])], "line 2: hash id 4 repeats"),
     ([_line(0, 600, 1, [1])], "line 1: 1 hash_ids for input_length 600"),
+    ([_line(0, 10, 1, [-1])], "line 1: hash_ids must be a list of integers from 0"),
+    ([_line(0, 10, 1, [2**63 - 256])], "line 1: hash_ids must be a list of integers from 0"),
     (["{not json"], "line 1: not JSON"),
     ([_line(0, 10, 1, [1]), json.dumps({"timestamp": 1, "output_length": 1})], "line 2"),
     (
