@@ -6,12 +6,15 @@ The trace is not shipped (3 MB): download FAST25-release/traces/conversation_tra
 github.com/kvcache-ai/Mooncake. Prints the wall time of the replay (planning and reading the
 trace are timed apart), the steps and the headline figures.
 
-Measured on the 2-core machine the project builds on, idle, pinned to one core
-(`taskset -c 1`), roofline clock, 113,747 steps: replay 61.9 s CPU and 64.0 s CPU in two
-runs (commit 3f8af13 and the one after); the same code before those speed-ups took 73.7 s
-and 77 to 80 s on the same day (the machine's speed varies by about 10% between days:
-commit 22764c5 measured 68.4 s on another day and 77 s on this one); 129.9 s wall / 123.8 s
-CPU before the first speed-ups (commit 57675d1).
+Measured on the 2-core machine the project builds on, idle, roofline clock, 113,747 steps
+(the machine's speed moves by up to 10% from hour to hour, so figures from one run differ):
+- commit ad63f08 (a Mooncake prompt's filler ids are shared small ints; two fewer prompt
+  copies): replay 57.6 s CPU unpinned and 56.7 s pinned to one core (`taskset -c 1`) in
+  one slow hour, 51.7 s in a faster one (`simulate_vs_vllm.py`); the whole
+  `python -m refimpl simulate` command 58.9 s wall with 1.18 GB peak memory (3.9 GB before);
+- commit 3f8af13: 61.9 s and 64.0 s pinned; the same code before those speed-ups took
+  73.7 s and 77 to 80 s on the same day; 129.9 s wall / 123.8 s CPU before the first
+  speed-ups (commit 57675d1).
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ Measured (one run, the 2-core machine the project builds on, idle; `--check`, ro
 clock, the whole trace: 12,031 requests, 113,747 steps): at commit 22764c5 refimpl 71.7 s
 CPU, vLLM 129.9 s CPU (ratio 1.81); after the per-request-step speed-ups (the commit after
 3f8af13) refimpl 64.9 s CPU (65.0 s wall), vLLM 143.0 s CPU (143.1 s wall): vLLM / refimpl
-= 2.20, and every step equal. Where refimpl's time goes: about 40% is work per block or
+= 2.20, and every step equal; at commit ad63f08 (new made-up prompt ids, the same block
+structure) refimpl 51.7 s CPU, vLLM 130.9 s CPU: vLLM / refimpl = 2.53, every step equal.
+Where refimpl's time goes: about 40% is work per block or
 per prompt token (building and hashing the prompts; evicting, registering, freeing and
 looking up about 10 million 16-token blocks), the rest the scheduler's bookkeeping on ~4
 million request-steps.
