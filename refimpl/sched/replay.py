@@ -162,14 +162,14 @@ def replay(
         for rid in out.preempted_req_ids:
             stats[rid].num_preemptions += 1
         reqs = scheduler.requests
-        # per scheduled request: (new tokens, computed tokens) for the clock; the requests
-        # whose chunk reaches the end of their tokens sample one token
-        scheduled, samplers = [], set()
+        # per scheduled request (one pass): (new tokens, computed tokens) for the clock, and
+        # what it samples: one token if its chunk reaches the end of its tokens, else none
+        ids, scheduled, sampled = [], [], []
         for rid, n in out.num_scheduled_tokens.items():
             req = reqs[rid]
+            ids.append(rid)
             scheduled.append((n, req.num_computed_tokens))
-            if not req.is_prefill_chunk:
-                samplers.add(rid)
+            sampled.append([] if req.is_prefill_chunk else [SAMPLED_TOKEN])
         dt = clock.step_seconds(scheduled)
         steps.seconds.append(now if timed else 0.0)
         steps.num_reqs.append(len(scheduled))
@@ -179,8 +179,6 @@ def replay(
         steps.num_preempted.append(len(out.preempted_req_ids))
         steps.duration.append(dt)
         if out.total_num_scheduled_tokens:
-            ids = list(out.num_scheduled_tokens)
-            sampled = [[SAMPLED_TOKEN] if rid in samplers else [] for rid in ids]
             runner_output = ModelRunnerOutput(ids, dict(zip(ids, range(len(ids)))), sampled)
             pending.append((out, runner_output))
         if pending and (len(pending) >= depth or not out.total_num_scheduled_tokens):
