@@ -483,22 +483,42 @@ def test_a_detached_process_is_found_killed_and_reaped(tmp_path):
         if not enabled:
             pytest.skip("needs Linux's child subreaper")
         before = set(descendants())
-        script = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nos._exit(0)\n"
-        subprocess.run([sys.executable, "-c", script], check=True)
-        # the middle process forks the sleeper after its parent has exited, and may linger as
-        # an unreaped zombie re-parented here: wait for the living grandchild, count only the
-        # living
+        # the middle process forks the sleeper, writes both pids, then exits (it may linger
+        # as an unreaped zombie re-parented here)
+        pids = tmp_path / "pids"
+        script = (
+            "import os, sys, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    sleeper = os.fork()\n"
+            "    if sleeper == 0:\n"
+            "        time.sleep(60)\n"
+            "    else:\n"
+            "        with open(sys.argv[1] + '.tmp', 'w') as f:\n"
+            "            f.write(f'{os.getpid()} {sleeper}')\n"
+            "        os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+            "    os._exit(0)\n"
+            "os._exit(0)\n"
+        )
+        subprocess.run([sys.executable, "-c", script, str(pids)], check=True)
+        # wait until the middle process has exited and only the sleeper runs: counting
+        # earlier could catch the middle one still alive (a race of the test, not a leak)
         deadline = time.monotonic() + 5
+        middle = sleeper = None
         while True:
-            new = [
-                key
+            living = {
+                key[0]
                 for key, state in descendants().items()
                 if key not in before and state != "Z"
-            ]
-            if new or time.monotonic() > deadline:
+            }
+            if pids.exists():
+                middle, sleeper = map(int, pids.read_text().split())
+                if middle not in living and sleeper in living:
+                    break
+            if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        assert len(new) == 1  # the grandchild, re-parented to this process
+        assert living == {sleeper}  # the grandchild, re-parented to this process
         assert end_new_descendants(before) == 1
         assert [key for key in descendants() if key not in before] == []
 
