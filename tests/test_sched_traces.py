@@ -4,6 +4,7 @@ the replay loop of `simulate`."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 
 import numpy as np
@@ -79,10 +80,8 @@ def test_mooncake_prompts_share_a_prefix_exactly_as_far_as_their_block_ids_agree
         512 * (len(p) - 1) + data.draw(st.integers(1, 512), label="last block")
         for p in prompts
     ]
-    tokens = [mooncake_token_ids(p, n) for p, n in zip(prompts, lengths)]
-    for (a, n), (b, m), ta, tb in zip(
-        zip(prompts, lengths), zip(prompts[1:], lengths[1:]), tokens, tokens[1:]
-    ):
+    cases = [(p, n, mooncake_token_ids(p, n)) for p, n in zip(prompts, lengths)]
+    for (a, n, ta), (b, m, tb) in itertools.pairwise(cases):
         same_ids = 0
         while same_ids < min(len(a), len(b)) and a[same_ids] == b[same_ids]:
             same_ids += 1

@@ -154,7 +154,7 @@ class BlockPool:
             ):
                 continue
             if block.block_hash is not None:  # a partial entry becomes a full one
-                self._remove_cached_block_hashes(block)
+                self._maybe_evict_cached_block(block)
             # the block has no key now, hence no extra key: the full key becomes its own
             # (what `_insert_block_hash` does for a block without a key)
             key = make_block_hash_with_group_id(block_hashes[i], kv_cache_group_id)
@@ -188,7 +188,7 @@ class BlockPool:
             and block.block_hash_num_tokens is not None
             and block.block_hash_num_tokens < num_tokens
         ):
-            self._remove_cached_block_hashes(block)
+            self._maybe_evict_cached_block(block)
         self._insert_block_hash(key, block, num_tokens)
 
     def _insert_block_hash(
@@ -205,39 +205,32 @@ class BlockPool:
             self.cached_block_hashes_by_block.setdefault(block.block_id, []).append(key)
         self.cached_block_hash_to_block.insert(key, block)
 
-    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> bool:
-        """Drop every key of a block (its own and the extra ones); True if it had any."""
-        own, block_id = block.block_hash, block.block_id
-        extra = self.cached_block_hashes_by_block  # (empty unless partial entries exist)
-        keys = extra.pop(block_id, ()) if extra else ()
-        pop = self.cached_block_hash_to_block.pop
-        # own key first, then the extra ones (rare: no tuple of keys built for the common
-        # eviction of a block with only its own key)
-        if own is not None and pop(own, block_id) is None:
-            raise InvariantError(f"block {block_id} has a key missing from the hash map")
-        for key in keys:
-            if pop(key, block_id) is None:
-                raise InvariantError(f"block {block_id} has a key missing from the hash map")
-        block.reset_hash()
-        return own is not None or bool(keys)
-
     def is_cached(self, block: KVCacheBlock) -> bool:
         """Does the block answer any prefix-cache key? (Extra keys exist only next to its
         own.)"""
         return block.block_hash is not None
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop a block's prefix-cache entries before it is reused; True if it had any."""
-        block_hash = block.block_hash
+        """Drop every prefix-cache key of a block (its own, then any extra ones) before it is
+        reused or re-keyed; True if it had any."""
+        block_hash, block_id = block.block_hash, block.block_id
         if block_hash is None:  # most reused blocks: no key, so no extra keys either
             return False
-        if self.cached_block_hashes_by_block:  # some block has extra (partial) keys
-            return self._remove_cached_block_hashes(block)
-        # vLLM's eviction: the block's one key out of the map, then its hash reset
-        if self.cached_block_hash_to_block.pop(block_hash, block.block_id) is None:
-            raise InvariantError(f"block {block.block_id} has a key missing from the hash map")
+        # vLLM's eviction: the block's key out of the map, then its hash reset
+        pop = self.cached_block_hash_to_block.pop
+        if pop(block_hash, block_id) is None:
+            self._raise_missing_key(block_id)
+        extra = self.cached_block_hashes_by_block  # (empty unless partial entries exist)
+        if extra:
+            for key in extra.pop(block_id, ()):
+                if pop(key, block_id) is None:
+                    self._raise_missing_key(block_id)
         block.reset_hash()
         return True
+
+    @staticmethod
+    def _raise_missing_key(block_id: int) -> None:
+        raise InvariantError(f"block {block_id} has a key missing from the hash map")
 
     # --- allocate / free
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

@@ -58,6 +58,13 @@ class TraceRequest:
         return mooncake_token_ids(self.hash_ids, self.input_length)
 
 
+#: The first id of a Mooncake block is this plus its block id; the filler ids are below it.
+_MOONCAKE_FIRST_ID = 256
+_MOONCAKE_FILLER = tuple(j % 256 for j in range(1, MOONCAKE_BLOCK_SIZE))
+#: The largest block id whose first token id fits the int64 the prefix cache hashes.
+MAX_MOONCAKE_HASH_ID = 2**63 - 1 - _MOONCAKE_FIRST_ID
+
+
 def mooncake_token_ids(hash_ids: Iterable[int], input_length: int) -> list[int]:
     """512 made-up token ids per block id, cut to `input_length` (the last block partial).
 
@@ -74,13 +81,6 @@ def mooncake_token_ids(hash_ids: Iterable[int], input_length: int) -> list[int]:
         out.extend(_MOONCAKE_FILLER)
     del out[input_length:]  # in place: a long prompt is not copied again
     return out
-
-
-#: The first id of a Mooncake block is this plus its block id; the filler ids are below it.
-_MOONCAKE_FIRST_ID = 256
-_MOONCAKE_FILLER = tuple(j % 256 for j in range(1, MOONCAKE_BLOCK_SIZE))
-#: The largest block id whose first token id fits the int64 the prefix cache hashes.
-MAX_MOONCAKE_HASH_ID = 2**63 - 1 - _MOONCAKE_FIRST_ID
 
 
 # --- reading
