@@ -11,8 +11,9 @@ Measured on the 2-core machine the project builds on, idle, roofline clock, 113,
 - commit ad63f08 (a Mooncake prompt's filler ids are shared small ints; two fewer prompt
   copies): replay 57.6 s CPU unpinned and 56.7 s pinned to one core (`taskset -c 1`) in
   one slow hour, 51.7 s in a faster one (`simulate_vs_vllm.py`); the whole
-  `python -m refimpl simulate` command 58.9, 58.2 and 55.0 s wall in three runs (60.4 s
-  before), with 1.18 GB peak memory (3.9 GB before);
+  `python -m refimpl simulate` command 58.9, 58.2, 55.0 and 58.4 s wall in four runs
+  (60.4 s before), with 1.18 GB peak memory (3.9 GB before); installed from the wheel in a
+  fresh venv and run as an unprivileged user, 64.7 s in one slow run and 52.0 s in the next;
 - commit 3f8af13: 61.9 s and 64.0 s pinned; the same code before those speed-ups took
   73.7 s and 77 to 80 s on the same day; 129.9 s wall / 123.8 s CPU before the first
   speed-ups (commit 57675d1).
